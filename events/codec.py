@@ -1,0 +1,114 @@
+"""The one place that turns events into stored JSON and back.
+
+Encoding and typed decoding use msgspec: decoding straight into the frozen dataclass validates
+the payload and is faster than ``json.loads``. Old payloads are upcast as plain dicts first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from wgstore.events.errors import EventDecodeError, EventEncodeError, UnknownEventTypeError
+from wgstore.events.registry import REGISTRY, EventRegistry, EventTypeInfo
+
+__all__ = ["Codec", "canonical_json"]
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def canonical_json(value: Any) -> str:
+    """JSON text with sorted keys and no spaces, the form metadata is stored in."""
+    try:
+        return _encoder.encode(value).decode()
+    except (TypeError, msgspec.EncodeError, OverflowError) as error:
+        raise EventEncodeError(
+            f"metadata cannot be stored as JSON ({error}); use str, int, float, bool, None, "
+            "lists and dicts with string keys"
+        ) from error
+
+
+class Codec:
+    """Encodes events to JSON text and decodes stored JSON into typed events."""
+
+    def __init__(self, registry: EventRegistry | None = None) -> None:
+        self.registry = registry or REGISTRY
+        self._decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+    def encode(self, event: Any) -> tuple[EventTypeInfo, str]:
+        """Return the event's registration and its payload as JSON text.
+
+        Raises:
+            UnknownEventTypeError: the event's class is not registered.
+            EventEncodeError: a field cannot be stored as JSON.
+        """
+        info = self.registry.by_class(type(event))
+        try:
+            data = _encoder.encode(event)
+        except (TypeError, msgspec.EncodeError, OverflowError) as error:
+            raise EventEncodeError(
+                f"{info.name}: a field cannot be stored as JSON ({error}). Event fields must be "
+                "str, int, float, bool, None, datetime, UUID, enums, tuples, dicts with string "
+                "keys or nested dataclasses of those."
+            ) from error
+        if b"\\u0000" in data:
+            raise EventEncodeError(
+                f"{info.name}: a string field contains a NUL character (\\x00), which the "
+                "database cannot store; remove it before appending"
+            )
+        return info, data.decode()
+
+    def decode(
+        self, type_name: str, schema_version: int, data: str | bytes, *, stream_id: str, position: int
+    ) -> Any:
+        """Decode stored JSON into its event type, upcasting older payloads first.
+
+        Raises:
+            EventDecodeError: the payload does not fit the type, or was stored by newer code.
+        """
+        try:
+            info = self.registry.by_name(type_name)
+        except UnknownEventTypeError as error:
+            raise EventDecodeError(str(error), stream_id=stream_id, position=position) from error
+        try:
+            if schema_version == info.version:
+                return self._decoder(info.cls).decode(data)
+            payload = self._upcast(info, schema_version, msgspec.json.decode(data))
+            return msgspec.convert(payload, info.cls)
+        except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError) as error:
+            raise EventDecodeError(
+                f"{type_name} (schema version {schema_version}) no longer decodes: {error}. "
+                "Register an upcaster for the old schema with @upcaster(...).",
+                stream_id=stream_id,
+                position=position,
+            ) from error
+        except _SchemaTooNew as error:
+            raise EventDecodeError(str(error), stream_id=stream_id, position=position) from None
+
+    def _decoder(self, cls: type) -> msgspec.json.Decoder[Any]:
+        decoder = self._decoders.get(cls)
+        if decoder is None:
+            decoder = self._decoders[cls] = msgspec.json.Decoder(cls)
+        return decoder
+
+    def _upcast(self, info: EventTypeInfo, version: int, payload: dict[str, Any]) -> dict[str, Any]:
+        if version > info.version:
+            raise _SchemaTooNew(
+                f"{info.name} was stored at schema version {version}, but this code knows "
+                f"versions up to {info.version}: upgrade wgstore (or the module defining "
+                f"{info.name}) to read it"
+            )
+        while version < info.version:
+            step = self.registry.upcaster_for(info.name, version)
+            if step is None:
+                raise ValueError(
+                    f"no upcaster for {info.name} from version {version} to {version + 1}"
+                )
+            payload = step(payload)
+            version += 1
+        return payload
+
+
+class _SchemaTooNew(Exception):
+    pass

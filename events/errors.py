@@ -1,0 +1,100 @@
+"""Errors raised by wgstore. Every message says what went wrong and what to do about it.
+
+The tree::
+
+    WgstoreError
+     └─ EventStoreError
+         ├─ ConcurrencyError        the stream was not at the expected version
+         ├─ DuplicateEventError     an event id is already stored somewhere else
+         ├─ UnknownEventTypeError   an event type that is not registered
+         ├─ EventEncodeError        an event whose fields cannot be stored as JSON
+         ├─ EventDecodeError        stored data that no longer decodes (names stream and position)
+         ├─ StoreUnavailableError   the database cannot be reached (the URL's password is masked)
+         ├─ ImmutableEventError     an UPDATE or DELETE on the log was refused
+         └─ SchemaVersionError      the database is not migrated to head
+
+Driver and SQLAlchemy errors are translated in one place (``wgstore.events._translate``) and
+chained with ``raise ... from``. Every class pickles, so errors can cross Ray actor boundaries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConcurrencyError",
+    "DuplicateEventError",
+    "EventDecodeError",
+    "EventEncodeError",
+    "EventStoreError",
+    "ImmutableEventError",
+    "SchemaVersionError",
+    "StoreUnavailableError",
+    "UnknownEventTypeError",
+    "WgstoreError",
+]
+
+
+class WgstoreError(Exception):
+    """Base class for every error wgstore raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[WgstoreError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = Exception.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
+class EventStoreError(WgstoreError):
+    """Base class for errors of the event store."""
+
+
+class ConcurrencyError(EventStoreError):
+    """The stream was not at the version the writer expected: someone else appended first."""
+
+    def __init__(self, stream_id: str, expected: object, actual: int) -> None:
+        self.stream_id = stream_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"stream {stream_id!r} is at version {actual}, but the append expected {expected}: "
+            "another writer appended first. Read the stream again, decide again, and retry "
+            "with expected_version set to the version you read."
+        )
+
+
+class DuplicateEventError(EventStoreError):
+    """An event id in the batch is already stored in another stream or at another place."""
+
+
+class UnknownEventTypeError(EventStoreError):
+    """An event type name or class that is not registered."""
+
+
+class EventEncodeError(EventStoreError):
+    """An event whose fields cannot be stored as JSON. Nothing was written."""
+
+
+class EventDecodeError(EventStoreError):
+    """Stored data that no longer decodes into its event type."""
+
+    def __init__(self, message: str, *, stream_id: str, position: int) -> None:
+        self.stream_id = stream_id
+        self.position = position
+        super().__init__(f"event at position {position} in stream {stream_id!r}: {message}")
+
+
+class StoreUnavailableError(EventStoreError):
+    """The database cannot be reached, or the URL is not a usable database URL."""
+
+
+class ImmutableEventError(EventStoreError):
+    """The log refused an UPDATE or DELETE: stored events never change."""
+
+
+class SchemaVersionError(EventStoreError):
+    """The database schema is not at the revision this code needs."""

@@ -1,0 +1,267 @@
+"""Event types of the stream ``worker-group-<group_id>``.
+
+One event per builder step and per lifecycle transition of a worker group, named in the past
+tense. Field names are stable: stored events are read back by these names.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from wgstore.events.registry import event_type
+
+__all__ = [
+    "ErrorInfo",
+    "PlacementGroupReserved",
+    "StartStage",
+    "SyncActorStarted",
+    "TrainingLaunched",
+    "WorkerGroupContext",
+    "WorkerGroupPolled",
+    "WorkerGroupShutDown",
+    "WorkerGroupShutdownRequested",
+    "WorkerGroupStartFailed",
+    "WorkerGroupStartRequested",
+    "WorkerGroupStarted",
+    "WorkerInfo",
+    "WorkerReported",
+    "WorkerStatusChange",
+    "stream_id_for_group",
+]
+
+_TRAIN_FN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+def stream_id_for_group(group_id: str) -> str:
+    """The stream that holds the events of worker group ``group_id``."""
+    return f"worker-group-{group_id}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerGroupContext:
+    """The configuration a worker group starts from; enough, with the log, to start it again.
+
+    Args:
+        num_workers: how many worker actors (one placement-group bundle each).
+        resources_per_worker: Ray resources of one worker, e.g. ``{"CPU": 1, "GPU": 1}``.
+        train_fn: the train function as an import path, ``"package.module:function"``.
+        train_fn_config: JSON-able keyword config handed to the train function.
+        placement_strategy: ``PACK``, ``SPREAD``, ``STRICT_PACK`` or ``STRICT_SPREAD``.
+        resume_checkpoint: a checkpoint path the workers start from, if any.
+        placement_timeout_s: how long to wait for the placement group before failing the start.
+        poll_interval_s: seconds between polls of a running group.
+        health_check_timeout_s: how long a poll may hang before the worker is marked failed.
+    """
+
+    num_workers: int
+    resources_per_worker: Mapping[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+    train_fn: str
+    train_fn_config: Mapping[str, Any] = field(default_factory=dict)
+    placement_strategy: str = "PACK"
+    resume_checkpoint: str | None = None
+    placement_timeout_s: float = 60.0
+    poll_interval_s: float = 1.0
+    health_check_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int):
+            raise ValueError(f"num_workers must be an int >= 1, got {self.num_workers!r}")
+        if self.num_workers < 1:
+            raise ValueError(f"num_workers must be at least 1, got {self.num_workers}")
+        if not isinstance(self.train_fn, str) or not _TRAIN_FN.match(self.train_fn):
+            raise ValueError(
+                f"train_fn must be an import path 'package.module:function', got {self.train_fn!r}; "
+                "lambdas and closures cannot be restarted from the log, define the function at "
+                "module level"
+            )
+        if self.placement_strategy not in _STRATEGIES:
+            raise ValueError(
+                f"placement_strategy must be one of {', '.join(_STRATEGIES)}, "
+                f"got {self.placement_strategy!r}"
+            )
+        for name, amount in dict(self.resources_per_worker).items():
+            if not isinstance(amount, int | float) or isinstance(amount, bool) or amount < 0:
+                raise ValueError(
+                    f"resources_per_worker[{name!r}] must be a number >= 0, got {amount!r}"
+                )
+        for name in ("placement_timeout_s", "poll_interval_s", "health_check_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"{name} must be a number > 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorInfo:
+    """An exception as data: its type, message and formatted traceback."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+    @classmethod
+    def from_exception(cls, error: BaseException) -> ErrorInfo:
+        """Capture ``error`` with its traceback."""
+        import traceback
+
+        return cls(
+            type=type(error).__name__,
+            message=str(error),
+            traceback="".join(traceback.format_exception(error)),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerInfo:
+    """One worker actor with its place in the group (ranks as Ray Train assigns them)."""
+
+    world_rank: int
+    local_rank: int
+    node_rank: int
+    local_world_size: int
+    world_size: int
+    node_id: str
+    node_ip: str
+    pid: int
+    actor_id: str
+    actor_name: str
+    gpu_ids: tuple[str, ...] = ()
+
+
+class StartStage(str, enum.Enum):
+    """The step of a start that failed."""
+
+    PLACEMENT_GROUP = "placement_group"
+    SYNC_ACTOR = "sync_actor"
+    WORKERS = "workers"
+    INIT_TRAIN_CONTEXT = "init_train_context"
+    LAUNCH = "launch"
+
+
+@event_type("WorkerGroupStartRequested", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerGroupStartRequested:
+    """``WorkerGroup.create()`` asked for a new worker group."""
+
+    group_id: str
+    run_id: str
+    attempt: int = 1
+    context: WorkerGroupContext
+
+
+@event_type("PlacementGroupReserved", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlacementGroupReserved:
+    """Builder step: the placement group is ready."""
+
+    placement_group_id: str
+    name: str
+    bundles: tuple[Mapping[str, float], ...]
+    strategy: str
+    wait_s: float = 0.0
+
+
+@event_type("SyncActorStarted", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncActorStarted:
+    """Builder step: the synchronization actor is alive."""
+
+    actor_id: str
+    name: str
+
+
+@event_type("WorkersStarted", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkersStarted:
+    """Builder step: every worker actor is alive, sorted by node then GPU id, ranks assigned."""
+
+    workers: tuple[WorkerInfo, ...]
+
+
+@event_type("WorkerGroupStarted", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerGroupStarted:
+    """``build()``: the group is active."""
+
+    start_time: datetime
+    startup_s: float
+
+
+@event_type("TrainingLaunched", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingLaunched:
+    """The train function started on every worker."""
+
+    train_fn: str
+
+
+@event_type("WorkerGroupStartFailed", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerGroupStartFailed:
+    """A start step raised; everything acquired so far was released."""
+
+    stage: StartStage
+    error: ErrorInfo
+    released: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStatusChange:
+    """The new status of one worker whose status differs from the previous recorded poll."""
+
+    world_rank: int
+    running: bool
+    error: ErrorInfo | None = None
+
+
+@event_type("WorkerGroupPolled", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerGroupPolled:
+    """A poll that found something new, standing also for the unchanged polls before it.
+
+    ``poll_seq`` counts every poll of the group, recorded or not; ``unchanged_polls`` is how many
+    polls since the previous recorded one found nothing new, the first of them at
+    ``unchanged_since``. ``changes`` holds only workers whose status changed.
+    """
+
+    poll_seq: int
+    polled_at: datetime
+    changes: tuple[WorkerStatusChange, ...] = ()
+    unchanged_polls: int = 0
+    unchanged_since: datetime | None = None
+
+
+@event_type("WorkerReported", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerReported:
+    """A worker called ``report()``."""
+
+    world_rank: int
+    index: int
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    checkpoint: str | None = None
+
+
+@event_type("WorkerGroupShutdownRequested", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerGroupShutdownRequested:
+    """``shutdown()`` was called (or the controller gave up on the group)."""
+
+    reason: str
+
+
+@event_type("WorkerGroupShutDown", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerGroupShutDown:
+    """Every resource of the group is released."""
+
+    duration_s: float
+    released: tuple[str, ...] = ()

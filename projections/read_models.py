@@ -1,0 +1,1 @@
+"""Read-model tables (filled in by the projections work)."""

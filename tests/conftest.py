@@ -1,0 +1,113 @@
+"""Fixtures shared by the whole suite: real SQLite files, a real PostgreSQL, one local Ray.
+
+PostgreSQL: ``WGSTORE_TEST_PG_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``).
+Each test gets its own schema, dropped afterwards. When the server is unreachable the Postgres
+tests are skipped on a developer machine, but fail loudly when ``CI=true``: CI never skips them.
+
+Ray: one local instance per test session (``ray_session``), started on first use.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PG_URL = os.environ.get("WGSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+_pg_problem: str | None = None
+_pg_checked = False
+
+
+def _postgres_problem() -> str | None:
+    """Why Postgres cannot be used, or None when it can (checked once per session)."""
+    global _pg_checked, _pg_problem
+    if not _pg_checked:
+        _pg_checked = True
+        try:
+            import psycopg
+
+            conninfo = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+            with psycopg.connect(conninfo, connect_timeout=5) as conn:
+                conn.execute("SELECT 1")
+        except Exception as error:  # noqa: BLE001 - any failure means "unreachable"
+            _pg_problem = f"PostgreSQL at {PG_URL} is unreachable: {error}"
+    return _pg_problem
+
+
+def require_postgres() -> None:
+    """Skip (developer machine) or fail (CI) when Postgres is unreachable."""
+    problem = _postgres_problem()
+    if problem is None:
+        return
+    if IN_CI:
+        pytest.fail(f"{problem}. CI must run the Postgres tests: start the server.", pytrace=False)
+    pytest.skip(problem)
+
+
+def _admin_execute(sql: str) -> None:
+    import psycopg
+
+    conninfo = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def make_pg_schema_url(schema: str) -> str:
+    """A URL whose connections use ``schema`` first on the search path."""
+    sep = "&" if "?" in PG_URL else "?"
+    return f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A URL of a fresh SQLite file."""
+    return f"sqlite:///{tmp_path / 'wgstore.db'}"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A URL of a fresh, empty schema in the test database, dropped after the test."""
+    require_postgres()
+    schema = f"wgtest_{uuid.uuid4().hex[:12]}"
+    _admin_execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield make_pg_schema_url(schema)
+    finally:
+        _admin_execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database URL, once per backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'wgstore.db'}"
+    else:
+        yield request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[object]:
+    """An open, migrated ``EventStore`` on each backend."""
+    from wgstore.events import EventStore
+
+    event_store = EventStore.open(store_url)
+    try:
+        yield event_store
+    finally:
+        event_store.close()
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """One local Ray instance for the whole test session."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="wgstore-tests")
+    yield
+    ray.shutdown()
