@@ -1,0 +1,101 @@
+"""The one place where driver and SQLAlchemy errors become wgstore errors."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy.exc as sa_exc
+
+from wgstore.events.engine import mask_url
+from wgstore.events.errors import (
+    DuplicateEventError,
+    EventStoreError,
+    ImmutableEventError,
+    SchemaVersionError,
+    StoreUnavailableError,
+)
+
+try:  # psycopg is an optional extra (postgres)
+    import psycopg
+    import psycopg.errors as pg_errors
+except ImportError:  # pragma: no cover - exercised only without the postgres extra
+    psycopg = None  # type: ignore[assignment]
+    pg_errors = None  # type: ignore[assignment]
+
+__all__ = ["translate_errors"]
+
+_NOT_MIGRATED = (
+    "the database at {url} has no wgstore tables (or an old version of them): run "
+    "`wgstore db upgrade --url ...`, or open the store with migrate=True"
+)
+
+
+@contextmanager
+def translate_errors(url: str) -> Iterator[None]:
+    """Turn driver errors raised inside the block into wgstore errors naming ``url`` (masked)."""
+    try:
+        yield
+    except EventStoreError:
+        raise
+    except sa_exc.DBAPIError as error:
+        raise _translate(error.orig, url) from error
+    except sqlite3.Error as error:
+        raise _translate(error, url) from error
+    except Exception as error:
+        if psycopg is not None and isinstance(error, psycopg.Error):
+            raise _translate(error, url) from error
+        raise
+
+
+def _translate(error: BaseException | None, url: str) -> Exception:
+    masked = mask_url(url)
+    text = str(error)
+    if isinstance(error, sqlite3.Error):
+        if "append-only" in text:
+            return ImmutableEventError(text)
+        if isinstance(error, sqlite3.IntegrityError) and "event_id" in text:
+            return DuplicateEventError(
+                f"an event id is already stored ({text}); give each event a new id, or retry the "
+                "whole original batch unchanged"
+            )
+        if "no such table" in text:
+            return SchemaVersionError(_NOT_MIGRATED.format(url=masked))
+        if "database is locked" in text or "database is busy" in text:
+            return StoreUnavailableError(
+                f"{masked}: the SQLite database stayed locked by another writer longer than the "
+                "busy timeout; retry, or raise it with ?busy_timeout=SECONDS in the URL"
+            )
+        if "unable to open" in text or "readonly" in text or "read-only" in text:
+            return StoreUnavailableError(f"{masked}: {text}; check the path and its permissions")
+        return StoreUnavailableError(f"{masked}: SQLite error: {text}")
+    if psycopg is not None and isinstance(error, psycopg.Error):
+        state = getattr(error, "sqlstate", None)
+        if state == "WG003":
+            return ImmutableEventError(_first_line(text))
+        if state == "WG002" or isinstance(error, pg_errors.UniqueViolation):
+            return DuplicateEventError(
+                f"{_first_line(text)}; give each event a new id, or retry the whole original "
+                "batch unchanged"
+            )
+        if isinstance(error, pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
+            return SchemaVersionError(_NOT_MIGRATED.format(url=masked))
+        if isinstance(error, pg_errors.LockNotAvailable):
+            return StoreUnavailableError(
+                f"{masked}: waited too long for the append lock on wg_events ({_first_line(text)}); "
+                "another long transaction holds it"
+            )
+        if isinstance(error, pg_errors.ReadOnlySqlTransaction):
+            return StoreUnavailableError(f"{masked}: this store was opened read-only")
+        if isinstance(error, psycopg.OperationalError):
+            return StoreUnavailableError(
+                f"cannot reach the database at {masked}: {_first_line(text)}. Check that the "
+                "server is running and the URL (host, port, user, database) is right"
+            )
+        return StoreUnavailableError(f"{masked}: database error: {_first_line(text)}")
+    return StoreUnavailableError(f"{masked}: {text}")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text

@@ -1,0 +1,158 @@
+"""Engines for the two backends, made the same way everywhere (store, migrations, CLI).
+
+SQLite: WAL, a busy timeout, ``synchronous`` settable (default FULL: an acknowledged append
+survives a power cut), and every transaction SQLAlchemy begins is ``BEGIN IMMEDIATE`` so two
+writers never deadlock on a lock upgrade. Read-only engines open the file with ``mode=ro``.
+
+PostgreSQL (psycopg 3): sessions in UTC; read-only engines set
+``default_transaction_read_only``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, make_url
+
+from wgstore.events.errors import StoreUnavailableError
+
+__all__ = ["SQLITE_SYNCHRONOUS", "create_store_engine", "mask_url", "parse_url"]
+
+SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_OWN_QUERY_KEYS = ("synchronous", "busy_timeout")
+
+
+def mask_url(url: str | URL) -> str:
+    """The URL as text with its password replaced by ``***``."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        text = str(url)
+        if "@" in text and "://" in text:
+            scheme, rest = text.split("://", 1)
+            creds, host = rest.rsplit("@", 1)
+            return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+        return text
+
+
+def parse_url(url: str | URL) -> URL:
+    """Parse and check a store URL, naming the problem when it is not usable.
+
+    Raises:
+        StoreUnavailableError: not a URL, or not a SQLite / PostgreSQL URL.
+    """
+    if isinstance(url, URL):
+        parsed = url
+    else:
+        if not isinstance(url, str) or "://" not in url:
+            raise StoreUnavailableError(
+                f"{mask_url(str(url))!r} is not a database URL; use sqlite:///path/to/wgstore.db "
+                "or postgresql+psycopg://user@host:5432/dbname"
+            )
+        try:
+            parsed = make_url(url)
+        except Exception as error:
+            raise StoreUnavailableError(
+                f"{mask_url(url)!r} is not a valid database URL ({error}); use "
+                "sqlite:///path/to/wgstore.db or postgresql+psycopg://user@host:5432/dbname"
+            ) from None
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        # Always psycopg 3: plain postgresql:// would otherwise pick psycopg2.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    elif backend != "sqlite":
+        raise StoreUnavailableError(
+            f"{mask_url(parsed)}: wgstore stores events in SQLite or PostgreSQL, not {backend!r}; "
+            "use sqlite:///path/to/wgstore.db or postgresql+psycopg://user@host/dbname"
+        )
+    elif parsed.database in (None, "", ":memory:"):
+        raise StoreUnavailableError(
+            f"{mask_url(parsed)}: an in-memory SQLite database cannot be shared by the store's "
+            "connections; give a file path, e.g. sqlite:///wgstore.db"
+        )
+    return parsed
+
+
+def create_store_engine(
+    url: str | URL,
+    *,
+    read_only: bool = False,
+    synchronous: str | None = None,
+    busy_timeout_s: float | None = None,
+) -> sa.Engine:
+    """Create an Engine configured for wgstore on SQLite or PostgreSQL.
+
+    URL query options ``synchronous`` and ``busy_timeout`` (seconds) are read for SQLite
+    when the keyword arguments are not given.
+    """
+    parsed = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(parsed, read_only, synchronous, busy_timeout_s)
+    return _postgres_engine(parsed, read_only)
+
+
+def _sqlite_engine(
+    url: URL, read_only: bool, synchronous: str | None, busy_timeout_s: float | None
+) -> sa.Engine:
+    query = dict(url.query)
+    synchronous = (synchronous or str(query.get("synchronous", "FULL"))).upper()
+    if synchronous not in SQLITE_SYNCHRONOUS:
+        raise StoreUnavailableError(
+            f"synchronous={synchronous!r} is not a SQLite synchronous mode; use one of "
+            f"{', '.join(SQLITE_SYNCHRONOUS)} (FULL is the safe default)"
+        )
+    try:
+        busy_s = float(busy_timeout_s if busy_timeout_s is not None else query.get("busy_timeout", 30))
+    except ValueError:
+        raise StoreUnavailableError(
+            f"busy_timeout={query.get('busy_timeout')!r} must be a number of seconds"
+        ) from None
+    url = url.difference_update_query(_OWN_QUERY_KEYS)
+    path = Path(url.database or "")
+    if read_only:
+        if not path.exists():
+            raise StoreUnavailableError(
+                f"no wgstore database at {path}: check the path or --url / WGSTORE_URL"
+            )
+        url = url.set(database=f"file:{path.resolve()}?mode=ro").update_query_dict({"uri": "true"})
+    elif not path.parent.exists():
+        raise StoreUnavailableError(
+            f"cannot create {path}: the folder {path.parent} does not exist"
+        )
+    engine = sa.create_engine(url, pool_size=8, max_overflow=32)
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_s * 1000)}")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute(f"PRAGMA synchronous = {synchronous}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(connection: sa.Connection) -> None:
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _postgres_engine(url: URL, read_only: bool) -> sa.Engine:
+    connect_args: dict[str, Any] = {"connect_timeout": int(url.query.get("connect_timeout", 10))}
+    engine = sa.create_engine(url, pool_size=8, max_overflow=32, connect_args=connect_args)
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        dbapi_connection.execute("SET TIME ZONE 'UTC'")
+        if read_only:
+            dbapi_connection.execute("SET default_transaction_read_only = on")
+        dbapi_connection.autocommit = autocommit
+
+    return engine

@@ -1,0 +1,97 @@
+"""Wake-ups for readers that follow the log: LISTEN/NOTIFY on Postgres, polling everywhere.
+
+Notifications are an optimisation only. They are lost while the listening connection is down,
+so every waiter also re-reads the head on a short interval.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from wgstore.events.schema import NOTIFY_CHANNEL
+
+if TYPE_CHECKING:
+    from wgstore.events.store import EventStore
+
+__all__ = ["Notifier"]
+
+SQLITE_POLL_S = 0.01
+POSTGRES_POLL_S = 0.5
+
+
+class Notifier:
+    """Lets threads wait for the log to grow past a position."""
+
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+        self._changed = threading.Condition()
+        self._generation = 0
+        self._listener: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._listen_connection: Any = None
+
+    def local_append(self) -> None:
+        """Wake the waiters of this process: the store object itself just appended."""
+        with self._changed:
+            self._generation += 1
+            self._changed.notify_all()
+
+    def wait(self, after: int, timeout_s: float) -> int:
+        """Block until ``head() > after`` or ``timeout_s``; return the head."""
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        poll_s = POSTGRES_POLL_S if self._store.is_postgres else SQLITE_POLL_S
+        if self._store.is_postgres:
+            self._ensure_listener()
+        while True:
+            with self._changed:
+                generation = self._generation
+            head = self._store.head()
+            remaining = deadline - time.monotonic()
+            if head > after or remaining <= 0:
+                return head
+            with self._changed:
+                if self._generation == generation:
+                    self._changed.wait(min(poll_s, remaining))
+
+    def close(self) -> None:
+        """Stop listening."""
+        self._stop.set()
+        connection = self._listen_connection
+        if connection is not None:
+            try:
+                connection.cancel_safe()
+            except Exception:
+                pass
+        if self._listener is not None:
+            self._listener.join(timeout=5)
+
+    def _ensure_listener(self) -> None:
+        if self._listener is None or not self._listener.is_alive():
+            with self._changed:
+                if self._listener is None or not self._listener.is_alive():
+                    self._listener = threading.Thread(
+                        target=self._listen, name="wgstore-listen", daemon=True
+                    )
+                    self._listener.start()
+
+    def _listen(self) -> None:
+        import psycopg
+
+        engine = self._store.engine
+        args, kwargs = engine.dialect.create_connect_args(engine.url)
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(*args, **kwargs, autocommit=True) as connection:
+                    self._listen_connection = connection
+                    connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    self.local_append()  # something may have happened while we were away
+                    while not self._stop.is_set():
+                        for _ in connection.notifies(timeout=1.0, stop_after=1):
+                            self.local_append()
+            except Exception:
+                if not self._stop.wait(1.0):
+                    continue
+            finally:
+                self._listen_connection = None

@@ -1,0 +1,145 @@
+"""Named, durable readers of the log: catch up from a checkpoint, then follow live.
+
+A subscription's checkpoint is the position of the last event it handled, kept in
+``wg_subscriptions``. With ``transactional=True`` the handler gets the SQLAlchemy connection of
+the transaction that advances the checkpoint, so its own writes and the checkpoint commit
+together: each event is applied exactly once, even across crashes. The checkpoint only moves
+by compare-and-set, so two processes running the same subscription never both apply a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from wgstore.events._translate import translate_errors
+from wgstore.events.errors import EventStoreError
+from wgstore.events.records import RecordedEvent
+from wgstore.events.schema import wg_subscriptions
+
+if TYPE_CHECKING:
+    from wgstore.events.store import EventStore
+
+__all__ = ["Subscription", "SubscriptionConflictError"]
+
+log = logging.getLogger(__name__)
+
+BatchHandler = Callable[[list[RecordedEvent]], Any]
+TransactionalHandler = Callable[[sa.Connection, list[RecordedEvent]], Any]
+
+
+class SubscriptionConflictError(EventStoreError):
+    """Another reader moved the subscription's checkpoint while this one was handling a batch."""
+
+
+class Subscription:
+    """A named, durable, catch-up-then-live reader of the log."""
+
+    def __init__(
+        self, store: EventStore, name: str, *, types: Iterable[str | type] | None = None
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("a subscription needs a non-empty name")
+        self.store = store
+        self.name = name
+        self.types = list(types) if types is not None else None
+
+    def checkpoint(self) -> int:
+        """The position of the last event this subscription handled (0 for none)."""
+        with translate_errors(self.store.url), self.store.engine.connect() as connection:
+            value = connection.execute(
+                sa.select(wg_subscriptions.c.checkpoint).where(wg_subscriptions.c.name == self.name)
+            ).scalar()
+            connection.rollback()
+        return int(value or 0)
+
+    def reset(self, to: int = 0) -> None:
+        """Move the checkpoint to position ``to`` (0: handle everything again)."""
+        with translate_errors(self.store.url), self.store.engine.begin() as connection:
+            self._ensure_row(connection)
+            connection.execute(
+                wg_subscriptions.update()
+                .where(wg_subscriptions.c.name == self.name)
+                .values(checkpoint=to, updated_at=datetime.now(UTC))
+            )
+
+    def process(
+        self,
+        handler: BatchHandler | TransactionalHandler,
+        *,
+        transactional: bool = False,
+        batch_size: int = 500,
+    ) -> int:
+        """Hand every event available now to ``handler``, batch by batch; return how many.
+
+        ``handler(batch)`` by default (at-least-once: the checkpoint is saved after the batch);
+        ``handler(connection, batch)`` with ``transactional=True`` (exactly-once).
+        """
+        handled = 0
+        while True:
+            count = self._process_batch(handler, transactional, batch_size)
+            handled += count
+            if count < batch_size:
+                return handled
+
+    def run(
+        self,
+        handler: BatchHandler | TransactionalHandler,
+        *,
+        stop: threading.Event,
+        transactional: bool = False,
+        batch_size: int = 500,
+        wait_s: float = 1.0,
+    ) -> None:
+        """Catch up, then follow the log live until ``stop`` is set."""
+        while not stop.is_set():
+            self.process(handler, transactional=transactional, batch_size=batch_size)
+            if stop.is_set():
+                return
+            self.store.wait_for_new(self.checkpoint(), timeout_s=wait_s)
+
+    def _process_batch(
+        self, handler: Any, transactional: bool, batch_size: int
+    ) -> int:
+        start = self.checkpoint()
+        batch = list(self.store.read_all(after=start, limit=batch_size, types=self.types))
+        if not batch:
+            return 0
+        end = batch[-1].position
+        with translate_errors(self.store.url):
+            if transactional:
+                with self.store.engine.begin() as connection:
+                    handler(connection, batch)
+                    self._advance(connection, start, end)
+            else:
+                handler(batch)
+                with self.store.engine.begin() as connection:
+                    self._advance(connection, start, end)
+        return len(batch)
+
+    def _advance(self, connection: sa.Connection, start: int, end: int) -> None:
+        self._ensure_row(connection)
+        moved = connection.execute(
+            wg_subscriptions.update()
+            .where(wg_subscriptions.c.name == self.name, wg_subscriptions.c.checkpoint == start)
+            .values(checkpoint=end, updated_at=datetime.now(UTC))
+        ).rowcount
+        if moved != 1:
+            raise SubscriptionConflictError(
+                f"subscription {self.name!r} was moved past position {start} by another reader "
+                "while this one handled events up to {end}; run one reader per subscription name"
+            )
+
+    def _ensure_row(self, connection: sa.Connection) -> None:
+        dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
+        connection.execute(
+            dialect.insert(wg_subscriptions)
+            .values(name=self.name, checkpoint=0, updated_at=datetime.now(UTC))
+            .on_conflict_do_nothing(index_elements=["name"])
+        )
