@@ -60,7 +60,13 @@ class Codec:
         return info, data.decode()
 
     def decode(
-        self, type_name: str, schema_version: int, data: str | bytes, *, stream_id: str, position: int
+        self,
+        type_name: str,
+        schema_version: int,
+        data: str | bytes,
+        *,
+        stream_id: str,
+        position: int,
     ) -> Any:
         """Decode stored JSON into its event type, upcasting older payloads first.
 

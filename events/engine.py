@@ -105,7 +105,9 @@ def _sqlite_engine(
             f"{', '.join(SQLITE_SYNCHRONOUS)} (FULL is the safe default)"
         )
     try:
-        busy_s = float(busy_timeout_s if busy_timeout_s is not None else query.get("busy_timeout", 30))
+        busy_s = float(
+            busy_timeout_s if busy_timeout_s is not None else query.get("busy_timeout", 30)
+        )
     except ValueError:
         raise StoreUnavailableError(
             f"busy_timeout={query.get('busy_timeout')!r} must be a number of seconds"

@@ -35,7 +35,16 @@ def chain_hash(
 ) -> str:
     """The hash of one event, chained to ``previous`` (empty for a stream's first event)."""
     text = "\n".join(
-        (previous, stream_id, str(version), event_id, event_type, str(schema_version),
-         str(recorded_us), data, metadata)
+        (
+            previous,
+            stream_id,
+            str(version),
+            event_id,
+            event_type,
+            str(schema_version),
+            str(recorded_us),
+            data,
+            metadata,
+        )
     )
     return hashlib.sha256(text.encode()).hexdigest()

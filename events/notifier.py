@@ -6,6 +6,7 @@ so every waiter also re-reads the head on a short interval.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -60,10 +61,8 @@ class Notifier:
         self._stop.set()
         connection = self._listen_connection
         if connection is not None:
-            try:
+            with contextlib.suppress(Exception):
                 connection.cancel_safe()
-            except Exception:
-                pass
         if self._listener is not None:
             self._listener.join(timeout=5)
 

@@ -55,7 +55,10 @@ class EventRegistry:
             raise TypeError(f"event type {name!r}: version must be an int >= 1, got {version!r}")
         existing = self._by_name.get(name)
         if existing is not None and existing.cls is not cls:
-            if existing.cls.__qualname__ == cls.__qualname__ and existing.cls.__module__ == cls.__module__:
+            if (
+                existing.cls.__qualname__ == cls.__qualname__
+                and existing.cls.__module__ == cls.__module__
+            ):
                 # The same class defined again (a module reloaded): the newest definition wins.
                 del self._by_class[existing.cls]
             else:
@@ -118,7 +121,9 @@ REGISTRY = EventRegistry()
 """The registry used by default by the store, the codec and the decorators."""
 
 
-def event_type(name: str, version: int = 1, *, registry: EventRegistry | None = None) -> Callable[[T], T]:
+def event_type(
+    name: str, version: int = 1, *, registry: EventRegistry | None = None
+) -> Callable[[T], T]:
     """Register a frozen dataclass as an event type under a stable ``name``.
 
     Example::

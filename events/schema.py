@@ -37,8 +37,13 @@ _EventId = sa.String(36).with_variant(postgresql.UUID(as_uuid=True), "postgresql
 wg_events = sa.Table(
     "wg_events",
     metadata,
-    sa.Column("position", _Position, sa.Identity(always=False), primary_key=True,
-              comment="global order; rises in the order events become visible"),
+    sa.Column(
+        "position",
+        _Position,
+        sa.Identity(always=False),
+        primary_key=True,
+        comment="global order; rises in the order events become visible",
+    ),
     sa.Column("event_id", _EventId, nullable=False, comment="idempotency key"),
     sa.Column("stream_id", sa.Text(), nullable=False),
     sa.Column("stream_version", sa.Integer(), nullable=False, comment="1, 2, 3... per stream"),
@@ -47,8 +52,12 @@ wg_events = sa.Table(
     sa.Column("data", _Json, nullable=False),
     sa.Column("metadata", _Json, nullable=False),
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, comment="UTC"),
-    sa.Column("hash", sa.String(64), nullable=False,
-              comment="SHA-256 over the stream's previous hash and this event"),
+    sa.Column(
+        "hash",
+        sa.String(64),
+        nullable=False,
+        comment="SHA-256 over the stream's previous hash and this event",
+    ),
     sa.UniqueConstraint("event_id"),
     sa.UniqueConstraint("stream_id", "stream_version"),
     sqlite_autoincrement=True,
@@ -60,8 +69,13 @@ wg_subscriptions = sa.Table(
     "wg_subscriptions",
     metadata,
     sa.Column("name", sa.Text(), primary_key=True),
-    sa.Column("checkpoint", sa.BigInteger(), nullable=False, server_default="0",
-              comment="position of the last event handled"),
+    sa.Column(
+        "checkpoint",
+        sa.BigInteger(),
+        nullable=False,
+        server_default="0",
+        comment="position of the last event handled",
+    ),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
 
@@ -71,8 +85,12 @@ wg_snapshots = sa.Table(
     sa.Column("name", sa.Text(), primary_key=True, comment="which projection"),
     sa.Column("stream_id", sa.Text(), primary_key=True),
     sa.Column("stream_version", sa.Integer(), nullable=False, comment="last event folded in"),
-    sa.Column("schema", sa.Text(), nullable=False,
-              comment="fingerprint of the state's schema; a mismatch discards the snapshot"),
+    sa.Column(
+        "schema",
+        sa.Text(),
+        nullable=False,
+        comment="fingerprint of the state's schema; a mismatch discards the snapshot",
+    ),
     sa.Column("state", _Json, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
 )

@@ -219,7 +219,9 @@ class EventStore:
         if not pending:
             return []
         with translate_errors(self.url):
-            rows = self._append_with_retry(stream_id, expected, expected_version, pending, check_ids)
+            rows = self._append_with_retry(
+                stream_id, expected, expected_version, pending, check_ids
+            )
         if rows[0][4]:  # already stored: return what is in the log
             return self._read_positions([row[0] for row in rows])
         self._notifier.local_append()
@@ -254,7 +256,9 @@ class EventStore:
                 event = item.event
                 if item.event_id is not None:
                     if not isinstance(item.event_id, uuid.UUID):
-                        raise TypeError(f"NewEvent.event_id must be a uuid.UUID, got {item.event_id!r}")
+                        raise TypeError(
+                            f"NewEvent.event_id must be a uuid.UUID, got {item.event_id!r}"
+                        )
                     event_id = str(item.event_id)
                     check_ids = True
                 if item.metadata:
@@ -295,7 +299,9 @@ class EventStore:
                 writer = self._writer_connection()
                 try:
                     if self.is_postgres:
-                        return self._append_postgres(writer, stream_id, expected, pending, check_ids)
+                        return self._append_postgres(
+                            writer, stream_id, expected, pending, check_ids
+                        )
                     return self._append_sqlite(writer, stream_id, expected, pending, check_ids)
                 except _StreamVersionMismatch as mismatch:
                     raise ConcurrencyError(stream_id, expected_version, mismatch.actual) from None
@@ -393,15 +399,31 @@ class EventStore:
             for item in pending:
                 version += 1
                 previous = chain_hash(
-                    previous, stream_id, version, item.event_id, item.type, item.schema_version,
-                    recorded_us, item.data, item.metadata_text,
+                    previous,
+                    stream_id,
+                    version,
+                    item.event_id,
+                    item.type,
+                    item.schema_version,
+                    recorded_us,
+                    item.data,
+                    item.metadata_text,
                 )
                 cursor.execute(
                     "INSERT INTO wg_events (event_id, stream_id, stream_version, event_type, "
                     "schema_version, data, metadata, recorded_at, hash) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (item.event_id, stream_id, version, item.type, item.schema_version,
-                     item.data, item.metadata_text, stored_at, previous),
+                    (
+                        item.event_id,
+                        stream_id,
+                        version,
+                        item.type,
+                        item.schema_version,
+                        item.data,
+                        item.metadata_text,
+                        stored_at,
+                        previous,
+                    ),
                 )
                 results.append((cursor.lastrowid, version, now, previous, False))
             cursor.execute("COMMIT")
@@ -559,7 +581,18 @@ class EventStore:
         decode = self.codec.decode
         decode_json = msgspec.json.decode
         postgres = self.is_postgres
-        for position, stream_id, version, event_id, type_, schema_version, data, meta, at, hash_ in rows:
+        for (
+            position,
+            stream_id,
+            version,
+            event_id,
+            type_,
+            schema_version,
+            data,
+            meta,
+            at,
+            hash_,
+        ) in rows:
             yield RecordedEvent(
                 position=position,
                 stream_id=stream_id,
@@ -622,7 +655,15 @@ class EventStore:
                     )
                 moment = at if self.is_postgres else _parse_sqlite_time(at)
                 expected = chain_hash(
-                    previous_hash, sid, version, event_id, type_, schema, epoch_us(moment), data, meta
+                    previous_hash,
+                    sid,
+                    version,
+                    event_id,
+                    type_,
+                    schema,
+                    epoch_us(moment),
+                    data,
+                    meta,
                 )
                 if expected != stored:
                     problems.append(

@@ -104,9 +104,7 @@ class Subscription:
                 return
             self.store.wait_for_new(self.checkpoint(), timeout_s=wait_s)
 
-    def _process_batch(
-        self, handler: Any, transactional: bool, batch_size: int
-    ) -> int:
+    def _process_batch(self, handler: Any, transactional: bool, batch_size: int) -> int:
         start = self.checkpoint()
         batch = list(self.store.read_all(after=start, limit=batch_size, types=self.types))
         if not batch:

@@ -136,7 +136,7 @@ class WorkerInfo:
     gpu_ids: tuple[str, ...] = ()
 
 
-class StartStage(str, enum.Enum):
+class StartStage(enum.StrEnum):
     """The step of a start that failed."""
 
     PLACEMENT_GROUP = "placement_group"

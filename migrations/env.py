@@ -19,7 +19,9 @@ config = context.config
 target_metadata = metadata
 
 
-def _include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+def _include_object(
+    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
     # Only wgstore's own tables: the store may share a database with other software.
     if type_ == "table":
         return bool(name and name.startswith("wg_")) and name != ALEMBIC_VERSION_TABLE

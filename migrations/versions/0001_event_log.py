@@ -148,8 +148,13 @@ def upgrade() -> None:
     event_id = sa.String(36).with_variant(postgresql.UUID(as_uuid=True), "postgresql")
     op.create_table(
         "wg_events",
-        sa.Column("position", position, sa.Identity(always=False), primary_key=True,
-                  comment="global order; rises in the order events become visible"),
+        sa.Column(
+            "position",
+            position,
+            sa.Identity(always=False),
+            primary_key=True,
+            comment="global order; rises in the order events become visible",
+        ),
         sa.Column("event_id", event_id, nullable=False, comment="idempotency key"),
         sa.Column("stream_id", sa.Text(), nullable=False),
         sa.Column("stream_version", sa.Integer(), nullable=False, comment="1, 2, 3... per stream"),
@@ -158,12 +163,17 @@ def upgrade() -> None:
         sa.Column("data", _json(), nullable=False),
         sa.Column("metadata", _json(), nullable=False),
         sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False, comment="UTC"),
-        sa.Column("hash", sa.String(64), nullable=False,
-                  comment="SHA-256 over the stream's previous hash and this event"),
+        sa.Column(
+            "hash",
+            sa.String(64),
+            nullable=False,
+            comment="SHA-256 over the stream's previous hash and this event",
+        ),
         sa.PrimaryKeyConstraint("position", name="pk_wg_events"),
         sa.UniqueConstraint("event_id", name="uq_wg_events_event_id"),
-        sa.UniqueConstraint("stream_id", "stream_version",
-                            name="uq_wg_events_stream_id_stream_version"),
+        sa.UniqueConstraint(
+            "stream_id", "stream_version", name="uq_wg_events_stream_id_stream_version"
+        ),
         sqlite_autoincrement=True,
     )
     op.create_index("ix_wg_events_event_type_position", "wg_events", ["event_type", "position"])
@@ -171,8 +181,13 @@ def upgrade() -> None:
     op.create_table(
         "wg_subscriptions",
         sa.Column("name", sa.Text(), nullable=False),
-        sa.Column("checkpoint", sa.BigInteger(), server_default="0", nullable=False,
-                  comment="position of the last event handled"),
+        sa.Column(
+            "checkpoint",
+            sa.BigInteger(),
+            server_default="0",
+            nullable=False,
+            comment="position of the last event handled",
+        ),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name", name="pk_wg_subscriptions"),
     )
@@ -181,8 +196,12 @@ def upgrade() -> None:
         sa.Column("name", sa.Text(), nullable=False, comment="which projection"),
         sa.Column("stream_id", sa.Text(), nullable=False),
         sa.Column("stream_version", sa.Integer(), nullable=False, comment="last event folded in"),
-        sa.Column("schema", sa.Text(), nullable=False,
-                  comment="fingerprint of the state's schema; a mismatch discards the snapshot"),
+        sa.Column(
+            "schema",
+            sa.Text(),
+            nullable=False,
+            comment="fingerprint of the state's schema; a mismatch discards the snapshot",
+        ),
         sa.Column("state", _json(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name", "stream_id", name="pk_wg_snapshots"),
