@@ -1,0 +1,46 @@
+"""Errors raised by the projections.
+
+The tree (under the project-wide root)::
+
+    WgstoreError
+     └─ ProjectionError   an event that the fold cannot apply (names the stream and position)
+
+A fold never skips an event it does not understand: an unknown event type, a version out of
+order, an event after a terminal state or a stream that does not begin with its creation event
+all raise :class:`ProjectionError`, which names the stream, the version and the global position.
+"""
+
+from __future__ import annotations
+
+from wgstore.events.errors import WgstoreError
+
+__all__ = ["ProjectionError"]
+
+
+class ProjectionError(WgstoreError):
+    """An event that a projection cannot apply to the state folded so far.
+
+    Attributes:
+        stream_id: the stream the event belongs to.
+        version: the event's version in that stream.
+        position: the event's global position in the log.
+        event_type: the stored type name of the event.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream_id: str,
+        version: int,
+        position: int,
+        event_type: str = "",
+    ) -> None:
+        self.stream_id = stream_id
+        self.version = version
+        self.position = position
+        self.event_type = event_type
+        what = f" ({event_type})" if event_type else ""
+        super().__init__(
+            f"stream {stream_id!r}, version {version}, position {position}{what}: {message}"
+        )

@@ -1,0 +1,299 @@
+"""The state of a training run, folded from the events of its stream ``run-<run_id>``.
+
+Pure: no I/O, no clock, no Ray. Statuses use Ray Train's ``RunStatus`` names. The controller's
+own state (Ray's controller state names, e.g. ``RESCHEDULING`` or ``SHUTTING_DOWN``) is kept as
+``controller_state``; :data:`CONTROLLER_TO_RUN_STATUS` maps it to the run status.
+
+A run ends with ``RunFinished``, ``RunErrored`` or ``RunAborted``. A controller may enter its
+terminal state (``ControllerStateChanged`` to ``FINISHED`` ...) before that: the matching end
+event may follow, a contradicting one is an error, and nothing may follow the end event.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from wgstore.events.records import RecordedEvent
+from wgstore.events.run import (
+    ControllerStateChanged,
+    FailureDecisionMade,
+    RunAborted,
+    RunCreated,
+    RunErrored,
+    RunFinished,
+)
+from wgstore.events.worker_group import ErrorInfo
+from wgstore.projections.errors import ProjectionError
+
+__all__ = [
+    "CONTROLLER_TO_RUN_STATUS",
+    "ControllerTransition",
+    "FailureDecision",
+    "RunState",
+    "RunStatus",
+    "evolve_run",
+    "project_run",
+]
+
+
+class RunStatus(enum.StrEnum):
+    """The status of a run, with Ray Train's ``RunStatus`` names."""
+
+    INITIALIZING = "INITIALIZING"
+    SCHEDULING = "SCHEDULING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    RESIZING = "RESIZING"
+    FINISHED = "FINISHED"
+    ERRORED = "ERRORED"
+    ABORTED = "ABORTED"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for ``FINISHED``, ``ERRORED`` and ``ABORTED``."""
+        return self in (RunStatus.FINISHED, RunStatus.ERRORED, RunStatus.ABORTED)
+
+
+CONTROLLER_TO_RUN_STATUS: Mapping[str, RunStatus | None] = {
+    "INITIALIZING": RunStatus.INITIALIZING,
+    "SCHEDULING": RunStatus.SCHEDULING,
+    "RESCHEDULING": RunStatus.SCHEDULING,
+    "RUNNING": RunStatus.RUNNING,
+    "RESTARTING": RunStatus.RESTARTING,
+    "RESIZING": RunStatus.RESIZING,
+    "SHUTTING_DOWN": None,  # keeps the run status it had
+    "FINISHED": RunStatus.FINISHED,
+    "ERRORED": RunStatus.ERRORED,
+    "ABORTED": RunStatus.ABORTED,
+}
+"""Ray's controller state names and the run status each one means (``None``: unchanged)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerTransition:
+    """One ``ControllerStateChanged``, with when it was recorded."""
+
+    from_state: str
+    to_state: str
+    reason: str
+    group_id: str | None
+    at: datetime
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureDecision:
+    """One decision of the failure policy, with when it was recorded."""
+
+    decision: str
+    group_id: str
+    reason: str
+    failures_so_far: int
+    at: datetime
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunState:
+    """A training run as the log tells it, after the event at ``version`` of its stream."""
+
+    stream_id: str
+    run_id: str
+    name: str
+    status: RunStatus
+    controller_state: str
+    version: int
+    position: int
+    created_at: datetime
+    updated_at: datetime
+    groups: tuple[str, ...] = ()
+    """Every worker group the controller used, in the order it first named them."""
+    transitions: tuple[ControllerTransition, ...] = ()
+    decisions: tuple[FailureDecision, ...] = ()
+    ended: bool = False
+    """True once RunFinished, RunErrored or RunAborted is folded in: nothing may follow."""
+    ended_at: datetime | None = None
+    error: ErrorInfo | None = None
+    abort_reason: str | None = None
+    final_group_id: str | None = None
+
+    @property
+    def attempts(self) -> int:
+        """How many worker groups (run attempts) the run used."""
+        return len(self.groups)
+
+    @property
+    def current_group_id(self) -> str | None:
+        """The worker group named last."""
+        return self.groups[-1] if self.groups else None
+
+    @property
+    def failures(self) -> int:
+        """How many failures the policy decided about."""
+        return len(self.decisions)
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the run ended."""
+        return self.ended
+
+
+def _fail(record: RecordedEvent, message: str) -> ProjectionError:
+    return ProjectionError(
+        message,
+        stream_id=record.stream_id,
+        version=record.version,
+        position=record.position,
+        event_type=record.type,
+    )
+
+
+def _with_group(groups: tuple[str, ...], group_id: str | None) -> tuple[str, ...]:
+    if group_id is None or group_id in groups:
+        return groups
+    return (*groups, group_id)
+
+
+def _end(
+    state: RunState, record: RecordedEvent, status: RunStatus, **changes: Any
+) -> RunState:
+    if state.status.is_terminal and state.status is not status:
+        raise _fail(
+            record,
+            f"run {state.run_id!r} is already {state.status.value}; it cannot end as {status.value}",
+        )
+    group_id = changes.get("final_group_id")
+    return replace(
+        state,
+        status=status,
+        ended=True,
+        ended_at=record.recorded_at,
+        groups=_with_group(state.groups, group_id),
+        **changes,
+    )
+
+
+def evolve_run(state: RunState | None, record: RecordedEvent) -> RunState:
+    """Apply one recorded event of a ``run-<id>`` stream to ``state`` (``None`` before the first).
+
+    Raises:
+        ProjectionError: unknown event type, out-of-order version, an event after the run ended,
+            a controller transition that does not start from the current controller state, or a
+            stream that does not begin with ``RunCreated``.
+    """
+    event = record.event
+    if state is None:
+        if not isinstance(event, RunCreated) or record.version != 1:
+            raise _fail(record, "a run stream must begin with RunCreated at version 1")
+        return RunState(
+            stream_id=record.stream_id,
+            run_id=event.run_id,
+            name=event.name,
+            status=RunStatus.INITIALIZING,
+            controller_state="INITIALIZING",
+            version=record.version,
+            position=record.position,
+            created_at=record.recorded_at,
+            updated_at=record.recorded_at,
+        )
+    if record.stream_id != state.stream_id:
+        raise _fail(record, f"belongs to another stream than {state.stream_id!r}")
+    if record.version != state.version + 1:
+        raise _fail(
+            record,
+            f"out of order: the state is at version {state.version}, so the next event must be "
+            f"version {state.version + 1}",
+        )
+    if state.ended:
+        raise _fail(record, f"run {state.run_id!r} already ended as {state.status.value}")
+    state = replace(
+        state, version=record.version, position=record.position, updated_at=record.recorded_at
+    )
+    if isinstance(event, ControllerStateChanged):
+        return _controller_state_changed(state, record, event)
+    if isinstance(event, FailureDecisionMade):
+        decision = FailureDecision(
+            decision=event.decision,
+            group_id=event.group_id,
+            reason=event.reason,
+            failures_so_far=event.failures_so_far,
+            at=record.recorded_at,
+            version=record.version,
+        )
+        return replace(
+            state,
+            decisions=(*state.decisions, decision),
+            groups=_with_group(state.groups, event.group_id),
+        )
+    if isinstance(event, RunFinished):
+        return _end(state, record, RunStatus.FINISHED, final_group_id=event.group_id)
+    if isinstance(event, RunErrored):
+        return _end(
+            state, record, RunStatus.ERRORED, error=event.error, final_group_id=event.group_id
+        )
+    if isinstance(event, RunAborted):
+        return _end(state, record, RunStatus.ABORTED, abort_reason=event.reason)
+    if isinstance(event, RunCreated):
+        raise _fail(record, f"run {state.run_id!r} was already created at version 1")
+    raise _fail(
+        record,
+        f"{type(event).__module__}.{type(event).__qualname__} is not a run event; the run "
+        "projection does not know how to apply it",
+    )
+
+
+def _controller_state_changed(
+    state: RunState, record: RecordedEvent, event: ControllerStateChanged
+) -> RunState:
+    if event.from_state != state.controller_state:
+        raise _fail(
+            record,
+            f"the controller moved from {event.from_state}, but it was in "
+            f"{state.controller_state}",
+        )
+    if event.to_state not in CONTROLLER_TO_RUN_STATUS:
+        raise _fail(
+            record,
+            f"unknown controller state {event.to_state!r}; known: "
+            f"{', '.join(CONTROLLER_TO_RUN_STATUS)}",
+        )
+    if state.status.is_terminal:
+        raise _fail(record, f"the controller already reached {state.status.value}")
+    status = CONTROLLER_TO_RUN_STATUS[event.to_state] or state.status
+    transition = ControllerTransition(
+        from_state=event.from_state,
+        to_state=event.to_state,
+        reason=event.reason,
+        group_id=event.group_id,
+        at=record.recorded_at,
+        version=record.version,
+    )
+    return replace(
+        state,
+        status=status,
+        controller_state=event.to_state,
+        transitions=(*state.transitions, transition),
+        groups=_with_group(state.groups, event.group_id),
+    )
+
+
+def project_run(events: Iterable[RecordedEvent], state: RunState | None = None) -> RunState:
+    """Fold the events of one ``run-<id>`` stream into its :class:`RunState`.
+
+    Raises:
+        ProjectionError: as :func:`evolve_run`, or when there is nothing to fold.
+    """
+    for event in events:
+        state = evolve_run(state, event)
+    if state is None:
+        raise ProjectionError(
+            "no events to fold: the stream is empty or does not exist",
+            stream_id="",
+            version=0,
+            position=0,
+        )
+    return state

@@ -1,0 +1,559 @@
+"""The state of one worker group, folded from the events of its stream ``worker-group-<id>``.
+
+Pure: no I/O, no clock, no Ray. :func:`evolve` applies one recorded event to a state and returns
+a new, frozen state; :func:`project_worker_group` folds a whole stream (or any prefix of it).
+
+Lifecycle (one table, :data:`TRANSITIONS`)::
+
+    REQUESTED ─► STARTING ─► RUNNING ─► SHUTTING_DOWN ─► SHUT_DOWN
+        │            │          │            ▲
+        │            │          └─► START_FAILED (training failed to launch)
+        └────────────┴─► START_FAILED       │
+        └────────────┴──────────────────────┘ (shutdown asked before the start finished)
+
+Decisions worth knowing:
+
+- A ``WorkerGroupPolled`` or ``WorkerReported`` may arrive while ``SHUTTING_DOWN``: the poll or
+  report was in flight when shutdown was asked, and what it says is true, so it is applied. Once
+  ``SHUT_DOWN`` or ``START_FAILED`` (terminal) every further event is an error.
+- Before the first recorded poll every worker of ``WorkersStarted`` counts as running with no
+  error; a poll records only the workers whose status changed from that (or from the previous
+  recorded poll).
+- ``polls_total`` counts the polls the log accounts for (each recorded poll plus the unchanged
+  polls it stands for); ``last_poll_seq`` is the executor's own counter. They differ only if an
+  executor died holding unrecorded unchanged polls.
+- The training ``outcome`` is separate from the lifecycle status: ``errored`` as soon as a
+  recorded poll shows a worker error, ``finished`` when a recorded poll shows every worker stopped
+  without error, ``aborted`` when the group shut down before either was seen.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from wgstore.events.records import RecordedEvent
+from wgstore.events.worker_group import (
+    ErrorInfo,
+    PlacementGroupReserved,
+    SyncActorStarted,
+    TrainingLaunched,
+    WorkerGroupContext,
+    WorkerGroupPolled,
+    WorkerGroupShutDown,
+    WorkerGroupShutdownRequested,
+    WorkerGroupStarted,
+    WorkerGroupStartFailed,
+    WorkerGroupStartRequested,
+    WorkerInfo,
+    WorkerReported,
+    WorkersStarted,
+    WorkerStatusChange,
+)
+from wgstore.projections.errors import ProjectionError
+
+__all__ = [
+    "TRANSITIONS",
+    "TrainingOutcome",
+    "WorkerGroupPollStatus",
+    "WorkerGroupState",
+    "WorkerGroupStatus",
+    "WorkerStatus",
+    "apply_poll_changes",
+    "evolve",
+    "project_worker_group",
+]
+
+
+class WorkerGroupStatus(enum.StrEnum):
+    """Where a worker group is in its lifecycle."""
+
+    REQUESTED = "REQUESTED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    SHUT_DOWN = "SHUT_DOWN"
+    START_FAILED = "START_FAILED"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for ``SHUT_DOWN`` and ``START_FAILED``: no event may follow."""
+        return self in (WorkerGroupStatus.SHUT_DOWN, WorkerGroupStatus.START_FAILED)
+
+
+class TrainingOutcome(enum.StrEnum):
+    """How training on the group ended, independent of the group's lifecycle status."""
+
+    FINISHED = "finished"
+    ERRORED = "errored"
+    ABORTED = "aborted"
+
+
+_S = WorkerGroupStatus
+
+TRANSITIONS: Mapping[WorkerGroupStatus, frozenset[WorkerGroupStatus]] = {
+    _S.REQUESTED: frozenset({_S.STARTING, _S.START_FAILED, _S.SHUTTING_DOWN}),
+    _S.STARTING: frozenset({_S.STARTING, _S.RUNNING, _S.START_FAILED, _S.SHUTTING_DOWN}),
+    _S.RUNNING: frozenset({_S.RUNNING, _S.START_FAILED, _S.SHUTTING_DOWN}),
+    _S.SHUTTING_DOWN: frozenset({_S.SHUTTING_DOWN, _S.SHUT_DOWN}),
+    _S.SHUT_DOWN: frozenset(),
+    _S.START_FAILED: frozenset(),
+}
+"""Every allowed status change (staying put included, where an event may leave it unchanged)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """The status of one worker at a poll: still running, and the error it stopped with, if any."""
+
+    running: bool
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerGroupPollStatus:
+    """The status of every worker of a group at one poll, keyed by world rank."""
+
+    worker_statuses: Mapping[int, WorkerStatus]
+
+    @property
+    def errors(self) -> dict[int, ErrorInfo]:
+        """The ranks whose worker stopped with an error, and the error."""
+        return {
+            rank: status.error
+            for rank, status in self.worker_statuses.items()
+            if status.error is not None
+        }
+
+    @property
+    def finished(self) -> bool:
+        """True when there is at least one worker and none is running."""
+        return bool(self.worker_statuses) and not any(
+            status.running for status in self.worker_statuses.values()
+        )
+
+    @property
+    def num_running(self) -> int:
+        """How many workers are running."""
+        return sum(1 for status in self.worker_statuses.values() if status.running)
+
+    def get_error_string(self) -> str:
+        """Every worker error as ``[Rank i]`` followed by the error, one after the other."""
+        return "\n".join(f"[Rank {rank}]\n{error}" for rank, error in sorted(self.errors.items()))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerGroupState:
+    """A worker group as the log tells it, after the event at ``version`` of its stream.
+
+    Times are the ``recorded_at`` of the events that set them (UTC), except where a field says
+    otherwise. Mappings keyed by ``int`` are keyed by world rank.
+    """
+
+    stream_id: str
+    group_id: str
+    run_id: str
+    attempt: int
+    context: WorkerGroupContext
+    status: WorkerGroupStatus
+    version: int
+    """The last stream version folded in."""
+    position: int
+    """The global log position of the last event folded in."""
+    requested_at: datetime
+    updated_at: datetime
+    """When the last event folded in was recorded."""
+    placement_group: PlacementGroupReserved | None = None
+    sync_actor: SyncActorStarted | None = None
+    workers: tuple[WorkerInfo, ...] = ()
+    """Sorted by world rank."""
+    started_at: datetime | None = None
+    startup_s: float | None = None
+    """As the executor measured it (``WorkerGroupStarted.startup_s``)."""
+    training_launched: bool = False
+    training_launched_at: datetime | None = None
+    poll_status: WorkerGroupPollStatus | None = None
+    """As of the latest recorded poll; ``None`` before the first."""
+    last_poll_seq: int = 0
+    last_polled_at: datetime | None = None
+    """``polled_at`` of the latest recorded poll (the executor's clock)."""
+    polls_total: int = 0
+    """Polls the log accounts for: recorded ones plus the unchanged polls they stand for."""
+    recorded_polls: int = 0
+    latest_metrics: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    """The metrics of the latest report of each rank."""
+    report_counts: Mapping[int, int] = field(default_factory=dict)
+    last_report_index: Mapping[int, int] = field(default_factory=dict)
+    latest_checkpoint: str | None = None
+    """The checkpoint of the latest report that carried one."""
+    start_failure: WorkerGroupStartFailed | None = None
+    shutdown_reason: str | None = None
+    shutdown_requested_at: datetime | None = None
+    shut_down_at: datetime | None = None
+    shutdown_duration_s: float | None = None
+    released: tuple[str, ...] = ()
+    """Resources released by a failed start or by the shutdown."""
+
+    @property
+    def num_workers(self) -> int:
+        """How many workers: those started, or those asked for before they started."""
+        return len(self.workers) if self.workers else self.context.num_workers
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the group is shut down or failed to start: no event may follow."""
+        return self.status.is_terminal
+
+    @property
+    def is_active(self) -> bool:
+        """True while the group runs and no shutdown was asked for."""
+        return self.status is WorkerGroupStatus.RUNNING
+
+    @property
+    def outcome(self) -> TrainingOutcome | None:
+        """How training ended: errored, finished, aborted, or ``None`` while it is not known."""
+        status = self.poll_status
+        if status is not None:
+            if any(s.error is not None for s in status.worker_statuses.values()):
+                return TrainingOutcome.ERRORED
+            if status.finished:
+                return TrainingOutcome.FINISHED
+        if self.status is WorkerGroupStatus.SHUT_DOWN:
+            return TrainingOutcome.ABORTED
+        return None
+
+    @property
+    def errors(self) -> dict[int, ErrorInfo]:
+        """The worker errors of the latest recorded poll, by rank."""
+        return {} if self.poll_status is None else self.poll_status.errors
+
+    @property
+    def error(self) -> ErrorInfo | None:
+        """The group's error: why the start failed, or the lowest-ranked worker error."""
+        if self.start_failure is not None:
+            return self.start_failure.error
+        errors = self.errors
+        return errors[min(errors)] if errors else None
+
+    @property
+    def reports_total(self) -> int:
+        """How many reports every worker made, together."""
+        return sum(self.report_counts.values())
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        """The nodes the workers run on, in rank order, each once."""
+        return tuple(dict.fromkeys(w.node_id for w in self.workers))
+
+    def worker(self, world_rank: int) -> WorkerInfo:
+        """The worker with ``world_rank``.
+
+        Raises:
+            KeyError: no started worker has that rank.
+        """
+        if 0 <= world_rank < len(self.workers) and self.workers[world_rank].world_rank == world_rank:
+            return self.workers[world_rank]
+        for info in self.workers:
+            if info.world_rank == world_rank:
+                return info
+        raise KeyError(f"group {self.group_id!r} has no worker with world rank {world_rank}")
+
+
+def apply_poll_changes(
+    previous: WorkerGroupPollStatus | None,
+    ranks: Iterable[int],
+    changes: Iterable[WorkerStatusChange],
+) -> WorkerGroupPollStatus:
+    """The full poll status after ``changes``, starting from ``previous``.
+
+    With no previous poll, every rank in ``ranks`` starts as running with no error. Ranks not
+    in ``ranks`` raise ``KeyError``.
+    """
+    if previous is None:
+        statuses = {rank: _RUNNING for rank in ranks}
+    else:
+        statuses = dict(previous.worker_statuses)
+    for change in changes:
+        if change.world_rank not in statuses:
+            raise KeyError(change.world_rank)
+        statuses[change.world_rank] = WorkerStatus(running=change.running, error=change.error)
+    return WorkerGroupPollStatus(worker_statuses=statuses)
+
+
+_RUNNING = WorkerStatus(running=True)
+
+
+def _fail(record: RecordedEvent, message: str) -> ProjectionError:
+    return ProjectionError(
+        message,
+        stream_id=record.stream_id,
+        version=record.version,
+        position=record.position,
+        event_type=record.type,
+    )
+
+
+def _move(state: WorkerGroupState, record: RecordedEvent, to: WorkerGroupStatus) -> None:
+    if to not in TRANSITIONS[state.status]:
+        raise _fail(
+            record,
+            f"{type(record.event).__name__} cannot move group {state.group_id!r} from "
+            f"{state.status.value} to {to.value}",
+        )
+
+
+def _start_requested(state: WorkerGroupState | None, record: RecordedEvent) -> WorkerGroupState:
+    event: WorkerGroupStartRequested = record.event
+    if state is not None:
+        raise _fail(record, f"group {state.group_id!r} was already requested at version 1")
+    return WorkerGroupState(
+        stream_id=record.stream_id,
+        group_id=event.group_id,
+        run_id=event.run_id,
+        attempt=event.attempt,
+        context=event.context,
+        status=WorkerGroupStatus.REQUESTED,
+        version=record.version,
+        position=record.position,
+        requested_at=record.recorded_at,
+        updated_at=record.recorded_at,
+    )
+
+
+def _builder_step(state: WorkerGroupState, record: RecordedEvent, attr: str) -> dict[str, Any]:
+    if state.status not in (WorkerGroupStatus.REQUESTED, WorkerGroupStatus.STARTING):
+        raise _fail(record, f"a builder step cannot happen while the group is {state.status.value}")
+    if getattr(state, attr) not in (None, ()):
+        raise _fail(record, f"{attr.replace('_', ' ')} of group {state.group_id!r} is already set")
+    return {"status": WorkerGroupStatus.STARTING}
+
+
+def _placement_group(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    changes = _builder_step(state, record, "placement_group")
+    changes["placement_group"] = record.event
+    return changes
+
+
+def _sync_actor(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    changes = _builder_step(state, record, "sync_actor")
+    changes["sync_actor"] = record.event
+    return changes
+
+
+def _workers_started(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    event: WorkersStarted = record.event
+    changes = _builder_step(state, record, "workers")
+    workers = tuple(sorted(event.workers, key=lambda w: w.world_rank))
+    ranks = [w.world_rank for w in workers]
+    if ranks != list(range(len(workers))) or not workers:
+        raise _fail(record, f"world ranks must be 0..n-1 with no gap or repeat, got {ranks}")
+    changes["workers"] = workers
+    return changes
+
+
+def _started(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    event: WorkerGroupStarted = record.event
+    _move(state, record, WorkerGroupStatus.RUNNING)
+    missing = [
+        name
+        for name, value in (
+            ("placement_group", state.placement_group),
+            ("workers", state.workers),
+            ("sync_actor", state.sync_actor),
+        )
+        if not value
+    ]
+    if missing or state.status is not WorkerGroupStatus.STARTING:
+        raise _fail(record, f"cannot build incomplete state. Missing: {', '.join(missing)}")
+    return {
+        "status": WorkerGroupStatus.RUNNING,
+        "started_at": record.recorded_at,
+        "startup_s": event.startup_s,
+    }
+
+
+def _training_launched(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    if state.status is not WorkerGroupStatus.RUNNING:
+        raise _fail(record, f"training cannot launch while the group is {state.status.value}")
+    if state.training_launched:
+        raise _fail(record, "training was already launched on this group")
+    return {"training_launched": True, "training_launched_at": record.recorded_at}
+
+
+def _start_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    event: WorkerGroupStartFailed = record.event
+    _move(state, record, WorkerGroupStatus.START_FAILED)
+    if state.training_launched:
+        raise _fail(record, "the start cannot fail after training was launched")
+    return {
+        "status": WorkerGroupStatus.START_FAILED,
+        "start_failure": event,
+        "released": tuple(event.released),
+    }
+
+
+def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    event: WorkerGroupPolled = record.event
+    if state.status not in (WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN):
+        raise _fail(record, f"a group cannot be polled while {state.status.value}")
+    if event.poll_seq <= state.last_poll_seq:
+        raise _fail(
+            record,
+            f"poll_seq {event.poll_seq} does not follow the last recorded poll_seq "
+            f"{state.last_poll_seq}",
+        )
+    if event.unchanged_polls < 0:
+        raise _fail(record, f"unchanged_polls must be >= 0, got {event.unchanged_polls}")
+    try:
+        status = apply_poll_changes(
+            state.poll_status, (w.world_rank for w in state.workers), event.changes
+        )
+    except KeyError as missing:
+        raise _fail(record, f"no worker has world rank {missing.args[0]}") from None
+    return {
+        "poll_status": status,
+        "last_poll_seq": event.poll_seq,
+        "last_polled_at": event.polled_at,
+        "polls_total": state.polls_total + event.unchanged_polls + 1,
+        "recorded_polls": state.recorded_polls + 1,
+    }
+
+
+def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    event: WorkerReported = record.event
+    if state.status not in (WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN):
+        raise _fail(record, f"a worker cannot report while the group is {state.status.value}")
+    rank = event.world_rank
+    if not 0 <= rank < len(state.workers):
+        raise _fail(record, f"no worker has world rank {rank}")
+    previous = state.last_report_index.get(rank)
+    if previous is not None and event.index <= previous:
+        raise _fail(
+            record, f"report index {event.index} of rank {rank} does not follow index {previous}"
+        )
+    changes: dict[str, Any] = {
+        "latest_metrics": {**state.latest_metrics, rank: event.metrics},
+        "report_counts": {**state.report_counts, rank: state.report_counts.get(rank, 0) + 1},
+        "last_report_index": {**state.last_report_index, rank: event.index},
+    }
+    if event.checkpoint is not None:
+        changes["latest_checkpoint"] = event.checkpoint
+    return changes
+
+
+def _shutdown_requested(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    event: WorkerGroupShutdownRequested = record.event
+    _move(state, record, WorkerGroupStatus.SHUTTING_DOWN)
+    if state.status is WorkerGroupStatus.SHUTTING_DOWN:
+        return {}  # asked again: the first reason and time stand
+    return {
+        "status": WorkerGroupStatus.SHUTTING_DOWN,
+        "shutdown_reason": event.reason,
+        "shutdown_requested_at": record.recorded_at,
+    }
+
+
+def _shut_down(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    event: WorkerGroupShutDown = record.event
+    _move(state, record, WorkerGroupStatus.SHUT_DOWN)
+    return {
+        "status": WorkerGroupStatus.SHUT_DOWN,
+        "shut_down_at": record.recorded_at,
+        "shutdown_duration_s": event.duration_s,
+        "released": tuple(event.released),
+    }
+
+
+_Handler = Callable[[WorkerGroupState, RecordedEvent], dict[str, Any]]
+
+_HANDLERS: dict[type, _Handler] = {
+    PlacementGroupReserved: _placement_group,
+    SyncActorStarted: _sync_actor,
+    WorkersStarted: _workers_started,
+    WorkerGroupStarted: _started,
+    TrainingLaunched: _training_launched,
+    WorkerGroupStartFailed: _start_failed,
+    WorkerGroupPolled: _polled,
+    WorkerReported: _reported,
+    WorkerGroupShutdownRequested: _shutdown_requested,
+    WorkerGroupShutDown: _shut_down,
+}
+
+
+def evolve(state: WorkerGroupState | None, event: RecordedEvent) -> WorkerGroupState:
+    """Apply one recorded event of a worker-group stream to ``state`` (``None`` before the first).
+
+    Returns:
+        A new state; ``state`` is never changed.
+
+    Raises:
+        ProjectionError: the event is of an unknown type, is not the next version of the same
+            stream, follows a terminal state, breaks the lifecycle, or the stream does not
+            begin with ``WorkerGroupStartRequested``.
+    """
+    payload = event.event
+    if state is None:
+        if not isinstance(payload, WorkerGroupStartRequested):
+            raise _fail(
+                event,
+                "a worker-group stream must begin with WorkerGroupStartRequested; fold the "
+                "stream from version 1 (or from a snapshot)",
+            )
+        if event.version != 1:
+            raise _fail(event, "WorkerGroupStartRequested must be version 1 of its stream")
+        return _start_requested(None, event)
+    if event.stream_id != state.stream_id:
+        raise _fail(event, f"belongs to another stream than {state.stream_id!r}")
+    if event.version != state.version + 1:
+        raise _fail(
+            event,
+            f"out of order: the state is at version {state.version}, so the next event must be "
+            f"version {state.version + 1}",
+        )
+    if state.status.is_terminal:
+        raise _fail(event, f"group {state.group_id!r} is already {state.status.value}")
+    if isinstance(payload, WorkerGroupStartRequested):
+        return _start_requested(state, event)  # raises
+    handler = _HANDLERS.get(type(payload))
+    if handler is None:
+        raise _fail(
+            event,
+            f"{type(payload).__module__}.{type(payload).__qualname__} is not a worker-group "
+            "event; the worker-group projection does not know how to apply it",
+        )
+    changes = handler(state, event)
+    return replace(
+        state,
+        version=event.version,
+        position=event.position,
+        updated_at=event.recorded_at,
+        **changes,
+    )
+
+
+def project_worker_group(
+    events: Iterable[RecordedEvent], state: WorkerGroupState | None = None
+) -> WorkerGroupState:
+    """Fold ``events`` (in stream order) into the state of their worker group.
+
+    Args:
+        events: the events of one ``worker-group-<id>`` stream, from version 1, or the ones that
+            follow ``state``.
+        state: a state to continue from (a snapshot, or an earlier fold).
+
+    Raises:
+        ProjectionError: as :func:`evolve`, or when there are no events and no state.
+    """
+    for event in events:
+        state = evolve(state, event)
+    if state is None:
+        raise ProjectionError(
+            "no events to fold: the stream is empty or does not exist",
+            stream_id="",
+            version=0,
+            position=0,
+        )
+    return state

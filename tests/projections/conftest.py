@@ -1,0 +1,8 @@
+"""Fixtures of the projection tests; the event builders live in ``projection_builders``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
