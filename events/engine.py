@@ -29,7 +29,7 @@ def mask_url(url: str | URL) -> str:
     """The URL as text with its password replaced by ``***``."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:
+    except Exception:  # noqa: BLE001 - unparseable: hide anything between : and @
         text = str(url)
         if "@" in text and "://" in text:
             scheme, rest = text.split("://", 1)
@@ -54,7 +54,7 @@ def parse_url(url: str | URL) -> URL:
             )
         try:
             parsed = make_url(url)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - SQLAlchemy raises several kinds
             raise StoreUnavailableError(
                 f"{mask_url(url)!r} is not a valid database URL ({error}); use "
                 "sqlite:///path/to/wgstore.db or postgresql+psycopg://user@host:5432/dbname"

@@ -89,7 +89,7 @@ class Notifier:
                     while not self._stop.is_set():
                         for _ in connection.notifies(timeout=1.0, stop_after=1):
                             self.local_append()
-            except Exception:
+            except Exception:  # noqa: BLE001 - reconnect; waiters keep polling meanwhile
                 if not self._stop.wait(1.0):
                     continue
             finally:

@@ -744,7 +744,7 @@ def _check_known(revision: str | None, url: str) -> None:
 
     try:
         ScriptDirectory.from_config(alembic_config()).get_revision(revision)
-    except Exception:
+    except Exception:  # noqa: BLE001 - alembic raises several kinds for an unknown id
         raise SchemaVersionError(
             f"the database at {mask_url(url)} is at revision {revision!r}, which this wgstore "
             "does not know: it was migrated by a newer wgstore; upgrade wgstore"

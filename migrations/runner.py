@@ -20,6 +20,7 @@ _HERE = Path(__file__).resolve().parent
 def alembic_config(connection: sa.Connection | None = None) -> Config:
     """An Alembic ``Config`` for wgstore's migrations, optionally bound to ``connection``."""
     config = Config()
+    config.set_main_option("path_separator", "os")
     config.set_main_option("script_location", str(_HERE))
     config.set_main_option("version_locations", str(_HERE / "versions"))
     if connection is not None:

@@ -108,6 +108,8 @@ def ray_session() -> Iterator[None]:
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="wgstore-tests")
+        ray.init(
+            num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="wgstore-tests"
+        )
     yield
     ray.shutdown()
