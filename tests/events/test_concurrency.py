@@ -16,8 +16,15 @@ SCRIPTS = Path(__file__).parent / "scripts"
 pytestmark = pytest.mark.slow
 
 
-def spawn(script: str, *args: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, str(SCRIPTS / script), *map(str, args)])
+def spawn(script: str, *args: object) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPTS / script), *map(str, args)], stderr=subprocess.PIPE, text=True
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float) -> None:
+    _, stderr = process.communicate(timeout=timeout)
+    assert process.returncode == 0, stderr
 
 
 def test_racing_writers_get_every_version_exactly_once_and_losers_get_concurrency_errors(
@@ -30,7 +37,7 @@ def test_racing_writers_get_every_version_exactly_once_and_losers_get_concurrenc
         spawn("race_writer.py", store_url, "shared", per_writer, out, start_at) for out in outputs
     ]
     for process in processes:
-        assert process.wait(timeout=120) == 0
+        finish(process, timeout=120)
     acknowledged: dict[str, int] = {}
     losses = 0
     for out in outputs:
@@ -64,7 +71,7 @@ def test_a_tailing_reader_sees_every_event_once_in_order_while_four_processes_ap
             seen.append((event.position, str(event.event_id)))
             checkpoint = event.position
     for process in processes:
-        assert process.wait(timeout=60) == 0
+        finish(process, timeout=60)
 
     positions = [position for position, _ in seen]
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
