@@ -1,0 +1,192 @@
+"""``WorkerGroupStateBuilder``: the incremental construction of a group; every step is an event.
+
+Like Ray Train's builder, each ``with_*`` step records a resource that is already live, and
+``release()`` tears down only what was acquired (workers, then the sync actor, then the
+placement group), plus anything still named for the group. Unlike Ray's, every step appends its
+event at once (``PlacementGroupReserved``, ``SyncActorStarted``, ``WorkersStarted``,
+``WorkerGroupStarted``), so an executor that dies mid-start leaves a log that says what to
+release. Appends use the stream version the builder expects; if someone asked for shutdown
+meanwhile, the step raises :class:`StartAborted` instead of appending.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from wgstore.events import ConcurrencyError, EventStore, NewEvent
+from wgstore.events.worker_group import (
+    PlacementGroupReserved,
+    SyncActorStarted,
+    TrainingLaunched,
+    WorkerGroupStarted,
+    WorkerInfo,
+    WorkersStarted,
+)
+from wgstore.orchestration import ray_resources
+from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
+
+__all__ = ["BuiltGroup", "StartAborted", "WorkerGroupStateBuilder"]
+
+
+class StartAborted(Exception):
+    """Shutdown was requested while the group was starting; the start stops and releases."""
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltGroup:
+    """A started group's live handles, in world-rank order."""
+
+    group_id: str
+    placement_group: Any
+    sync_actor: Any
+    workers: tuple[Any, ...]
+    infos: tuple[WorkerInfo, ...]
+
+
+class WorkerGroupStateBuilder:
+    """Builds one worker group step by step, appending an event per step.
+
+    Args:
+        store: the event store.
+        state: the group's state as read just before the start (status ``REQUESTED``).
+        command_id: the ``StartWorkerGroup`` command; event ids derive from it, so a retried
+            append after a lost reply is idempotent.
+        metadata: metadata for every appended event (``causation_id`` and the like).
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        state: WorkerGroupState,
+        *,
+        command_id: uuid.UUID,
+        metadata: Mapping[str, Any],
+    ) -> None:
+        self.store = store
+        self.state = state
+        self._command_id = command_id
+        self._metadata = dict(metadata)
+        self.placement_group: Any = None
+        self.sync_actor: Any = None
+        self.workers: tuple[Any, ...] = ()
+        self.infos: tuple[WorkerInfo, ...] = ()
+
+    @property
+    def group_id(self) -> str:
+        """The group being built."""
+        return self.state.group_id
+
+    def _append(self, event: Any) -> None:
+        new = NewEvent(
+            event,
+            event_id=uuid.uuid5(self._command_id, type(event).__name__),
+            metadata=self._metadata,
+        )
+        while True:
+            try:
+                records = self.store.append(
+                    self.state.stream_id, [new], expected_version=self.state.version
+                )
+            except ConcurrencyError:
+                for record in self.store.read_stream(
+                    self.state.stream_id, from_version=self.state.version + 1
+                ):
+                    self.state = evolve(self.state, record)
+                if self.state.status is WorkerGroupStatus.SHUTTING_DOWN:
+                    raise StartAborted(
+                        f"shutdown of group {self.group_id} was requested while it was starting"
+                    ) from None
+                continue
+            for record in records:
+                if record.version == self.state.version + 1:
+                    self.state = evolve(self.state, record)
+            return
+
+    def check_not_aborted(self) -> None:
+        """Raise :class:`StartAborted` if shutdown was requested since the last step."""
+        for record in self.store.read_stream(
+            self.state.stream_id, from_version=self.state.version + 1
+        ):
+            self.state = evolve(self.state, record)
+        if self.state.status is WorkerGroupStatus.SHUTTING_DOWN:
+            raise StartAborted(f"shutdown of group {self.group_id} was requested while starting")
+
+    def with_placement_group(
+        self,
+        placement_group: Any,
+        *,
+        bundles: Sequence[Mapping[str, float]],
+        strategy: str,
+        wait_s: float,
+    ) -> WorkerGroupStateBuilder:
+        """Record the ready placement group (appends ``PlacementGroupReserved``)."""
+        self.placement_group = placement_group
+        self._append(
+            PlacementGroupReserved(
+                placement_group_id=placement_group.id.hex(),
+                name=ray_resources.placement_group_name(self.group_id),
+                bundles=tuple(dict(b) for b in bundles),
+                strategy=strategy,
+                wait_s=round(wait_s, 6),
+            )
+        )
+        return self
+
+    def with_sync_actor(self, sync_actor: Any) -> WorkerGroupStateBuilder:
+        """Record the live sync actor (appends ``SyncActorStarted``)."""
+        self.sync_actor = sync_actor
+        self._append(
+            SyncActorStarted(
+                actor_id=sync_actor._actor_id.hex(),
+                name=ray_resources.sync_actor_name(self.group_id),
+            )
+        )
+        return self
+
+    def with_workers(
+        self, workers: Sequence[Any], infos: Sequence[WorkerInfo]
+    ) -> WorkerGroupStateBuilder:
+        """Record the live workers, in world-rank order, with their ranks (``WorkersStarted``)."""
+        self.workers = tuple(workers)
+        self.infos = tuple(infos)
+        self._append(WorkersStarted(workers=self.infos))
+        return self
+
+    def build(self, *, startup_s: float) -> BuiltGroup:
+        """The group is active (appends ``WorkerGroupStarted``).
+
+        Raises:
+            ValueError: a step is missing, as Ray's ``build()`` refuses an incomplete state.
+        """
+        missing = [
+            name
+            for name, value in (
+                ("placement_group", self.placement_group),
+                ("workers", self.workers),
+                ("sync_actor", self.sync_actor),
+            )
+            if not value
+        ]
+        if missing:
+            raise ValueError(f"Cannot build incomplete state. Missing: {', '.join(missing)}")
+        self._append(
+            WorkerGroupStarted(start_time=datetime.now(UTC), startup_s=round(startup_s, 6))
+        )
+        return BuiltGroup(
+            self.group_id, self.placement_group, self.sync_actor, self.workers, self.infos
+        )
+
+    def launched(self, train_fn: str) -> None:
+        """Training runs on every worker (appends ``TrainingLaunched``)."""
+        self._append(TrainingLaunched(train_fn=train_fn))
+
+    def release(self) -> tuple[str, ...]:
+        """Tear down what was acquired, and anything else named for the group."""
+        return ray_resources.release_group(
+            self.group_id,
+            extra_actors=[*self.workers, *([self.sync_actor] if self.sync_actor else [])],
+        )

@@ -1,0 +1,99 @@
+"""Errors of worker-group orchestration, under :class:`~wgstore.events.errors.WgstoreError`.
+
+The tree::
+
+    WgstoreError
+     └─ OrchestrationError
+         ├─ WorkerGroupStartError          a start failed (stage, cause, group_id); all released
+         ├─ WorkerGroupTimeoutError        waiting on a group took longer than allowed
+         ├─ TrainFnError                   a train function that cannot be named or imported
+         ├─ PlacementGroupTimeoutError     no resources for the placement group in time
+         ├─ WorkerHealthCheckFailedError   polling a worker raised (the worker is dead)
+         ├─ WorkerHealthCheckTimeoutError  a poll hung longer than health_check_timeout_s
+         ├─ ExecutorLostError              the executor stopped in the middle of a start
+         ├─ FailpointError                 a failure injected on purpose (tests only)
+         └─ NotInWorkerError               get_context()/report() outside a wgstore worker
+
+Every class pickles (``WgstoreError.__reduce__``), so they cross Ray actor boundaries.
+"""
+
+from __future__ import annotations
+
+from wgstore.events.errors import WgstoreError
+from wgstore.events.worker_group import ErrorInfo, StartStage
+
+__all__ = [
+    "ExecutorLostError",
+    "FailpointError",
+    "NotInWorkerError",
+    "OrchestrationError",
+    "PlacementGroupTimeoutError",
+    "TrainFnError",
+    "WorkerGroupStartError",
+    "WorkerGroupTimeoutError",
+    "WorkerHealthCheckFailedError",
+    "WorkerHealthCheckTimeoutError",
+]
+
+
+class OrchestrationError(WgstoreError):
+    """Base class for errors of worker groups on Ray."""
+
+
+class WorkerGroupStartError(OrchestrationError):
+    """A worker group failed to start; ``WorkerGroupStartFailed`` is in the log.
+
+    Everything the start had acquired (placement group, actors) was released before this was
+    raised. Attributes: ``stage`` (:class:`StartStage`), ``cause`` (:class:`ErrorInfo`, with the
+    traceback), ``group_id`` and ``released`` (names of the released resources).
+    """
+
+    def __init__(
+        self,
+        stage: StartStage,
+        cause: ErrorInfo,
+        *,
+        group_id: str,
+        released: tuple[str, ...] = (),
+    ) -> None:
+        self.stage = stage
+        self.cause = cause
+        self.group_id = group_id
+        self.released = released
+        super().__init__(
+            f"worker group {group_id} failed to start at stage {stage.value!r}: {cause}. "
+            f"Released {len(released)} resource(s). Inspect it with "
+            f"`wgstore audit --group {group_id}`; the traceback is in the cause."
+        )
+
+
+class WorkerGroupTimeoutError(OrchestrationError):
+    """Waiting for a worker group took longer than the caller allowed."""
+
+
+class TrainFnError(OrchestrationError):
+    """A train function that cannot be named by import path, imported, or called."""
+
+
+class PlacementGroupTimeoutError(OrchestrationError):
+    """The placement group was not ready within ``placement_timeout_s``."""
+
+
+class WorkerHealthCheckFailedError(OrchestrationError):
+    """Polling a worker raised: the worker actor is dead or unreachable."""
+
+
+class WorkerHealthCheckTimeoutError(OrchestrationError):
+    """A poll of a worker hung longer than ``health_check_timeout_s``."""
+
+
+class ExecutorLostError(OrchestrationError):
+    """The executor carrying out a start stopped before the start finished."""
+
+
+class FailpointError(OrchestrationError):
+    """A failure injected on purpose through the executor's failpoints (tests only)."""
+
+
+class NotInWorkerError(OrchestrationError):
+    """``get_context()`` or ``report()`` was called outside a train function run by wgstore."""

@@ -1,0 +1,569 @@
+"""``RayExecutor``: follows the log, carries commands out on Ray, appends what happened.
+
+One loop thread reads the log in order (``read_all(after=position)``, woken by
+``wait_for_new``), folds each worker-group stream with :func:`~wgstore.projections.evolve`,
+derives commands (:func:`~wgstore.orchestration.commands.derive_commands`) and schedules polls.
+Commands and polls run on a small thread pool, one at a time per group, so a slow start never
+delays another group's polls, and a poll never races its group's shutdown.
+
+Restartable: on start it reads the whole log (``catch-up``), re-derives every command, and skips
+those an event already names as ``causation_id``; a start left half-done by a dead executor
+derives ``ReleaseResources``. Running groups are re-attached by actor name and polled on. With
+``release_orphans``, ``wgstore-*`` resources that no live group of this store owns are released.
+Run one executor per store.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+import traceback
+import uuid
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import ray
+
+import wgstore
+from wgstore.events import EventStore, NewEvent, RecordedEvent
+from wgstore.events.worker_group import (
+    TrainingLaunched,
+    WorkerGroupShutDown,
+    WorkerGroupStartFailed,
+    WorkerGroupStartRequested,
+    WorkerReported,
+)
+from wgstore.orchestration import ray_resources
+from wgstore.orchestration.builder import BuiltGroup
+from wgstore.orchestration.commands import (
+    COMMAND_NAMESPACE,
+    Command,
+    ReleaseResources,
+    StartWorkerGroup,
+    command_id_for,
+    command_needed,
+    derive_commands,
+)
+from wgstore.orchestration.handlers import COMMAND_HANDLERS
+from wgstore.orchestration.poller import GroupPoller
+from wgstore.orchestration.polling import PollRecorder, WorkerObservation
+from wgstore.projections import ProjectionError
+from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
+
+__all__ = ["RayExecutor", "run_executor"]
+
+log = logging.getLogger("wgstore.executor")
+
+_STREAM_PREFIX = "worker-group-"
+_POLL = object()
+_START_ENDS = (TrainingLaunched, WorkerGroupStartFailed, WorkerGroupShutDown)
+
+
+@dataclass
+class _Attached:
+    """A running group's live worker handles and poll bookkeeping."""
+
+    workers: dict[int, Any]
+    poller: GroupPoller
+    recorder: PollRecorder
+    causation_id: str
+    finished: bool = False
+
+
+@dataclass
+class _Group:
+    """What the loop knows about one group (touched by pool threads only under the lock)."""
+
+    group_id: str
+    state: WorkerGroupState | None = None
+    start_command_id: uuid.UUID | None = None
+    causations: set[str] = field(default_factory=set)
+    seen_commands: set[uuid.UUID] = field(default_factory=set)
+    pending: list[Command] = field(default_factory=list)
+    queue: deque[Any] = field(default_factory=deque)
+    busy: bool = False
+    poll_queued: bool = False
+    next_poll_at: float = 0.0
+    polls_finished: bool = False
+    start_in_flight: bool = False
+    broken: bool = False
+
+
+def _poll_event_id(group_id: str, poll_seq: int) -> uuid.UUID:
+    return uuid.uuid5(COMMAND_NAMESPACE, f"{group_id}:poll:{poll_seq}")
+
+
+def _report_event_id(group_id: str, rank: int, index: int) -> uuid.UUID:
+    return uuid.uuid5(COMMAND_NAMESPACE, f"{group_id}:report:{rank}:{index}")
+
+
+class RayExecutor:
+    """Carries out the commands the log calls for, on Ray, and records what happened.
+
+    Args:
+        store: the event store to follow and append to.
+        group_ids: only these groups (an in-process executor made by ``WorkerGroup.create``);
+            ``None`` for every group in the store.
+        from_position: start reading after this position instead of catching up from 0 (only
+            sensible with ``group_ids`` naming groups not yet requested).
+        release_orphans: release ``wgstore-*`` resources that no live group owns, at start and
+            every ``sweep_interval_s``. Resources of groups this store has never seen count as
+            orphans too, so share a Ray cluster between stores only with this off.
+        max_threads: commands and polls run on this many threads (one at a time per group).
+        actor_timeout_s: how long actor calls during a start may take.
+        extra_sys_path: folders workers add to ``sys.path`` before importing the train function
+            (default: this process's working folder), e.g. so ``examples.train`` imports.
+        failpoints: failures injected on purpose, for tests: ``sync_actor_exit_on_init``,
+            ``worker_exit_on_init`` (a bundle index), ``launch_raise``, ``poll_hang`` (a bundle
+            index).
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        group_ids: Collection[str] | None = None,
+        from_position: int = 0,
+        release_orphans: bool = False,
+        sweep_interval_s: float = 60.0,
+        max_threads: int = 4,
+        actor_timeout_s: float = 120.0,
+        extra_sys_path: Iterable[str] | None = None,
+        failpoints: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.executor_id = uuid.uuid4().hex
+        self.failpoints: dict[str, Any] = dict(failpoints or {})
+        self.actor_timeout_s = actor_timeout_s
+        self.extra_sys_path: tuple[str, ...] = tuple(
+            extra_sys_path if extra_sys_path is not None else (os.getcwd(),)
+        )
+        self.release_orphans = release_orphans
+        self.sweep_interval_s = sweep_interval_s
+        self._scope = set(group_ids) if group_ids is not None else None
+        self._position = from_position
+        self._groups: dict[str, _Group] = {}
+        self._attached: dict[str, _Attached] = {}
+        self._lock = threading.RLock()
+        self._pool = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="wgstore-cmd")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._caught_up = threading.Event()
+        self._catching_up = False
+        self._next_sweep = 0.0
+        self.errors: list[str] = []
+        """Tracebacks of handler failures (also logged)."""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> RayExecutor:
+        """Run the loop in a background thread (connecting to Ray if needed); returns self."""
+        if self._thread is not None:
+            return self
+        ray_resources.ensure_ray()
+        self._thread = threading.Thread(
+            target=self._run_loop, name=f"wgstore-executor-{self.executor_id[:8]}", daemon=True
+        )
+        self._thread.start()
+        atexit.register(self.stop)
+        return self
+
+    @property
+    def running(self) -> bool:
+        """True while the loop thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait_caught_up(self, timeout_s: float = 60.0) -> bool:
+        """Block until the catch-up read of the log is done."""
+        return self._caught_up.wait(timeout_s)
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop the loop; a command in progress finishes, queued ones are left to the next executor."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        atexit.unregister(self.stop)
+
+    def run(self, stop_event: threading.Event | None = None) -> None:
+        """Run the loop in this thread until ``stop_event`` (or :meth:`stop`) is set."""
+        ray_resources.ensure_ray()
+        if stop_event is not None:
+            threading.Thread(
+                target=lambda: (stop_event.wait(), self._stop.set()), daemon=True
+            ).start()
+        try:
+            self._run_loop()
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> RayExecutor:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ services for handlers
+
+    def metadata(self, command: Command) -> dict[str, Any]:
+        """Metadata of every event appended for ``command``."""
+        return {
+            "causation_id": str(command.command_id),
+            "command": type(command).__name__,
+            "executor_id": self.executor_id,
+        }
+
+    def load(self, group_id: str) -> tuple[WorkerGroupState, Callable[[Command], bool]]:
+        """The group's latest state, read afresh, and a test of whether a command is done."""
+        state: WorkerGroupState | None = None
+        causations: set[str] = set()
+        for record in self.store.read_stream(f"{_STREAM_PREFIX}{group_id}"):
+            state = evolve(state, record)
+            cause = record.metadata.get("causation_id")
+            if cause:
+                causations.add(str(cause))
+        if state is None:
+            raise ProjectionError(
+                f"group {group_id} has no events", stream_id="", version=0, position=0
+            )
+        return state, lambda command: str(command.command_id) in causations
+
+    def attach(self, built: BuiltGroup, state: WorkerGroupState) -> None:
+        """Keep a freshly started group's handles for polling."""
+        workers = dict(enumerate(built.workers))
+        self._attach(state, workers)
+
+    def _attach(self, state: WorkerGroupState, workers: dict[int, Any]) -> _Attached:
+        names = {info.world_rank: info.actor_name for info in state.workers}
+        known: dict[int, WorkerObservation] = {}
+        if state.poll_status is not None:
+            known = {
+                rank: WorkerObservation(running=s.running, error=s.error)
+                for rank, s in state.poll_status.worker_statuses.items()
+            }
+        else:
+            known = {rank: WorkerObservation(running=True) for rank in names}
+        start_id = self._start_causation(state)
+        attached = _Attached(
+            workers=workers,
+            poller=GroupPoller(
+                workers,
+                names,
+                state.context.health_check_timeout_s,
+                acked=dict(state.last_report_index),
+                known=known,
+            ),
+            recorder=PollRecorder(known, state.last_poll_seq),
+            causation_id=start_id,
+        )
+        attached.finished = attached.poller.finished
+        with self._lock:
+            self._attached[state.group_id] = attached
+        return attached
+
+    def _reattach(self, state: WorkerGroupState) -> _Attached:
+        """Find a running group's workers again by name (after an executor restart)."""
+        workers: dict[int, Any] = {}
+        for info in state.workers:
+            try:
+                workers[info.world_rank] = ray.get_actor(
+                    info.actor_name, namespace=ray_resources.NAMESPACE
+                )
+            except ValueError:
+                workers[info.world_rank] = None
+        return self._attach(state, workers)
+
+    def _start_causation(self, state: WorkerGroupState) -> str:
+        group = self._groups.get(state.group_id)
+        if group is not None and group.start_command_id is not None:
+            return str(group.start_command_id)
+        first = next(iter(self.store.read_stream(state.stream_id, 1, 1)))
+        return str(command_id_for("StartWorkerGroup", first.event_id))
+
+    def detach(self, state: WorkerGroupState) -> list[Any]:
+        """Forget a group's handles (it is being released); returns them."""
+        with self._lock:
+            attached = self._attached.pop(state.group_id, None)
+        return [h for h in attached.workers.values() if h is not None] if attached else []
+
+    def final_poll_events(self, state: WorkerGroupState, command: Command) -> list[NewEvent]:
+        """The last poll before a shutdown (reports and changes) plus the trailing unchanged polls."""
+        if not state.training_launched:
+            return []
+        with self._lock:
+            attached = self._attached.get(state.group_id)
+        if attached is None:
+            attached = self._reattach(state)
+        events: list[NewEvent] = []
+        if not attached.finished:
+            events, _ = self._poll_events(state.group_id, attached, self.metadata(command))
+        flushed = attached.recorder.flush()
+        if flushed is not None:
+            events.append(
+                NewEvent(
+                    flushed,
+                    event_id=_poll_event_id(state.group_id, flushed.poll_seq),
+                    metadata=self.metadata(command),
+                )
+            )
+        return events
+
+    # ------------------------------------------------------------------ polling
+
+    def _poll_events(
+        self, group_id: str, attached: _Attached, metadata: Mapping[str, Any]
+    ) -> tuple[list[NewEvent], list[tuple[int, int]]]:
+        wait_s = 1.0
+        observations, reports = attached.poller.poll(wait_s)
+        polled = attached.recorder.observe(observations, datetime.now(UTC))
+        events = [
+            NewEvent(
+                WorkerReported(
+                    world_rank=rank,
+                    index=report.index,
+                    metrics=report.metrics,
+                    checkpoint=report.checkpoint,
+                ),
+                event_id=_report_event_id(group_id, rank, report.index),
+                metadata=metadata,
+            )
+            for rank, report in reports
+        ]
+        if polled is not None:
+            events.append(
+                NewEvent(
+                    polled, event_id=_poll_event_id(group_id, polled.poll_seq), metadata=metadata
+                )
+            )
+        attached.finished = attached.poller.finished
+        return events, [(rank, report.index) for rank, report in reports]
+
+    def _poll_group(self, group: _Group) -> None:
+        with self._lock:
+            attached = self._attached.get(group.group_id)
+        if attached is None:
+            state, _ = self.load(group.group_id)
+            if state.status is not WorkerGroupStatus.RUNNING or not state.training_launched:
+                return
+            attached = self._reattach(state)
+        if attached.finished:
+            group.polls_finished = True
+            return
+        metadata = {"causation_id": attached.causation_id, "executor_id": self.executor_id}
+        events, acks = self._poll_events(group.group_id, attached, metadata)
+        if events:
+            try:
+                self.store.append(f"{_STREAM_PREFIX}{group.group_id}", events)
+            except Exception:
+                with self._lock:  # rebuild the bookkeeping from the log on the next poll
+                    self._attached.pop(group.group_id, None)
+                raise
+            for rank, index in acks:
+                attached.poller.ack(rank, index)
+        if attached.finished:
+            group.polls_finished = True
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run_loop(self) -> None:
+        try:
+            self._catch_up()
+        finally:
+            self._caught_up.set()
+        while not self._stop.is_set():
+            try:
+                self.store.wait_for_new(self._position, self._wait_s())
+                if self._stop.is_set():
+                    break
+                self._read_new()
+                self._schedule_polls()
+                if self.release_orphans and time.monotonic() >= self._next_sweep:
+                    self.sweep_orphans()
+            except Exception:  # noqa: BLE001 - the loop survives a bad moment of the store
+                self._record_error("executor loop")
+                self._stop.wait(1.0)
+
+    def _wait_s(self) -> float:
+        now = time.monotonic()
+        due = [
+            g.next_poll_at - now
+            for g in self._groups.values()
+            if self._pollable(g) and not g.poll_queued
+        ]
+        return max(0.005, min([0.5, *due]))
+
+    def _catch_up(self) -> None:
+        self._catching_up = True
+        try:
+            self._read_new()
+        finally:
+            self._catching_up = False
+        for group in list(self._groups.values()):
+            pending, group.pending = group.pending, []
+            for command in pending:
+                self._dispatch(group, command)
+        if self.release_orphans:
+            self.sweep_orphans()
+
+    def _read_new(self) -> None:
+        for record in self.store.read_all(after=self._position):
+            self._position = record.position
+            if record.stream_id.startswith(_STREAM_PREFIX):
+                self._apply(record)
+
+    def _apply(self, record: RecordedEvent) -> None:
+        group_id = record.stream_id[len(_STREAM_PREFIX) :]
+        if self._scope is not None and group_id not in self._scope:
+            return
+        group = self._groups.get(group_id)
+        if group is None:
+            if not isinstance(record.event, WorkerGroupStartRequested):
+                return  # a group whose beginning this executor never read
+            group = self._groups[group_id] = _Group(group_id)
+        if group.broken:
+            return
+        try:
+            group.state = evolve(group.state, record)
+        except ProjectionError as error:
+            group.broken = True
+            self._record_error(f"group {group_id} is not a valid stream: {error}", tb=False)
+            return
+        cause = record.metadata.get("causation_id")
+        if cause:
+            group.causations.add(str(cause))
+        if isinstance(record.event, WorkerGroupStartRequested):
+            group.start_command_id = command_id_for("StartWorkerGroup", record.event_id)
+        if isinstance(record.event, _START_ENDS) and cause == str(group.start_command_id):
+            group.start_in_flight = False
+        commands = derive_commands(record, group.state)
+        if self._catching_up:
+            group.pending.extend(commands)
+        else:
+            for command in commands:
+                self._dispatch(group, command)
+
+    def _dispatch(self, group: _Group, command: Command) -> None:
+        if command.command_id in group.seen_commands:
+            return
+        if str(command.command_id) in group.causations:
+            return  # done already: an event names it as its cause
+        if group.state is None or not command_needed(command, group.state):
+            return
+        if isinstance(command, ReleaseResources) and group.start_in_flight:
+            return  # the start is ours and alive: it releases on failure itself
+        group.seen_commands.add(command.command_id)
+        if isinstance(command, StartWorkerGroup):
+            group.start_in_flight = True
+        self._enqueue(group, command)
+
+    def _enqueue(self, group: _Group, item: Any) -> None:
+        with self._lock:
+            group.queue.append(item)
+            if group.busy:
+                return
+            group.busy = True
+        self._pool.submit(self._drain, group)
+
+    def _drain(self, group: _Group) -> None:
+        while True:
+            with self._lock:
+                if self._stop.is_set():
+                    group.queue.clear()  # a restarted executor derives them again
+                if not group.queue:
+                    group.busy = False
+                    return
+                item = group.queue.popleft()
+                if item is _POLL:
+                    group.poll_queued = False
+            try:
+                if item is _POLL:
+                    self._poll_group(group)
+                else:
+                    COMMAND_HANDLERS[type(item)](item, self)
+            except Exception:  # noqa: BLE001 - one failed command must not stop the executor
+                what = "poll" if item is _POLL else type(item).__name__
+                self._record_error(f"{what} of group {group.group_id}")
+                if isinstance(item, StartWorkerGroup):
+                    group.start_in_flight = False
+
+    def _pollable(self, group: _Group) -> bool:
+        state = group.state
+        return (
+            state is not None
+            and not group.broken
+            and not group.polls_finished
+            and state.status is WorkerGroupStatus.RUNNING
+            and state.training_launched
+            and not (state.poll_status is not None and state.poll_status.finished)
+        )
+
+    def _schedule_polls(self) -> None:
+        now = time.monotonic()
+        for group in list(self._groups.values()):
+            if group.state is not None and group.state.is_terminal:
+                if not group.busy:
+                    del self._groups[group.group_id]
+                continue
+            if not self._pollable(group) or group.poll_queued or now < group.next_poll_at:
+                continue
+            assert group.state is not None
+            group.next_poll_at = now + group.state.context.poll_interval_s
+            group.poll_queued = True
+            self._enqueue(group, _POLL)
+
+    def sweep_orphans(self) -> list[str]:
+        """Release ``wgstore-*`` resources of groups this store does not have alive.
+
+        Resources are listed first and the log read after, so a group requested in between
+        is seen as alive. Returns what was released.
+        """
+        self._next_sweep = time.monotonic() + self.sweep_interval_s
+        found = ray_resources.list_group_resources()
+        if not found:
+            return []
+        self._read_new()
+        released: list[str] = []
+        for group_id in found:
+            if self._scope is not None and group_id not in self._scope:
+                continue
+            group = self._groups.get(group_id)
+            if group is not None and group.state is not None and not group.state.is_terminal:
+                continue
+            if group is not None and group.busy:
+                continue
+            released.extend(ray_resources.release_group(group_id))
+        if released:
+            log.warning("released %d orphaned resource(s): %s", len(released), released)
+        return released
+
+    def _record_error(self, what: str, *, tb: bool = True) -> None:
+        text = f"{what}: {traceback.format_exc()}" if tb else what
+        self.errors.append(text)
+        log.error("wgstore executor: %s", text)
+
+
+def run_executor(
+    url: str,
+    stop_event: threading.Event,
+    *,
+    ray_address: str | None = None,
+    release_orphans: bool = True,
+    failpoints: Mapping[str, Any] | None = None,
+) -> None:
+    """Run a standalone executor on the store at ``url`` until ``stop_event`` is set.
+
+    Connects to Ray (``ray_address``, else ``RAY_ADDRESS``, else a local instance), catches up
+    with the log, re-attaches to running groups, releases orphaned ``wgstore-*`` resources,
+    then follows the log. This is what ``wgstore executor --url URL`` runs.
+    """
+    ray_resources.ensure_ray(ray_address)
+    log.info("wgstore %s executor on %s", wgstore.__version__, url)
+    with EventStore.open(url) as store:
+        RayExecutor(store, release_orphans=release_orphans, failpoints=failpoints).run(stop_event)

@@ -1,0 +1,220 @@
+"""One handler per command; routing is the :data:`COMMAND_HANDLERS` table (Ray module).
+
+Every handler first reads the group's stream afresh and returns without doing anything when the
+command is already done (an event carries its id as ``causation_id``) or no longer needed (the
+latest state says so). Every event it appends carries the command's id as ``causation_id``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from wgstore.events import ConcurrencyError, NewEvent
+from wgstore.events.worker_group import (
+    ErrorInfo,
+    StartStage,
+    WorkerGroupShutDown,
+    WorkerGroupStartFailed,
+)
+from wgstore.orchestration import ray_resources
+from wgstore.orchestration.builder import StartAborted, WorkerGroupStateBuilder
+from wgstore.orchestration.commands import (
+    Command,
+    ReleaseResources,
+    ShutdownWorkerGroup,
+    StartWorkerGroup,
+    command_needed,
+)
+from wgstore.orchestration.context import TrainContext
+from wgstore.orchestration.poller import remote_error_info
+from wgstore.orchestration.ranks import assign_ranks
+from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
+
+if TYPE_CHECKING:
+    from wgstore.orchestration.executor import RayExecutor
+
+__all__ = [
+    "COMMAND_HANDLERS",
+    "release_resources",
+    "shutdown_worker_group",
+    "start_worker_group",
+]
+
+
+def _finish_start_with(
+    ex: RayExecutor,
+    command: Command,
+    state: WorkerGroupState,
+    failure: WorkerGroupStartFailed,
+    started: float,
+) -> None:
+    """Append the failed start; if shutdown was asked meanwhile, the shutdown instead."""
+    stream = command.stream_id
+    while True:
+        if state.status is WorkerGroupStatus.SHUTTING_DOWN:
+            event: Any = WorkerGroupShutDown(
+                duration_s=round(time.monotonic() - started, 6), released=failure.released
+            )
+        else:
+            event = failure
+        new = NewEvent(
+            event,
+            event_id=uuid.uuid5(command.command_id, type(event).__name__),
+            metadata=ex.metadata(command),
+        )
+        try:
+            ex.store.append(stream, [new], expected_version=state.version)
+            return
+        except ConcurrencyError:
+            for record in ex.store.read_stream(stream, from_version=state.version + 1):
+                state = evolve(state, record)
+            if state.status.is_terminal:
+                return
+
+
+def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
+    """Carry out a start: placement group, sync actor, workers, train context, launch.
+
+    Atomic: when any step fails, everything acquired is released and ``WorkerGroupStartFailed``
+    names the stage, the cause (with traceback) and what was released; a failure after
+    ``build()`` (at launch) is cleaned up the same way.
+    """
+    state, done = ex.load(command.group_id)
+    if done(command) or not command_needed(command, state):
+        return
+    context = command.context
+    group_id = command.group_id
+    started = time.monotonic()
+    builder = WorkerGroupStateBuilder(
+        ex.store, state, command_id=command.command_id, metadata=ex.metadata(command)
+    )
+    stage = StartStage.PLACEMENT_GROUP
+    try:
+        ray_resources.release_group(group_id, wait_s=5.0)  # leftovers nobody recorded
+        bundles = [dict(context.resources_per_worker)] * context.num_workers
+        reserve_started = time.monotonic()
+        pg = ray_resources.reserve_placement_group(
+            group_id, bundles, context.placement_strategy, context.placement_timeout_s
+        )
+        builder.with_placement_group(
+            pg,
+            bundles=bundles,
+            strategy=context.placement_strategy,
+            wait_s=time.monotonic() - reserve_started,
+        )
+        stage = StartStage.SYNC_ACTOR
+        sync = ray_resources.start_sync_actor(
+            group_id, failpoints=ex.failpoints, timeout_s=ex.actor_timeout_s
+        )
+        builder.with_sync_actor(sync)
+        stage = StartStage.WORKERS
+        pairs = ray_resources.start_workers(
+            group_id,
+            pg,
+            context.num_workers,
+            context.resources_per_worker,
+            failpoints=ex.failpoints,
+            timeout_s=ex.actor_timeout_s,
+        )
+        infos = assign_ranks([meta for _, meta in pairs])
+        by_name = {meta.actor_name: handle for handle, meta in pairs}
+        handles = [by_name[info.actor_name] for info in infos]
+        builder.with_workers(handles, infos)
+        stage = StartStage.INIT_TRAIN_CONTEXT
+        ray.get(
+            [
+                handle.init_train_context.remote(
+                    context=TrainContext(
+                        group_id=group_id,
+                        world_rank=info.world_rank,
+                        local_rank=info.local_rank,
+                        node_rank=info.node_rank,
+                        world_size=info.world_size,
+                        local_world_size=info.local_world_size,
+                        config=dict(context.train_fn_config),
+                        resume_checkpoint=context.resume_checkpoint,
+                    ),
+                    train_fn=context.train_fn,
+                    extra_sys_path=ex.extra_sys_path,
+                )
+                for handle, info in zip(handles, infos, strict=True)
+            ],
+            timeout=ex.actor_timeout_s,
+        )
+        built = builder.build(startup_s=time.monotonic() - started)
+        stage = StartStage.LAUNCH
+        builder.check_not_aborted()
+        ray.get([h.run_train_fn.remote() for h in handles], timeout=ex.actor_timeout_s)
+        builder.launched(context.train_fn)
+    except StartAborted:
+        released = builder.release()
+        failure = WorkerGroupStartFailed(stage=stage, error=_aborted(), released=released)
+        _finish_start_with(ex, command, builder.state, failure, started)
+        return
+    except Exception as error:  # noqa: BLE001 - every failure of a step fails the start
+        released = builder.release()
+        failure = WorkerGroupStartFailed(
+            stage=stage, error=remote_error_info(error), released=released
+        )
+        _finish_start_with(ex, command, builder.state, failure, started)
+        return
+    ex.attach(built, builder.state)
+
+
+def _aborted() -> ErrorInfo:
+    return ErrorInfo(
+        type="StartAborted", message="shutdown was requested while the group was starting"
+    )
+
+
+def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None:
+    """Poll once more (last reports), release every resource, append ``WorkerGroupShutDown``."""
+    state, done = ex.load(command.group_id)
+    if done(command) or not command_needed(command, state):
+        return
+    started = time.monotonic()
+    events = ex.final_poll_events(state, command)
+    released = ray_resources.release_group(command.group_id, extra_actors=ex.detach(state))
+    events.append(
+        NewEvent(
+            WorkerGroupShutDown(duration_s=round(time.monotonic() - started, 6), released=released),
+            event_id=uuid.uuid5(command.command_id, "WorkerGroupShutDown"),
+            metadata=ex.metadata(command),
+        )
+    )
+    ex.store.append(command.stream_id, events)
+
+
+def release_resources(command: ReleaseResources, ex: RayExecutor) -> None:
+    """Release a start left half-done by an executor that stopped; record the failed start."""
+    state, done = ex.load(command.group_id)
+    if done(command) or not command_needed(command, state):
+        return
+    started = time.monotonic()
+    released = ray_resources.release_group(command.group_id, extra_actors=ex.detach(state))
+    failure = WorkerGroupStartFailed(
+        stage=command.stage,
+        error=ErrorInfo(
+            type="ExecutorLostError",
+            message=(
+                f"the executor carrying out the start of group {command.group_id} stopped "
+                f"before the {command.stage.value} step completed; a new executor released "
+                "what the start had acquired"
+            ),
+        ),
+        released=released,
+    )
+    _finish_start_with(ex, command, state, failure, started)
+
+
+COMMAND_HANDLERS: dict[type[Command], Callable[[Any, RayExecutor], None]] = {
+    StartWorkerGroup: start_worker_group,
+    ShutdownWorkerGroup: shutdown_worker_group,
+    ReleaseResources: release_resources,
+}
+"""Exactly one handler per command type."""

@@ -1,0 +1,108 @@
+"""Train functions named by import path: resolve a path to a function, a function to a path.
+
+A train function must be a plain function defined at module level, so that the log alone
+(``"package.module:function"`` plus its JSON config) is enough to start the same group again.
+Lambdas, closures and methods are refused with a clear error. No Ray here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from wgstore.orchestration.errors import TrainFnError
+
+__all__ = ["import_path_of", "resolve_train_fn"]
+
+TrainFn = Callable[[dict[str, Any]], Any]
+
+
+def _refuse_unnamed(fn: Any, where: str) -> None:
+    name = getattr(fn, "__name__", "")
+    qualname = getattr(fn, "__qualname__", "")
+    if name == "<lambda>":
+        raise TrainFnError(
+            f"{where} is a lambda; a train function must be a plain function defined at module "
+            "level (def train_fn(config): ...) so it can be named as 'package.module:function'"
+        )
+    if "<locals>" in qualname:
+        raise TrainFnError(
+            f"{where} ({qualname}) is a closure or nested function; define it at module level "
+            "so it can be named as 'package.module:function' and started again from the log"
+        )
+
+
+def import_path_of(fn: TrainFn | str) -> str:
+    """The ``"package.module:function"`` path of a module-level function (a string passes through).
+
+    Raises:
+        TrainFnError: ``fn`` is a lambda, a closure, a method, defined in ``__main__``, or not
+            reachable again through its module under its name.
+    """
+    if isinstance(fn, str):
+        return fn
+    if not callable(fn):
+        raise TrainFnError(f"train_fn must be a function or an import path, got {fn!r}")
+    if not inspect.isfunction(fn):
+        raise TrainFnError(
+            f"train_fn {fn!r} is not a plain function; pass a module-level function or its "
+            "import path 'package.module:function'"
+        )
+    _refuse_unnamed(fn, f"train_fn {fn!r}")
+    module = fn.__module__
+    if module == "__main__":
+        raise TrainFnError(
+            f"train_fn {fn.__qualname__} is defined in __main__, which workers cannot import; "
+            "move it into a module and pass 'package.module:function'"
+        )
+    path = f"{module}:{fn.__qualname__}"
+    found = getattr(sys.modules.get(module), fn.__qualname__, None)
+    if found is not fn:
+        raise TrainFnError(
+            f"train_fn {path} is not reachable as an attribute of its module; pass a "
+            "module-level function"
+        )
+    return path
+
+
+def resolve_train_fn(path: str, *, extra_sys_path: Sequence[str] = ()) -> TrainFn:
+    """Import ``"package.module:function"`` and return the function.
+
+    Args:
+        path: the import path.
+        extra_sys_path: folders added to ``sys.path`` first (e.g. the executor's working folder).
+
+    Raises:
+        TrainFnError: the module does not import, the attribute is missing, or it is not a
+            plain module-level function. The import error is chained.
+    """
+    for folder in extra_sys_path:
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise TrainFnError(f"train_fn must be 'package.module:function', got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        raise TrainFnError(
+            f"cannot import module {module_name!r} of train_fn {path!r}: "
+            f"{type(error).__name__}: {error}. Check the path and that the module is importable "
+            "on every Ray worker (installed, or on PYTHONPATH)"
+        ) from error
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as error:
+            raise TrainFnError(
+                f"module {module_name!r} has no attribute {attr!r} (train_fn {path!r})"
+            ) from error
+    if not inspect.isfunction(target):
+        raise TrainFnError(f"train_fn {path!r} is {type(target).__name__}, not a function")
+    _refuse_unnamed(target, f"train_fn {path!r}")
+    fn: TrainFn = target
+    return fn

@@ -1,0 +1,134 @@
+"""Polling the workers of one group with Ray Train's health-check semantics (Ray module).
+
+- A poll task still running is reused by the next poll; it keeps its first start time.
+- A poll that raised (the actor died) marks the worker ``running=False`` with
+  ``WorkerHealthCheckFailedError``; the worker is not polled again.
+- A poll hanging longer than ``health_check_timeout_s`` keeps ``running=True`` but carries
+  ``WorkerHealthCheckTimeoutError`` (Ray Train's "marking the worker as dead").
+- A worker that reported ``running=False`` is not polled again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+
+from wgstore.events.worker_group import ErrorInfo
+from wgstore.orchestration.context import Report
+from wgstore.orchestration.polling import WorkerObservation, WorkerPoll
+
+__all__ = ["GroupPoller", "health_check_failed", "remote_error_info"]
+
+
+def remote_error_info(error: BaseException) -> ErrorInfo:
+    """An ``ErrorInfo`` naming the original exception of a Ray task error, with its traceback."""
+    cause = getattr(error, "cause", None)
+    if isinstance(error, ray.exceptions.RayTaskError) and isinstance(cause, BaseException):
+        return ErrorInfo(type=type(cause).__name__, message=str(cause), traceback=str(error))
+    return ErrorInfo.from_exception(error)
+
+
+def health_check_failed(detail: str, traceback: str = "") -> ErrorInfo:
+    """The error of a worker whose poll raised or whose actor is gone."""
+    return ErrorInfo(
+        type="WorkerHealthCheckFailedError",
+        message=f"A worker health check failed.\n{detail}",
+        traceback=traceback,
+    )
+
+
+def _timed_out(timeout_s: float, name: str) -> ErrorInfo:
+    return ErrorInfo(
+        type="WorkerHealthCheckTimeoutError",
+        message=(
+            f"A worker health check has been hanging for more than {timeout_s:g} seconds. "
+            f"Marking the worker as dead.\nWorker: {name}"
+        ),
+    )
+
+
+class GroupPoller:
+    """Polls every worker of one group; keeps hanging polls and stopped workers across polls.
+
+    Args:
+        workers: world rank -> actor handle (None for an actor that could not be found).
+        names: world rank -> actor name (for messages).
+        health_check_timeout_s: how long a poll may hang before the worker is marked failed.
+        acked: world rank -> index of the last report stored (-1 for none).
+        known: world rank -> the last known observation (as the log has it).
+    """
+
+    def __init__(
+        self,
+        workers: Mapping[int, Any],
+        names: Mapping[int, str],
+        health_check_timeout_s: float,
+        acked: Mapping[int, int] | None = None,
+        known: Mapping[int, WorkerObservation] | None = None,
+    ) -> None:
+        self._workers = dict(workers)
+        self._names = dict(names)
+        self._timeout_s = health_check_timeout_s
+        self.acked: dict[int, int] = {rank: -1 for rank in self._workers}
+        self.acked.update(acked or {})
+        self._last: dict[int, WorkerObservation] = {
+            rank: WorkerObservation(running=True) for rank in self._workers
+        }
+        self._last.update(known or {})
+        self._ongoing: dict[int, tuple[float, Any]] = {}
+        for rank, handle in self._workers.items():
+            if handle is None and self._last[rank].running:
+                self._last[rank] = WorkerObservation(
+                    running=False,
+                    error=health_check_failed(f"Worker actor {self._names[rank]} is gone."),
+                )
+
+    @property
+    def finished(self) -> bool:
+        """True when no worker is running any more."""
+        return not any(obs.running for obs in self._last.values())
+
+    def poll(self, wait_s: float) -> tuple[dict[int, WorkerObservation], list[tuple[int, Report]]]:
+        """Poll every running worker; returns each worker's status and the new reports."""
+        for rank, handle in self._workers.items():
+            if self._last[rank].running and rank not in self._ongoing and handle is not None:
+                self._ongoing[rank] = (
+                    time.monotonic(),
+                    handle.poll_status.remote(self.acked[rank]),
+                )
+        refs = [ref for _, ref in self._ongoing.values()]
+        ready: list[Any] = []
+        if refs:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+        ready_set = set(ready)
+        reports: list[tuple[int, Report]] = []
+        for rank, (started, ref) in list(self._ongoing.items()):
+            if ref in ready_set:
+                del self._ongoing[rank]
+                try:
+                    result: WorkerPoll = ray.get(ref)
+                except Exception as error:  # noqa: BLE001 - the actor died or the call failed
+                    info = remote_error_info(error)
+                    self._last[rank] = WorkerObservation(
+                        running=False,
+                        error=health_check_failed(
+                            f"Worker: {self._names[rank]}\n{info}", info.traceback
+                        ),
+                    )
+                    continue
+                self._last[rank] = WorkerObservation(running=result.running, error=result.error)
+                for report in result.reports:
+                    if report.index > self.acked[rank]:
+                        reports.append((rank, report))
+            elif time.monotonic() - started > self._timeout_s:
+                self._last[rank] = WorkerObservation(
+                    running=True, error=_timed_out(self._timeout_s, self._names[rank])
+                )
+        return dict(self._last), reports
+
+    def ack(self, rank: int, index: int) -> None:
+        """Reports of ``rank`` up to ``index`` are stored; the worker may forget them."""
+        self.acked[rank] = max(self.acked[rank], index)

@@ -1,0 +1,109 @@
+"""Poll results and the recorder that turns polls into ``WorkerGroupPolled`` events. Pure.
+
+Polls are frequent, so only changes are stored: a poll where no worker's status differs from the
+last recorded poll is not stored but counted, and the count (``unchanged_polls``) and the time of
+the first of them (``unchanged_since``) ride on the next recorded poll. ``flush()`` records the
+trailing unchanged polls when polling stops, so the history accounts for every poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from wgstore.events.worker_group import ErrorInfo, WorkerGroupPolled, WorkerStatusChange
+from wgstore.orchestration.context import Report
+
+__all__ = ["PollRecorder", "WorkerObservation", "WorkerPoll"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPoll:
+    """What one worker answered to ``poll_status()``."""
+
+    running: bool
+    error: ErrorInfo | None = None
+    reports: tuple[Report, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerObservation:
+    """The status of one worker as a poll saw it (health-check failures included)."""
+
+    running: bool
+    error: ErrorInfo | None = None
+
+
+class PollRecorder:
+    """Decides which polls are stored and what they carry.
+
+    Args:
+        last_recorded: each worker's status as of the last recorded poll (empty at first).
+        last_poll_seq: ``poll_seq`` of the last recorded poll (0 at first).
+    """
+
+    def __init__(
+        self,
+        last_recorded: Mapping[int, WorkerObservation] | None = None,
+        last_poll_seq: int = 0,
+    ) -> None:
+        self._last: dict[int, WorkerObservation] = dict(last_recorded or {})
+        self._seq = last_poll_seq
+        self._unchanged = 0
+        self._unchanged_since: datetime | None = None
+        self._last_unchanged_at: datetime | None = None
+
+    @property
+    def poll_seq(self) -> int:
+        """How many polls so far, recorded or not."""
+        return self._seq
+
+    @property
+    def pending_unchanged(self) -> int:
+        """Unchanged polls not yet stored on any event."""
+        return self._unchanged
+
+    def observe(
+        self, statuses: Mapping[int, WorkerObservation], polled_at: datetime
+    ) -> WorkerGroupPolled | None:
+        """Count one poll; return the event to store, or None when nothing changed."""
+        self._seq += 1
+        changes = tuple(
+            WorkerStatusChange(world_rank=rank, running=obs.running, error=obs.error)
+            for rank, obs in sorted(statuses.items())
+            if self._last.get(rank) != obs
+        )
+        if not changes:
+            if self._unchanged == 0:
+                self._unchanged_since = polled_at
+            self._unchanged += 1
+            self._last_unchanged_at = polled_at
+            return None
+        event = WorkerGroupPolled(
+            poll_seq=self._seq,
+            polled_at=polled_at,
+            changes=changes,
+            unchanged_polls=self._unchanged,
+            unchanged_since=self._unchanged_since if self._unchanged else None,
+        )
+        self._last.update(statuses)
+        self._unchanged = 0
+        self._unchanged_since = None
+        return event
+
+    def flush(self) -> WorkerGroupPolled | None:
+        """Record the trailing unchanged polls: the last of them, standing for the ones before."""
+        if self._unchanged == 0 or self._last_unchanged_at is None:
+            return None
+        before = self._unchanged - 1
+        event = WorkerGroupPolled(
+            poll_seq=self._seq,
+            polled_at=self._last_unchanged_at,
+            changes=(),
+            unchanged_polls=before,
+            unchanged_since=self._unchanged_since if before else None,
+        )
+        self._unchanged = 0
+        self._unchanged_since = None
+        return event

@@ -1,0 +1,277 @@
+"""Ray resources of a worker group, named from its group id so any executor can find them.
+
+Placement group ``wgstore-<group_id>``, workers ``wgstore-<group_id>-<bundle index>``, sync actor
+``wgstore-<group_id>-sync``; all ``lifetime="detached"``, actors in the namespace
+:data:`NAMESPACE`. Lookups use the GCS tables (``ray.util.list_named_actors``,
+``ray.util.placement_group_table``), which work without the dashboard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
+
+from wgstore.orchestration.errors import PlacementGroupTimeoutError
+from wgstore.orchestration.ranks import ActorMetadata
+from wgstore.orchestration.worker import SyncActor, WgstoreWorker
+
+__all__ = [
+    "NAMESPACE",
+    "ensure_ray",
+    "find_placement_group",
+    "find_sync_actor",
+    "find_workers",
+    "group_id_of",
+    "list_group_resources",
+    "placement_group_name",
+    "release_group",
+    "reserve_placement_group",
+    "start_sync_actor",
+    "start_workers",
+    "sync_actor_name",
+    "worker_actor_name",
+]
+
+NAMESPACE = os.environ.get("WGSTORE_RAY_NAMESPACE", "wgstore")
+"""The Ray namespace of every wgstore actor."""
+
+_PREFIX = "wgstore-"
+_NAME = re.compile(r"^wgstore-(?P<group>[A-Za-z0-9_]+)(?:-(?P<part>\d+|sync))?$")
+
+_WorkerActor = ray.remote(WgstoreWorker)
+_SyncActor = ray.remote(SyncActor)
+
+
+def placement_group_name(group_id: str) -> str:
+    """``wgstore-<group_id>``."""
+    return f"{_PREFIX}{group_id}"
+
+
+def worker_actor_name(group_id: str, bundle_index: int) -> str:
+    """``wgstore-<group_id>-<bundle index>``."""
+    return f"{_PREFIX}{group_id}-{bundle_index}"
+
+
+def sync_actor_name(group_id: str) -> str:
+    """``wgstore-<group_id>-sync``."""
+    return f"{_PREFIX}{group_id}-sync"
+
+
+def group_id_of(name: str) -> str | None:
+    """The group id in a wgstore resource name, or None for other names."""
+    match = _NAME.match(name)
+    return match.group("group") if match else None
+
+
+def ensure_ray(address: str | None = None) -> None:
+    """Connect to Ray if not yet connected: ``address``, else ``RAY_ADDRESS``, else a local one."""
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+    else:
+        ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
+
+
+def _actor_resources(resources: Mapping[str, float]) -> dict[str, Any]:
+    rest = {k: float(v) for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
+    options: dict[str, Any] = {
+        "num_cpus": float(resources.get("CPU", 0)),
+        "num_gpus": float(resources.get("GPU", 0)),
+    }
+    if "memory" in resources:
+        options["memory"] = resources["memory"]
+    if rest:
+        options["resources"] = rest
+    return options
+
+
+def reserve_placement_group(
+    group_id: str, bundles: Sequence[Mapping[str, float]], strategy: str, timeout_s: float
+) -> PlacementGroup:
+    """Create the group's placement group and wait until it is ready.
+
+    Raises:
+        PlacementGroupTimeoutError: not ready within ``timeout_s``. The pending placement group
+            is left for :func:`release_group` (so the release lists it).
+    """
+    pg = placement_group(
+        [dict(b) for b in bundles],
+        strategy=strategy,
+        name=placement_group_name(group_id),
+        lifetime="detached",
+    )
+    if not pg.wait(timeout_seconds=timeout_s):
+        total: dict[str, float] = {}
+        for bundle in bundles:
+            for key, amount in bundle.items():
+                total[key] = total.get(key, 0.0) + float(amount)
+        raise PlacementGroupTimeoutError(
+            f"placement group {placement_group_name(group_id)} ({len(bundles)} bundles, "
+            f"{total} in all, strategy {strategy}) was not ready within {timeout_s}s; the "
+            f"cluster has {ray.available_resources()} available. Ask for fewer workers or "
+            "resources, add nodes, or raise placement_timeout_s"
+        )
+    return pg
+
+
+def find_placement_group(group_id: str) -> PlacementGroup | None:
+    """The group's live placement group, found by name in the GCS table."""
+    from ray._raylet import PlacementGroupID
+
+    for pg_id, info in ray.util.placement_group_table().items():
+        if info.get("name") == placement_group_name(group_id) and info.get("state") != "REMOVED":
+            return PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
+    return None
+
+
+def start_sync_actor(
+    group_id: str, *, failpoints: Mapping[str, Any] | None = None, timeout_s: float = 60.0
+) -> Any:
+    """Start the sync actor on this driver's node and wait until it answers."""
+    name = sync_actor_name(group_id)
+    actor = _SyncActor.options(
+        name=name,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        num_cpus=0,
+        max_restarts=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node_id=ray.get_runtime_context().get_node_id(), soft=True
+        ),
+    ).remote(name, dict(failpoints or {}))
+    ray.get(actor.ping.remote(), timeout=timeout_s)
+    return actor
+
+
+def start_workers(
+    group_id: str,
+    pg: PlacementGroup,
+    num_workers: int,
+    resources_per_worker: Mapping[str, float],
+    *,
+    failpoints: Mapping[str, Any] | None = None,
+    timeout_s: float = 60.0,
+) -> list[tuple[Any, ActorMetadata]]:
+    """One worker actor per placement-group bundle; returns (handle, metadata) in bundle order.
+
+    Raises:
+        ray.exceptions.RayActorError: a worker died while starting.
+        ray.exceptions.GetTimeoutError: workers did not answer within ``timeout_s``.
+    """
+    options = _actor_resources(resources_per_worker)
+    actors = []
+    for index in range(num_workers):
+        name = worker_actor_name(group_id, index)
+        actors.append(
+            _WorkerActor.options(
+                name=name,
+                namespace=NAMESPACE,
+                lifetime="detached",
+                max_restarts=0,
+                max_concurrency=2,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=index
+                ),
+                **options,
+            ).remote(name, index, dict(failpoints or {}))
+        )
+    metas = ray.get([a.get_metadata.remote() for a in actors], timeout=timeout_s)
+    return list(zip(actors, metas, strict=True))
+
+
+def find_workers(group_id: str, num_workers: int) -> dict[int, Any]:
+    """The group's live worker actors by bundle index (missing ones are left out)."""
+    found: dict[int, Any] = {}
+    for index in range(num_workers):
+        try:
+            found[index] = ray.get_actor(worker_actor_name(group_id, index), namespace=NAMESPACE)
+        except ValueError:
+            continue
+    return found
+
+
+def find_sync_actor(group_id: str) -> Any | None:
+    """The group's live sync actor, or None."""
+    try:
+        return ray.get_actor(sync_actor_name(group_id), namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def list_group_resources() -> dict[str, list[str]]:
+    """Every live wgstore resource in the cluster, by group id: ``actor:<name>``, ``placement_group:<name>``."""
+    found: dict[str, list[str]] = {}
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry.get("namespace") != NAMESPACE:
+            continue
+        group = group_id_of(entry["name"])
+        if group is not None:
+            found.setdefault(group, []).append(f"actor:{entry['name']}")
+    for info in ray.util.placement_group_table().values():
+        name = info.get("name") or ""
+        group = group_id_of(name)
+        if group is not None and info.get("state") != "REMOVED" and name == f"{_PREFIX}{group}":
+            found.setdefault(group, []).append(f"placement_group:{name}")
+    return found
+
+
+def _live_names(group_id: str) -> list[str]:
+    return list_group_resources().get(group_id, [])
+
+
+def release_group(
+    group_id: str, *, extra_actors: Iterable[Any] = (), wait_s: float = 15.0
+) -> tuple[str, ...]:
+    """Kill the group's actors (workers, then the sync actor), remove its placement group.
+
+    Everything is found by name, so this releases resources no event recorded (an executor that
+    died between creating and recording). Waits until the GCS tables show them gone.
+
+    Returns:
+        What was released, as ``actor:<name>`` / ``placement_group:<name>``, in release order.
+    """
+    released: list[str] = []
+    names = [
+        e["name"]
+        for e in ray.util.list_named_actors(all_namespaces=True)
+        if e.get("namespace") == NAMESPACE and group_id_of(e["name"]) == group_id
+    ]
+    names.sort(key=lambda n: (n.endswith("-sync"), len(n), n))  # workers first, then sync
+    for name in names:
+        try:
+            handle = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            continue
+        ray.kill(handle, no_restart=True)
+        released.append(f"actor:{name}")
+    for handle in extra_actors:  # handles whose names are gone already: make sure
+        with contextlib.suppress(Exception):  # already dead is fine
+            ray.kill(handle, no_restart=True)
+    from ray._raylet import PlacementGroupID
+
+    for pg_id, info in ray.util.placement_group_table().items():
+        if info.get("name") == placement_group_name(group_id) and info.get("state") != "REMOVED":
+            try:
+                remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+            except Exception as error:  # noqa: BLE001 - removed concurrently
+                print(f"wgstore: removing {info.get('name')}: {error}", file=sys.stderr)
+                continue
+            released.append(f"placement_group:{placement_group_name(group_id)}")
+    deadline = time.monotonic() + wait_s
+    while _live_names(group_id) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return tuple(released)

@@ -1,0 +1,105 @@
+"""``run_training``: one call that starts a group, follows it to the end and shuts it down.
+
+This is what ``wgstore run`` calls. It records into the store at ``url`` and runs an executor in
+this process (unless told one runs elsewhere).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from wgstore.events import EventStore
+from wgstore.events.worker_group import WorkerGroupContext
+from wgstore.orchestration.loading import TrainFn, import_path_of
+from wgstore.orchestration.worker_group import WorkerGroup
+from wgstore.projections.state import TrainingOutcome, WorkerGroupState
+
+__all__ = ["RunResult", "run_training"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How a :func:`run_training` call ended."""
+
+    group_id: str
+    state: WorkerGroupState
+    interrupted: bool
+
+    @property
+    def outcome(self) -> TrainingOutcome | None:
+        """finished, errored or aborted."""
+        return self.state.outcome
+
+
+def _default_resources(workers: int) -> dict[str, float]:
+    import ray
+
+    from wgstore.orchestration import ray_resources
+
+    ray_resources.ensure_ray()
+    cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    return {"CPU": min(1.0, cpus / workers)}
+
+
+def run_training(
+    url: str,
+    train_fn: TrainFn | str,
+    *,
+    workers: int = 4,
+    config: Mapping[str, Any] | None = None,
+    resources_per_worker: Mapping[str, float] | None = None,
+    poll_interval_s: float = 1.0,
+    run_id: str | None = None,
+    external_executor: bool = False,
+    on_update: Callable[[WorkerGroupState], None] | None = None,
+) -> RunResult:
+    """Start ``train_fn`` on ``workers`` workers, follow it until it ends, shut the group down.
+
+    Args:
+        url: the store (``sqlite:///wgstore.db`` or a Postgres URL).
+        train_fn: a module-level function or its import path ``"package.module:function"``.
+        workers: how many workers.
+        config: the JSON config handed to the train function.
+        resources_per_worker: default ``{"CPU": min(1, cluster CPUs / workers)}``.
+        poll_interval_s: seconds between polls.
+        run_id: the run id (default: the group id).
+        external_executor: True when a standalone ``wgstore executor`` serves the store.
+        on_update: called with the group's state after every batch of new events (start,
+            polls, reports, shutdown), e.g. to draw a live table.
+
+    Returns:
+        A :class:`RunResult`. Ctrl-C (``KeyboardInterrupt``) shuts the group down with reason
+        ``"interrupted"`` and returns with ``interrupted=True``.
+
+    Raises:
+        WorkerGroupStartError: the group failed to start (recorded, everything released).
+        TrainFnError: ``train_fn`` is a lambda, closure or otherwise not importable by path.
+    """
+    path = import_path_of(train_fn)
+    resources = dict(resources_per_worker or _default_resources(workers))
+    context = WorkerGroupContext(
+        num_workers=workers,
+        resources_per_worker=resources,
+        train_fn=path,
+        train_fn_config=dict(config or {}),
+        poll_interval_s=poll_interval_s,
+    )
+    with EventStore.open(url) as store:
+        group = WorkerGroup.create(
+            store, context, run_id=run_id, executor="external" if external_executor else None
+        )
+        if on_update is not None:
+            on_update(group.state)
+        interrupted = False
+        try:
+            group.wait(on_update=on_update)
+            reason = "finished" if not group.poll_status().errors else "worker error"
+        except KeyboardInterrupt:
+            interrupted = True
+            reason = "interrupted"
+        state = group.shutdown(reason=reason)
+        if on_update is not None:
+            on_update(state)
+        return RunResult(group_id=group.group_id, state=state, interrupted=interrupted)
