@@ -1,12 +1,24 @@
 """Projections of the log: pure folds, poll history, run state, time travel, snapshots, read models.
 
+Pure folds (no I/O): :func:`project_worker_group` / :func:`evolve`, :func:`fold_poll_history`,
+:func:`project_run`. With a store: :func:`worker_group_state` (time travel, from snapshots),
+:func:`poll_history`, :func:`run_state`, and the SQL read models kept by
+:func:`catch_up_read_models` and rebuilt by :func:`rebuild_read_models`.
+
 Everything here imports and works without Ray installed.
 """
 
 from __future__ import annotations
 
-from wgstore.projections.errors import ProjectionError
+from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.poll_history import PollRecord, fold_poll_history, iter_poll_history
+from wgstore.projections.projector import (
+    READ_MODELS_SUBSCRIPTION,
+    catch_up_read_models,
+    follow_read_models,
+    rebuild_read_models,
+)
+from wgstore.projections.queries import poll_history, run_state, worker_group_state
 from wgstore.projections.run import (
     ControllerTransition,
     FailureDecision,
@@ -15,6 +27,7 @@ from wgstore.projections.run import (
     evolve_run,
     project_run,
 )
+from wgstore.projections.snapshots import load_snapshot, save_snapshot
 from wgstore.projections.state import (
     TRANSITIONS,
     TrainingOutcome,
@@ -27,6 +40,7 @@ from wgstore.projections.state import (
 )
 
 __all__ = [
+    "READ_MODELS_SUBSCRIPTION",
     "TRANSITIONS",
     "ControllerTransition",
     "FailureDecision",
@@ -34,15 +48,24 @@ __all__ = [
     "ProjectionError",
     "RunState",
     "RunStatus",
+    "StreamNotFoundError",
     "TrainingOutcome",
     "WorkerGroupPollStatus",
     "WorkerGroupState",
     "WorkerGroupStatus",
     "WorkerStatus",
+    "catch_up_read_models",
     "evolve",
     "evolve_run",
     "fold_poll_history",
+    "follow_read_models",
     "iter_poll_history",
+    "load_snapshot",
+    "poll_history",
     "project_run",
     "project_worker_group",
+    "rebuild_read_models",
+    "run_state",
+    "save_snapshot",
+    "worker_group_state",
 ]

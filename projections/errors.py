@@ -3,7 +3,8 @@
 The tree (under the project-wide root)::
 
     WgstoreError
-     └─ ProjectionError   an event that the fold cannot apply (names the stream and position)
+     ├─ ProjectionError       an event that the fold cannot apply (names the stream and position)
+     └─ StreamNotFoundError   no such stream (or not yet at the version or moment asked for)
 
 A fold never skips an event it does not understand: an unknown event type, a version out of
 order, an event after a terminal state or a stream that does not begin with its creation event
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from wgstore.events.errors import WgstoreError
 
-__all__ = ["ProjectionError"]
+__all__ = ["ProjectionError", "StreamNotFoundError"]
 
 
 class ProjectionError(WgstoreError):
@@ -44,3 +45,7 @@ class ProjectionError(WgstoreError):
         super().__init__(
             f"stream {stream_id!r}, version {version}, position {position}{what}: {message}"
         )
+
+
+class StreamNotFoundError(WgstoreError, LookupError):
+    """The stream asked for has no events (or none yet at the version or moment asked for)."""

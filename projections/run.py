@@ -158,9 +158,7 @@ def _with_group(groups: tuple[str, ...], group_id: str | None) -> tuple[str, ...
     return (*groups, group_id)
 
 
-def _end(
-    state: RunState, record: RecordedEvent, status: RunStatus, **changes: Any
-) -> RunState:
+def _end(state: RunState, record: RecordedEvent, status: RunStatus, **changes: Any) -> RunState:
     if state.status.is_terminal and state.status is not status:
         raise _fail(
             record,
@@ -252,8 +250,7 @@ def _controller_state_changed(
     if event.from_state != state.controller_state:
         raise _fail(
             record,
-            f"the controller moved from {event.from_state}, but it was in "
-            f"{state.controller_state}",
+            f"the controller moved from {event.from_state}, but it was in {state.controller_state}",
         )
     if event.to_state not in CONTROLLER_TO_RUN_STATUS:
         raise _fail(

@@ -254,7 +254,10 @@ class WorkerGroupState:
         Raises:
             KeyError: no started worker has that rank.
         """
-        if 0 <= world_rank < len(self.workers) and self.workers[world_rank].world_rank == world_rank:
+        if (
+            0 <= world_rank < len(self.workers)
+            and self.workers[world_rank].world_rank == world_rank
+        ):
             return self.workers[world_rank]
         for info in self.workers:
             if info.world_rank == world_rank:

@@ -55,8 +55,9 @@ class TestStart:
     def test_started_workers_are_kept_sorted_by_world_rank(self) -> None:
         stream = Stream(num_workers=4).requested()
         stream.workers()
-        shuffled = replace(stream.events[-1].event,
-                           workers=tuple(reversed(stream.events[-1].event.workers)))
+        shuffled = replace(
+            stream.events[-1].event, workers=tuple(reversed(stream.events[-1].event.workers))
+        )
         stream.events[-1] = replace(stream.events[-1], event=shuffled)
         state = project_worker_group(stream.events)
         assert [w.world_rank for w in state.workers] == [0, 1, 2, 3]
@@ -128,8 +129,9 @@ class TestStartFailure:
         assert state.outcome is None
 
     def test_a_start_can_fail_before_any_builder_step(self) -> None:
-        state = project_worker_group(Stream().requested().start_failed(StartStage.PLACEMENT_GROUP,
-                                                                       ()).events)
+        state = project_worker_group(
+            Stream().requested().start_failed(StartStage.PLACEMENT_GROUP, ()).events
+        )
         assert state.status is S.START_FAILED
         assert state.released == ()
 
@@ -171,7 +173,10 @@ class TestPolls:
         state = project_worker_group(stream.events)
         assert state.poll_status is not None
         assert [s.running for _, s in sorted(state.poll_status.worker_statuses.items())] == [
-            True, False, False]
+            True,
+            False,
+            False,
+        ]
         assert state.last_poll_seq == 6
         assert state.polls_total == 6
         assert state.recorded_polls == 2
@@ -369,8 +374,7 @@ class TestStreamIntegrity:
 
         error_ = ProjectionError("bad", stream_id="s", version=2, position=9, event_type="X")
         copy = pickle.loads(pickle.dumps(error_))
-        assert (copy.stream_id, copy.version, copy.position, str(copy)) == (
-            "s", 2, 9, str(error_))
+        assert (copy.stream_id, copy.version, copy.position, str(copy)) == ("s", 2, 9, str(error_))
 
 
 class TestTransitionTable:
@@ -388,11 +392,13 @@ class TestTransitionTable:
 
 class TestPollStatus:
     def test_errors_and_the_error_string_list_every_failed_rank(self) -> None:
-        status = WorkerGroupPollStatus({
-            0: WorkerStatus(False, ErrorInfo(type="ValueError", message="bad")),
-            1: WorkerStatus(True),
-            2: WorkerStatus(False, ErrorInfo(type="OSError", message="disk")),
-        })
+        status = WorkerGroupPollStatus(
+            {
+                0: WorkerStatus(False, ErrorInfo(type="ValueError", message="bad")),
+                1: WorkerStatus(True),
+                2: WorkerStatus(False, ErrorInfo(type="OSError", message="disk")),
+            }
+        )
         assert set(status.errors) == {0, 2}
         assert status.get_error_string() == "[Rank 0]\nValueError: bad\n[Rank 2]\nOSError: disk"
         assert not status.finished

@@ -1,0 +1,61 @@
+"""Small helpers to read from the store's database without opening a write transaction.
+
+On SQLite every transaction the store's engine begins is ``BEGIN IMMEDIATE``; reads here go
+through a raw DBAPI connection in autocommit mode instead (as the store's own reads do), so they
+never wait for, or hold up, a writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wgstore.events.store import EventStore
+
+__all__ = ["fetch", "is_postgres", "param", "sql_time", "to_utc"]
+
+_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
+
+
+def is_postgres(store: EventStore) -> bool:
+    """True when the store lives in PostgreSQL."""
+    return bool(store.engine.dialect.name == "postgresql")
+
+
+def param(store: EventStore) -> str:
+    """The DBAPI placeholder of the store's driver."""
+    return "%s" if is_postgres(store) else "?"
+
+
+def fetch(store: EventStore, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Run one SELECT outside any write transaction and return every row."""
+    postgres = is_postgres(store)
+    connection = store.engine.raw_connection()
+    try:
+        if postgres:
+            connection.driver_connection.autocommit = True  # type: ignore[union-attr]
+        cursor = connection.cursor()
+        try:
+            cursor.execute(sql, tuple(params))
+            return list(cursor.fetchall())
+        finally:
+            cursor.close()
+    finally:
+        if postgres and not connection.driver_connection.closed:  # type: ignore[union-attr]
+            connection.driver_connection.autocommit = False  # type: ignore[union-attr]
+        connection.close()
+
+
+def to_utc(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime (naive values are taken to be UTC)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def sql_time(store: EventStore, value: datetime) -> Any:
+    """``value`` in the form ``wg_events.recorded_at`` compares with on the store's backend."""
+    value = to_utc(value)
+    return value if is_postgres(store) else value.strftime(_SQLITE_TIME)

@@ -1,0 +1,437 @@
+"""The projector: keeps the SQL read models up to date with the log, each event exactly once.
+
+It is a transactional subscription named ``read-models``: the rows it writes for a batch of
+events and the subscription's checkpoint commit in one transaction, so a projector killed at any
+point leaves the read models as of the last committed batch, and the next run continues there.
+
+Each batch is folded with :func:`~wgstore.projections.state.evolve`, starting from the group's
+state as of the previous batch, kept in ``wg_snapshots`` under the name ``read-models`` and saved
+in the same transaction. The read models therefore always say what the pure fold says.
+
+A worker-group stream the fold refuses (an event out of order, an unknown type, ...) does not
+stop the projector for every other group: its ``wg_worker_groups`` row keeps the state as of the
+last good event, ``projection_error`` says which event was refused and why, and the stream's
+later events are left out until the read models are rebuilt. Events of other streams (``run-*``)
+only move the checkpoint.
+
+Rebuilding (:func:`rebuild_read_models`) empties the read models and resets the checkpoint in one
+transaction, then catches up batch by batch. Writers are never stopped (on SQLite they wait at
+most for one batch); readers see the read models fill up again from the start while it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+from wgstore.events.records import RecordedEvent
+from wgstore.events.schema import wg_snapshots, wg_subscriptions
+from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
+from wgstore.projections._db import to_utc
+from wgstore.projections.errors import ProjectionError
+from wgstore.projections.read_models import (
+    READ_MODEL_TABLES,
+    wg_poll_history,
+    wg_reports,
+    wg_worker_groups,
+    wg_workers,
+)
+from wgstore.projections.snapshots import load_snapshot, save_snapshot
+from wgstore.projections.state import WorkerGroupState, evolve, project_worker_group
+
+if TYPE_CHECKING:
+    import threading
+
+    from wgstore.events.store import EventStore
+
+__all__ = [
+    "PROJECTOR_SNAPSHOT",
+    "READ_MODELS_SUBSCRIPTION",
+    "apply_read_model_batch",
+    "catch_up_read_models",
+    "follow_read_models",
+    "rebuild_read_models",
+]
+
+READ_MODELS_SUBSCRIPTION = "read-models"
+"""The name of the projector's subscription (``wg_subscriptions.name``)."""
+PROJECTOR_SNAPSHOT = "read-models"
+"""The ``wg_snapshots.name`` of the states the projector continues from."""
+
+_PREFIX = "worker-group-"
+
+
+def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
+    """Apply every event the read models have not seen yet; return how many were handled.
+
+    Safe to run from several processes at once: the checkpoint moves by compare-and-set, so a
+    batch is applied by exactly one of them (the others retry from the new checkpoint).
+    """
+    from wgstore.events.subscriptions import SubscriptionConflictError
+
+    subscription = store.subscription(READ_MODELS_SUBSCRIPTION)
+    handled = 0
+    for _ in range(50):
+        try:
+            return handled + subscription.process(
+                lambda connection, batch: apply_read_model_batch(store, connection, batch),
+                transactional=True,
+                batch_size=batch_size,
+            )
+        except SubscriptionConflictError:
+            continue  # someone else applied that batch; carry on from the new checkpoint
+    raise RuntimeError("read models: 50 conflicting batches in a row; is a rebuild looping?")
+
+
+def follow_read_models(
+    store: EventStore, stop: threading.Event, *, batch_size: int = 500, wait_s: float = 1.0
+) -> None:
+    """Catch up, then keep the read models current until ``stop`` is set."""
+    while not stop.is_set():
+        catch_up_read_models(store, batch_size=batch_size)
+        if stop.is_set():
+            return
+        checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+        store.wait_for_new(checkpoint, timeout_s=wait_s)
+
+
+def rebuild_read_models(store: EventStore, *, batch_size: int = 500) -> int:
+    """Empty the read models, reset the checkpoint (one transaction), and catch up from zero.
+
+    Returns how many events were handled.
+    """
+    now = datetime.now(UTC)
+    with store.engine.begin() as connection:
+        dialect = postgresql if connection.dialect.name == "postgresql" else sqlite_dialect
+        connection.execute(
+            dialect.insert(wg_subscriptions)
+            .values(name=READ_MODELS_SUBSCRIPTION, checkpoint=0, updated_at=now)
+            .on_conflict_do_nothing(index_elements=["name"])
+        )
+        # Taking the checkpoint row first orders this after (or before) any batch in flight.
+        connection.execute(
+            wg_subscriptions.update()
+            .where(wg_subscriptions.c.name == READ_MODELS_SUBSCRIPTION)
+            .values(checkpoint=0, updated_at=now)
+        )
+        for table in READ_MODEL_TABLES:
+            connection.execute(table.delete())
+        connection.execute(wg_snapshots.delete().where(wg_snapshots.c.name == PROJECTOR_SNAPSHOT))
+    return catch_up_read_models(store, batch_size=batch_size)
+
+
+@dataclass
+class _GroupBatch:
+    """What one batch does to one group: the rows to write."""
+
+    state: WorkerGroupState | None
+    workers: dict[int, dict[str, Any]]
+    changed_workers: set[int] = field(default_factory=set)
+    polls: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    last_event: RecordedEvent | None = None
+
+
+def apply_read_model_batch(
+    store: EventStore, connection: sa.Connection, batch: list[RecordedEvent]
+) -> None:
+    """Write the read-model rows of ``batch`` through ``connection`` (the caller commits)."""
+    _lock_checkpoint(connection, batch)
+    streams: dict[str, list[RecordedEvent]] = {}
+    for event in batch:
+        if event.stream_id.startswith(_PREFIX):
+            streams.setdefault(event.stream_id, []).append(event)
+    if not streams:
+        return
+    group_ids = [stream_id[len(_PREFIX) :] for stream_id in streams]
+    existing = {
+        row.group_id: row.projection_error
+        for row in connection.execute(
+            sa.select(wg_worker_groups.c.group_id, wg_worker_groups.c.projection_error).where(
+                wg_worker_groups.c.group_id.in_(group_ids)
+            )
+        )
+    }
+    for (stream_id, events), group_id in zip(streams.items(), group_ids, strict=True):
+        if existing.get(group_id) is not None:
+            continue  # refused earlier: left out until a rebuild
+        known = group_id in existing
+        work = _fold_group(store, connection, stream_id, events, known)
+        _write_group(connection, group_id, stream_id, work)
+
+
+def _lock_checkpoint(connection: sa.Connection, batch: list[RecordedEvent]) -> None:
+    from wgstore.events.subscriptions import SubscriptionConflictError
+
+    checkpoint = connection.execute(
+        sa.select(wg_subscriptions.c.checkpoint)
+        .where(wg_subscriptions.c.name == READ_MODELS_SUBSCRIPTION)
+        .with_for_update()
+    ).scalar()
+    if checkpoint is not None and checkpoint >= batch[0].position:
+        raise SubscriptionConflictError(
+            f"read models: position {batch[0].position} was already applied (checkpoint "
+            f"{checkpoint}); another projector is running"
+        )
+
+
+def _fold_group(
+    store: EventStore,
+    connection: sa.Connection,
+    stream_id: str,
+    events: list[RecordedEvent],
+    known: bool,
+) -> _GroupBatch:
+    first = events[0]
+    state: WorkerGroupState | None = None
+    workers: dict[int, dict[str, Any]] = {}
+    if known:
+        state = load_snapshot(connection, stream_id, name=PROJECTOR_SNAPSHOT)
+        if state is None or state.version != first.version - 1:
+            previous = list(store.read_stream(stream_id, to_version=first.version - 1))
+            state = project_worker_group(previous) if previous else None
+        sqlite = connection.dialect.name != "postgresql"
+        for found in connection.execute(
+            sa.select(wg_workers).where(wg_workers.c.group_id == stream_id[len(_PREFIX) :])
+        ).mappings():
+            row = dict(found)
+            if sqlite and row["last_metrics"] is not None:
+                row["last_metrics"] = msgspec.json.decode(row["last_metrics"])
+            workers[row["world_rank"]] = row
+    work = _GroupBatch(state=state, workers=workers)
+    for event in events:
+        try:
+            new = evolve(work.state, event)
+        except ProjectionError as error:
+            work.error = str(error)
+            work.last_event = event
+            break
+        _rows_of(work, new, event)
+        work.state = new
+        work.last_event = event
+    return work
+
+
+def _rows_of(work: _GroupBatch, state: WorkerGroupState, event: RecordedEvent) -> None:
+    payload = event.event
+    at = to_utc(event.recorded_at)
+    if isinstance(payload, WorkersStarted):
+        for info in state.workers:
+            work.workers[info.world_rank] = {
+                "group_id": state.group_id,
+                "world_rank": info.world_rank,
+                "local_rank": info.local_rank,
+                "node_rank": info.node_rank,
+                "local_world_size": info.local_world_size,
+                "world_size": info.world_size,
+                "node_id": info.node_id,
+                "node_ip": info.node_ip,
+                "pid": info.pid,
+                "actor_id": info.actor_id,
+                "actor_name": info.actor_name,
+                "gpu_ids": ",".join(info.gpu_ids),
+                "running": True,
+                "error_type": None,
+                "error_message": None,
+                "stopped_at": None,
+                "reports": 0,
+                "last_report_index": None,
+                "last_reported_at": None,
+                "last_metrics": None,
+                "last_checkpoint": None,
+                "updated_at": at,
+            }
+            work.changed_workers.add(info.world_rank)
+    elif isinstance(payload, WorkerGroupPolled):
+        status = state.poll_status
+        assert status is not None
+        polled_at = to_utc(payload.polled_at)
+        for change in payload.changes:
+            row = work.workers[change.world_rank]
+            if row["running"] and not change.running:
+                row["stopped_at"] = polled_at
+            elif change.running:
+                row["stopped_at"] = None
+            row["running"] = change.running
+            row["error_type"] = change.error.type if change.error else None
+            row["error_message"] = change.error.message if change.error else None
+            row["updated_at"] = at
+            work.changed_workers.add(change.world_rank)
+        work.polls.append(
+            {
+                "group_id": state.group_id,
+                "poll_seq": payload.poll_seq,
+                "polled_at": polled_at,
+                "unchanged_polls": payload.unchanged_polls,
+                "unchanged_since": None
+                if payload.unchanged_since is None
+                else to_utc(payload.unchanged_since),
+                "running_workers": status.num_running,
+                "errored_workers": len(status.errors),
+                "changes": [
+                    {
+                        "world_rank": c.world_rank,
+                        "running": c.running,
+                        "error_type": c.error.type if c.error else None,
+                        "error_message": c.error.message if c.error else None,
+                    }
+                    for c in payload.changes
+                ],
+                "stream_version": event.version,
+                "position": event.position,
+                "recorded_at": at,
+            }
+        )
+    elif isinstance(payload, WorkerReported):
+        row = work.workers[payload.world_rank]
+        row["reports"] += 1
+        row["last_report_index"] = payload.index
+        row["last_reported_at"] = at
+        row["last_metrics"] = _plain(payload.metrics)
+        if payload.checkpoint is not None:
+            row["last_checkpoint"] = payload.checkpoint
+        row["updated_at"] = at
+        work.changed_workers.add(payload.world_rank)
+        work.reports.append(
+            {
+                "group_id": state.group_id,
+                "world_rank": payload.world_rank,
+                "report_index": payload.index,
+                "metrics": _plain(payload.metrics),
+                "checkpoint": payload.checkpoint,
+                "stream_version": event.version,
+                "position": event.position,
+                "reported_at": at,
+            }
+        )
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain JSON data (dicts, lists, str, numbers, bool, None)."""
+    return msgspec.json.decode(msgspec.json.encode(value))
+
+
+def _group_row(state: WorkerGroupState) -> dict[str, Any]:
+    status = state.poll_status
+    error = state.error
+    outcome = state.outcome
+    return {
+        "group_id": state.group_id,
+        "stream_id": state.stream_id,
+        "run_id": state.run_id,
+        "attempt": state.attempt,
+        "status": state.status.value,
+        "outcome": None if outcome is None else outcome.value,
+        "num_workers": state.num_workers,
+        "resources_per_worker": _plain(state.context.resources_per_worker),
+        "placement_strategy": state.context.placement_strategy,
+        "train_fn": state.context.train_fn,
+        "placement_group_id": None
+        if state.placement_group is None
+        else state.placement_group.placement_group_id,
+        "requested_at": to_utc(state.requested_at),
+        "started_at": None if state.started_at is None else to_utc(state.started_at),
+        "startup_s": state.startup_s,
+        "training_launched_at": None
+        if state.training_launched_at is None
+        else to_utc(state.training_launched_at),
+        "running_workers": None if status is None else status.num_running,
+        "errored_workers": None if status is None else len(status.errors),
+        "recorded_polls": state.recorded_polls,
+        "polls_total": state.polls_total,
+        "last_poll_seq": state.last_poll_seq,
+        "last_polled_at": None if state.last_polled_at is None else to_utc(state.last_polled_at),
+        "reports_total": state.reports_total,
+        "latest_checkpoint": state.latest_checkpoint,
+        "start_failed_stage": None
+        if state.start_failure is None
+        else state.start_failure.stage.value,
+        "error_type": None if error is None else error.type,
+        "error_message": None if error is None else error.message,
+        "shutdown_reason": state.shutdown_reason,
+        "shutdown_requested_at": None
+        if state.shutdown_requested_at is None
+        else to_utc(state.shutdown_requested_at),
+        "shut_down_at": None if state.shut_down_at is None else to_utc(state.shut_down_at),
+        "released": list(state.released),
+        "stream_version": state.version,
+        "last_position": state.position,
+        "updated_at": to_utc(state.updated_at),
+        "projection_error": None,
+    }
+
+
+def _json_columns(connection: sa.Connection, rows: list[dict[str, Any]], *names: str) -> None:
+    """On SQLite, store JSON columns as JSON text (Postgres' JSONB takes the Python value)."""
+    if connection.dialect.name == "postgresql":
+        return
+    for row in rows:
+        for name in names:
+            if row[name] is not None:
+                row[name] = msgspec.json.encode(row[name]).decode()
+
+
+def _upsert(connection: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite_dialect
+    insert = dialect.insert(table)
+    keys = [c.name for c in table.primary_key.columns]
+    update = {name: insert.excluded[name] for name in rows[0] if name not in keys}
+    connection.execute(insert.on_conflict_do_update(index_elements=keys, set_=update), rows)
+
+
+def _write_group(
+    connection: sa.Connection, group_id: str, stream_id: str, work: _GroupBatch
+) -> None:
+    state = work.state
+    if state is not None:
+        row = _group_row(state)
+        row["projection_error"] = work.error
+        rows = [row]
+        _json_columns(connection, rows, "resources_per_worker", "released")
+        _upsert(connection, wg_worker_groups, rows)
+        save_snapshot(connection, state, name=PROJECTOR_SNAPSHOT)
+    elif work.error is not None and work.last_event is not None:
+        event = work.last_event
+        _upsert(
+            connection,
+            wg_worker_groups,
+            [
+                {
+                    "group_id": group_id,
+                    "stream_id": stream_id,
+                    "stream_version": event.version,
+                    "last_position": event.position,
+                    "updated_at": to_utc(event.recorded_at),
+                    "projection_error": work.error,
+                }
+            ],
+        )
+    workers = [dict(work.workers[rank]) for rank in sorted(work.changed_workers)]
+    _json_columns(connection, workers, "last_metrics")
+    _upsert(connection, wg_workers, workers)
+    if work.polls:
+        _json_columns(connection, work.polls, "changes")
+        connection.execute(wg_poll_history.insert(), work.polls)
+    if work.reports:
+        _json_columns(connection, work.reports, "metrics")
+        connection.execute(wg_reports.insert(), work.reports)
+
+
+def read_model_rows(connection: sa.Connection) -> Mapping[str, list[tuple[Any, ...]]]:
+    """Every row of every read-model table, sorted: to compare two sets of read models."""
+    result: dict[str, list[tuple[Any, ...]]] = {}
+    for table in READ_MODEL_TABLES:
+        keys = list(table.primary_key.columns)
+        rows = connection.execute(sa.select(table).order_by(*keys)).all()
+        result[table.name] = [tuple(row) for row in rows]
+    return result

@@ -1,0 +1,273 @@
+"""Projections read from the store: time travel, poll history and run state.
+
+``worker_group_state(store, group_id)`` gives the latest state, starting from a snapshot when a
+valid one exists and folding only the tail; with ``version`` or ``at`` it gives the state as it
+was after that version, or at that moment (the events recorded at or before ``at``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from wgstore.events.records import RecordedEvent
+from wgstore.events.run import stream_id_for_run
+from wgstore.events.worker_group import (
+    WorkerGroupPolled,
+    WorkersStarted,
+    WorkerStatusChange,
+    stream_id_for_group,
+)
+from wgstore.projections._db import fetch, is_postgres, param, sql_time, to_utc
+from wgstore.projections.errors import ProjectionError, StreamNotFoundError
+from wgstore.projections.poll_history import PollRecord, iter_poll_history
+from wgstore.projections.run import RunState, project_run
+from wgstore.projections.snapshots import load_snapshot, save_snapshot
+from wgstore.projections.state import (
+    WorkerGroupPollStatus,
+    WorkerGroupState,
+    apply_poll_changes,
+    evolve,
+)
+
+if TYPE_CHECKING:
+    from wgstore.events.store import EventStore
+
+__all__ = ["CLOCK_SKEW", "SNAPSHOT_EVERY", "poll_history", "run_state", "worker_group_state"]
+
+CLOCK_SKEW = timedelta(minutes=10)
+"""How far ``polled_at`` (the executor's clock) may run ahead of ``recorded_at`` (the store's)."""
+
+SNAPSHOT_EVERY = 1000
+"""Reading the latest state saves a snapshot when it had to fold at least this many events."""
+
+
+def _until(events: Iterable[RecordedEvent], at: datetime | None) -> Iterator[RecordedEvent]:
+    if at is None:
+        yield from events
+        return
+    for event in events:
+        if event.recorded_at > at:
+            return
+        yield event
+
+
+def worker_group_state(
+    store: EventStore,
+    group_id: str,
+    version: int | None = None,
+    at: datetime | None = None,
+    *,
+    use_snapshots: bool = True,
+    snapshot_every: int = SNAPSHOT_EVERY,
+) -> WorkerGroupState:
+    """The state of worker group ``group_id``: now, after ``version``, or at the moment ``at``.
+
+    Args:
+        store: an open :class:`~wgstore.events.EventStore`.
+        group_id: the group's id (its stream is ``worker-group-<group_id>``).
+        version: the state right after this stream version.
+        at: the state as of this moment: every event recorded at or before it (naive datetimes
+            are UTC). With ``version`` too, whichever comes first.
+        use_snapshots: start from a valid snapshot when one is not past the asked-for point.
+        snapshot_every: save a new snapshot (unless the store is read-only) when at least this
+            many events had to be folded.
+
+    Raises:
+        StreamNotFoundError: no such group, it did not exist yet at ``at``, or its stream has
+            not reached ``version``.
+        ProjectionError: the stream cannot be folded (names the stream and position).
+        ValueError: ``version`` is below 1.
+    """
+    if version is not None and version < 1:
+        raise ValueError(f"version must be 1 or more, got {version}")
+    at = None if at is None else to_utc(at)
+    stream_id = stream_id_for_group(group_id)
+    state: WorkerGroupState | None = None
+    if use_snapshots:
+        state = load_snapshot(store, stream_id, max_version=version)
+        if state is not None and at is not None and state.updated_at > at:
+            state = None
+    start = 1 if state is None else state.version + 1
+    folded = 0
+    for event in _until(store.read_stream(stream_id, from_version=start, to_version=version), at):
+        state = evolve(state, event)
+        folded += 1
+    if state is None:
+        when = f" at {at.isoformat()}" if at is not None else ""
+        raise StreamNotFoundError(
+            f"worker group {group_id!r} has no events{when} (stream {stream_id!r}); check the "
+            "group id, or ask for a later moment"
+        )
+    if version is not None and at is None and state.version < version:
+        raise StreamNotFoundError(
+            f"stream {stream_id!r} is at version {state.version}, so there is no state after "
+            f"version {version}"
+        )
+    if use_snapshots and folded >= snapshot_every and not getattr(store, "read_only", False):
+        save_snapshot(store, state)
+    return state
+
+
+def poll_history(
+    store: EventStore,
+    group_id: str,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[PollRecord]:
+    """Every recorded poll of ``group_id``, in order, each with the full status of every worker.
+
+    Without ``since`` the whole stream is folded and checked, as
+    :func:`~wgstore.projections.poll_history.fold_poll_history` does. With ``since`` only the
+    polls from then on are read: the status at the start comes from the polls before that which
+    changed something (a handful, however long the group ran), so the last hour of a day of
+    polls costs about an hour of rows.
+
+    Args:
+        since: only polls with ``polled_at`` at or after this moment.
+        until: only polls with ``polled_at`` at or before this moment.
+
+    Raises:
+        StreamNotFoundError: no such group.
+        ProjectionError: a poll names an unknown rank or its sequence does not rise.
+    """
+    stream_id = stream_id_for_group(group_id)
+    since = None if since is None else to_utc(since)
+    until = None if until is None else to_utc(until)
+    if since is None:
+        events = list(store.read_stream(stream_id))
+        if not events:
+            raise _no_group(group_id, stream_id)
+        return [
+            record
+            for record in iter_poll_history(events)
+            if until is None or record.polled_at <= until
+        ]
+    return _poll_window(store, group_id, stream_id, since, until)
+
+
+def _no_group(group_id: str, stream_id: str) -> StreamNotFoundError:
+    return StreamNotFoundError(
+        f"worker group {group_id!r} has no events (stream {stream_id!r}); check the group id"
+    )
+
+
+def _poll_window(
+    store: EventStore,
+    group_id: str,
+    stream_id: str,
+    since: datetime,
+    until: datetime | None,
+) -> list[PollRecord]:
+    p = param(store)
+    postgres = is_postgres(store)
+    data = "data::text" if postgres else "data"
+    has_changes = (
+        "jsonb_array_length(COALESCE(data->'changes', '[]'::jsonb)) > 0"
+        if postgres
+        else "COALESCE(json_array_length(data, '$.changes'), 0) > 0"
+    )
+    columns = f"position, stream_version, event_type, schema_version, {data}"
+    workers = fetch(
+        store,
+        f"SELECT {columns} FROM wg_events WHERE stream_id = {p} AND event_type = {p} "
+        "ORDER BY stream_version LIMIT 1",
+        (stream_id, "WorkersStarted"),
+    )
+    if not workers:
+        if store.stream_version(stream_id) == 0:
+            raise _no_group(group_id, stream_id)
+        return []
+    started: WorkersStarted = _decode(store, stream_id, workers[0])
+    ranks = [w.world_rank for w in started.workers]
+    cutoff = sql_time(store, since - CLOCK_SKEW)
+    before = fetch(
+        store,
+        f"SELECT {columns} FROM wg_events WHERE stream_id = {p} AND event_type = {p} "
+        f"AND recorded_at < {p} AND {has_changes} ORDER BY stream_version",
+        (stream_id, "WorkerGroupPolled", cutoff),
+    )
+    window = fetch(
+        store,
+        f"SELECT {columns} FROM wg_events WHERE stream_id = {p} AND event_type = {p} "
+        f"AND recorded_at >= {p} ORDER BY stream_version",
+        (stream_id, "WorkerGroupPolled", cutoff),
+    )
+    status: WorkerGroupPollStatus | None = None
+    last_seq = 0
+    for row in before:
+        poll: WorkerGroupPolled = _decode(store, stream_id, row)
+        status = _apply(status, ranks, poll.changes, stream_id, row)
+        last_seq = poll.poll_seq
+    history: list[PollRecord] = []
+    for row in window:
+        poll = _decode(store, stream_id, row)
+        if poll.poll_seq <= last_seq:
+            raise ProjectionError(
+                f"poll_seq {poll.poll_seq} does not follow the last recorded poll_seq {last_seq}",
+                stream_id=stream_id,
+                version=row[1],
+                position=row[0],
+                event_type=row[2],
+            )
+        last_seq = poll.poll_seq
+        if status is None or poll.changes:
+            status = _apply(status, ranks, poll.changes, stream_id, row)
+        if until is not None and poll.polled_at > until:
+            break
+        if poll.polled_at < since:
+            continue
+        history.append(
+            PollRecord(
+                poll_seq=poll.poll_seq,
+                polled_at=poll.polled_at,
+                status=status,
+                changes=tuple(poll.changes),
+                unchanged_polls=poll.unchanged_polls,
+                unchanged_since=poll.unchanged_since,
+                version=row[1],
+                position=row[0],
+            )
+        )
+    return history
+
+
+def _decode(store: EventStore, stream_id: str, row: Any) -> Any:
+    position, _version, type_name, schema_version, data = row
+    return store.codec.decode(
+        type_name, schema_version, data, stream_id=stream_id, position=position
+    )
+
+
+def _apply(
+    status: WorkerGroupPollStatus | None,
+    ranks: list[int],
+    changes: tuple[WorkerStatusChange, ...],
+    stream_id: str,
+    row: Any,
+) -> WorkerGroupPollStatus:
+    try:
+        return apply_poll_changes(status, ranks, changes)
+    except KeyError as missing:
+        raise ProjectionError(
+            f"no worker has world rank {missing.args[0]}",
+            stream_id=stream_id,
+            version=row[1],
+            position=row[0],
+            event_type=row[2],
+        ) from None
+
+
+def run_state(store: EventStore, run_id: str, version: int | None = None) -> RunState:
+    """The state of run ``run_id``, now or right after stream ``version``.
+
+    Raises:
+        StreamNotFoundError: no such run.
+        ProjectionError: the stream cannot be folded.
+    """
+    stream_id = stream_id_for_run(run_id)
+    events = list(store.read_stream(stream_id, to_version=version))
+    if not events:
+        raise StreamNotFoundError(f"run {run_id!r} has no events (stream {stream_id!r})")
+    return project_run(events)

@@ -1,0 +1,186 @@
+"""Snapshots: the folded state of a long stream, saved so the latest state needs only the tail.
+
+A snapshot is a row of ``wg_snapshots`` (``name``, ``stream_id``): the state serialized with
+msgspec as JSON, the stream version it was folded up to, and a fingerprint of the state's
+schema. The fingerprint hashes the JSON schema msgspec derives from the state class together with
+:data:`SNAPSHOT_FORMAT`, so any change to the state's fields, or a change of meaning declared by
+bumping :data:`SNAPSHOT_FORMAT`, makes old snapshots unreadable: they are ignored and rebuilt
+from the log, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+from wgstore.events.schema import wg_snapshots
+from wgstore.projections._db import fetch, is_postgres, param
+from wgstore.projections.state import WorkerGroupState
+
+if TYPE_CHECKING:
+    from wgstore.events.store import EventStore
+
+__all__ = [
+    "SNAPSHOT_FORMAT",
+    "STATE_SCHEMA",
+    "WORKER_GROUP_SNAPSHOT",
+    "decode_state",
+    "delete_snapshot",
+    "encode_state",
+    "load_snapshot",
+    "save_snapshot",
+]
+
+SNAPSHOT_FORMAT = 1
+"""Bump when the meaning of a state field changes without its type changing."""
+
+WORKER_GROUP_SNAPSHOT = "worker_group"
+"""The ``wg_snapshots.name`` of worker-group state snapshots."""
+
+
+def _fingerprint(cls: type) -> str:
+    schema = msgspec.json.encode(msgspec.json.schema(cls), order="sorted")
+    digest = hashlib.sha256(schema + f"|format={SNAPSHOT_FORMAT}".encode()).hexdigest()
+    return f"{cls.__name__}/{SNAPSHOT_FORMAT}/{digest[:16]}"
+
+
+STATE_SCHEMA = _fingerprint(WorkerGroupState)
+"""The fingerprint of :class:`WorkerGroupState` that snapshots written by this code carry."""
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(WorkerGroupState)
+
+
+def encode_state(state: WorkerGroupState) -> str:
+    """The state as JSON text."""
+    return _encoder.encode(state).decode()
+
+
+def decode_state(text: str | bytes) -> WorkerGroupState:
+    """A state from the JSON text :func:`encode_state` made.
+
+    Raises:
+        msgspec.ValidationError: the text does not fit the state's current schema.
+    """
+    return _decoder.decode(text)
+
+
+def _state_value(connection: sa.Connection, text: str) -> Any:
+    if connection.dialect.name == "postgresql":
+        return sa.cast(sa.literal(text, sa.Text()), postgresql.JSONB())
+    return text
+
+
+def save_snapshot(
+    target: EventStore | sa.Connection,
+    state: WorkerGroupState,
+    *,
+    name: str = WORKER_GROUP_SNAPSHOT,
+) -> None:
+    """Save ``state`` as the snapshot ``name`` of its stream, replacing an older one.
+
+    A snapshot never moves backwards: one already at a higher version is kept.
+
+    Args:
+        target: a store (its own transaction) or a connection inside the caller's transaction.
+        state: the state to save.
+        name: which projection the snapshot belongs to.
+    """
+    if isinstance(target, sa.Connection):
+        _save(target, state, name)
+        return
+    with target.engine.begin() as connection:
+        _save(connection, state, name)
+
+
+def _save(connection: sa.Connection, state: WorkerGroupState, name: str) -> None:
+    values = {
+        "name": name,
+        "stream_id": state.stream_id,
+        "stream_version": state.version,
+        "schema": STATE_SCHEMA,
+        "state": _state_value(connection, encode_state(state)),
+        "created_at": datetime.now(UTC),
+    }
+    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite_dialect
+    insert = dialect.insert(wg_snapshots).values(**values)
+    excluded = insert.excluded
+    newer = sa.or_(
+        wg_snapshots.c.stream_version < excluded.stream_version,
+        wg_snapshots.c.schema != excluded.schema,
+    )
+    connection.execute(
+        insert.on_conflict_do_update(
+            index_elements=["name", "stream_id"],
+            set_={
+                "stream_version": excluded.stream_version,
+                "schema": excluded.schema,
+                "state": excluded.state,
+                "created_at": excluded.created_at,
+            },
+            where=newer,
+        )
+    )
+
+
+def load_snapshot(
+    target: EventStore | sa.Connection,
+    stream_id: str,
+    *,
+    name: str = WORKER_GROUP_SNAPSHOT,
+    max_version: int | None = None,
+) -> WorkerGroupState | None:
+    """The snapshot ``name`` of ``stream_id``, or ``None``.
+
+    A snapshot of another schema, one that no longer decodes, or one past ``max_version`` is
+    ignored (``None``): the caller folds from the log instead.
+    """
+    query = sa.select(
+        wg_snapshots.c.stream_version,
+        wg_snapshots.c.schema,
+        sa.cast(wg_snapshots.c.state, sa.Text()),
+    ).where(wg_snapshots.c.name == name, wg_snapshots.c.stream_id == stream_id)
+    if isinstance(target, sa.Connection):
+        row = target.execute(query).first()
+    else:
+        state_text = "state::text" if is_postgres(target) else "state"
+        p = param(target)
+        rows = fetch(
+            target,
+            f"SELECT stream_version, schema, {state_text} FROM wg_snapshots "
+            f"WHERE name = {p} AND stream_id = {p}",
+            (name, stream_id),
+        )
+        row = rows[0] if rows else None
+    if row is None:
+        return None
+    version, schema, text = row
+    if schema != STATE_SCHEMA or (max_version is not None and version > max_version):
+        return None
+    try:
+        state = decode_state(text)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError, TypeError):
+        return None
+    if state.version != version or state.stream_id != stream_id:
+        return None
+    return state
+
+
+def delete_snapshot(
+    target: EventStore | sa.Connection, stream_id: str, *, name: str = WORKER_GROUP_SNAPSHOT
+) -> None:
+    """Remove the snapshot ``name`` of ``stream_id``, if there is one."""
+    statement = wg_snapshots.delete().where(
+        wg_snapshots.c.name == name, wg_snapshots.c.stream_id == stream_id
+    )
+    if isinstance(target, sa.Connection):
+        target.execute(statement)
+        return
+    with target.engine.begin() as connection:
+        connection.execute(statement)
