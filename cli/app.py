@@ -1,0 +1,34 @@
+"""The ``wgstore`` command: the Typer app that gathers every subcommand, and ``main``."""
+
+from __future__ import annotations
+
+import typer
+
+from wgstore.cli import db, events, sql, verify
+from wgstore.cli.common import WgstoreGroup
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="wgstore",
+    cls=WgstoreGroup,
+    help=(
+        "Audit, replay and run Ray worker groups recorded in a wgstore event log.\n\n"
+        "Every command reads --url or WGSTORE_URL (default: sqlite:///wgstore.db, the file "
+        "`wgstore run` writes in the current folder)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+app.add_typer(db.db_app, name="db")
+app.command("events")(events.events_command)
+app.command("verify")(verify.verify_command)
+app.command("sql")(sql.sql_command)
+
+
+def main() -> None:
+    """Entry point of the ``wgstore`` console script."""
+    app(prog_name="wgstore")

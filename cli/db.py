@@ -1,0 +1,86 @@
+"""``wgstore db upgrade | current | check``: the schema, through Alembic."""
+
+from __future__ import annotations
+
+import typer
+
+from wgstore.cli.common import (
+    DEFAULT_URL,
+    CliError,
+    UrlOption,
+    check_url,
+    database_errors,
+    open_store,
+    store_label,
+)
+from wgstore.events.engine import create_store_engine
+from wgstore.migrations.runner import current_revision, head_revision
+
+__all__ = ["db_app"]
+
+db_app = typer.Typer(
+    help="The database schema: upgrade it, show it, check it.", no_args_is_help=True
+)
+
+
+def _current(url: str) -> str | None:
+    """The revision the database is at (None when never migrated), read without writing."""
+    engine = create_store_engine(check_url(url), read_only=True)
+    try:
+        with database_errors(url), engine.connect() as connection:
+            revision = current_revision(connection)
+            connection.rollback()
+        return revision
+    finally:
+        engine.dispose()
+
+
+@db_app.command("upgrade")
+def upgrade_command(url: UrlOption = DEFAULT_URL) -> None:
+    """Create the tables, or migrate them to the newest revision this wgstore knows."""
+    check_url(url)
+    before = _current_or_none(url)
+    open_store(url, read_only=False).close()  # opening a writable store migrates to head
+    head = head_revision()
+    if before == head:
+        typer.echo(f"{store_label(url)} is already at {head} (head)")
+    else:
+        typer.echo(
+            f"upgraded {store_label(url)} from {before or 'an empty database'} to {head} (head)"
+        )
+
+
+def _current_or_none(url: str) -> str | None:
+    """Like :func:`_current`, but a SQLite file that does not exist yet is simply empty."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        from pathlib import Path
+
+        if not Path(parsed.database or "").exists():
+            return None
+    return _current(url)
+
+
+@db_app.command("current")
+def current_command(url: UrlOption = DEFAULT_URL) -> None:
+    """Show the revision the database is at, and the newest one this wgstore knows."""
+    current = _current(url)
+    head = head_revision()
+    state = "at head" if current == head else "behind: run `wgstore db upgrade`"
+    typer.echo(f"current: {current or 'none (no wgstore tables)'}")
+    typer.echo(f"head:    {head} ({state})")
+
+
+@db_app.command("check")
+def check_command(url: UrlOption = DEFAULT_URL) -> None:
+    """Exit 0 when the database is at head, 1 (naming the revision) when it is not."""
+    current = _current(url)
+    head = head_revision()
+    if current != head:
+        raise CliError(
+            f"{store_label(url)} is at {current or 'no revision (no wgstore tables)'}, "
+            f"not at head {head}: run `wgstore db upgrade`"
+        )
+    typer.echo(f"{store_label(url)} is at head ({head})")

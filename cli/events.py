@@ -1,0 +1,183 @@
+"""``wgstore events``: the log, for one group, one stream, one run or everything; ``--follow``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import Annotated
+
+import typer
+
+from wgstore.cli.common import (
+    DEFAULT_URL,
+    UrlOption,
+    UsageProblem,
+    group_stream,
+    json_line,
+    opened,
+    out_console,
+    parse_duration,
+    parse_time,
+    resolve_group,
+)
+from wgstore.cli.render import event_json, event_line
+from wgstore.events import REGISTRY, EventStore, RecordedEvent
+
+__all__ = ["events_command", "run_streams"]
+
+Filter = Callable[[RecordedEvent], bool]
+
+
+def _check_types(types: list[str]) -> list[str]:
+    known = REGISTRY.names()
+    for name in types:
+        if name not in known:
+            close = [k for k in known if name.lower() in k.lower()]
+            hint = (
+                f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}"
+            )
+            raise UsageProblem(f"{name!r} is not an event type{hint}")
+    return types
+
+
+def run_streams(store: EventStore, run_id: str) -> set[str]:
+    """The streams of run ``run_id``: ``run-<id>`` and every worker group started for it."""
+    streams = {f"run-{run_id}"}
+    for record in store.read_all(types=["WorkerGroupStartRequested"]):
+        if record.event.run_id == run_id:
+            streams.add(group_stream(record.event.group_id))
+    if len(streams) == 1 and store.stream_version(f"run-{run_id}") == 0:
+        raise UsageProblem(f"no run {run_id!r} in the log (no run stream, no worker group of it)")
+    return streams
+
+
+def _source(
+    store: EventStore, streams: set[str] | None, types: list[str], head: int
+) -> Iterator[RecordedEvent]:
+    """The stored events up to ``head``, of ``streams`` (all when None)."""
+    if streams is not None and len(streams) == 1:
+        (stream,) = streams
+        for record in store.read_stream(stream):
+            if record.position <= head and (not types or record.type in types):
+                yield record
+        return
+    for record in store.read_all(types=types or None):
+        if record.position > head:
+            return
+        if streams is None or record.stream_id in streams:
+            yield record
+
+
+def _emit(records: Iterable[RecordedEvent], keep: Filter, as_json: bool) -> int:
+    console = None if as_json else out_console()
+    count = 0
+    for record in records:
+        if not keep(record):
+            continue
+        count += 1
+        if console is None:
+            typer.echo(json_line(event_json(record)))
+        else:
+            console.print(event_line(record), soft_wrap=True)
+    return count
+
+
+def _follow(
+    store: EventStore,
+    after: int,
+    streams: set[str] | None,
+    types: list[str],
+    keep: Filter,
+    as_json: bool,
+    stop_after: float | None,
+) -> None:
+    """Print new events as they are appended, until Ctrl-C or ``stop_after`` seconds pass."""
+    deadline = None if stop_after is None else time.monotonic() + stop_after
+    while deadline is None or time.monotonic() < deadline:
+        wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+        head = store.wait_for_new(after, timeout_s=wait)
+        if head <= after:
+            continue
+        fresh = [
+            record
+            for record in store.read_all(after=after, types=types or None)
+            if record.position <= head
+        ]
+        after = head
+        _emit(
+            (r for r in fresh if streams is None or r.stream_id in streams),
+            keep,
+            as_json,
+        )
+
+
+def events_command(
+    url: UrlOption = DEFAULT_URL,
+    group: Annotated[
+        str | None, typer.Option("--group", "-g", help="A worker group id or unique prefix.")
+    ] = None,
+    stream: Annotated[
+        str | None, typer.Option("--stream", "-s", help="One stream id, e.g. run-42.")
+    ] = None,
+    run: Annotated[
+        str | None,
+        typer.Option("--run", "-r", help="A run: its run stream and every group started for it."),
+    ] = None,
+    types: Annotated[
+        list[str] | None,
+        typer.Option("--type", "-t", help="Only events of this type (repeat for more)."),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="From this time: ISO 8601 (UTC if no zone) or 10m, 2h, 3d.")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Up to this time (same forms as --since).")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events as they arrive.")
+    ] = False,
+    stop_after: Annotated[
+        str | None,
+        typer.Option(help="With --follow: stop after this long (e.g. 30s); default: Ctrl-C."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """Show the log: a worker group, a stream, a run, or everything, oldest first."""
+    chosen = [
+        name for name, value in (("--group", group), ("--stream", stream), ("--run", run)) if value
+    ]
+    if len(chosen) > 1:
+        raise UsageProblem(f"give one of {', '.join(chosen)}, not several")
+    if until and follow:
+        raise UsageProblem("--until and --follow contradict each other; drop one")
+    if stop_after and not follow:
+        raise UsageProblem("--stop-after only makes sense with --follow")
+    type_names = _check_types(list(types or []))
+    start: datetime | None = parse_time(since) if since else None
+    end: datetime | None = parse_time(until) if until else None
+    if start and end and start > end:
+        raise UsageProblem(f"--since ({since}) is after --until ({until})")
+    limit_s = parse_duration(stop_after).total_seconds() if stop_after else None
+
+    def keep(record: RecordedEvent) -> bool:
+        if start is not None and record.recorded_at < start:
+            return False
+        return end is None or record.recorded_at <= end
+
+    with opened(url) as store:
+        streams: set[str] | None = None
+        if group:
+            streams = {group_stream(resolve_group(store, group))}
+        elif stream:
+            if store.stream_version(stream) == 0 and not follow:
+                raise UsageProblem(
+                    f"no stream {stream!r} in the log; `wgstore events` lists every stream's events"
+                )
+            streams = {stream}
+        elif run:
+            streams = run_streams(store, run)
+        head = store.head()
+        _emit(_source(store, streams, type_names, head), keep, as_json)
+        if follow:
+            _follow(store, head, streams, type_names, keep, as_json, limit_s)
