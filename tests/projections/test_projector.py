@@ -1,0 +1,187 @@
+"""The projector keeps the SQL read models equal to the fold, each event exactly once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from projection_builders import RunStream, Stream, append_stream, error, stopped
+
+from wgstore.events.schema import wg_snapshots
+from wgstore.projections import (
+    catch_up_read_models,
+    project_worker_group,
+    rebuild_read_models,
+)
+from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION, read_model_rows
+from wgstore.projections.read_models import (
+    wg_poll_history,
+    wg_reports,
+    wg_worker_groups,
+    wg_workers,
+)
+
+
+def _stream(group_id: str, num_workers: int = 2) -> Stream:
+    return Stream(
+        group_id, num_workers=num_workers, start=datetime.now(UTC), step=timedelta(milliseconds=1)
+    )
+
+
+def _rows(store: Any, table: sa.Table, **where: Any) -> list[dict[str, Any]]:
+    query = sa.select(table).order_by(*table.primary_key.columns)
+    for name, value in where.items():
+        query = query.where(table.c[name] == value)
+    with store.engine.connect() as connection:
+        return [dict(row) for row in connection.execute(query).mappings()]
+
+
+def _all_rows(store: Any) -> Any:
+    with store.engine.connect() as connection:
+        return read_model_rows(connection)
+
+
+def _lifecycle(store: Any) -> list[Any]:
+    stream = _stream("g1", num_workers=3).running().polled()
+    stream.reported(0, "/ckpt/1", loss=0.5).reported(1, loss=0.7).reported(0, loss=0.4)
+    stream.polled(stopped(2, error("oom")), unchanged=4).shutdown_requested("failure")
+    stream.polled(stopped(0), stopped(1), unchanged=1).shut_down()
+    return append_stream(store, stream)
+
+
+def test_catching_up_writes_one_row_per_group_worker_poll_and_report(store: Any) -> None:
+    recorded = _lifecycle(store)
+    assert catch_up_read_models(store) == len(recorded)
+    state = project_worker_group(recorded)
+    (group,) = _rows(store, wg_worker_groups)
+    assert group["group_id"] == "g1"
+    assert (group["status"], group["outcome"]) == ("SHUT_DOWN", "errored")
+    assert (group["run_id"], group["attempt"], group["num_workers"]) == ("r1", 1, 3)
+    assert (group["running_workers"], group["errored_workers"]) == (0, 1)
+    assert (group["recorded_polls"], group["polls_total"], group["last_poll_seq"]) == (3, 8, 8)
+    assert group["reports_total"] == 3
+    assert group["latest_checkpoint"] == "/ckpt/1"
+    assert (group["error_type"], group["error_message"]) == ("RuntimeError", "oom")
+    assert group["shutdown_reason"] == "failure"
+    assert group["stream_version"] == state.version
+    assert group["last_position"] == state.position
+    assert group["projection_error"] is None
+    workers = _rows(store, wg_workers)
+    assert [w["world_rank"] for w in workers] == [0, 1, 2]
+    assert [w["running"] for w in workers] == [False, False, False]
+    assert [w["reports"] for w in workers] == [2, 1, 0]
+    assert workers[2]["error_message"] == "oom"
+    assert workers[0]["last_checkpoint"] == "/ckpt/1"
+    assert workers[0]["stopped_at"] is not None
+    polls = _rows(store, wg_poll_history)
+    assert [(p["poll_seq"], p["running_workers"], p["errored_workers"]) for p in polls] == [
+        (1, 3, 0),
+        (6, 2, 1),
+        (8, 0, 1),
+    ]
+    reports = _rows(store, wg_reports)
+    assert [(r["world_rank"], r["report_index"]) for r in reports] == [(0, 1), (0, 2), (1, 1)]
+
+
+def test_catching_up_again_applies_nothing_twice(store: Any) -> None:
+    _lifecycle(store)
+    catch_up_read_models(store)
+    before = _all_rows(store)
+    assert catch_up_read_models(store) == 0
+    assert _all_rows(store) == before
+
+
+def test_small_batches_and_events_arriving_between_them_give_the_same_rows(store: Any) -> None:
+    stream = _stream("g1", num_workers=2).running()
+    append_stream(store, stream)
+    other = _stream("g2", num_workers=1).requested().placement_group()
+    append_stream(store, other)
+    catch_up_read_models(store, batch_size=2)
+    more = stream.polled().reported(1, loss=1.0).polled(stopped(0), stopped(1))
+    store.append(stream.stream_id, [e.event for e in more.events[-3:]])
+    catch_up_read_models(store, batch_size=2)
+    incremental = _all_rows(store)
+    rebuild_read_models(store)
+    assert _all_rows(store) == incremental
+    assert len(incremental["wg_worker_groups"]) == 2
+
+
+def test_a_rebuild_from_zero_equals_the_rows_kept_incrementally(store: Any) -> None:
+    _lifecycle(store)
+    catch_up_read_models(store, batch_size=3)
+    kept = _all_rows(store)
+    assert rebuild_read_models(store) > 0
+    assert _all_rows(store) == kept
+    assert store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() == store.head()
+
+
+def test_a_lost_projector_snapshot_is_rebuilt_from_the_log(store: Any) -> None:
+    stream = _stream("g1").running().polled()
+    append_stream(store, stream)
+    catch_up_read_models(store)
+    with store.engine.begin() as connection:
+        connection.execute(wg_snapshots.delete())
+    store.append(stream.stream_id, [e.event for e in stream.reported(0, loss=2.0).events[-1:]])
+    catch_up_read_models(store)
+    kept = _all_rows(store)
+    rebuild_read_models(store)
+    assert _all_rows(store) == kept
+    assert _rows(store, wg_workers, world_rank=0)[0]["reports"] == 1
+
+
+def test_a_stream_the_fold_refuses_is_marked_and_does_not_stop_other_groups(store: Any) -> None:
+    bad = _stream("bad").running()
+    append_stream(store, bad)
+    bad.shut_down()  # a shut-down without a request: refused
+    store.append(bad.stream_id, [bad.events[-1].event])
+    bad.add(bad.events[-1].event)
+    store.append(bad.stream_id, [bad.events[-1].event])
+    append_stream(store, _stream("good").running().polled())
+    catch_up_read_models(store)
+    rows = {row["group_id"]: row for row in _rows(store, wg_worker_groups)}
+    assert rows["good"]["status"] == "RUNNING"
+    assert rows["good"]["projection_error"] is None
+    assert rows["bad"]["status"] == "RUNNING"  # as of the last good event
+    assert "from RUNNING to SHUT_DOWN" in rows["bad"]["projection_error"]
+    assert rows["bad"]["stream_version"] == 6
+    kept = _all_rows(store)
+    rebuild_read_models(store)
+    assert _all_rows(store) == kept
+
+
+def test_a_stream_that_does_not_begin_with_a_request_gets_a_row_naming_the_problem(
+    store: Any,
+) -> None:
+    stream = _stream("odd").requested().placement_group()
+    store.append(stream.stream_id, [stream.events[1].event])
+    catch_up_read_models(store)
+    (row,) = _rows(store, wg_worker_groups)
+    assert row["status"] is None
+    assert "must begin with WorkerGroupStartRequested" in row["projection_error"]
+
+
+def test_run_streams_only_move_the_checkpoint(store: Any) -> None:
+    run = RunStream().created().to("SCHEDULING")
+    store.append(run.stream_id, [e.event for e in run.events])
+    assert catch_up_read_models(store) == 2
+    assert _rows(store, wg_worker_groups) == []
+    assert store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() == store.head()
+
+
+def test_the_event_log_view_shows_the_log_with_readable_columns(store: Any) -> None:
+    recorded = append_stream(store, _stream("g1").requested())
+    run = RunStream("r9").created()
+    store.append(run.stream_id, [e.event for e in run.events])
+    with store.engine.connect() as connection:
+        rows = connection.execute(
+            sa.text(
+                "SELECT position, stream_kind, group_id, run_id, event_type, host, pid "
+                "FROM wg_event_log ORDER BY position"
+            )
+        ).all()
+    assert [tuple(r[:5]) for r in rows] == [
+        (recorded[0].position, "worker-group", "g1", None, "WorkerGroupStartRequested"),
+        (recorded[0].position + 1, "run", None, "r9", "RunCreated"),
+    ]
+    assert rows[0][5] and int(rows[0][6]) > 0
