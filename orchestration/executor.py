@@ -121,8 +121,8 @@ class RayExecutor:
         extra_sys_path: folders workers add to ``sys.path`` before importing the train function
             (default: this process's working folder), e.g. so ``examples.train`` imports.
         failpoints: failures injected on purpose, for tests: ``sync_actor_exit_on_init``,
-            ``worker_exit_on_init`` (a bundle index), ``launch_raise``, ``poll_hang`` (a bundle
-            index).
+            ``worker_exit_on_init`` (a bundle index), ``worker_init_sleep_s``, ``launch_raise``,
+            ``poll_hang`` (a bundle index).
     """
 
     def __init__(

@@ -42,8 +42,9 @@ class WgstoreWorker:
         name: the actor's name, ``wgstore-<group_id>-<bundle index>``.
         bundle_index: the placement-group bundle this actor runs in.
         failpoints: failures injected on purpose by tests (``worker_exit_on_init``: a bundle
-            index whose actor process exits in its constructor; ``launch_raise``; ``poll_hang``:
-            a bundle index whose polls hang).
+            index whose actor process exits in its constructor; ``worker_init_sleep_s``: seconds
+            every constructor sleeps; ``launch_raise``; ``poll_hang``: a bundle index whose
+            polls hang).
     """
 
     def __init__(
@@ -52,6 +53,7 @@ class WgstoreWorker:
         self._failpoints = dict(failpoints or {})
         if self._failpoints.get("worker_exit_on_init") == bundle_index:
             os._exit(1)  # a real process death while the group is starting
+        time.sleep(float(self._failpoints.get("worker_init_sleep_s", 0)))
         self._name = name
         self._bundle_index = bundle_index
         self._fn: TrainFn | None = None

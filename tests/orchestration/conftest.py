@@ -1,0 +1,89 @@
+"""Fixtures for orchestration tests: the repo root on sys.path, Ray's own tables, contexts.
+
+Ray tests use the session's local Ray (``ray_session``, 4 CPUs): small groups, 0.25 CPU per
+worker, short poll intervals. Leaks are checked against Ray's own GCS tables (the actor table
+and the placement-group table), not through wgstore's code.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # so `examples.train` imports here and in Ray workers
+    sys.path.insert(0, str(REPO))
+
+
+def live_ray_resources(group_id: str) -> list[str]:
+    """What Ray's own tables still hold for ``group_id``: actors not DEAD, PGs not REMOVED."""
+    import ray
+    from ray._private import state as ray_state
+
+    prefix = f"wgstore-{group_id}"
+    left = [
+        f"actor {info['Name']} {info['State']}"
+        for info in ray_state.actors().values()
+        if (info.get("Name") or "").startswith(prefix) and info.get("State") != "DEAD"
+    ]
+    left += [
+        f"placement group {info['name']} {info['state']}"
+        for info in ray.util.placement_group_table().values()
+        if info.get("name") == prefix and info.get("state") != "REMOVED"
+    ]
+    return left
+
+
+def assert_nothing_left(group_id: str, within_s: float = 10.0) -> None:
+    """Ray's tables show no actor and no placement group of the group (allowing GCS lag)."""
+    deadline = time.monotonic() + within_s
+    left = live_ray_resources(group_id)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = live_ray_resources(group_id)
+    assert left == [], f"group {group_id} left {left} in Ray"
+
+
+def make_context(
+    num_workers: int = 2, train_fn: str = "examples.train:train_fn", **overrides: Any
+) -> Any:
+    """A small, fast context: 0.25 CPU per worker, polls every 0.2 s."""
+    from wgstore.orchestration import WorkerGroupContext
+
+    config = overrides.pop("config", {})
+    options: dict[str, Any] = {
+        "num_workers": num_workers,
+        "resources_per_worker": {"CPU": 0.25},
+        "train_fn": train_fn,
+        "train_fn_config": {"step_sleep_s": 0.02, **config},
+        "poll_interval_s": 0.2,
+        "placement_timeout_s": 20.0,
+    }
+    options.update(overrides)
+    return WorkerGroupContext(**options)
+
+
+@pytest.fixture
+def ray_up(ray_session: None) -> Iterator[None]:
+    """Ray is up; after the test, whatever wgstore resources a failing test left are released."""
+    yield
+    from wgstore.orchestration import ray_resources
+
+    for group_id in ray_resources.list_group_resources():
+        ray_resources.release_group(group_id)
+
+
+@pytest.fixture
+def executor(store: Any, ray_up: None) -> Iterator[Any]:
+    """A running in-process executor on the test's store; it must end without handler errors."""
+    from wgstore.orchestration import RayExecutor
+
+    ex = RayExecutor(store, extra_sys_path=[str(REPO)]).start()
+    yield ex
+    ex.stop()
+    assert ex.errors == []

@@ -1,0 +1,166 @@
+"""derive_commands and command_needed: pure, no Ray."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from wgstore.events import RecordedEvent
+from wgstore.events.worker_group import (
+    ErrorInfo,
+    PlacementGroupReserved,
+    StartStage,
+    SyncActorStarted,
+    TrainingLaunched,
+    WorkerGroupContext,
+    WorkerGroupPolled,
+    WorkerGroupShutDown,
+    WorkerGroupShutdownRequested,
+    WorkerGroupStarted,
+    WorkerGroupStartFailed,
+    WorkerGroupStartRequested,
+    WorkerInfo,
+    WorkersStarted,
+)
+from wgstore.orchestration.commands import (
+    ReleaseResources,
+    ShutdownWorkerGroup,
+    StartWorkerGroup,
+    command_id_for,
+    command_needed,
+    derive_commands,
+)
+from wgstore.projections.state import WorkerGroupState, evolve
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+CONTEXT = WorkerGroupContext(num_workers=1, train_fn="examples.train:train_fn")
+WORKER = WorkerInfo(
+    world_rank=0,
+    local_rank=0,
+    node_rank=0,
+    local_world_size=1,
+    world_size=1,
+    node_id="n1",
+    node_ip="10.0.0.1",
+    pid=1,
+    actor_id="a",
+    actor_name="wgstore-g-0",
+)
+
+
+class Stream:
+    """Builds a valid worker-group stream event by event, folding the state as it goes."""
+
+    def __init__(self) -> None:
+        self.state: WorkerGroupState | None = None
+        self.records: list[RecordedEvent] = []
+
+    def add(self, event: Any) -> RecordedEvent:
+        record = RecordedEvent(
+            position=len(self.records) + 1,
+            stream_id="worker-group-g",
+            version=len(self.records) + 1,
+            event_id=uuid.uuid4(),
+            type=type(event).__name__,
+            schema_version=1,
+            event=event,
+            metadata={},
+            recorded_at=NOW,
+            hash="",
+        )
+        self.records.append(record)
+        self.state = evolve(self.state, record)
+        return record
+
+
+def _started_stream() -> Stream:
+    s = Stream()
+    s.add(WorkerGroupStartRequested(group_id="g", run_id="r", context=CONTEXT))
+    s.add(
+        PlacementGroupReserved(
+            placement_group_id="p", name="wgstore-g", bundles=(), strategy="PACK"
+        )
+    )
+    s.add(SyncActorStarted(actor_id="s", name="wgstore-g-sync"))
+    s.add(WorkersStarted(workers=(WORKER,)))
+    s.add(WorkerGroupStarted(start_time=NOW, startup_s=1.0))
+    return s
+
+
+def test_a_start_request_derives_one_start_command_with_an_id_from_the_event() -> None:
+    s = Stream()
+    record = s.add(WorkerGroupStartRequested(group_id="g", run_id="r", context=CONTEXT))
+    commands = derive_commands(record, s.state)
+    assert commands == [
+        StartWorkerGroup(
+            command_id=command_id_for("StartWorkerGroup", record.event_id),
+            group_id="g",
+            caused_by=record.event_id,
+            context=CONTEXT,
+        )
+    ]
+    assert derive_commands(record, s.state) == commands  # deterministic
+
+
+def test_every_half_done_builder_step_derives_release_resources_naming_the_next_stage() -> None:
+    s = Stream()
+    s.add(WorkerGroupStartRequested(group_id="g", run_id="r", context=CONTEXT))
+    expected = {
+        "PlacementGroupReserved": StartStage.SYNC_ACTOR,
+        "SyncActorStarted": StartStage.WORKERS,
+        "WorkersStarted": StartStage.INIT_TRAIN_CONTEXT,
+        "WorkerGroupStarted": StartStage.LAUNCH,
+    }
+    for event in (
+        PlacementGroupReserved(
+            placement_group_id="p", name="wgstore-g", bundles=(), strategy="PACK"
+        ),
+        SyncActorStarted(actor_id="s", name="wgstore-g-sync"),
+        WorkersStarted(workers=(WORKER,)),
+        WorkerGroupStarted(start_time=NOW, startup_s=1.0),
+    ):
+        record = s.add(event)
+        (command,) = derive_commands(record, s.state)
+        assert isinstance(command, ReleaseResources)
+        assert command.stage is expected[record.type]
+        assert command.command_id == command_id_for("ReleaseResources", record.event_id)
+
+
+def test_a_launched_group_derives_nothing_more_from_its_builder_steps() -> None:
+    s = _started_stream()
+    s.add(TrainingLaunched(train_fn=CONTEXT.train_fn))
+    assert s.state is not None
+    for record in s.records:
+        for command in derive_commands(record, s.state):
+            assert not command_needed(command, s.state)
+    polled = s.add(WorkerGroupPolled(poll_seq=1, polled_at=NOW))
+    assert derive_commands(polled, s.state) == []
+
+
+def test_a_shutdown_request_derives_a_shutdown_command_and_is_not_needed_once_shut_down() -> None:
+    s = _started_stream()
+    s.add(TrainingLaunched(train_fn=CONTEXT.train_fn))
+    record = s.add(WorkerGroupShutdownRequested(reason="done"))
+    (command,) = derive_commands(record, s.state)
+    assert command == ShutdownWorkerGroup(
+        command_id=command_id_for("ShutdownWorkerGroup", record.event_id),
+        group_id="g",
+        caused_by=record.event_id,
+        reason="done",
+    )
+    assert s.state is not None and command_needed(command, s.state)
+    s.add(WorkerGroupShutDown(duration_s=0.1))
+    assert not command_needed(command, s.state)
+
+
+def test_a_start_command_is_not_needed_once_the_start_failed() -> None:
+    s = Stream()
+    record = s.add(WorkerGroupStartRequested(group_id="g", run_id="r", context=CONTEXT))
+    (command,) = derive_commands(record, s.state)
+    s.add(
+        WorkerGroupStartFailed(
+            stage=StartStage.PLACEMENT_GROUP, error=ErrorInfo(type="E", message="m")
+        )
+    )
+    assert s.state is not None and not command_needed(command, s.state)

@@ -1,0 +1,177 @@
+"""Worker groups on a real local Ray, recorded on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any
+
+import pytest
+
+from tests.orchestration.conftest import assert_nothing_left, make_context
+from wgstore.events.worker_group import stream_id_for_group
+from wgstore.orchestration import WorkerGroup
+from wgstore.orchestration.commands import command_id_for
+from wgstore.orchestration.worker_group import follow_group
+from wgstore.projections import TrainingOutcome, WorkerGroupStatus, iter_poll_history
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+START_EVENTS = [
+    "WorkerGroupStartRequested",
+    "PlacementGroupReserved",
+    "SyncActorStarted",
+    "WorkersStarted",
+    "WorkerGroupStarted",
+    "TrainingLaunched",
+]
+
+
+def events_of(store: Any, group_id: str) -> list[Any]:
+    return list(store.read_stream(stream_id_for_group(group_id)))
+
+
+def test_a_four_worker_run_to_completion_records_the_exact_event_sequence(
+    store: Any, executor: Any
+) -> None:
+    group = WorkerGroup.create(store, make_context(4, config={"steps": 5}), executor=executor)
+    assert len(group) == 4
+    final = group.wait(timeout_s=60)
+    assert final.finished and final.errors == {}
+    state = group.shutdown(reason="done")
+
+    events = events_of(store, group.group_id)
+    types = [e.type for e in events]
+    assert types[:6] == START_EVENTS
+    assert types[-2:] == ["WorkerGroupShutdownRequested", "WorkerGroupShutDown"]
+    assert set(types[6:-2]) == {"WorkerReported", "WorkerGroupPolled"}
+
+    start_id = str(command_id_for("StartWorkerGroup", events[0].event_id))
+    assert [e.metadata["causation_id"] for e in events[1:6]] == [start_id] * 5
+    shutdown_id = str(command_id_for("ShutdownWorkerGroup", events[-2].event_id))
+    assert events[-1].metadata["causation_id"] == shutdown_id
+
+    workers = events[3].event.workers
+    assert [
+        (w.world_rank, w.local_rank, w.node_rank, w.world_size, w.local_world_size) for w in workers
+    ] == [(rank, rank, 0, 4, 4) for rank in range(4)]
+    reports = [e.event for e in events if e.type == "WorkerReported"]
+    for rank in range(4):
+        assert [r.index for r in reports if r.world_rank == rank] == [0, 1, 2, 3, 4]
+        assert [r.metrics["step"] for r in reports if r.world_rank == rank] == [1, 2, 3, 4, 5]
+    losses = [r.metrics["loss"] for r in reports if r.world_rank == 0]
+    assert losses[-1] < losses[0]  # it really trains
+
+    last_poll = [e.event for e in events if e.type == "WorkerGroupPolled"][-1]
+    assert {(c.world_rank, c.running) for c in last_poll.changes} <= {(r, False) for r in range(4)}
+    assert state.status is WorkerGroupStatus.SHUT_DOWN
+    assert state.outcome is TrainingOutcome.FINISHED
+    assert state.reports_total == 20
+    assert sorted(state.released) == sorted(
+        [f"actor:wgstore-{group.group_id}-{i}" for i in range(4)]
+        + [f"actor:wgstore-{group.group_id}-sync", f"placement_group:wgstore-{group.group_id}"]
+    )
+    assert_nothing_left(group.group_id)
+
+
+def test_a_train_fn_raising_on_one_rank_records_the_error_with_its_traceback(
+    store: Any, executor: Any
+) -> None:
+    context = make_context(2, config={"steps": 200, "fail_rank": 1, "fail_at_step": 2})
+    group = WorkerGroup.create(store, context, executor=executor)
+    status = group.wait(timeout_s=60)
+
+    assert list(status.errors) == [1]
+    error = status.errors[1]
+    assert error.type == "RuntimeError"
+    assert "rank 1 failed at step 2" in error.message
+    assert "examples/train.py" in error.traceback and "raise RuntimeError" in error.traceback
+    assert not status.worker_statuses[1].running
+    assert group.poll_status().errors == status.errors
+    assert "[Rank 1]" in group.poll_status().get_error_string()
+
+    state = group.shutdown(reason="worker error")
+    assert state.outcome is TrainingOutcome.ERRORED
+    assert state.error is not None and state.error.type == "RuntimeError"
+    assert_nothing_left(group.group_id)
+
+
+def test_a_worker_process_that_dies_is_marked_failed_by_the_health_check(
+    store: Any, executor: Any
+) -> None:
+    context = make_context(2, config={"steps": 200, "exit_rank": 0, "fail_at_step": 2})
+    group = WorkerGroup.create(store, context, executor=executor)
+    status = group.wait(timeout_s=60)
+
+    assert list(status.errors) == [0]
+    assert status.errors[0].type == "WorkerHealthCheckFailedError"
+    assert "A worker health check failed" in status.errors[0].message
+    assert status.worker_statuses[0].running is False
+    group.shutdown(reason="worker died")
+    assert_nothing_left(group.group_id)
+
+
+def test_shutdown_during_training_stops_it_and_releases_everything(
+    store: Any, executor: Any
+) -> None:
+    context = make_context(2, train_fn="examples.train:sleepy_fn", config={"seconds": 120})
+    group = WorkerGroup.create(store, context, executor=executor)
+    follow_group(store, None, group.group_id, lambda s: s.reports_total >= 2, timeout_s=30)
+
+    began = time.monotonic()
+    state = group.shutdown(reason="asked by a person")
+    assert time.monotonic() - began < 20
+    assert state.status is WorkerGroupStatus.SHUT_DOWN
+    assert state.shutdown_reason == "asked by a person"
+    assert state.outcome is TrainingOutcome.ABORTED
+    assert state.poll_status is None or not state.poll_status.finished
+    assert_nothing_left(group.group_id)
+    assert group.shutdown().status is WorkerGroupStatus.SHUT_DOWN  # idempotent
+
+
+def test_a_steady_run_rebuilds_every_status_change_from_its_poll_history(
+    store: Any, executor: Any
+) -> None:
+    context = make_context(
+        3,
+        train_fn="examples.train:sleepy_fn",
+        config={"seconds": 0.5, "stagger_s": 1.5},
+        poll_interval_s=0.1,
+    )
+    group = WorkerGroup.create(store, context, executor=executor)
+    group.wait(timeout_s=60)
+    group.shutdown()
+
+    history = list(iter_poll_history(events_of(store, group.group_id)))
+    stopped_at = {}
+    for record in history:
+        for change in record.changes:
+            assert change.running is False and change.error is None
+            assert change.world_rank not in stopped_at  # each worker stops exactly once
+            stopped_at[change.world_rank] = record.poll_seq
+    assert sorted(stopped_at) == [0, 1, 2]
+    assert stopped_at[0] < stopped_at[1] < stopped_at[2]  # staggered: three separate changes
+
+    previous = 0
+    for record in history:  # every poll is accounted for, recorded or counted
+        assert record.poll_seq == previous + record.unchanged_polls + 1
+        previous = record.poll_seq
+    assert sum(r.polls for r in history) == history[-1].poll_seq
+    assert len(history) < history[-1].poll_seq / 3  # most polls cost no event at all
+    assert history[-1].status.finished
+
+
+def test_a_start_error_pickles_with_its_stage_cause_and_group(store: Any, executor: Any) -> None:
+    from wgstore.orchestration import WorkerGroupStartError
+
+    with pytest.raises(WorkerGroupStartError) as caught:
+        WorkerGroup.create(
+            store, make_context(1, train_fn="examples.nope:train_fn"), executor=executor
+        )
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert (copy.stage, copy.cause, copy.group_id) == (
+        caught.value.stage,
+        caught.value.cause,
+        caught.value.group_id,
+    )
+    assert str(copy) == str(caught.value)
