@@ -106,7 +106,11 @@ class Stream:
         offset: int = 0,
         start: datetime = T0,
         step: timedelta = timedelta(seconds=1),
+        run_id: str = "r1",
+        attempt: int = 1,
     ) -> None:
+        self.run_id = run_id
+        self.attempt = attempt
         self.group_id = group_id
         self.stream_id = f"worker-group-{group_id}"
         self.num_workers = num_workers
@@ -137,7 +141,9 @@ class Stream:
     def requested(self, **context: Any) -> Stream:
         ctx = WorkerGroupContext(num_workers=self.num_workers, train_fn=TRAIN_FN, **context)
         self.add(
-            WorkerGroupStartRequested(group_id=self.group_id, run_id="r1", attempt=1, context=ctx)
+            WorkerGroupStartRequested(
+                group_id=self.group_id, run_id=self.run_id, attempt=self.attempt, context=ctx
+            )
         )
         return self
 
