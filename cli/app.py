@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from wgstore.cli import db, events, sql, verify
+from wgstore.cli import db, events, groups, history, projections, sql, verify
 from wgstore.cli.common import WgstoreGroup
 
 __all__ = ["app", "main"]
@@ -27,6 +27,11 @@ app.add_typer(db.db_app, name="db")
 app.command("events")(events.events_command)
 app.command("verify")(verify.verify_command)
 app.command("sql")(sql.sql_command)
+app.command("groups")(groups.groups_command)
+app.command("state")(groups.state_command)
+app.command("replay")(history.replay_command)
+app.command("polls")(history.polls_command)
+app.add_typer(projections.projections_app, name="projections")
 
 
 def main() -> None:

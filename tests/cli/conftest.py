@@ -81,14 +81,11 @@ def _workers(group_id: str) -> tuple[WorkerInfo, ...]:
     )
 
 
-def record_errored_group(
-    store: EventStore, group_id: str = GROUP_ERRORED, run_id: str = RUN_ID
-) -> None:
-    """A group that starts, trains, loses rank 1 to an error, finishes the rest, and shuts down."""
-    stream = stream_id_for_group(group_id)
+def record_started_group(store: EventStore, group_id: str, run_id: str = RUN_ID) -> datetime:
+    """The start of a group: every builder step up to ``TrainingLaunched``; returns the start time."""
     now = datetime.now(UTC)
     store.append(
-        stream,
+        stream_id_for_group(group_id),
         [
             WorkerGroupStartRequested(group_id=group_id, run_id=run_id, context=_context()),
             PlacementGroupReserved(
@@ -104,6 +101,15 @@ def record_errored_group(
             TrainingLaunched(train_fn="examples.train:train_fn"),
         ],
     )
+    return now
+
+
+def record_errored_group(
+    store: EventStore, group_id: str = GROUP_ERRORED, run_id: str = RUN_ID
+) -> None:
+    """A group that starts, trains, loses rank 1 to an error, finishes the rest, and shuts down."""
+    stream = stream_id_for_group(group_id)
+    now = record_started_group(store, group_id, run_id)
     store.append(stream, [WorkerGroupPolled(poll_seq=1, polled_at=now)])
     for step in range(STEPS):
         store.append(
@@ -215,6 +221,7 @@ def history() -> Any:
     import types
 
     return types.SimpleNamespace(
+        record_started_group=record_started_group,
         record_errored_group=record_errored_group,
         record_failed_group=record_failed_group,
         record_run=record_run,

@@ -1,0 +1,144 @@
+"""``wgstore projections status | catch-up | rebuild``: the SQL read models and their checkpoint."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from wgstore.cli.common import DEFAULT_URL, UrlOption, database_errors, opened, out_console
+from wgstore.events import EventStore
+from wgstore.projections import (
+    READ_MODELS_SUBSCRIPTION,
+    catch_up_read_models,
+    rebuild_read_models,
+)
+from wgstore.projections.read_models import READ_MODEL_TABLES, wg_worker_groups
+
+__all__ = ["ReadModelStatus", "projections_app", "read_model_status"]
+
+projections_app = typer.Typer(
+    help="The SQL read models (wg_worker_groups, wg_workers, ...): status, catch up, rebuild.",
+    no_args_is_help=True,
+)
+
+
+class ReadModelStatus:
+    """Where the read models stand against the log."""
+
+    def __init__(
+        self,
+        checkpoint: int,
+        head: int,
+        behind: int,
+        rows: dict[str, int],
+        broken: list[tuple[str, str]],
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.head = head
+        self.behind = behind
+        self.rows = rows
+        self.broken = broken
+
+
+def read_model_status(store: EventStore) -> ReadModelStatus:
+    """The checkpoint, how many events the read models have not seen, rows, refused streams."""
+    checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+    head = store.head()
+    with database_errors(store.url), store.engine.connect() as connection:
+        behind = connection.execute(
+            sa.text("SELECT count(*) FROM wg_events WHERE position > :c"), {"c": checkpoint}
+        ).scalar_one()
+        rows = {
+            table.name: connection.execute(
+                sa.select(sa.func.count()).select_from(table)
+            ).scalar_one()
+            for table in READ_MODEL_TABLES
+        }
+        broken = [
+            (row.group_id, row.projection_error)
+            for row in connection.execute(
+                sa.select(wg_worker_groups.c.group_id, wg_worker_groups.c.projection_error).where(
+                    wg_worker_groups.c.projection_error.is_not(None)
+                )
+            )
+        ]
+        connection.rollback()
+    return ReadModelStatus(checkpoint, head, int(behind), rows, broken)
+
+
+@projections_app.command("status")
+def status_command(url: UrlOption = DEFAULT_URL) -> None:
+    """Show how far the read models are behind the log, their row counts, and refused streams."""
+    with opened(url) as store:
+        status = read_model_status(store)
+    console = out_console()
+    if status.behind:
+        console.print(
+            f"[yellow]behind[/]: the read models are at position {status.checkpoint}, the log at "
+            f"{status.head}: {status.behind} event(s) not applied yet "
+            "(`wgstore projections catch-up` applies them)"
+        )
+    else:
+        console.print(
+            f"[green]up to date[/]: the read models have every event up to position {status.head}"
+        )
+    table = Table("read model", "rows")
+    for name, count in status.rows.items():
+        table.add_row(name, str(count))
+    console.print(table)
+    for group_id, error in status.broken:
+        console.print(Text(f"refused: group {group_id}: {error}", style="red"))
+
+
+def _with_progress(store: EventStore, label: str, work: Callable[[], int]) -> int:
+    """Run ``work`` in a thread while a progress bar follows the read models' checkpoint."""
+    head = store.head()
+    subscription = store.subscription(READ_MODELS_SUBSCRIPTION)
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["handled"] = work()
+        except BaseException as error:  # noqa: BLE001 - handed to the main thread below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, name=f"wgstore-{label}", daemon=True)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=out_console(), transient=False) as progress:
+        task = progress.add_task(label, total=max(head, 1))
+        thread.start()
+        while thread.is_alive():
+            thread.join(timeout=0.2)
+            progress.update(task, completed=min(subscription.checkpoint(), head))
+        progress.update(task, completed=max(head, 1))
+    if "error" in outcome:
+        raise outcome["error"]
+    return int(outcome["handled"])
+
+
+@projections_app.command("catch-up")
+def catch_up_command(url: UrlOption = DEFAULT_URL) -> None:
+    """Apply the events the read models have not seen yet."""
+    with opened(url, read_only=False) as store:
+        handled = _with_progress(store, "catching up", lambda: catch_up_read_models(store))
+    out_console().print(f"applied {handled} event(s); the read models are up to date")
+
+
+@projections_app.command("rebuild")
+def rebuild_command(url: UrlOption = DEFAULT_URL) -> None:
+    """Empty the read models and rebuild them from the whole log (writers keep running)."""
+    with opened(url, read_only=False) as store:
+        handled = _with_progress(store, "rebuilding", lambda: rebuild_read_models(store))
+    out_console().print(f"rebuilt the read models from {handled} event(s)")

@@ -1,0 +1,133 @@
+"""``wgstore groups`` and ``wgstore state`` (now, --version, --at) on both backends."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from wgstore.events import EventStore
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_groups_lists_each_group_with_status_outcome_and_error(cli: Any, recorded: Any) -> None:
+    result = cli("groups", "--url", recorded.url, "--json")
+    assert result.exit_code == 0, result.stderr
+    groups = {g["group_id"]: g for g in _json_lines(result.stdout)}
+    errored, failed = groups[recorded.errored_group], groups[recorded.failed_group]
+    assert (errored["status"], errored["outcome"], errored["running_workers"]) == (
+        "SHUT_DOWN",
+        "errored",
+        0,
+    )
+    assert errored["error"] == "ValueError: loss is NaN on rank 1"
+    assert errored["reports"] == 12
+    assert (failed["status"], failed["attempt"]) == ("START_FAILED", 2)
+    assert failed["error"] == "ImportError: No module named 'examples.nope'"
+
+
+def test_groups_table_shows_the_status_and_the_error(cli: Any, recorded: Any) -> None:
+    result = cli("groups", "--url", recorded.url)
+    assert result.exit_code == 0, result.stderr
+    assert "SHUT_DOWN (errored)" in result.stdout
+    assert "START_FAILED" in result.stdout
+    assert "0/4 running" in result.stdout
+
+
+def test_groups_filters_by_status_run_and_time(cli: Any, recorded: Any) -> None:
+    failed = cli("groups", "--url", recorded.url, "--status", "start_failed", "--json")
+    assert [g["group_id"] for g in _json_lines(failed.stdout)] == [recorded.failed_group]
+    both = cli(
+        "groups",
+        "--url",
+        recorded.url,
+        "--status",
+        "SHUT_DOWN",
+        "--status",
+        "START_FAILED",
+        "--json",
+    )
+    assert len(_json_lines(both.stdout)) == 2
+    other_run = cli("groups", "--url", recorded.url, "--run", "another-run")
+    assert other_run.exit_code == 0
+    assert "no worker groups match" in other_run.stdout
+    this_run = cli("groups", "--url", recorded.url, "--run", recorded.run_id, "--json")
+    assert len(_json_lines(this_run.stdout)) == 2
+    later = cli("groups", "--url", recorded.url, "--since", "2999-01-01", "--json")
+    assert later.stdout == ""
+    recent = cli("groups", "--url", recorded.url, "--since", "1h", "--json")
+    assert len(_json_lines(recent.stdout)) == 2
+
+
+def test_groups_refuses_an_unknown_status_naming_the_known_ones(
+    cli: Any, recorded_sqlite: Any
+) -> None:
+    result = cli("groups", "--url", recorded_sqlite.url, "--status", "DONE")
+    assert result.exit_code == 2
+    assert "unknown status DONE" in result.stderr
+    assert "SHUT_DOWN" in result.stderr
+
+
+def test_groups_on_an_empty_store_says_so(cli: Any, sqlite_url: str) -> None:
+    EventStore.open(sqlite_url).close()
+    result = cli("groups", "--url", sqlite_url)
+    assert result.exit_code == 0
+    assert "no worker groups in the log" in result.stdout
+
+
+def test_state_shows_workers_metrics_and_errors_at_the_head(cli: Any, recorded: Any) -> None:
+    result = cli("state", recorded.errored_group[:8], "--url", recorded.url)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "SHUT_DOWN (errored)" in out
+    assert "training errored on rank 1" in out
+    assert "ValueError: loss is NaN on rank 1" in out
+    assert "loss=0.3333 step=2" in out
+    assert "7 (3 recorded)" in out
+
+
+def test_state_at_a_version_travels_back_in_time(cli: Any, recorded: Any) -> None:
+    result = cli("state", recorded.errored_group, "--url", recorded.url, "--version", "8", "--json")
+    assert result.exit_code == 0, result.stderr
+    state = json.loads(result.stdout)
+    assert state["status"] == "RUNNING"
+    assert state["version"] == 8
+    assert state["reports_total"] == 1
+    assert state["latest_metrics"] == {"0": {"loss": 1.0, "step": 0}}
+    assert state["outcome"] is None
+
+
+def test_state_at_a_moment_before_the_group_existed_exits_2(cli: Any, recorded: Any) -> None:
+    result = cli("state", recorded.errored_group, "--url", recorded.url, "--at", "2000-01-01")
+    assert result.exit_code == 2
+    assert "has no events at 2000-01-01" in result.stderr
+
+
+def test_state_at_now_equals_the_head(cli: Any, recorded: Any) -> None:
+    now = datetime.now(UTC).isoformat()
+    at_now = cli("state", recorded.failed_group, "--url", recorded.url, "--at", now, "--json")
+    head = cli("state", recorded.failed_group, "--url", recorded.url, "--json")
+    assert json.loads(at_now.stdout) == json.loads(head.stdout)
+    assert json.loads(head.stdout)["start_failure"]["stage"] == "workers"
+
+
+def test_state_past_the_last_version_exits_2(cli: Any, recorded_sqlite: Any) -> None:
+    result = cli(
+        "state", recorded_sqlite.failed_group, "--url", recorded_sqlite.url, "--version", "99"
+    )
+    assert result.exit_code == 2
+    assert "no state after version 99" in result.stderr
+
+
+def test_state_with_both_version_and_at_is_a_usage_error(cli: Any, recorded_sqlite: Any) -> None:
+    result = cli("state", "a1", "--url", recorded_sqlite.url, "--version", "2", "--at", "1h")
+    assert result.exit_code == 2
+
+
+def test_state_of_an_unknown_group_exits_2(cli: Any, recorded: Any) -> None:
+    result = cli("state", "0000", "--url", recorded.url)
+    assert result.exit_code == 2
+    assert "no worker group id starts with '0000'" in result.stderr
