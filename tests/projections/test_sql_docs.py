@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from projection_builders import Stream, append_stream, error, stopped
 
-from wgstore.events.worker_group import StartStage
+from wgstore.events.worker_group import StartStage, WorkerReported
 from wgstore.projections import catch_up_read_models
 from wgstore.projections.read_models import READ_MODEL_TABLES
 
@@ -170,15 +170,5 @@ def test_query_10_tells_the_story_of_a_group(scenario: Any) -> None:
 
 def test_query_11_shows_how_far_the_read_models_are_behind(scenario: Any) -> None:
     assert [r["events_behind"] for r in _run(scenario, 11)] == [0]
-    scenario.append(
-        "worker-group-g2",
-        [
-            Stream("g2")
-            .requested()
-            .events[0]
-            .event.__class__(
-                group_id="g2", run_id="r1", context=Stream("g2").requested().events[0].event.context
-            )
-        ],
-    )
+    scenario.append("worker-group-g2", [WorkerReported(world_rank=1, index=2)])
     assert [r["events_behind"] for r in _run(scenario, 11)] == [1]
