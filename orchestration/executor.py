@@ -407,6 +407,10 @@ class RayExecutor:
             self._catching_up = False
         for group in list(self._groups.values()):
             pending, group.pending = group.pending, []
+            releases = [c for c in pending if isinstance(c, ReleaseResources)]
+            if releases:  # only the latest builder step says which stage never completed
+                pending = [c for c in pending if not isinstance(c, ReleaseResources)]
+                pending.append(releases[-1])
             for command in pending:
                 self._dispatch(group, command)
         if self.release_orphans:

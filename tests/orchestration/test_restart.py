@@ -1,0 +1,191 @@
+"""A restartable executor: SIGKILL it mid-run or mid-start, and a new one finishes the job.
+
+The first executor runs in a subprocess (a Ray driver of its own, connected to the session's
+Ray), so SIGKILL is real. Placement groups and actors are detached and named, so they outlive it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
+from wgstore.events import NO_STREAM
+from wgstore.events.worker_group import (
+    StartStage,
+    WorkerGroupStartRequested,
+    stream_id_for_group,
+)
+from wgstore.orchestration import RayExecutor, WorkerGroup
+from wgstore.orchestration.commands import command_id_for
+from wgstore.orchestration.worker_group import follow_group
+from wgstore.projections import WorkerGroupStatus
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+LIFECYCLE = [
+    "WorkerGroupStartRequested",
+    "PlacementGroupReserved",
+    "SyncActorStarted",
+    "WorkersStarted",
+    "WorkerGroupStarted",
+    "TrainingLaunched",
+    "WorkerGroupShutdownRequested",
+    "WorkerGroupShutDown",
+]
+
+_EXECUTOR_SCRIPT = """
+import json, sys, threading
+from wgstore.orchestration.executor import run_executor
+url, address, failpoints = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+print("executor up", flush=True)
+run_executor(url, threading.Event(), ray_address=address, failpoints=failpoints)
+"""
+
+
+class ExecutorProcess:
+    """A standalone executor in a subprocess, connected to the session's Ray."""
+
+    def __init__(self, url: str, log_path: Path, failpoints: dict[str, Any] | None = None) -> None:
+        import ray
+
+        self.log_path = log_path
+        self._log = log_path.open("w")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _EXECUTOR_SCRIPT,
+                url,
+                ray.get_runtime_context().gcs_address,
+                json.dumps(failpoints or {}),
+            ],
+            cwd=REPO,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self._log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+
+@pytest.fixture
+def executor_process(store_url: str, tmp_path: Path, ray_up: None) -> Iterator[Any]:
+    started: list[ExecutorProcess] = []
+
+    def start(failpoints: dict[str, Any] | None = None) -> ExecutorProcess:
+        process = ExecutorProcess(store_url, tmp_path / f"executor{len(started)}.log", failpoints)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+def test_an_executor_killed_mid_run_is_replaced_without_repeating_a_command_or_leaking(
+    store: Any, executor_process: Any
+) -> None:
+    first = executor_process()
+    context = make_context(2, config={"steps": 40, "step_sleep_s": 0.15})
+    group = WorkerGroup.create(store, context, executor="external", timeout_s=120)
+    follow_group(store, None, group.group_id, lambda s: s.reports_total >= 4, timeout_s=60)
+    first.kill()  # SIGKILL, mid-run
+    assert group.state.status is WorkerGroupStatus.RUNNING
+
+    second = RayExecutor(store, release_orphans=True, extra_sys_path=[str(REPO)]).start()
+    try:
+        status = group.wait(timeout_s=120)
+        assert status.finished and status.errors == {}, first.output()
+        state = group.shutdown(reason="done")
+    finally:
+        second.stop()
+    assert second.errors == []
+
+    events = list(store.read_stream(stream_id_for_group(group.group_id)))
+    counts = Counter(e.type for e in events)
+    assert [counts[t] for t in LIFECYCLE] == [1] * len(LIFECYCLE)  # no command done twice
+    executors = [e.metadata.get("executor_id") for e in events[1:6]]
+    assert len(set(executors)) == 1 and executors[0] != second.executor_id
+    assert events[-1].metadata["executor_id"] == second.executor_id
+    polls_by = {e.metadata["executor_id"] for e in events if e.type == "WorkerGroupPolled"}
+    assert second.executor_id in polls_by
+
+    for rank in range(2):  # every report stored exactly once, across the two executors
+        indices = [
+            e.event.index
+            for e in events
+            if e.type == "WorkerReported" and e.event.world_rank == rank
+        ]
+        assert indices == list(range(40))
+    assert state.status is WorkerGroupStatus.SHUT_DOWN and state.reports_total == 80
+    assert_nothing_left(group.group_id)
+
+
+def test_a_start_left_half_done_by_a_killed_executor_is_released_by_the_next_one(
+    store: Any, executor_process: Any
+) -> None:
+    first = executor_process({"worker_init_sleep_s": 120})
+    group_id = uuid.uuid4().hex[:16]
+    store.append(
+        stream_id_for_group(group_id),
+        [WorkerGroupStartRequested(group_id=group_id, run_id=group_id, context=make_context(2))],
+        expected_version=NO_STREAM,
+    )
+    follow_group(store, None, group_id, lambda s: s.sync_actor is not None, timeout_s=60)
+    time.sleep(1.0)  # the workers are being created (their constructors sleep)
+    first.kill()
+
+    second = RayExecutor(store, extra_sys_path=[str(REPO)]).start()
+    try:
+        state = follow_group(store, None, group_id, lambda s: s.status.is_terminal, timeout_s=60)
+    finally:
+        second.stop()
+    assert second.errors == []
+    assert state.status is WorkerGroupStatus.START_FAILED
+    failure = state.start_failure
+    assert failure is not None
+    assert failure.stage is StartStage.WORKERS
+    assert failure.error.type == "ExecutorLostError"
+    assert f"placement_group:wgstore-{group_id}" in failure.released
+    assert f"actor:wgstore-{group_id}-sync" in failure.released
+    events = list(store.read_stream(stream_id_for_group(group_id)))
+    assert events[-1].metadata["causation_id"] == str(
+        command_id_for("ReleaseResources", events[2].event_id)
+    )
+    assert_nothing_left(group_id)
+
+
+def test_a_new_executor_releases_wgstore_resources_that_no_live_group_owns(
+    store: Any, ray_up: None
+) -> None:
+    import ray
+    from ray.util.placement_group import placement_group
+
+    orphan = f"orphan{uuid.uuid4().hex[:8]}"
+    pg = placement_group([{"CPU": 0.01}], name=f"wgstore-{orphan}", lifetime="detached")
+    assert pg.wait(timeout_seconds=10)
+    executor = RayExecutor(store, release_orphans=True).start()
+    try:
+        assert executor.wait_caught_up(30)
+    finally:
+        executor.stop()
+    assert_nothing_left(orphan)
+    assert ray.util.placement_group_table(pg)["state"] == "REMOVED"

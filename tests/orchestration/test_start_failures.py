@@ -1,0 +1,98 @@
+"""A start that fails at any stage releases everything and says where and why.
+
+Failures are real: a placement group that cannot fit, an import error, and actor processes that
+really exit (``os._exit``) or raise, chosen through the executor's failpoints. Leaks are checked
+against Ray's own actor and placement-group tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
+from wgstore.events.worker_group import StartStage, stream_id_for_group
+from wgstore.orchestration import RayExecutor, WorkerGroup, WorkerGroupStartError
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+CASES = {
+    StartStage.PLACEMENT_GROUP: (
+        {"resources_per_worker": {"CPU": 64.0}, "placement_timeout_s": 1.0},
+        {},
+        "PlacementGroupTimeoutError",
+        [],
+    ),
+    StartStage.SYNC_ACTOR: (
+        {},
+        {"sync_actor_exit_on_init": True},
+        "ActorDiedError",
+        ["PlacementGroupReserved"],
+    ),
+    StartStage.WORKERS: (
+        {},
+        {"worker_exit_on_init": 1},
+        "ActorDiedError",
+        ["PlacementGroupReserved", "SyncActorStarted"],
+    ),
+    StartStage.INIT_TRAIN_CONTEXT: (
+        {"train_fn": "examples.no_such_module:train_fn"},
+        {},
+        "TrainFnError",
+        ["PlacementGroupReserved", "SyncActorStarted", "WorkersStarted"],
+    ),
+    StartStage.LAUNCH: (
+        {},
+        {"launch_raise": True},
+        "FailpointError",
+        ["PlacementGroupReserved", "SyncActorStarted", "WorkersStarted", "WorkerGroupStarted"],
+    ),
+}
+
+
+@pytest.mark.parametrize("stage", list(CASES), ids=[s.value for s in CASES])
+def test_a_start_failing_at_a_stage_records_it_and_leaves_nothing_in_ray(
+    store: Any, ray_up: None, stage: StartStage
+) -> None:
+    overrides, failpoints, error_type, builder_steps = CASES[stage]
+    executor = RayExecutor(store, failpoints=failpoints, extra_sys_path=[str(REPO)]).start()
+    try:
+        with pytest.raises(WorkerGroupStartError) as caught:
+            WorkerGroup.create(store, make_context(2, **overrides), executor=executor, timeout_s=60)
+    finally:
+        executor.stop()
+    error = caught.value
+    assert error.stage is stage
+    assert error.cause.type == error_type
+    assert error.group_id in str(error)
+
+    events = list(store.read_stream(stream_id_for_group(error.group_id)))
+    assert [e.type for e in events] == [
+        "WorkerGroupStartRequested",
+        *builder_steps,
+        "WorkerGroupStartFailed",
+    ]
+    failed = events[-1].event
+    assert failed.stage is stage and failed.error == error.cause
+    assert f"placement_group:wgstore-{error.group_id}" in failed.released
+    if stage is not StartStage.PLACEMENT_GROUP:
+        assert failed.released[-1] == f"placement_group:wgstore-{error.group_id}"
+    if stage in (StartStage.INIT_TRAIN_CONTEXT, StartStage.LAUNCH):
+        assert f"actor:wgstore-{error.group_id}-sync" in failed.released
+        assert sum(name.startswith("actor:") for name in failed.released) == 3
+    assert_nothing_left(error.group_id)
+    assert executor.errors == []
+
+
+def test_an_import_error_names_the_module_and_keeps_the_remote_traceback(
+    store: Any, executor: Any
+) -> None:
+    with pytest.raises(WorkerGroupStartError) as caught:
+        WorkerGroup.create(
+            store, make_context(1, train_fn="examples.train:lambda_fn"), executor=executor
+        )
+    assert caught.value.stage is StartStage.INIT_TRAIN_CONTEXT
+    assert "lambda" in caught.value.cause.message
+    assert "init_train_context" in caught.value.cause.traceback
+    assert_nothing_left(caught.value.group_id)
