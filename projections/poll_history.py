@@ -14,7 +14,7 @@ from datetime import datetime
 
 from wgstore.events.records import RecordedEvent
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerStatusChange
-from wgstore.projections.state import WorkerGroupPollStatus, WorkerGroupState, evolve
+from wgstore.projections.state import WorkerGroupFold, WorkerGroupPollStatus, WorkerGroupState
 
 __all__ = ["PollRecord", "fold_poll_history", "iter_poll_history"]
 
@@ -54,22 +54,24 @@ def iter_poll_history(
 ) -> Iterator[PollRecord]:
     """Yield a :class:`PollRecord` for each recorded poll in ``events``, in order.
 
-    Every event goes through :func:`~wgstore.projections.state.evolve`, so an invalid stream
+    Every event is folded as :func:`~wgstore.projections.state.evolve` does, so an invalid stream
     raises :class:`~wgstore.projections.errors.ProjectionError` instead of a wrong history.
 
     Args:
         events: the events of one worker-group stream, from version 1 or following ``state``.
         state: the state to continue from, when ``events`` does not start at version 1.
     """
+    fold = WorkerGroupFold(state)
     for event in events:
-        state = evolve(state, event)
+        fold.apply(event)
         payload = event.event
         if isinstance(payload, WorkerGroupPolled):
-            assert state.poll_status is not None
+            status = fold.poll_status
+            assert status is not None
             yield PollRecord(
                 poll_seq=payload.poll_seq,
                 polled_at=payload.polled_at,
-                status=state.poll_status,
+                status=status,
                 changes=tuple(payload.changes),
                 unchanged_polls=payload.unchanged_polls,
                 unchanged_since=payload.unchanged_since,

@@ -33,7 +33,10 @@ __all__ = [
     "decode_state",
     "delete_snapshot",
     "encode_state",
+    "fingerprint",
+    "load_row",
     "load_snapshot",
+    "save_row",
     "save_snapshot",
 ]
 
@@ -44,13 +47,14 @@ WORKER_GROUP_SNAPSHOT = "worker_group"
 """The ``wg_snapshots.name`` of worker-group state snapshots."""
 
 
-def _fingerprint(cls: type) -> str:
+def fingerprint(cls: type) -> str:
+    """A fingerprint of ``cls``'s msgspec JSON schema and :data:`SNAPSHOT_FORMAT`."""
     schema = msgspec.json.encode(msgspec.json.schema(cls), order="sorted")
     digest = hashlib.sha256(schema + f"|format={SNAPSHOT_FORMAT}".encode()).hexdigest()
     return f"{cls.__name__}/{SNAPSHOT_FORMAT}/{digest[:16]}"
 
 
-STATE_SCHEMA = _fingerprint(WorkerGroupState)
+STATE_SCHEMA = fingerprint(WorkerGroupState)
 """The fingerprint of :class:`WorkerGroupState` that snapshots written by this code carry."""
 
 _encoder = msgspec.json.Encoder()
@@ -92,20 +96,34 @@ def save_snapshot(
         state: the state to save.
         name: which projection the snapshot belongs to.
     """
+    save_row(target, name, state.stream_id, state.version, STATE_SCHEMA, encode_state(state))
+
+
+def save_row(
+    target: EventStore | sa.Connection,
+    name: str,
+    stream_id: str,
+    version: int,
+    schema: str,
+    text: str,
+) -> None:
+    """Upsert one ``wg_snapshots`` row (kept if the stored one is newer and of the same schema)."""
     if isinstance(target, sa.Connection):
-        _save(target, state, name)
+        _save(target, name, stream_id, version, schema, text)
         return
     with target.engine.begin() as connection:
-        _save(connection, state, name)
+        _save(connection, name, stream_id, version, schema, text)
 
 
-def _save(connection: sa.Connection, state: WorkerGroupState, name: str) -> None:
+def _save(
+    connection: sa.Connection, name: str, stream_id: str, version: int, schema: str, text: str
+) -> None:
     values = {
         "name": name,
-        "stream_id": state.stream_id,
-        "stream_version": state.version,
-        "schema": STATE_SCHEMA,
-        "state": _state_value(connection, encode_state(state)),
+        "stream_id": stream_id,
+        "stream_version": version,
+        "schema": schema,
+        "state": _state_value(connection, text),
         "created_at": datetime.now(UTC),
     }
     dialect = postgresql if connection.dialect.name == "postgresql" else sqlite_dialect
@@ -129,6 +147,30 @@ def _save(connection: sa.Connection, state: WorkerGroupState, name: str) -> None
     )
 
 
+def load_row(
+    target: EventStore | sa.Connection, name: str, stream_id: str
+) -> tuple[int, str, str] | None:
+    """The ``(stream_version, schema, state as JSON text)`` of one ``wg_snapshots`` row."""
+    if isinstance(target, sa.Connection):
+        query = sa.select(
+            wg_snapshots.c.stream_version,
+            wg_snapshots.c.schema,
+            sa.cast(wg_snapshots.c.state, sa.Text()),
+        ).where(wg_snapshots.c.name == name, wg_snapshots.c.stream_id == stream_id)
+        row = target.execute(query).first()
+    else:
+        state_text = "state::text" if is_postgres(target) else "state"
+        p = param(target)
+        rows = fetch(
+            target,
+            f"SELECT stream_version, schema, {state_text} FROM wg_snapshots "
+            f"WHERE name = {p} AND stream_id = {p}",
+            (name, stream_id),
+        )
+        row = rows[0] if rows else None
+    return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+
+
 def load_snapshot(
     target: EventStore | sa.Connection,
     stream_id: str,
@@ -141,23 +183,7 @@ def load_snapshot(
     A snapshot of another schema, one that no longer decodes, or one past ``max_version`` is
     ignored (``None``): the caller folds from the log instead.
     """
-    query = sa.select(
-        wg_snapshots.c.stream_version,
-        wg_snapshots.c.schema,
-        sa.cast(wg_snapshots.c.state, sa.Text()),
-    ).where(wg_snapshots.c.name == name, wg_snapshots.c.stream_id == stream_id)
-    if isinstance(target, sa.Connection):
-        row = target.execute(query).first()
-    else:
-        state_text = "state::text" if is_postgres(target) else "state"
-        p = param(target)
-        rows = fetch(
-            target,
-            f"SELECT stream_version, schema, {state_text} FROM wg_snapshots "
-            f"WHERE name = {p} AND stream_id = {p}",
-            (name, stream_id),
-        )
-        row = rows[0] if rows else None
+    row = load_row(target, name, stream_id)
     if row is None:
         return None
     version, schema, text = row

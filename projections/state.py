@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -58,6 +58,7 @@ from wgstore.projections.errors import ProjectionError
 __all__ = [
     "TRANSITIONS",
     "TrainingOutcome",
+    "WorkerGroupFold",
     "WorkerGroupPollStatus",
     "WorkerGroupState",
     "WorkerGroupStatus",
@@ -486,6 +487,65 @@ _HANDLERS: dict[type, _Handler] = {
 }
 
 
+class _Draft:
+    """A mutable copy of a state's fields, so a fold of many events builds one frozen state.
+
+    Handlers only read attributes and return the fields they change, so they work on a draft
+    exactly as on a :class:`WorkerGroupState`.
+    """
+
+    def __init__(self, state: WorkerGroupState) -> None:
+        self.__dict__.update({name: getattr(state, name) for name in _FIELDS})
+
+    def freeze(self) -> WorkerGroupState:
+        return WorkerGroupState(**self.__dict__)
+
+
+_FIELDS = tuple(f.name for f in fields(WorkerGroupState))
+_TERMINAL = frozenset(status for status in WorkerGroupStatus if status.is_terminal)
+
+
+def _first(event: RecordedEvent) -> WorkerGroupState:
+    if not isinstance(event.event, WorkerGroupStartRequested):
+        raise _fail(
+            event,
+            "a worker-group stream must begin with WorkerGroupStartRequested; fold the "
+            "stream from version 1 (or from a snapshot)",
+        )
+    if event.version != 1:
+        raise _fail(event, "WorkerGroupStartRequested must be version 1 of its stream")
+    return _start_requested(None, event)
+
+
+def _apply(draft: Any, event: RecordedEvent) -> None:
+    payload = event.event
+    if event.stream_id != draft.stream_id:
+        raise _fail(event, f"belongs to another stream than {draft.stream_id!r}")
+    if event.version != draft.version + 1:
+        raise _fail(
+            event,
+            f"out of order: the state is at version {draft.version}, so the next event must be "
+            f"version {draft.version + 1}",
+        )
+    if draft.status in _TERMINAL:
+        raise _fail(event, f"group {draft.group_id!r} is already {draft.status.value}")
+    handler = _HANDLERS.get(type(payload))
+    if handler is None:
+        if isinstance(payload, WorkerGroupStartRequested):
+            _start_requested(draft, event)  # raises
+        raise _fail(
+            event,
+            f"{type(payload).__module__}.{type(payload).__qualname__} is not a worker-group "
+            "event; the worker-group projection does not know how to apply it",
+        )
+    changes = handler(draft, event)
+    values = draft.__dict__
+    values.update(changes)
+    values["version"] = event.version
+    values["position"] = event.position
+    values["updated_at"] = event.recorded_at
+
+
 def evolve(state: WorkerGroupState | None, event: RecordedEvent) -> WorkerGroupState:
     """Apply one recorded event of a worker-group stream to ``state`` (``None`` before the first).
 
@@ -497,44 +557,37 @@ def evolve(state: WorkerGroupState | None, event: RecordedEvent) -> WorkerGroupS
             stream, follows a terminal state, breaks the lifecycle, or the stream does not
             begin with ``WorkerGroupStartRequested``.
     """
-    payload = event.event
     if state is None:
-        if not isinstance(payload, WorkerGroupStartRequested):
-            raise _fail(
-                event,
-                "a worker-group stream must begin with WorkerGroupStartRequested; fold the "
-                "stream from version 1 (or from a snapshot)",
-            )
-        if event.version != 1:
-            raise _fail(event, "WorkerGroupStartRequested must be version 1 of its stream")
-        return _start_requested(None, event)
-    if event.stream_id != state.stream_id:
-        raise _fail(event, f"belongs to another stream than {state.stream_id!r}")
-    if event.version != state.version + 1:
-        raise _fail(
-            event,
-            f"out of order: the state is at version {state.version}, so the next event must be "
-            f"version {state.version + 1}",
-        )
-    if state.status.is_terminal:
-        raise _fail(event, f"group {state.group_id!r} is already {state.status.value}")
-    if isinstance(payload, WorkerGroupStartRequested):
-        return _start_requested(state, event)  # raises
-    handler = _HANDLERS.get(type(payload))
-    if handler is None:
-        raise _fail(
-            event,
-            f"{type(payload).__module__}.{type(payload).__qualname__} is not a worker-group "
-            "event; the worker-group projection does not know how to apply it",
-        )
-    changes = handler(state, event)
-    return replace(
-        state,
-        version=event.version,
-        position=event.position,
-        updated_at=event.recorded_at,
-        **changes,
-    )
+        return _first(event)
+    draft = _Draft(state)
+    _apply(draft, event)
+    return draft.freeze()
+
+
+class WorkerGroupFold:
+    """Folds events one at a time without building a frozen state after each one.
+
+    ``project_worker_group`` and the poll history use it; :meth:`state` freezes the result.
+    """
+
+    def __init__(self, state: WorkerGroupState | None = None) -> None:
+        self._draft: Any = None if state is None else _Draft(state)
+
+    def apply(self, event: RecordedEvent) -> None:
+        """Fold in one event (see :func:`evolve` for what raises)."""
+        if self._draft is None:
+            self._draft = _Draft(_first(event))
+        else:
+            _apply(self._draft, event)
+
+    @property
+    def poll_status(self) -> WorkerGroupPollStatus | None:
+        """The poll status folded so far."""
+        return None if self._draft is None else self._draft.poll_status  # type: ignore[no-any-return]
+
+    def state(self) -> WorkerGroupState | None:
+        """The state folded so far (``None`` before any event)."""
+        return None if self._draft is None else self._draft.freeze()  # type: ignore[no-any-return]
 
 
 def project_worker_group(
@@ -550,8 +603,10 @@ def project_worker_group(
     Raises:
         ProjectionError: as :func:`evolve`, or when there are no events and no state.
     """
+    fold = WorkerGroupFold(state)
     for event in events:
-        state = evolve(state, event)
+        fold.apply(event)
+    state = fold.state()
     if state is None:
         raise ProjectionError(
             "no events to fold: the stream is empty or does not exist",

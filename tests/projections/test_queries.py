@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from projection_builders import RunStream, Stream, append_stream, error, lifecycles, stopped
 
 from wgstore.events.schema import wg_snapshots
+from wgstore.events.worker_group import WorkerGroupPolled
 from wgstore.projections import (
     ProjectionError,
     RunStatus,
@@ -228,3 +230,21 @@ def test_time_travel_to_version_k_equals_folding_the_first_k_events(
     assert worker_group_state(store, group, version=k) == project_worker_group(recorded[:k])
     save_snapshot(store, project_worker_group(recorded[:k]))
     assert worker_group_state(store, group) == project_worker_group(recorded)
+
+
+def test_sliding_windows_start_from_a_saved_base_and_match_the_full_history(store: Any) -> None:
+    stream = _now_stream(num_workers=3).running()
+    append_stream(store, stream)
+    for i in range(1, 61):  # polls recorded as a live executor would: polled, then appended
+        time.sleep(0.003)
+        changes = (stopped(i % 3, error() if i == 41 else None),) if i in (5, 20, 41) else ()
+        poll = WorkerGroupPolled(poll_seq=i, polled_at=datetime.now(UTC), changes=changes)
+        store.append(stream.stream_id, [poll])
+    full = poll_history(store, "g1")
+    for first in (10, 30, 25, 50):  # 25 lies before the base saved by 30: rebuilt from scratch
+        since = full[first].polled_at
+        window = poll_history(store, "g1", since=since, save_base_every=5, clock_skew=timedelta(0))
+        assert window == [r for r in full if r.polled_at >= since]
+    with store.engine.connect() as connection:
+        names = connection.execute(sa.select(wg_snapshots.c.name)).scalars().all()
+    assert "poll_history" in names
