@@ -35,7 +35,7 @@ def fetch(store: EventStore, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     connection = store.engine.raw_connection()
     try:
         if postgres:
-            connection.driver_connection.autocommit = True  # type: ignore[union-attr]
+            connection.driver_connection.autocommit = True
         cursor = connection.cursor()
         try:
             cursor.execute(sql, tuple(params))
@@ -43,8 +43,8 @@ def fetch(store: EventStore, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         finally:
             cursor.close()
     finally:
-        if postgres and not connection.driver_connection.closed:  # type: ignore[union-attr]
-            connection.driver_connection.autocommit = False  # type: ignore[union-attr]
+        if postgres and not connection.driver_connection.closed:
+            connection.driver_connection.autocommit = False
         connection.close()
 
 

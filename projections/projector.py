@@ -80,11 +80,14 @@ def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
     handled = 0
     for _ in range(50):
         try:
-            return handled + subscription.process(
-                lambda connection, batch: apply_read_model_batch(store, connection, batch),
-                transactional=True,
-                batch_size=batch_size,
+            handled += int(
+                subscription.process(
+                    lambda connection, batch: apply_read_model_batch(store, connection, batch),
+                    transactional=True,
+                    batch_size=batch_size,
+                )
             )
+            return handled
         except SubscriptionConflictError:
             continue  # someone else applied that batch; carry on from the new checkpoint
     raise RuntimeError("read models: 50 conflicting batches in a row; is a rebuild looping?")

@@ -583,11 +583,11 @@ class WorkerGroupFold:
     @property
     def poll_status(self) -> WorkerGroupPollStatus | None:
         """The poll status folded so far."""
-        return None if self._draft is None else self._draft.poll_status  # type: ignore[no-any-return]
+        return None if self._draft is None else self._draft.poll_status
 
     def state(self) -> WorkerGroupState | None:
         """The state folded so far (``None`` before any event)."""
-        return None if self._draft is None else self._draft.freeze()  # type: ignore[no-any-return]
+        return None if self._draft is None else self._draft.freeze()
 
 
 def project_worker_group(
