@@ -3,7 +3,7 @@
 One loop thread reads the log in order (``read_all(after=position)``, woken by
 ``wait_for_new``), folds each worker-group stream with :func:`~wgstore.projections.evolve`,
 derives commands (:func:`~wgstore.orchestration.commands.derive_commands`) and schedules polls.
-Commands and polls run on a small thread pool, one at a time per group, so a slow start never
+Commands and polls run on worker threads (at most ``max_threads`` busy), one at a time per group, so a slow start never
 delays another group's polls, and a poll never races its group's shutdown.
 
 Restartable: on start it reads the whole log (``catch-up``), re-derives every command, and skips
@@ -24,7 +24,6 @@ import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -152,7 +151,8 @@ class RayExecutor:
         self._groups: dict[str, _Group] = {}
         self._attached: dict[str, _Attached] = {}
         self._lock = threading.RLock()
-        self._pool = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="wgstore-cmd")
+        self._slots = threading.BoundedSemaphore(max_threads)
+        self._drainers: set[threading.Thread] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._caught_up = threading.Event()
@@ -189,8 +189,16 @@ class RayExecutor:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._join_drainers(timeout_s)
         atexit.unregister(self.stop)
+
+    def _join_drainers(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            drainers = list(self._drainers)
+        for thread in drainers:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def run(self, stop_event: threading.Event | None = None) -> None:
         """Run the loop in this thread until ``stop_event`` (or :meth:`stop`) is set."""
@@ -202,7 +210,7 @@ class RayExecutor:
         try:
             self._run_loop()
         finally:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._join_drainers(60.0)
 
     def __enter__(self) -> RayExecutor:
         return self.start()
@@ -473,7 +481,13 @@ class RayExecutor:
             if group.busy:
                 return
             group.busy = True
-        self._pool.submit(self._drain, group)
+            # plain threads, not a ThreadPoolExecutor: those refuse work once the interpreter
+            # is exiting, and a shutdown at exit must still run
+            thread = threading.Thread(
+                target=self._drain, args=(group,), name=f"wgstore-{group.group_id}", daemon=True
+            )
+            self._drainers.add(thread)
+        thread.start()
 
     def _drain(self, group: _Group) -> None:
         while True:
@@ -482,15 +496,17 @@ class RayExecutor:
                     group.queue.clear()  # a restarted executor derives them again
                 if not group.queue:
                     group.busy = False
+                    self._drainers.discard(threading.current_thread())
                     return
                 item = group.queue.popleft()
                 if item is _POLL:
                     group.poll_queued = False
             try:
-                if item is _POLL:
-                    self._poll_group(group)
-                else:
-                    COMMAND_HANDLERS[type(item)](item, self)
+                with self._slots:
+                    if item is _POLL:
+                        self._poll_group(group)
+                    else:
+                        COMMAND_HANDLERS[type(item)](item, self)
             except Exception:  # noqa: BLE001 - one failed command must not stop the executor
                 what = "poll" if item is _POLL else type(item).__name__
                 self._record_error(f"{what} of group {group.group_id}")

@@ -8,6 +8,8 @@ in the log. Everything an ``ActiveWorkerGroup`` says comes from the log.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import re
 import time
 import uuid
@@ -90,6 +92,9 @@ class ActiveWorkerGroup:
     """A started worker group: training runs on every worker. Made by :meth:`WorkerGroup.create`.
 
     Every answer is read from the log, so it is the same in any process that opens the store.
+    With the in-process executor (``create(..., executor=None)``), a group still running when
+    the interpreter exits is shut down first (reason ``"process exiting"``), since nothing else
+    would release its detached Ray resources.
     """
 
     def __init__(
@@ -102,6 +107,12 @@ class ActiveWorkerGroup:
         self.store = store
         self._state = state
         self._owned_executor = executor
+        if executor is not None:  # our executor dies with this process: release first
+            atexit.register(self._shutdown_at_exit)
+
+    def _shutdown_at_exit(self) -> None:
+        with contextlib.suppress(Exception):
+            self.shutdown(reason="process exiting", timeout_s=30.0)
 
     @property
     def group_id(self) -> str:
@@ -183,6 +194,7 @@ class ActiveWorkerGroup:
             )
         finally:
             if self._owned_executor is not None and self._state.status.is_terminal:
+                atexit.unregister(self._shutdown_at_exit)
                 self._owned_executor.stop()
                 self._owned_executor = None
         return self._state

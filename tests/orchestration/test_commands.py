@@ -164,3 +164,25 @@ def test_a_start_command_is_not_needed_once_the_start_failed() -> None:
         )
     )
     assert s.state is not None and not command_needed(command, s.state)
+
+
+def test_a_start_error_pickles_with_its_stage_cause_group_and_released() -> None:
+    import pickle
+
+    from wgstore.orchestration import WorkerGroupStartError
+
+    error = WorkerGroupStartError(
+        StartStage.WORKERS,
+        ErrorInfo(type="ActorDiedError", message="gone", traceback="tb"),
+        group_id="g1",
+        released=("actor:wgstore-g1-sync",),
+    )
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is WorkerGroupStartError
+    assert (copy.stage, copy.cause, copy.group_id, copy.released) == (
+        error.stage,
+        error.cause,
+        error.group_id,
+        error.released,
+    )
+    assert str(copy) == str(error) and "g1" in str(copy) and "'workers'" in str(copy)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import pickle
 import time
 from typing import Any
 
 import pytest
 
-from tests.orchestration.conftest import assert_nothing_left, make_context
+from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
 from wgstore.events.worker_group import stream_id_for_group
 from wgstore.orchestration import WorkerGroup
 from wgstore.orchestration.commands import command_id_for
@@ -161,17 +160,25 @@ def test_a_steady_run_rebuilds_every_status_change_from_its_poll_history(
     assert history[-1].status.finished
 
 
-def test_a_start_error_pickles_with_its_stage_cause_and_group(store: Any, executor: Any) -> None:
-    from wgstore.orchestration import WorkerGroupStartError
+def test_a_poll_hanging_past_the_health_check_timeout_marks_the_worker_failed(
+    sqlite_url: str, ray_up: None
+) -> None:
+    from wgstore.events import EventStore
+    from wgstore.orchestration import RayExecutor
 
-    with pytest.raises(WorkerGroupStartError) as caught:
-        WorkerGroup.create(
-            store, make_context(1, train_fn="examples.nope:train_fn"), executor=executor
-        )
-    copy = pickle.loads(pickle.dumps(caught.value))
-    assert (copy.stage, copy.cause, copy.group_id) == (
-        caught.value.stage,
-        caught.value.cause,
-        caught.value.group_id,
+    context = make_context(
+        2, train_fn="examples.train:sleepy_fn", config={"seconds": 60}, health_check_timeout_s=1.0
     )
-    assert str(copy) == str(caught.value)
+    with EventStore.open(sqlite_url) as store:
+        executor = RayExecutor(store, failpoints={"poll_hang": 1}, extra_sys_path=[str(REPO)])
+        with executor:
+            group = WorkerGroup.create(store, context, executor=executor)
+            status = group.wait(timeout_s=60)
+            assert list(status.errors) == [1]
+            assert status.errors[1].type == "WorkerHealthCheckTimeoutError"
+            assert "hanging for more than 1 seconds" in status.errors[1].message
+            assert status.worker_statuses[1].running  # as Ray Train: still running, but failed
+            assert status.worker_statuses[0] == status.worker_statuses[0].__class__(running=True)
+            group.shutdown()
+        assert executor.errors == []
+    assert_nothing_left(group.group_id)

@@ -1,0 +1,424 @@
+"""Benchmark worker-group lifecycles: wgstore beside plain Ray, in the same run (issue 3).
+
+Numbers, not pass/fail. Workloads:
+
+- L1 start-to-running of a 4-worker group (0.25 CPU each): ``WorkerGroup.create()`` until it
+  returns (placement group ready, sync actor, workers with ranks, train context, training
+  launched, six events appended), beside the same detached named placement group and actors
+  created with plain Ray (a trivial actor class), and beside plain Ray driving wgstore's own
+  worker class (same steps, no store): the last column isolates the cost of the log and the
+  executor from the cost of importing wgstore in each worker process. Median of ``--repeat``,
+  the three variants interleaved.
+- L2 latency from an append (in another process, as a controller would) to the executor's loop
+  seeing the event, p50/p99, on SQLite and Postgres (Postgres wakes on LISTEN/NOTIFY, SQLite
+  polls). The loop is RayExecutor's own (``wait_for_new`` + ``read_all`` + decode + fold), run
+  without Ray work.
+- L3 bytes stored per steady-state poll of a 64-worker group: the executor's poll recorder and
+  append path (no Ray actors: 64 actor processes do not fit this machine) over an hour of 1 Hz
+  polls, once with nothing changing (then the shutdown's flush) and once with a change every 600
+  polls; beside the bytes if every poll were stored in full.
+
+Run ``python bench/lifecycle.py --help``; ``--json`` prints the results as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from wgstore.events import EventStore, NewEvent  # noqa: E402
+from wgstore.events.worker_group import (  # noqa: E402
+    WorkerGroupContext,
+    WorkerGroupPolled,
+    WorkerStatusChange,
+)
+from wgstore.orchestration.polling import PollRecorder, WorkerObservation  # noqa: E402
+
+PG_URL = os.environ.get("WGSTORE_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+# ---------------------------------------------------------------------------------- backends
+
+
+@contextmanager
+def open_backend(name: str) -> Iterator[tuple[EventStore, str]]:
+    """A fresh store: a SQLite file, or a new Postgres schema dropped afterwards."""
+    if name == "sqlite":
+        with tempfile.TemporaryDirectory() as folder:
+            url = f"sqlite:///{folder}/bench.db"
+            with EventStore.open(url) as store:
+                yield store, url
+        return
+    import psycopg
+
+    schema = f"wgbench_{uuid.uuid4().hex[:10]}"
+    conninfo = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    sep = "&" if "?" in PG_URL else "?"
+    url = f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    try:
+        with EventStore.open(url) as store:
+            yield store, url
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _pg_available() -> bool:
+    try:
+        import psycopg
+
+        with psycopg.connect(
+            PG_URL.replace("postgresql+psycopg://", "postgresql://"), connect_timeout=3
+        ):
+            return True
+    except Exception:  # noqa: BLE001 - any failure means "skip Postgres"
+        return False
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# ---------------------------------------------------------------------------------- L1
+
+
+class _PlainWorker:
+    """A trivial actor for the plain-Ray baseline."""
+
+    def meta(self) -> int:
+        return os.getpid()
+
+    def init(self) -> None:
+        return None
+
+    def run(self) -> None:
+        return None
+
+
+def _plain_start(num_workers: int, resources: dict[str, float], worker_cls: Any) -> float:
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    tag = uuid.uuid4().hex[:12]
+    began = time.perf_counter()
+    pg = placement_group([resources] * num_workers, name=f"plain-{tag}", lifetime="detached")
+    pg.wait(timeout_seconds=60)
+    sync = (
+        ray.remote(_PlainWorker)
+        .options(name=f"plain-{tag}-sync", namespace="plain", lifetime="detached", num_cpus=0)
+        .remote()
+    )
+    ray.get(sync.meta.remote())
+    actors = []
+    for index in range(num_workers):
+        options = {
+            "name": f"plain-{tag}-{index}",
+            "namespace": "plain",
+            "lifetime": "detached",
+            "num_cpus": resources["CPU"],
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                placement_group=pg, placement_group_bundle_index=index
+            ),
+        }
+        if worker_cls is _PlainWorker:
+            actors.append(ray.remote(_PlainWorker).options(**options).remote())
+        else:
+            actors.append(worker_cls.options(**options).remote(f"plain-{tag}-{index}", index))
+    if worker_cls is _PlainWorker:
+        ray.get([a.meta.remote() for a in actors])
+        ray.get([a.init.remote() for a in actors])
+        ray.get([a.run.remote() for a in actors])
+    else:
+        from wgstore.orchestration.context import TrainContext
+
+        ray.get([a.get_metadata.remote() for a in actors])
+        ray.get(
+            [
+                a.init_train_context.remote(
+                    context=TrainContext(
+                        group_id=tag,
+                        world_rank=i,
+                        local_rank=i,
+                        node_rank=0,
+                        world_size=num_workers,
+                        local_world_size=num_workers,
+                        config={"seconds": 30},
+                    ),
+                    train_fn="examples.train:sleepy_fn",
+                    extra_sys_path=[str(REPO)],
+                )
+                for i, a in enumerate(actors)
+            ]
+        )
+        ray.get([a.run_train_fn.remote() for a in actors])
+    elapsed = time.perf_counter() - began
+    for actor in [*actors, sync]:
+        ray.kill(actor)
+    remove_placement_group(pg)
+    return elapsed
+
+
+def bench_start(repeat: int, num_workers: int) -> dict[str, Any]:
+    """L1: start-to-running, wgstore beside plain Ray."""
+    import ray
+
+    from wgstore.orchestration import RayExecutor, WorkerGroup
+    from wgstore.orchestration.ray_resources import _WorkerActor
+
+    resources = {"CPU": 0.25}
+    context = WorkerGroupContext(
+        num_workers=num_workers,
+        resources_per_worker=resources,
+        train_fn="examples.train:sleepy_fn",
+        train_fn_config={"seconds": 30},
+        poll_interval_s=1.0,
+    )
+    times: dict[str, list[float]] = {"plain_ray": [], "plain_ray_wgstore_worker": [], "wgstore": []}
+    with (
+        open_backend("sqlite") as (store, _url),
+        RayExecutor(store, extra_sys_path=[str(REPO)]) as ex,
+    ):
+        _plain_start(num_workers, resources, _PlainWorker)  # warm-up, not counted
+        for _ in range(repeat):
+            times["plain_ray"].append(_plain_start(num_workers, resources, _PlainWorker))
+            times["plain_ray_wgstore_worker"].append(
+                _plain_start(num_workers, resources, _WorkerActor)
+            )
+            began = time.perf_counter()
+            group = WorkerGroup.create(store, context, executor=ex)
+            times["wgstore"].append(time.perf_counter() - began)
+            group.shutdown()
+            time.sleep(0.5)
+        assert not ex.errors, ex.errors
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "workers": num_workers,
+        "repeat": repeat,
+        "median_s": medians,
+        "all_s": times,
+        "wgstore_vs_plain_ray": medians["wgstore"] / medians["plain_ray"],
+        "wgstore_vs_same_worker_plain_ray": medians["wgstore"]
+        / medians["plain_ray_wgstore_worker"],
+        "cpus": ray.cluster_resources().get("CPU"),
+    }
+
+
+# ---------------------------------------------------------------------------------- L2
+
+_SENDER = """
+import sys, time, uuid
+from wgstore.events import EventStore, NewEvent
+from wgstore.events.worker_group import WorkerGroupShutdownRequested
+url, count, gap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+with EventStore.open(url) as store:
+    time.sleep(1.0)
+    for i in range(count):
+        store.append("worker-group-latency", [NewEvent(WorkerGroupShutdownRequested(reason=str(i)),
+                     metadata={"sent_at": time.time()})])
+        time.sleep(gap)
+"""
+
+
+def bench_latency(backend: str, count: int, gap_s: float) -> dict[str, Any]:
+    """L2: append in another process -> RayExecutor's loop sees it (no Ray work)."""
+    from wgstore.orchestration.executor import RayExecutor
+
+    seen: list[float] = []
+    with open_backend(backend) as (store, url):
+        executor = RayExecutor(store, from_position=store.head())
+        original = executor._apply
+
+        def timed_apply(record: Any) -> None:
+            sent = record.metadata.get("sent_at")
+            if sent is not None:
+                seen.append(time.time() - float(sent))
+            original(record)
+
+        executor._apply = timed_apply  # type: ignore[method-assign]
+        loop = threading.Thread(target=executor._run_loop, daemon=True)  # the loop, without Ray
+        loop.start()
+        subprocess.run(
+            [sys.executable, "-c", _SENDER, url, str(count), str(gap_s)],
+            cwd=REPO,
+            check=True,
+            timeout=600,
+        )
+        deadline = time.monotonic() + 10
+        while len(seen) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        executor._stop.set()
+        loop.join(10)
+    ms = [s * 1000 for s in seen]
+    return {
+        "backend": backend,
+        "events": len(ms),
+        "p50_ms": _pct(ms, 0.50),
+        "p99_ms": _pct(ms, 0.99),
+        "max_ms": max(ms),
+    }
+
+
+# ---------------------------------------------------------------------------------- L3
+
+
+def _table_bytes(store: EventStore, backend: str, stream_id: str) -> tuple[int, int]:
+    """(rows, bytes of data + metadata + the fixed columns) of one stream."""
+    import sqlalchemy as sa
+
+    if backend == "sqlite":
+        sql = (
+            "SELECT count(*), coalesce(sum(length(data) + length(metadata) + length(stream_id) "
+            "+ length(event_type) + 16 + 8 + 4 + 2 + 32 + 32), 0) FROM wg_events "
+            "WHERE stream_id = :s"
+        )
+    else:
+        sql = (
+            "SELECT count(*), coalesce(sum(pg_column_size(wg_events.*)), 0) FROM wg_events "
+            "WHERE stream_id = :s"
+        )
+    with store.engine.connect() as conn:
+        rows, size = conn.execute(sa.text(sql), {"s": stream_id}).one()
+    return int(rows), int(size)
+
+
+def bench_poll_bytes(backend: str, workers: int, polls: int, change_every: int) -> dict[str, Any]:
+    """L3: bytes per steady-state poll through the poll recorder and the append path."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    metadata = {"causation_id": str(uuid.uuid4()), "executor_id": uuid.uuid4().hex}
+    with open_backend(backend) as (store, _url):
+        stream = f"worker-group-bench{uuid.uuid4().hex[:8]}"
+        recorder = PollRecorder({r: WorkerObservation(running=True) for r in range(workers)})
+        status = {r: WorkerObservation(running=True) for r in range(workers)}
+        stored = 0
+        for seq in range(1, polls + 1):
+            if change_every and seq % change_every == 0:
+                rank = (seq // change_every) % workers
+                status[rank] = WorkerObservation(running=not status[rank].running)
+            event = recorder.observe(dict(status), start + timedelta(seconds=seq))
+            if event is not None:
+                store.append(stream, [NewEvent(event, metadata=metadata)])
+                stored += 1
+        flushed = recorder.flush()
+        if flushed is not None:
+            store.append(stream, [NewEvent(flushed, metadata=metadata)])
+            stored += 1
+        rows, size = _table_bytes(store, backend, stream)
+        full = WorkerGroupPolled(
+            poll_seq=1,
+            polled_at=start,
+            changes=tuple(WorkerStatusChange(world_rank=r, running=True) for r in range(workers)),
+        )
+        store.append(stream + "full", [NewEvent(full, metadata=metadata)])
+        _, full_size = _table_bytes(store, backend, stream + "full")
+    return {
+        "backend": backend,
+        "workers": workers,
+        "polls": polls,
+        "change_every": change_every or None,
+        "events_stored": rows,
+        "bytes_total": size,
+        "bytes_per_poll": size / polls,
+        "bytes_if_every_poll_stored_in_full": full_size,
+    }
+
+
+# ---------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="L1 repetitions (median)")
+    parser.add_argument("--workers", type=int, default=4, help="L1 group size")
+    parser.add_argument("--latency-events", type=int, default=300, help="L2 appends per backend")
+    parser.add_argument(
+        "--latency-gap-s", type=float, default=0.02, help="L2 pause between appends"
+    )
+    parser.add_argument("--polls", type=int, default=3600, help="L3 polls (1 Hz: an hour)")
+    parser.add_argument("--skip-ray", action="store_true", help="skip L1 (needs Ray)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    args = parser.parse_args(argv)
+
+    backends = ["sqlite"] + (["postgres"] if _pg_available() else [])
+    results: dict[str, Any] = {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "backends": backends,
+    }
+    if not args.skip_ray:
+        import ray
+
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+        try:
+            results["L1_start_to_running"] = bench_start(args.repeat, args.workers)
+        finally:
+            ray.shutdown()
+    results["L2_append_to_executor"] = [
+        bench_latency(b, args.latency_events, args.latency_gap_s) for b in backends
+    ]
+    results["L3_poll_bytes"] = [
+        bench_poll_bytes(b, 64, args.polls, change) for b in backends for change in (0, 600)
+    ]
+    if args.json:
+        print(json.dumps(results, indent=2, default=str))
+        return 0
+    if "L1_start_to_running" in results:
+        l1 = results["L1_start_to_running"]
+        print(f"L1 start-to-running, {l1['workers']} workers x 0.25 CPU, median of {l1['repeat']}")
+        print(f"  {'variant':<34}{'median s':>10}   all")
+        for key, label in (
+            ("plain_ray", "plain Ray (trivial actor)"),
+            ("plain_ray_wgstore_worker", "plain Ray, wgstore's worker class"),
+            ("wgstore", "wgstore WorkerGroup.create()"),
+        ):
+            runs = " ".join(f"{t:.2f}" for t in l1["all_s"][key])
+            print(f"  {label:<34}{l1['median_s'][key]:>10.2f}   {runs}")
+        print(
+            f"  wgstore / plain Ray: {l1['wgstore_vs_plain_ray']:.2f}; "
+            f"wgstore / plain Ray with the same worker class: "
+            f"{l1['wgstore_vs_same_worker_plain_ray']:.2f}"
+        )
+    print("L2 append (other process) -> executor sees it")
+    print(f"  {'backend':<10}{'events':>8}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
+    for row in results["L2_append_to_executor"]:
+        print(
+            f"  {row['backend']:<10}{row['events']:>8}{row['p50_ms']:>10.2f}"
+            f"{row['p99_ms']:>10.2f}{row['max_ms']:>10.2f}"
+        )
+    print("L3 bytes stored per steady-state poll, 64 workers")
+    print(
+        f"  {'backend':<10}{'polls':>7}{'change every':>14}{'events':>8}{'bytes':>9}"
+        f"{'bytes/poll':>12}{'one full poll':>15}"
+    )
+    for row in results["L3_poll_bytes"]:
+        every = row["change_every"] or "never"
+        print(
+            f"  {row['backend']:<10}{row['polls']:>7}{every!s:>14}{row['events_stored']:>8}"
+            f"{row['bytes_total']:>9}{row['bytes_per_poll']:>12.2f}"
+            f"{row['bytes_if_every_poll_stored_in_full']:>15}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
