@@ -3,8 +3,8 @@
 The executor (:class:`RayExecutor`) derives commands from the log, carries them out on Ray and
 appends what happened. Inside a train function: :func:`get_context` and :func:`report`.
 
-Names that need Ray load lazily, so ``wgstore.orchestration.commands`` (pure) and the train-side
-``get_context``/``report`` import without starting anything.
+Every name loads on first use (PEP 562), so a Ray worker process imports only what it needs
+(``get_context``/``report`` and the worker class) and the pure modules import without Ray.
 """
 
 from __future__ import annotations
@@ -12,24 +12,23 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from wgstore.events.worker_group import WorkerGroupContext
-from wgstore.orchestration.commands import (
-    Command,
-    ReleaseResources,
-    ShutdownWorkerGroup,
-    StartWorkerGroup,
-    derive_commands,
-)
-from wgstore.orchestration.context import TrainContext, get_context, report
-from wgstore.orchestration.errors import (
-    OrchestrationError,
-    TrainFnError,
-    WorkerGroupStartError,
-    WorkerGroupTimeoutError,
-)
-
 if TYPE_CHECKING:
+    from wgstore.events.worker_group import WorkerGroupContext
     from wgstore.orchestration.builder import WorkerGroupStateBuilder
+    from wgstore.orchestration.commands import (
+        Command,
+        ReleaseResources,
+        ShutdownWorkerGroup,
+        StartWorkerGroup,
+        derive_commands,
+    )
+    from wgstore.orchestration.context import TrainContext, get_context, report
+    from wgstore.orchestration.errors import (
+        OrchestrationError,
+        TrainFnError,
+        WorkerGroupStartError,
+        WorkerGroupTimeoutError,
+    )
     from wgstore.orchestration.executor import RayExecutor, run_executor
     from wgstore.orchestration.run import RunResult, run_training
     from wgstore.orchestration.worker_group import ActiveWorkerGroup, WorkerGroup
@@ -58,6 +57,19 @@ __all__ = [
 ]
 
 _LAZY = {
+    "WorkerGroupContext": "wgstore.events.worker_group",
+    "Command": "wgstore.orchestration.commands",
+    "ReleaseResources": "wgstore.orchestration.commands",
+    "ShutdownWorkerGroup": "wgstore.orchestration.commands",
+    "StartWorkerGroup": "wgstore.orchestration.commands",
+    "derive_commands": "wgstore.orchestration.commands",
+    "TrainContext": "wgstore.orchestration.context",
+    "get_context": "wgstore.orchestration.context",
+    "report": "wgstore.orchestration.context",
+    "OrchestrationError": "wgstore.orchestration.errors",
+    "TrainFnError": "wgstore.orchestration.errors",
+    "WorkerGroupStartError": "wgstore.orchestration.errors",
+    "WorkerGroupTimeoutError": "wgstore.orchestration.errors",
     "ActiveWorkerGroup": "wgstore.orchestration.worker_group",
     "WorkerGroup": "wgstore.orchestration.worker_group",
     "RayExecutor": "wgstore.orchestration.executor",
@@ -66,6 +78,10 @@ _LAZY = {
     "RunResult": "wgstore.orchestration.run",
     "run_training": "wgstore.orchestration.run",
 }
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def __getattr__(name: str) -> Any:
