@@ -200,6 +200,18 @@ class ActiveWorkerGroup:
         return self._state
 
 
+def _abandon_start(store: EventStore, group_id: str) -> None:
+    """Ctrl-C during ``create()``: ask for shutdown and let the executor release what it took."""
+    with contextlib.suppress(Exception):
+        state = follow_group(store, None, group_id, lambda _: True, timeout_s=None)
+        if not state.status.is_terminal and state.status is not WorkerGroupStatus.SHUTTING_DOWN:
+            store.append(
+                state.stream_id,
+                [WorkerGroupShutdownRequested(reason="interrupted while starting")],
+            )
+        follow_group(store, state, group_id, lambda s: s.status.is_terminal, timeout_s=60.0)
+
+
 class WorkerGroup:
     """The factory of worker groups; :meth:`create` returns an :class:`ActiveWorkerGroup`."""
 
@@ -269,8 +281,10 @@ class WorkerGroup:
                 lambda s: s.training_launched or s.status.is_terminal,
                 timeout_s=wait_s,
             )
-        except BaseException:
+        except BaseException as error:
             if owned is not None:
+                if isinstance(error, KeyboardInterrupt):
+                    _abandon_start(store, group_id)
                 owned.stop()
             raise
         if not state.training_launched:

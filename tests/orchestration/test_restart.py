@@ -189,3 +189,60 @@ def test_a_new_executor_releases_wgstore_resources_that_no_live_group_owns(
         executor.stop()
     assert_nothing_left(orphan)
     assert ray.util.placement_group_table(pg)["state"] == "REMOVED"
+
+
+_CREATE_SCRIPT = """
+import sys
+import ray
+from wgstore.events import EventStore
+from wgstore.orchestration import WorkerGroup, WorkerGroupContext
+url, address = sys.argv[1], sys.argv[2]
+ray.init(address=address, log_to_driver=False)
+context = WorkerGroupContext(num_workers=2, resources_per_worker={"CPU": 0.25},
+                             train_fn="examples.train:sleepy_fn", train_fn_config={"seconds": 300})
+with EventStore.open(url) as store:
+    try:
+        WorkerGroup.create(store, context)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(130)
+"""
+
+
+def test_ctrl_c_during_create_shuts_the_half_started_group_down_and_releases_it(
+    sqlite_url: str, ray_up: None, tmp_path: Path
+) -> None:
+    import ray
+
+    from wgstore.events import EventStore
+
+    log = (tmp_path / "create.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CREATE_SCRIPT, sqlite_url, ray.get_runtime_context().gcs_address],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        db = Path(sqlite_url.removeprefix("sqlite:///"))
+        while not db.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with EventStore.open(sqlite_url) as store:
+            while time.monotonic() < deadline:
+                if any(e.type == "SyncActorStarted" for e in store.read_all()):
+                    break
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)  # Ctrl-C while the workers are being started
+            assert proc.wait(timeout=90) == 130, (tmp_path / "create.log").read_text()
+            events = list(store.read_all())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    types = [e.type for e in events]
+    assert types[-2:] == ["WorkerGroupShutdownRequested", "WorkerGroupShutDown"]
+    assert events[-2].event.reason == "interrupted while starting"
+    group_id = events[0].event.group_id
+    assert f"placement_group:wgstore-{group_id}" in events[-1].event.released
+    assert_nothing_left(group_id)
