@@ -33,7 +33,11 @@ class RunResult:
         return self.state.outcome
 
 
-def _default_resources(workers: int) -> dict[str, float]:
+def _default_resources(workers: int, external_executor: bool) -> dict[str, float]:
+    import os
+
+    if external_executor and not os.environ.get("RAY_ADDRESS"):
+        return {"CPU": 1.0}  # no cluster to ask, and none to start here: the executor has it
     import ray
 
     from wgstore.orchestration import ray_resources
@@ -62,7 +66,9 @@ def run_training(
         train_fn: a module-level function or its import path ``"package.module:function"``.
         workers: how many workers.
         config: the JSON config handed to the train function.
-        resources_per_worker: default ``{"CPU": min(1, cluster CPUs / workers)}``.
+        resources_per_worker: default ``{"CPU": min(1, cluster CPUs / workers)}`` (``{"CPU": 1}``
+            with an external executor and no ``RAY_ADDRESS``: this process then never touches
+            Ray).
         poll_interval_s: seconds between polls.
         run_id: the run id (default: the group id).
         external_executor: True when a standalone ``wgstore executor`` serves the store.
@@ -78,7 +84,7 @@ def run_training(
         TrainFnError: ``train_fn`` is a lambda, closure or otherwise not importable by path.
     """
     path = import_path_of(train_fn)
-    resources = dict(resources_per_worker or _default_resources(workers))
+    resources = dict(resources_per_worker or _default_resources(workers, external_executor))
     context = WorkerGroupContext(
         num_workers=workers,
         resources_per_worker=resources,
