@@ -125,13 +125,12 @@ def _plain_start(num_workers: int, resources: dict[str, float], worker_cls: Any)
     began = time.perf_counter()
     pg = placement_group([resources] * num_workers, name=f"plain-{tag}", lifetime="detached")
     pg.wait(timeout_seconds=60)
-    sync = (
-        ray.remote(_PlainWorker)
-        .options(name=f"plain-{tag}-sync", namespace="plain", lifetime="detached", num_cpus=0)
-        .remote()
-    )
+    plain: Any = ray.remote(_PlainWorker)
+    sync = plain.options(
+        name=f"plain-{tag}-sync", namespace="plain", lifetime="detached", num_cpus=0
+    ).remote()
     ray.get(sync.meta.remote())
-    actors = []
+    actors: list[Any] = []
     for index in range(num_workers):
         options = {
             "name": f"plain-{tag}-{index}",
@@ -143,7 +142,7 @@ def _plain_start(num_workers: int, resources: dict[str, float], worker_cls: Any)
             ),
         }
         if worker_cls is _PlainWorker:
-            actors.append(ray.remote(_PlainWorker).options(**options).remote())
+            actors.append(plain.options(**options).remote())
         else:
             actors.append(worker_cls.options(**options).remote(f"plain-{tag}-{index}", index))
     if worker_cls is _PlainWorker:
@@ -221,7 +220,7 @@ def bench_start(repeat: int, num_workers: int) -> dict[str, Any]:
         "wgstore_vs_plain_ray": medians["wgstore"] / medians["plain_ray"],
         "wgstore_vs_same_worker_plain_ray": medians["wgstore"]
         / medians["plain_ray_wgstore_worker"],
-        "cpus": ray.cluster_resources().get("CPU"),
+        "cpus": ray.cluster_resources().get("CPU"),  # type: ignore[no-untyped-call]
     }
 
 
@@ -256,7 +255,7 @@ def bench_latency(backend: str, count: int, gap_s: float) -> dict[str, Any]:
                 seen.append(time.time() - float(sent))
             original(record)
 
-        executor._apply = timed_apply  # type: ignore[method-assign]
+        executor._apply = timed_apply  # type: ignore[method-assign,unused-ignore]
         loop = threading.Thread(target=executor._run_loop, daemon=True)  # the loop, without Ray
         loop.start()
         subprocess.run(

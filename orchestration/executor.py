@@ -204,9 +204,12 @@ class RayExecutor:
         """Run the loop in this thread until ``stop_event`` (or :meth:`stop`) is set."""
         ray_resources.ensure_ray()
         if stop_event is not None:
-            threading.Thread(
-                target=lambda: (stop_event.wait(), self._stop.set()), daemon=True
-            ).start()
+
+            def relay() -> None:
+                stop_event.wait()
+                self._stop.set()
+
+            threading.Thread(target=relay, daemon=True).start()
         try:
             self._run_loop()
         finally:

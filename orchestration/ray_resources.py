@@ -119,13 +119,15 @@ def reserve_placement_group(
         for bundle in bundles:
             for key, amount in bundle.items():
                 total[key] = total.get(key, 0.0) + float(amount)
+        available = ray.available_resources()  # type: ignore[no-untyped-call]
         raise PlacementGroupTimeoutError(
             f"placement group {placement_group_name(group_id)} ({len(bundles)} bundles, "
             f"{total} in all, strategy {strategy}) was not ready within {timeout_s}s; the "
-            f"cluster has {ray.available_resources()} available. Ask for fewer workers or "
+            f"cluster has {available} available. Ask for fewer workers or "
             "resources, add nodes, or raise placement_timeout_s"
         )
-    return pg
+    result: PlacementGroup = pg
+    return result
 
 
 def find_placement_group(group_id: str) -> PlacementGroup | None:

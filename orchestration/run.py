@@ -43,7 +43,7 @@ def _default_resources(workers: int, external_executor: bool) -> dict[str, float
     from wgstore.orchestration import ray_resources
 
     ray_resources.ensure_ray()
-    cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    cpus = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
     return {"CPU": min(1.0, cpus / workers)}
 
 

@@ -71,7 +71,7 @@ class WgstoreWorker:
             actor_name=self._name,
             actor_id=ctx.get_actor_id() or "",
             node_id=ctx.get_node_id(),
-            node_ip=ray.util.get_node_ip_address(),
+            node_ip=ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
             pid=os.getpid(),
             hostname=socket.gethostname(),
             gpu_ids=tuple(str(g) for g in accel.get("GPU", [])),
