@@ -153,6 +153,10 @@ def _postgres_engine(url: URL, read_only: bool) -> sa.Engine:
         autocommit = dbapi_connection.autocommit
         dbapi_connection.autocommit = True
         dbapi_connection.execute("SET TIME ZONE 'UTC'")
+        if dbapi_connection.info.server_version >= 140000:
+            # A client killed mid-append is noticed within a second (not when the statement
+            # ends), so its transaction rolls back and frees the append lock sooner.
+            dbapi_connection.execute("SET client_connection_check_interval = 1000")
         if read_only:
             dbapi_connection.execute("SET default_transaction_read_only = on")
         dbapi_connection.autocommit = autocommit

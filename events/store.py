@@ -43,7 +43,10 @@ from wgstore.events.registry import REGISTRY, EventRegistry
 __all__ = ["EventStore", "VerifyReport"]
 
 _PAGE = 1000
-_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
+_SQLITE_INSERT = (
+    "INSERT INTO wg_events (event_id, stream_id, stream_version, event_type, schema_version, "
+    "data, metadata, recorded_at, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
 _SQLITE_COLUMNS = (
@@ -70,6 +73,7 @@ class _Pending:
     """One event, encoded, on its way into the log."""
 
     event: Any
+    uuid: uuid.UUID
     event_id: str
     type: str
     schema_version: int
@@ -230,7 +234,7 @@ class EventStore:
                 position=row[0],
                 stream_id=stream_id,
                 version=row[1],
-                event_id=uuid.UUID(item.event_id),
+                event_id=item.uuid,
                 type=item.type,
                 schema_version=item.schema_version,
                 event=item.event,
@@ -249,7 +253,7 @@ class EventStore:
         check_ids = False
         seen: set[str] = set()
         for item in events:
-            event_id = None
+            fixed_id: uuid.UUID | None = None
             metadata: dict[str, Any] = base
             metadata_text = base_text
             if isinstance(item, NewEvent):
@@ -259,7 +263,7 @@ class EventStore:
                         raise TypeError(
                             f"NewEvent.event_id must be a uuid.UUID, got {item.event_id!r}"
                         )
-                    event_id = str(item.event_id)
+                    fixed_id = item.event_id
                     check_ids = True
                 if item.metadata:
                     metadata = {**base, **dict(item.metadata)}
@@ -267,12 +271,22 @@ class EventStore:
             else:
                 event = item
             info, data = self.codec.encode(event)
-            event_id = event_id or str(uuid.uuid4())
+            event_uuid = fixed_id or uuid.uuid4()
+            event_id = str(event_uuid)
             if event_id in seen:
                 raise DuplicateEventError(f"event id {event_id} appears twice in one batch")
             seen.add(event_id)
             pending.append(
-                _Pending(event, event_id, info.name, info.version, data, metadata, metadata_text)
+                _Pending(
+                    event,
+                    event_uuid,
+                    event_id,
+                    info.name,
+                    info.version,
+                    data,
+                    metadata,
+                    metadata_text,
+                )
             )
         return pending, check_ids
 
@@ -393,39 +407,34 @@ class EventStore:
             ):
                 raise _StreamVersionMismatch(version)
             now = datetime.now(UTC)
-            stored_at = now.strftime(_SQLITE_TIME)
+            stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
             recorded_us = epoch_us(now)
-            results = []
+            rows = []
+            hashes = []
             for item in pending:
                 version += 1
                 previous = chain_hash(
-                    previous,
-                    stream_id,
-                    version,
-                    item.event_id,
-                    item.type,
-                    item.schema_version,
-                    recorded_us,
-                    item.data,
-                    item.metadata_text,
-                )
-                cursor.execute(
-                    "INSERT INTO wg_events (event_id, stream_id, stream_version, event_type, "
-                    "schema_version, data, metadata, recorded_at, hash) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        item.event_id,
-                        stream_id,
-                        version,
-                        item.type,
-                        item.schema_version,
-                        item.data,
-                        item.metadata_text,
-                        stored_at,
-                        previous,
-                    ),
-                )
-                results.append((cursor.lastrowid, version, now, previous, False))
+                    previous, stream_id, version, item.event_id, item.type,
+                    item.schema_version, recorded_us, item.data, item.metadata_text,
+                )  # fmt: skip
+                hashes.append(previous)
+                rows.append(
+                    (item.event_id, stream_id, version, item.type, item.schema_version,
+                     item.data, item.metadata_text, stored_at, previous)
+                )  # fmt: skip
+            if len(rows) == 1:
+                cursor.execute(_SQLITE_INSERT, rows[0])
+                last_position = cursor.lastrowid
+            else:
+                cursor.executemany(_SQLITE_INSERT, rows)
+                last_position = cursor.execute("SELECT last_insert_rowid()").fetchone()[0]
+            # One writer at a time (BEGIN IMMEDIATE) and AUTOINCREMENT: the batch's positions
+            # are consecutive, ending at the last inserted rowid.
+            first_position = last_position - len(rows) + 1
+            results = [
+                (first_position + index, row[2], now, hashes[index], False)
+                for index, row in enumerate(rows)
+            ]
             cursor.execute("COMMIT")
             return results
         except BaseException:
@@ -581,18 +590,15 @@ class EventStore:
         decode = self.codec.decode
         decode_json = msgspec.json.decode
         postgres = self.is_postgres
-        for (
-            position,
-            stream_id,
-            version,
-            event_id,
-            type_,
-            schema_version,
-            data,
-            meta,
-            at,
-            hash_,
-        ) in rows:
+        last_text, last_time = None, None  # a batch shares one time: parse it once
+        for row in rows:
+            position, stream_id, version, event_id, type_, schema_version, data, meta, at, hash_ = (
+                row
+            )
+            if not postgres:
+                if at != last_text:
+                    last_text, last_time = at, _parse_sqlite_time(at)
+                at = last_time
             yield RecordedEvent(
                 position=position,
                 stream_id=stream_id,
@@ -602,7 +608,7 @@ class EventStore:
                 schema_version=schema_version,
                 event=decode(type_, schema_version, data, stream_id=stream_id, position=position),
                 metadata=decode_json(meta),
-                recorded_at=at if postgres else _parse_sqlite_time(at),
+                recorded_at=at,
                 hash=hash_,
             )
 

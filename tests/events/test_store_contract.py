@@ -44,6 +44,14 @@ class TestAppend:
         assert all(r.type == "ContractNoted" and r.schema_version == 1 for r in first)
         assert first[0].recorded_at.tzinfo is not None
 
+    def test_a_large_batch_gets_positions_in_batch_order(self, store: EventStore) -> None:
+        store.append("other", notes("x"))
+        records = store.append("s-1", [Noted(text=str(i)) for i in range(300)])
+        assert [r.version for r in records] == list(range(1, 301))
+        assert [r.position for r in records] == list(range(2, 302))
+        assert [r.event.text for r in store.read_all(after=1)] == [str(i) for i in range(300)]
+        assert store.verify().ok
+
     def test_records_read_back_equal_the_records_appended(self, store: EventStore) -> None:
         appended = store.append("s-1", notes("a", "b", "c"))
         assert list(store.read_stream("s-1")) == appended
