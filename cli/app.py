@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from wgstore.cli import db, events, export, groups, history, projections, report, sql, verify
+from wgstore.cli import (
+    db,
+    events,
+    export,
+    groups,
+    history,
+    projections,
+    report,
+    run,
+    sql,
+    verify,
+)
 from wgstore.cli.common import WgstoreGroup
 
 __all__ = ["app", "main"]
@@ -23,6 +34,8 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 
+app.command("run")(run.run_command)
+app.command("executor")(run.executor_command)
 app.add_typer(db.db_app, name="db")
 app.command("events")(events.events_command)
 app.command("verify")(verify.verify_command)

@@ -117,6 +117,8 @@ class WgstoreGroup(TyperGroup):
             fail(str(error), 1)
         except ValueError as error:
             fail(str(error), 2)
+        except ConnectionError as error:  # e.g. Ray is not at RAY_ADDRESS
+            fail(f"cannot connect: {error}", 1)
         except KeyboardInterrupt:
             err_console().print(Text("interrupted", style="yellow"))
             raise typer.Exit(130) from None

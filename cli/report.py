@@ -2,8 +2,8 @@
 
 The page needs no network: the data is embedded as JSON, and a small inline script draws the
 SVG (lifecycle phases on a time axis, a lane per worker with its status over time, errors marked
-where they happened, and one chart per reported metric). Every time on the page is when the
-store recorded the event, so one clock orders everything.
+where they happened, and one chart per reported metric, by report index). Every time on the
+page is when the store recorded the event, so one clock orders everything.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def build_report_data(store: EventStore, group_id: str) -> dict[str, Any]:
             for key, value in event.metrics.items():
                 if _numeric(value):
                     metrics.setdefault(key, {}).setdefault(str(event.world_rank), []).append(
-                        [t, float(value)]
+                        [event.index, float(value), t]
                     )
         elif record.type == "WorkerGroupShutDown":
             lanes.close_all(t)
@@ -325,8 +325,13 @@ _JS = r"""
   if (!names.length) { charts.textContent = "No numeric metrics were reported."; }
   names.forEach(function (name) {
     var series = data.metrics[name], ranks = Object.keys(series).sort(function (a, b) { return a - b; });
-    var values = [];
-    ranks.forEach(function (r) { series[r].forEach(function (p) { values.push(p[1]); }); });
+    var values = [], indexes = [];
+    ranks.forEach(function (r) {
+      series[r].forEach(function (p) { values.push(p[1]); indexes.push(p[0]); });
+    });
+    var i0 = Math.min.apply(null, indexes), i1 = Math.max.apply(null, indexes);
+    if (i0 === i1) { i1 = i0 + 1; }
+    function xi(i) { return left + (i - i0) / (i1 - i0) * plot; }
     var lo = Math.min.apply(null, values), hi = Math.max.apply(null, values);
     if (lo === hi) { lo -= 1; hi += 1; }
     var h = 200, pt = 16, pb = 28;
@@ -339,18 +344,18 @@ _JS = r"""
       el("line", {x1: left, x2: left + plot, y1: yv(v), y2: yv(v), "class": "grid"}, g);
       el("text", {x: left - 6, y: yv(v) + 4, "text-anchor": "end"}, g, +v.toPrecision(4));
     });
-    niceTicks(0, t1 - t0, 8).forEach(function (offset) {
-      el("text", {x: x(t0 + offset), y: h - 8, "text-anchor": "middle", "class": "tick"}, chart,
-         "+" + seconds(offset));
+    niceTicks(i0, i1, 10).filter(function (i) { return i === Math.round(i); }).forEach(function (i) {
+      el("text", {x: xi(i), y: h - 8, "text-anchor": "middle", "class": "tick"}, chart, "report " + i);
     });
     ranks.forEach(function (r, i) {
       var color = SERIES[i % SERIES.length];
-      var points = series[r].map(function (p) { return x(p[0]).toFixed(1) + "," + yv(p[1]).toFixed(1); });
+      var points = series[r].map(function (p) { return xi(p[0]).toFixed(1) + "," + yv(p[1]).toFixed(1); });
       el("polyline", {points: points.join(" "), fill: "none", stroke: color, "stroke-width": 2,
                       "class": "series", "data-rank": r}, chart);
       series[r].forEach(function (p, k) {
-        var dot = el("circle", {cx: x(p[0]), cy: yv(p[1]), r: 3, fill: color}, chart);
-        hover(dot, "rank " + r + " report " + k + ": " + name + " = " + p[1]);
+        var dot = el("circle", {cx: xi(p[0]), cy: yv(p[1]), r: 3, fill: color}, chart);
+        hover(dot, "rank " + r + " report " + p[0] + ": " + name + " = " + p[1] + "\nrecorded +" +
+                   seconds(p[2] - t0));
       });
     });
     var legend = document.createElement("div");

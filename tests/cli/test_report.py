@@ -94,7 +94,11 @@ def test_the_report_data_holds_phases_lanes_errors_and_metrics(
     assert "Traceback" in lane_1["errors"][0]["traceback"]
     assert [s["status"] for s in data["workers"][0]["segments"]][-1] == "finished"
     assert sorted(data["metrics"]) == ["loss", "step"]
-    assert [v for _, v in data["metrics"]["loss"]["0"]] == [1.0, 0.5, 0.3333]
+    assert [(i, v) for i, v, _t in data["metrics"]["loss"]["0"]] == [
+        (0, 1.0),
+        (1, 0.5),
+        (2, 0.3333),
+    ]
     assert len(data["events"]) == 23
     assert data["group"]["outcome"] == "errored"
 

@@ -1,0 +1,210 @@
+"""``wgstore run`` (start a worker group on Ray and watch it) and ``wgstore executor``.
+
+``run`` calls :func:`wgstore.orchestration.run_training` and draws its live table from the
+states that function hands back; ``executor`` calls :func:`wgstore.orchestration.run_executor`
+until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from wgstore.cli.common import (
+    DEFAULT_URL,
+    CliError,
+    UrlOption,
+    UsageProblem,
+    check_url,
+    err_console,
+    out_console,
+    parse_duration,
+    store_label,
+)
+from wgstore.cli.groups import STATUS_STYLES, WORKER_STYLES, worker_rows
+from wgstore.cli.render import metrics_text
+from wgstore.projections import WorkerGroupState
+
+__all__ = ["executor_command", "live_view", "run_command"]
+
+
+def live_view(state: WorkerGroupState) -> Group:
+    """The live picture of a group: its status line and one row per worker."""
+    outcome = state.outcome
+    head = Text()
+    head.append("worker group ", style="dim")
+    head.append(state.group_id, style="bold")
+    head.append("  ")
+    head.append(state.status.value, style=STATUS_STYLES.get(state.status.value, ""))
+    if outcome is not None:
+        head.append(f" ({outcome.value})")
+    head.append(f"  polls {state.polls_total}  reports {state.reports_total}", style="dim")
+    table = Table("rank", "node", "pid", "status", "reports", "latest metrics", "error")
+    for row in worker_rows(state):
+        table.add_row(
+            str(row["rank"]),
+            row["node"],
+            str(row["pid"]),
+            Text(row["status"], style=WORKER_STYLES.get(row["status"], "")),
+            str(row["reports"]),
+            metrics_text(row["metrics"]),
+            Text(row["error"], style="red"),
+        )
+    return Group(head, table)
+
+
+def _inspect_hint(group_id: str, url: str) -> str:
+    flag = "" if url == DEFAULT_URL else f" --url '{store_label(url)}'"
+    short = group_id[:8]
+    return "\n".join(
+        [
+            "find out what happened:",
+            f"  wgstore state {short}{flag}",
+            f"  wgstore polls {short}{flag}",
+            f"  wgstore events --group {short}{flag}",
+            f"  wgstore report {short} -o timeline.html{flag}",
+        ]
+    )
+
+
+def run_command(
+    train_fn: Annotated[str, typer.Argument(help='The train function, "package.module:function".')],
+    url: UrlOption = DEFAULT_URL,
+    workers: Annotated[int, typer.Option("--workers", "-n", min=1, help="How many workers.")] = 4,
+    config: Annotated[
+        str | None, typer.Option(help="JSON config for the train function, e.g. '{\"steps\": 50}'.")
+    ] = None,
+    cpus_per_worker: Annotated[
+        float | None,
+        typer.Option(min=0, help="CPUs per worker (default: min(1, cluster CPUs / workers))."),
+    ] = None,
+    gpus_per_worker: Annotated[float, typer.Option(min=0, help="GPUs per worker.")] = 0,
+    poll_interval: Annotated[float, typer.Option(min=0.01, help="Seconds between polls.")] = 1.0,
+    run_id: Annotated[str | None, typer.Option(help="The run id (default: the group id).")] = None,
+    external_executor: Annotated[
+        bool,
+        typer.Option(help="A standalone `wgstore executor` serves the store; do not run one here."),
+    ] = False,
+) -> None:
+    """Start TRAIN_FN on a worker group on Ray (RAY_ADDRESS, or a local Ray), record every step, and watch it."""
+    from wgstore.orchestration import WorkerGroupStartError, run_training
+
+    check_url(url)
+    try:
+        train_config = json.loads(config) if config else {}
+    except json.JSONDecodeError as error:
+        raise UsageProblem(f"--config is not valid JSON: {error}") from None
+    if not isinstance(train_config, dict):
+        raise UsageProblem("--config must be a JSON object, e.g. '{\"steps\": 50}'")
+    resources: dict[str, float] | None = None
+    if cpus_per_worker is not None or gpus_per_worker:
+        resources = {"CPU": 1.0 if cpus_per_worker is None else cpus_per_worker}
+        if gpus_per_worker:
+            resources["GPU"] = gpus_per_worker
+    err_console().print(
+        Text(
+            f"starting {workers} worker(s) of {train_fn}, recording into {store_label(url)}",
+            style="dim",
+        )
+    )
+    console = out_console()
+    with Live(console=console, refresh_per_second=4, transient=False) as live:
+        last = [0.0]
+
+        def on_update(state: WorkerGroupState) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 0.1 or state.is_terminal:
+                live.update(live_view(state))
+                last[0] = now
+
+        try:
+            result = run_training(
+                url,
+                train_fn,
+                workers=workers,
+                config=train_config,
+                resources_per_worker=resources,
+                poll_interval_s=poll_interval,
+                run_id=run_id,
+                external_executor=external_executor,
+                on_update=on_update,
+            )
+        except WorkerGroupStartError as error:
+            live.stop()
+            group_id = getattr(error, "group_id", None)
+            if group_id:
+                err_console().print(_inspect_hint(group_id, url))
+            raise
+        live.update(live_view(result.state))
+    if not console.is_terminal:
+        console.line()  # Live leaves the cursor at the end of its last line in a pipe
+    outcome = result.outcome
+    console.print(
+        f"worker group [bold]{result.group_id}[/] "
+        f"{'was interrupted and shut down' if result.interrupted else 'ended'}: "
+        f"{outcome.value if outcome else result.state.status.value}"
+    )
+    console.print(_inspect_hint(result.group_id, url), highlight=False, markup=False)
+    if result.interrupted:
+        raise typer.Exit(130)
+    if result.state.error is not None:
+        raise CliError(f"training errored: {result.state.error}")
+
+
+def executor_command(
+    url: UrlOption = DEFAULT_URL,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(envvar="RAY_ADDRESS", help="The Ray cluster to join (default: a local Ray)."),
+    ] = None,
+    release_orphans: Annotated[
+        bool, typer.Option(help="Release wgstore-* Ray resources that no live group owns.")
+    ] = True,
+    stop_after: Annotated[
+        str | None, typer.Option(help="Stop after this long (e.g. 10m); default: SIGINT/SIGTERM.")
+    ] = None,
+) -> None:
+    """Run a standalone executor: carry out the commands the log asks for, on Ray, until stopped."""
+    from wgstore.orchestration import run_executor
+
+    check_url(url)
+    limit = parse_duration(stop_after).total_seconds() if stop_after else None
+    stop = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def serve() -> None:
+        try:
+            run_executor(url, stop, ray_address=ray_address, release_orphans=release_orphans)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            outcome["error"] = error
+        finally:
+            stop.set()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda *_: stop.set())
+    thread = threading.Thread(target=serve, name="wgstore-executor", daemon=True)
+    err_console().print(f"executor serving {store_label(url)}; Ctrl-C or SIGTERM stops it")
+    deadline = None if limit is None else time.monotonic() + limit
+    try:
+        thread.start()
+        while not stop.wait(0.2):
+            if deadline is not None and time.monotonic() >= deadline:
+                stop.set()
+        thread.join(timeout=60)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if "error" in outcome:
+        raise outcome["error"]
+    err_console().print("executor stopped")

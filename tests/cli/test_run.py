@@ -1,0 +1,200 @@
+"""``wgstore run`` and ``wgstore executor`` on a real local Ray, then the audit commands on the record.
+
+Uses the session's local Ray (``ray_session``). The train function is ``examples.train:train_fn``,
+imported by the workers from the repository root (the current folder during these tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.test_report import ARTIFACTS, open_in_chromium
+from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
+
+FAST = ["--cpus-per-worker", "0.25", "--poll-interval", "0.2"]
+
+
+@pytest.fixture
+def ray_in_repo(ray_session: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Ray is up and the current folder is the repository root (so workers import examples)."""
+    monkeypatch.chdir(REPO)
+    yield
+    from wgstore.orchestration import ray_resources
+
+    for group_id in ray_resources.list_group_resources():
+        ray_resources.release_group(group_id)
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_recorded_run_can_be_inspected_with_every_audit_command(
+    cli: Any, store_url: str, ray_in_repo: None, tmp_path: Path
+) -> None:
+    config = json.dumps({"steps": 4, "step_sleep_s": 0.05})
+    run = cli(
+        "run",
+        "examples.train:train_fn",
+        "--workers",
+        "2",
+        *FAST,
+        "--config",
+        config,
+        "--url",
+        store_url,
+    )
+    assert run.exit_code == 0, run.stdout + run.stderr
+    group_id = re.search(r"worker group (\w+) ended: finished", run.stdout).group(1)  # type: ignore[union-attr]
+    assert f"wgstore state {group_id[:8]}" in run.stdout
+    assert_nothing_left(group_id)
+
+    groups = _json_lines(cli("groups", "--url", store_url, "--json").stdout)
+    assert [(g["group_id"], g["status"], g["outcome"], g["reports"]) for g in groups] == [
+        (group_id, "SHUT_DOWN", "finished", 8)
+    ]
+    state = json.loads(cli("state", group_id[:6], "--url", store_url, "--json").stdout)
+    assert state["num_workers"] == 2
+    assert {rank: m["step"] for rank, m in state["latest_metrics"].items()} == {"0": 4, "1": 4}
+    polls = _json_lines(cli("polls", group_id, "--url", store_url, "--json", "--all").stdout)
+    assert polls[-1]["running"] == 0
+    assert polls[-1]["errors"] == {}
+    types = [
+        e["type"]
+        for e in _json_lines(cli("events", "-g", group_id, "--url", store_url, "--json").stdout)
+    ]
+    assert types[:6] == [
+        "WorkerGroupStartRequested",
+        "PlacementGroupReserved",
+        "SyncActorStarted",
+        "WorkersStarted",
+        "WorkerGroupStarted",
+        "TrainingLaunched",
+    ]
+    assert types[-2:] == ["WorkerGroupShutdownRequested", "WorkerGroupShutDown"]
+    assert cli("verify", "--url", store_url).exit_code == 0
+
+    page = tmp_path / "timeline.html"
+    assert cli("report", group_id, "--url", store_url, "-o", str(page)).exit_code == 0
+    backend = "postgres" if store_url.startswith("postgresql") else "sqlite"
+    dom, console = open_in_chromium(page, ARTIFACTS / f"report-ray-run-{backend}.png")
+    assert console == ""
+    assert 'data-rendered="true"' in dom
+    assert len(re.findall(r'<g class="lane"', dom)) == 2
+    assert len(re.findall(r'<svg class="metric-chart"', dom)) == 4  # b, loss, step, w
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_run_whose_rank_fails_exits_1_and_the_report_marks_the_error(
+    cli: Any, sqlite_url: str, ray_in_repo: None, tmp_path: Path
+) -> None:
+    config = json.dumps({"steps": 6, "step_sleep_s": 0.05, "fail_rank": 1, "fail_at_step": 2})
+    run = cli(
+        "run", "examples.train:train_fn", "-n", "2", *FAST, "--config", config, "--url", sqlite_url
+    )
+    assert run.exit_code == 1
+    assert "training errored: RuntimeError: rank 1 failed at step 2" in run.stderr
+    group_id = re.search(r"worker group (\w+) ended: errored", run.stdout).group(1)  # type: ignore[union-attr]
+    state = json.loads(cli("state", group_id, "--url", sqlite_url, "--json").stdout)
+    assert state["worker_errors"]["1"].startswith("RuntimeError: rank 1 failed at step 2")
+    page = tmp_path / "errored.html"
+    cli("report", group_id, "--url", sqlite_url, "-o", str(page))
+    dom, console = open_in_chromium(page, ARTIFACTS / "report-ray-run-errored.png")
+    assert console == ""
+    assert len(re.findall(r'class="error-marker"', dom)) == 1
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_run_whose_train_fn_cannot_be_imported_fails_the_start_and_says_how_to_inspect(
+    cli: Any, sqlite_url: str, ray_in_repo: None
+) -> None:
+    run = cli("run", "examples.missing_module:train_fn", "-n", "1", *FAST, "--url", sqlite_url)
+    assert run.exit_code == 1
+    assert "wgstore state" in run.stderr
+    assert "Traceback" not in run.stderr
+    groups = _json_lines(cli("groups", "--url", sqlite_url, "--json").stdout)
+    assert [g["status"] for g in groups] == ["START_FAILED"]
+
+
+def test_run_refuses_a_config_that_is_not_a_json_object(cli: Any, sqlite_url: str) -> None:
+    bad = cli("run", "examples.train:train_fn", "--config", "{steps: 3}", "--url", sqlite_url)
+    assert bad.exit_code == 2
+    assert "--config is not valid JSON" in bad.stderr
+    listed = cli("run", "examples.train:train_fn", "--config", "[1, 2]", "--url", sqlite_url)
+    assert listed.exit_code == 2
+
+
+def test_run_refuses_a_bad_url_before_starting_anything(cli: Any) -> None:
+    result = cli("run", "examples.train:train_fn", "--url", "oracle://x")
+    assert result.exit_code == 2
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_standalone_executor_serves_a_group_and_stops_on_sigterm(
+    store: Any, store_url: str, ray_in_repo: None, tmp_path: Path
+) -> None:
+    import ray
+
+    from wgstore.orchestration import WorkerGroup
+
+    log = (tmp_path / "executor.log").open("w")
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    process = subprocess.Popen(
+        [sys.executable, "-X", "faulthandler", "-m", "wgstore.cli", "executor", "--url", store_url],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        group = WorkerGroup.create(
+            store, make_context(2, config={"steps": 3}), executor="external", timeout_s=120
+        )
+        final = group.wait(timeout_s=120)
+        assert final.finished and not final.errors
+        group.shutdown(reason="done")
+        assert_nothing_left(group.group_id)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            log.close()
+    output = (tmp_path / "executor.log").read_text()
+    assert code == 0, output
+    assert "executor stopped" in output
+
+
+def test_executor_refuses_a_bad_url_before_joining_ray(cli: Any) -> None:
+    result = cli("executor", "--url", "sqlite://")
+    assert result.exit_code == 2
+    assert "in-memory SQLite" in result.stderr
+
+
+@pytest.mark.ray
+def test_executor_stops_by_itself_after_stop_after(
+    cli: Any, sqlite_url: str, ray_in_repo: None
+) -> None:
+    started = time.monotonic()
+    result = cli("executor", "--url", sqlite_url, "--stop-after", "2s", "--no-release-orphans")
+    assert result.exit_code == 0, result.stderr
+    assert "executor stopped" in result.stderr
+    assert 2 <= time.monotonic() - started < 60
