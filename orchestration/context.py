@@ -1,6 +1,7 @@
 """What a train function sees: :func:`get_context` and :func:`report`. No Ray here.
 
-Each worker actor runs one train function in a thread and holds one :class:`WorkerSession`.
+Kept light (no ``wgstore.events`` import until an error is raised): every Ray worker process
+imports it. Each worker actor runs one train function in a thread and holds one :class:`WorkerSession`.
 ``report()`` queues a numbered report in the session; the executor drains the queue when it polls
 the worker and acknowledges what it has stored, so a report is stored exactly once even when the
 executor is replaced between a poll and the append (reports are kept until acknowledged).
@@ -13,8 +14,6 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from wgstore.orchestration.errors import NotInWorkerError
 
 __all__ = ["Report", "TrainContext", "WorkerSession", "get_context", "report"]
 
@@ -101,6 +100,8 @@ def _set_session(session: WorkerSession | None) -> None:
 def _current_session() -> WorkerSession:
     session = _session
     if session is None:
+        from wgstore.orchestration.errors import NotInWorkerError
+
         raise NotInWorkerError(
             "get_context() and report() only work inside a train function started by wgstore "
             "(WorkerGroup.create(...) or `wgstore run`); call them from the train function"

@@ -11,11 +11,18 @@ import importlib
 import inspect
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
-
-from wgstore.orchestration.errors import TrainFnError
+from typing import Any, NoReturn
 
 __all__ = ["import_path_of", "resolve_train_fn"]
+
+
+def _fail(message: str, cause: BaseException | None = None) -> NoReturn:
+    # imported here: Ray worker processes load this module, and the error tree pulls in the
+    # store's dependencies, which only a failure needs
+    from wgstore.orchestration.errors import TrainFnError
+
+    raise TrainFnError(message) from cause
+
 
 TrainFn = Callable[[dict[str, Any]], Any]
 
@@ -24,12 +31,12 @@ def _refuse_unnamed(fn: Any, where: str) -> None:
     name = getattr(fn, "__name__", "")
     qualname = getattr(fn, "__qualname__", "")
     if name == "<lambda>":
-        raise TrainFnError(
+        _fail(
             f"{where} is a lambda; a train function must be a plain function defined at module "
             "level (def train_fn(config): ...) so it can be named as 'package.module:function'"
         )
     if "<locals>" in qualname:
-        raise TrainFnError(
+        _fail(
             f"{where} ({qualname}) is a closure or nested function; define it at module level "
             "so it can be named as 'package.module:function' and started again from the log"
         )
@@ -45,23 +52,23 @@ def import_path_of(fn: TrainFn | str) -> str:
     if isinstance(fn, str):
         return fn
     if not callable(fn):
-        raise TrainFnError(f"train_fn must be a function or an import path, got {fn!r}")
+        _fail(f"train_fn must be a function or an import path, got {fn!r}")
     if not inspect.isfunction(fn):
-        raise TrainFnError(
+        _fail(
             f"train_fn {fn!r} is not a plain function; pass a module-level function or its "
             "import path 'package.module:function'"
         )
     _refuse_unnamed(fn, f"train_fn {fn!r}")
     module = fn.__module__
     if module == "__main__":
-        raise TrainFnError(
+        _fail(
             f"train_fn {fn.__qualname__} is defined in __main__, which workers cannot import; "
             "move it into a module and pass 'package.module:function'"
         )
     path = f"{module}:{fn.__qualname__}"
     found = getattr(sys.modules.get(module), fn.__qualname__, None)
     if found is not fn:
-        raise TrainFnError(
+        _fail(
             f"train_fn {path} is not reachable as an attribute of its module; pass a "
             "module-level function"
         )
@@ -84,25 +91,24 @@ def resolve_train_fn(path: str, *, extra_sys_path: Sequence[str] = ()) -> TrainF
             sys.path.insert(0, folder)
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
-        raise TrainFnError(f"train_fn must be 'package.module:function', got {path!r}")
+        _fail(f"train_fn must be 'package.module:function', got {path!r}")
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:
-        raise TrainFnError(
+    except Exception as error:  # noqa: BLE001 - any import failure is the train fn's
+        _fail(
             f"cannot import module {module_name!r} of train_fn {path!r}: "
             f"{type(error).__name__}: {error}. Check the path and that the module is importable "
-            "on every Ray worker (installed, or on PYTHONPATH)"
-        ) from error
+            "on every Ray worker (installed, or on PYTHONPATH)",
+            error,
+        )
     target: Any = module
     for part in attr.split("."):
         try:
             target = getattr(target, part)
         except AttributeError as error:
-            raise TrainFnError(
-                f"module {module_name!r} has no attribute {attr!r} (train_fn {path!r})"
-            ) from error
+            _fail(f"module {module_name!r} has no attribute {attr!r} (train_fn {path!r})", error)
     if not inspect.isfunction(target):
-        raise TrainFnError(f"train_fn {path!r} is {type(target).__name__}, not a function")
+        _fail(f"train_fn {path!r} is {type(target).__name__}, not a function")
     _refuse_unnamed(target, f"train_fn {path!r}")
     fn: TrainFn = target
     return fn

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from wgstore.events.worker_group import ErrorInfo, WorkerGroupPolled, WorkerStatusChange
-from wgstore.orchestration.context import Report
+if TYPE_CHECKING:  # Ray worker processes import this module; keep it light
+    from wgstore.events.worker_group import ErrorInfo, WorkerGroupPolled
+    from wgstore.orchestration.context import Report
 
 __all__ = ["PollRecorder", "WorkerObservation", "WorkerPoll"]
 
@@ -68,6 +70,8 @@ class PollRecorder:
         self, statuses: Mapping[int, WorkerObservation], polled_at: datetime
     ) -> WorkerGroupPolled | None:
         """Count one poll; return the event to store, or None when nothing changed."""
+        from wgstore.events.worker_group import WorkerGroupPolled, WorkerStatusChange
+
         self._seq += 1
         changes = tuple(
             WorkerStatusChange(world_rank=rank, running=obs.running, error=obs.error)
@@ -94,6 +98,8 @@ class PollRecorder:
 
     def flush(self) -> WorkerGroupPolled | None:
         """Record the trailing unchanged polls: the last of them, standing for the ones before."""
+        from wgstore.events.worker_group import WorkerGroupPolled
+
         if self._unchanged == 0 or self._last_unchanged_at is None:
             return None
         before = self._unchanged - 1

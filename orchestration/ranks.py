@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from wgstore.events.worker_group import WorkerInfo
+if TYPE_CHECKING:  # Ray worker processes import ActorMetadata; keep this module light
+    from wgstore.events.worker_group import WorkerInfo
 
 __all__ = ["ActorMetadata", "assign_ranks", "sort_workers"]
 
@@ -57,6 +59,8 @@ def assign_ranks(
     workers: Sequence[ActorMetadata], *, first_node_id: str | None = None
 ) -> tuple[WorkerInfo, ...]:
     """Sort ``workers`` as Ray Train does and give each its ranks, in world-rank order."""
+    from wgstore.events.worker_group import WorkerInfo
+
     ordered = sort_workers(workers, first_node_id=first_node_id)
     by_ip: dict[str, list[ActorMetadata]] = {}
     for meta in ordered:

@@ -14,19 +14,24 @@ import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wgstore.events.worker_group import ErrorInfo
 from wgstore.orchestration.context import TrainContext, WorkerSession, _set_session
-from wgstore.orchestration.errors import FailpointError
 from wgstore.orchestration.loading import TrainFn, resolve_train_fn
 from wgstore.orchestration.polling import WorkerPoll
 from wgstore.orchestration.ranks import ActorMetadata
+
+if TYPE_CHECKING:
+    from wgstore.events.worker_group import ErrorInfo
 
 __all__ = ["SyncActor", "WgstoreWorker"]
 
 
 def _error_info(error: BaseException, skip_frames: int = 0) -> ErrorInfo:
+    # wgstore.events is imported only here, when a train function failed: every Ray worker
+    # process imports this module, and the event package pulls in the store's dependencies
+    from wgstore.events.worker_group import ErrorInfo
+
     tb = error.__traceback__
     for _ in range(skip_frames):
         if tb is not None and tb.tb_next is not None:
@@ -96,6 +101,8 @@ class WgstoreWorker:
     def run_train_fn(self) -> None:
         """Start the train function in a thread and return at once."""
         if self._failpoints.get("launch_raise"):
+            from wgstore.orchestration.errors import FailpointError
+
             raise FailpointError("failpoint launch_raise: launching the train function failed")
         if self._fn is None or self._session is None:
             raise RuntimeError("init_train_context must run before run_train_fn")

@@ -134,7 +134,7 @@ def test_a_steady_run_rebuilds_every_status_change_from_its_poll_history(
     context = make_context(
         3,
         train_fn="examples.train:sleepy_fn",
-        config={"seconds": 0.5, "stagger_s": 1.5},
+        config={"seconds": 0.3, "stagger_s": 0.8},
         poll_interval_s=0.1,
     )
     group = WorkerGroup.create(store, context, executor=executor)
