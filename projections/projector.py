@@ -44,7 +44,7 @@ from wgstore.projections.read_models import (
     wg_workers,
 )
 from wgstore.projections.snapshots import load_snapshot, save_snapshot
-from wgstore.projections.state import WorkerGroupState, evolve, project_worker_group
+from wgstore.projections.state import WorkerGroupFold, WorkerGroupState, project_worker_group
 
 if TYPE_CHECKING:
     import threading
@@ -57,6 +57,7 @@ __all__ = [
     "apply_read_model_batch",
     "catch_up_read_models",
     "follow_read_models",
+    "read_model_rows",
     "rebuild_read_models",
 ]
 
@@ -210,20 +211,22 @@ def _fold_group(
                 row["last_metrics"] = msgspec.json.decode(row["last_metrics"])
             workers[row["world_rank"]] = row
     work = _GroupBatch(state=state, workers=workers)
+    fold = WorkerGroupFold(state)
     for event in events:
         try:
-            new = evolve(work.state, event)
+            fold.apply(event)
         except ProjectionError as error:
             work.error = str(error)
             work.last_event = event
             break
-        _rows_of(work, new, event)
-        work.state = new
+        _rows_of(work, fold.view, event)
         work.last_event = event
+    work.state = fold.state()
     return work
 
 
-def _rows_of(work: _GroupBatch, state: WorkerGroupState, event: RecordedEvent) -> None:
+def _rows_of(work: _GroupBatch, state: Any, event: RecordedEvent) -> None:
+    """The rows ``event`` adds or changes; ``state`` is the fold right after it."""
     payload = event.event
     at = to_utc(event.recorded_at)
     if isinstance(payload, WorkersStarted):

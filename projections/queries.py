@@ -34,10 +34,10 @@ from wgstore.projections.snapshots import (
     save_snapshot,
 )
 from wgstore.projections.state import (
+    WorkerGroupFold,
     WorkerGroupPollStatus,
     WorkerGroupState,
     apply_poll_changes,
-    evolve,
 )
 
 if TYPE_CHECKING:
@@ -129,9 +129,11 @@ def worker_group_state(
             state = None
     start = 1 if state is None else state.version + 1
     folded = 0
+    fold = WorkerGroupFold(state)
     for event in _until(store.read_stream(stream_id, from_version=start, to_version=version), at):
-        state = evolve(state, event)
+        fold.apply(event)
         folded += 1
+    state = fold.state()
     if state is None:
         when = f" at {at.isoformat()}" if at is not None else ""
         raise StreamNotFoundError(

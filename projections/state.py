@@ -581,6 +581,15 @@ class WorkerGroupFold:
             _apply(self._draft, event)
 
     @property
+    def view(self) -> Any:
+        """The fields folded so far, read-only by convention (``None`` before any event).
+
+        Has the attributes of :class:`WorkerGroupState` (not its properties); cheaper than
+        :meth:`state` when only a few fields are needed after each event.
+        """
+        return self._draft
+
+    @property
     def poll_status(self) -> WorkerGroupPollStatus | None:
         """The poll status folded so far."""
         return None if self._draft is None else self._draft.poll_status
