@@ -25,7 +25,6 @@ from enum import Enum
 from typing import Annotated, Any, NoReturn
 from uuid import UUID
 
-import click
 import typer
 from rich.console import Console
 from rich.text import Text
@@ -107,7 +106,7 @@ def fail(message: str, exit_code: int) -> NoReturn:
 class WgstoreGroup(TyperGroup):
     """The root command group: the one place where errors become a red line and an exit code."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         """Run the chosen command, turning expected errors into a message and an exit code."""
         try:
             return super().invoke(ctx)

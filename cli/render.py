@@ -74,14 +74,14 @@ def describe(event: Any) -> str:
             f"waited {event.wait_s:.2f}s"
         )
     if name == "SyncActorStarted":
-        return event.name
+        return str(event.name)
     if name == "WorkersStarted":
         nodes = {worker.node_id for worker in event.workers}
         return f"{len(event.workers)} workers on {len(nodes)} node(s)"
     if name == "WorkerGroupStarted":
         return f"started in {event.startup_s:.2f}s"
     if name == "TrainingLaunched":
-        return event.train_fn
+        return str(event.train_fn)
     if name == "WorkerGroupStartFailed":
         return f"at stage {event.stage}: {event.error}"
     if name == "WorkerGroupPolled":

@@ -144,7 +144,7 @@ def _postgres_rows(url: str, query: str, timeout_s: float) -> QueryResult:
         if row and row[0]:
             cursor.execute("SET LOCAL ROLE pg_read_all_data")
         # prepare=True sends the query with the extended protocol: one statement only.
-        cursor.execute(query, prepare=True)  # type: ignore[arg-type]
+        cursor.execute(query, prepare=True)
     except psycopg.Error as error:
         close()
         raise CliError(_postgres_message(error)) from None

@@ -34,7 +34,7 @@ _MAX_PER_TABLE = 20
 
 def _normalizers(table: sa.Table) -> list[Callable[[Any], Any]]:
     """Per column, a function that makes SQLite and Postgres values of it compare equal."""
-    pg = postgresql.dialect()
+    pg = postgresql.dialect()  # type: ignore[no-untyped-call]
 
     def as_time(value: Any) -> Any:
         if isinstance(value, str):

@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,3 +199,42 @@ def test_executor_stops_by_itself_after_stop_after(
     assert result.exit_code == 0, result.stderr
     assert "executor stopped" in result.stderr
     assert 2 <= time.monotonic() - started < 60
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ctrl_c_during_a_run_shuts_the_group_down_and_records_why(
+    cli: Any, sqlite_url: str, ray_in_repo: None
+) -> None:
+    from wgstore.events import EventStore
+
+    def press_ctrl_c_once_training_runs() -> None:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                with EventStore.open(sqlite_url, read_only=True) as store:
+                    types = [e.type for e in store.read_all()]
+            except Exception:  # noqa: BLE001 - the file may not be migrated yet
+                types = []
+            if "TrainingLaunched" in types and "WorkerReported" in types:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.2)
+
+    presser = threading.Thread(target=press_ctrl_c_once_training_runs, daemon=True)
+    presser.start()
+    config = json.dumps({"steps": 400, "step_sleep_s": 0.05})
+    run = cli(
+        "run", "examples.train:train_fn", "-n", "2", *FAST, "--config", config, "--url", sqlite_url
+    )
+    presser.join(timeout=5)
+    assert run.exit_code == 130, run.stdout + run.stderr
+    assert "was interrupted and shut down: aborted" in run.stdout
+    group_id = re.search(r"worker group (\w+) was interrupted", run.stdout).group(1)  # type: ignore[union-attr]
+    assert_nothing_left(group_id)
+    state = json.loads(cli("state", group_id, "--url", sqlite_url, "--json").stdout)
+    assert (state["status"], state["outcome"], state["shutdown_reason"]) == (
+        "SHUT_DOWN",
+        "aborted",
+        "interrupted",
+    )
