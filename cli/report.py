@@ -67,6 +67,27 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+MAX_EVENTS = 3000
+"""The page lists at most this many events (the first and last halves) to stay small."""
+MAX_POINTS = 2000
+"""A metric series keeps at most this many points (evenly spaced, the last one always)."""
+
+
+def _thin_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if len(events) <= MAX_EVENTS:
+        return events
+    half = MAX_EVENTS // 2
+    return events[:half] + events[-half:]
+
+
+def _thin(points: list[list[float]]) -> list[list[float]]:
+    if len(points) <= MAX_POINTS:
+        return points
+    step = len(points) / MAX_POINTS
+    kept = [points[int(i * step)] for i in range(MAX_POINTS - 1)]
+    return [*kept, points[-1]]
+
+
 def build_report_data(store: EventStore, group_id: str) -> dict[str, Any]:
     """Everything the page shows about ``group_id``, as JSON-ready data (times in epoch ms)."""
     records = list(store.read_stream(group_stream(group_id)))
@@ -167,7 +188,8 @@ def build_report_data(store: EventStore, group_id: str) -> dict[str, Any]:
         "t0": _ms(records[0]),
         "t1": end,
         "phases": phases,
-        "events": events,
+        "events": _thin_events(events),
+        "events_total": len(events),
         "workers": workers,
         "start_failure": None
         if failure is None
@@ -178,7 +200,10 @@ def build_report_data(store: EventStore, group_id: str) -> dict[str, Any]:
             "message": failure.error.message,
             "traceback": failure.error.traceback,
         },
-        "metrics": metrics,
+        "metrics": {
+            name: {rank: _thin(points) for rank, points in series.items()}
+            for name, series in metrics.items()
+        },
     }
 
 
@@ -434,6 +459,12 @@ def render_html(data: dict[str, Any]) -> str:
         f"<td><b>{esc(e['type'])}</b></td><td>{esc(e['summary'])}</td></tr>"
         for e in data["events"]
     )
+    shown, total = len(data["events"]), data["events_total"]
+    omitted = (
+        f"{total} events"
+        if shown == total
+        else f"{total} events (the first and last {shown // 2} shown)"
+    )
     payload = json.dumps(data, default=json_default, sort_keys=True).replace("</", "<\\/")
     title = f"wgstore: worker group {group['group_id']}"
     return f"""<!DOCTYPE html>
@@ -458,7 +489,7 @@ def render_html(data: dict[str, Any]) -> str:
 <h2>Reported metrics</h2>
 <div id="metrics-box"></div>
 <h2>Events</h2>
-<details><summary>{len(data["events"])} events</summary><table class="events">{rows}</table></details>
+<details><summary>{omitted}</summary><table class="events">{rows}</table></details>
 <div id="tooltip"></div>
 <script type="application/json" id="wgstore-data">{payload}</script>
 <script>{_JS}</script>

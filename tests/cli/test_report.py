@@ -186,3 +186,34 @@ def test_the_report_renders_in_headless_chromium_with_no_console_errors(
     assert len(re.findall(r'class="series"', dom)) == 8  # 2 metrics x 4 ranks
     assert screenshot.stat().st_size > 10_000
     shutil.copy(page, ARTIFACTS / f"report-{backend}.html")
+
+
+def test_a_long_group_is_thinned_so_the_page_stays_small(
+    cli: Any, sqlite_url: str, history: Any, tmp_path: Path
+) -> None:
+    from wgstore.cli.report import MAX_EVENTS, MAX_POINTS
+    from wgstore.events import EventStore
+    from wgstore.events.worker_group import WorkerReported
+
+    group = "10ng"
+    with EventStore.open(sqlite_url) as store:
+        history.record_started_group(store, group)
+        store.append(
+            f"worker-group-{group}",
+            [
+                WorkerReported(world_rank=0, index=i, metrics={"loss": 1.0 / (i + 1)})
+                for i in range(5000)
+            ],
+        )
+    page = tmp_path / "long.html"
+    result = cli("report", group, "--url", sqlite_url, "-o", str(page))
+    assert result.exit_code == 0, result.stderr
+    data = _embedded_data(page.read_text())
+    assert data["events_total"] == 5006
+    assert len(data["events"]) == MAX_EVENTS
+    assert data["events"][-1]["version"] == 5006
+    loss = data["metrics"]["loss"]["0"]
+    assert len(loss) == MAX_POINTS
+    assert loss[0][0] == 0 and loss[-1][0] == 4999
+    assert [p[0] for p in loss] == sorted(p[0] for p in loss)
+    assert f"5006 events (the first and last {MAX_EVENTS // 2} shown)" in page.read_text()
