@@ -11,6 +11,13 @@ those an event already names as ``causation_id``; a start left half-done by a de
 derives ``ReleaseResources``. Running groups are re-attached by actor name and polled on. With
 ``release_orphans``, ``wgstore-*`` resources that no live group of this store owns are released.
 Run one executor per store.
+
+Metadata of what it appends: ``causation_id`` (the command's id; polls and reports carry the id
+of the ``StartWorkerGroup`` that launched the training they observe), ``command`` (the command's
+type, on command results) and ``executor_id``. Event ids are derived too (from the command id,
+or from group, rank and report index, or group and poll sequence), so a retried append is
+idempotent, and a report is stored exactly once even across executors: workers keep reports
+until a poll acknowledges them as stored.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ log = logging.getLogger("wgstore.executor")
 _STREAM_PREFIX = "worker-group-"
 _POLL = object()
 _START_ENDS = (TrainingLaunched, WorkerGroupStartFailed, WorkerGroupShutDown)
+_ENDED = frozenset({"WorkerGroupShutDown", "WorkerGroupStartFailed"})
 
 
 @dataclass
@@ -413,6 +421,8 @@ class RayExecutor:
     def _catch_up(self) -> None:
         self._catching_up = True
         try:
+            if self._position == 0 and self._scope is None:
+                self._catch_up_by_stream()
             self._read_new()
         finally:
             self._catching_up = False
@@ -426,6 +436,18 @@ class RayExecutor:
                 self._dispatch(group, command)
         if self.release_orphans:
             self.sweep_orphans()
+
+    def _catch_up_by_stream(self) -> None:
+        """Fold only the streams of groups not yet ended: a long log of finished groups (their
+        polls and reports) costs one read of each stream's last event, not a read of it all."""
+        head = self.store.head()
+        for stream_id, version in self.store.streams(_STREAM_PREFIX):
+            last = next(iter(self.store.read_stream(stream_id, version, version)), None)
+            if last is None or last.type in _ENDED:
+                continue
+            for record in self.store.read_stream(stream_id):
+                self._apply(record)
+        self._position = head  # events past head come through read_all; _apply skips repeats
 
     def _read_new(self) -> None:
         for record in self.store.read_all(after=self._position):
@@ -444,6 +466,8 @@ class RayExecutor:
             group = self._groups[group_id] = _Group(group_id)
         if group.broken:
             return
+        if group.state is not None and record.version <= group.state.version:
+            return  # folded already (read by stream during catch-up)
         try:
             group.state = evolve(group.state, record)
         except ProjectionError as error:
