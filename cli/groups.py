@@ -1,16 +1,18 @@
 """``wgstore groups`` and ``wgstore state``: worker groups as the log tells them, now or back then.
 
-Both fold the log (through :mod:`wgstore.projections`), so they are right even when nobody keeps
-the SQL read models up to date.
+``state`` folds the log (through :mod:`wgstore.projections`). ``groups`` reads the SQL read
+model ``wg_worker_groups`` when it is up to date with the log, and folds the log otherwise (or
+with ``--from-log``), so it is right even when nobody keeps the read models current.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
+import sqlalchemy as sa
 import typer
 from rich.table import Table
 from rich.text import Text
@@ -20,6 +22,7 @@ from wgstore.cli.common import (
     GROUP_STREAM_PREFIX,
     UrlOption,
     UsageProblem,
+    database_errors,
     format_time,
     json_line,
     opened,
@@ -37,8 +40,17 @@ from wgstore.projections import (
     worker_group_state,
 )
 
-__all__ = ["groups_command", "iter_groups", "state_command", "state_json", "worker_rows"]
+__all__ = [
+    "groups_command",
+    "iter_groups",
+    "state_command",
+    "state_json",
+    "summaries_from_log",
+    "summaries_from_read_models",
+    "worker_rows",
+]
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 STATUS_STYLES = {
     "REQUESTED": "dim",
     "STARTING": "cyan",
@@ -60,9 +72,11 @@ def iter_groups(store: EventStore) -> Iterator[tuple[str, WorkerGroupState | Pro
             yield group_id, error
 
 
-def _duration(state: WorkerGroupState) -> str:
-    end = state.shut_down_at or state.updated_at
-    seconds = (end - state.requested_at).total_seconds()
+def _duration(summary: dict[str, Any]) -> str:
+    end = summary["shut_down_at"] or summary["updated_at"]
+    if end is None or summary["requested_at"] is None:
+        return ""
+    seconds = (end - summary["requested_at"]).total_seconds()
     if seconds < 120:
         return f"{seconds:.1f}s"
     if seconds < 7200:
@@ -85,6 +99,23 @@ def state_json(state: WorkerGroupState) -> dict[str, Any]:
     return data
 
 
+_SUMMARY_KEYS = (
+    "group_id",
+    "run_id",
+    "attempt",
+    "status",
+    "outcome",
+    "num_workers",
+    "running_workers",
+    "requested_at",
+    "updated_at",
+    "shut_down_at",
+    "train_fn",
+    "reports",
+    "error",
+)
+
+
 def _group_summary(group_id: str, state: WorkerGroupState) -> dict[str, Any]:
     outcome = state.outcome
     error = state.error
@@ -99,10 +130,71 @@ def _group_summary(group_id: str, state: WorkerGroupState) -> dict[str, Any]:
         "running_workers": running,
         "requested_at": state.requested_at,
         "updated_at": state.updated_at,
+        "shut_down_at": state.shut_down_at,
         "train_fn": state.context.train_fn,
         "reports": state.reports_total,
         "error": None if error is None else str(error),
     }
+
+
+def _unreadable(group_id: str, error: str) -> dict[str, Any]:
+    summary: dict[str, Any] = dict.fromkeys(_SUMMARY_KEYS)
+    summary.update(group_id=group_id, status="UNREADABLE", error=error)
+    return summary
+
+
+def summaries_from_log(store: EventStore) -> list[dict[str, Any]]:
+    """One summary per group, folded from the log (always right, slower on a big log)."""
+    result = []
+    for group_id, state in iter_groups(store):
+        if isinstance(state, ProjectionError):
+            result.append(_unreadable(group_id, str(state)))
+        else:
+            result.append(_group_summary(group_id, state))
+    return result
+
+
+def _utc(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    moment: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def summaries_from_read_models(store: EventStore) -> list[dict[str, Any]] | None:
+    """One summary per group from ``wg_worker_groups``; None when the read models are behind."""
+    from wgstore.projections import READ_MODELS_SUBSCRIPTION
+    from wgstore.projections.read_models import wg_worker_groups as table
+
+    if store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() < store.head():
+        return None
+    with database_errors(store.url), store.engine.connect() as connection:
+        rows = list(connection.execute(sa.select(table)).mappings())
+        connection.rollback()
+    result = []
+    for row in rows:
+        if row["projection_error"] is not None:
+            result.append(_unreadable(row["group_id"], row["projection_error"]))
+            continue
+        error = f"{row['error_type']}: {row['error_message']}" if row["error_type"] else None
+        result.append(
+            {
+                "group_id": row["group_id"],
+                "run_id": row["run_id"],
+                "attempt": row["attempt"],
+                "status": row["status"],
+                "outcome": row["outcome"],
+                "num_workers": row["num_workers"],
+                "running_workers": row["running_workers"],
+                "requested_at": _utc(row["requested_at"]),
+                "updated_at": _utc(row["updated_at"]),
+                "shut_down_at": _utc(row["shut_down_at"]),
+                "train_fn": row["train_fn"],
+                "reports": row["reports_total"],
+                "error": error,
+            }
+        )
+    return result
 
 
 def _status_text(status: str, outcome: str | None) -> Text:
@@ -125,65 +217,66 @@ def groups_command(
         str | None, typer.Option(help="Only groups requested since: ISO time or 10m, 2h, 3d.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per group.")] = False,
+    from_log: Annotated[
+        bool,
+        typer.Option(
+            "--from-log",
+            help="Fold every group from the log even when the read models are current.",
+        ),
+    ] = False,
 ) -> None:
-    """List the worker groups in the log, oldest first, with status, outcome and error."""
+    """List the worker groups, oldest first, with status, outcome and error.
+
+    Reads the SQL read models when they are up to date with the log, else folds the log.
+    """
     known = [s.value for s in WorkerGroupStatus]
     wanted = {s.upper().replace("-", "_") for s in status or []}
     unknown = sorted(wanted - set(known))
     if unknown:
         raise UsageProblem(f"unknown status {', '.join(unknown)}; use one of {', '.join(known)}")
     start: datetime | None = parse_time(since) if since else None
+    with opened(url) as store:
+        summaries = None if from_log else summaries_from_read_models(store)
+        if summaries is None:
+            summaries = summaries_from_log(store)
+    summaries.sort(key=lambda g: (g["requested_at"] or _EPOCH, g["group_id"]))
+    filtered = wanted or run or start
     table = Table("group", "run", "try", "status", "workers", "requested", "took", "error")
     shown = 0
-    with opened(url) as store:
-        for group_id, state in iter_groups(store):
-            if isinstance(state, ProjectionError):
-                if not wanted and not run and not start:
-                    _unreadable(table, group_id, state, as_json)
-                    shown += 1
-                continue
-            if wanted and state.status.value not in wanted:
-                continue
-            if run and state.run_id != run:
-                continue
-            if start and state.requested_at < start:
-                continue
-            shown += 1
-            summary = _group_summary(group_id, state)
-            if as_json:
-                typer.echo(json_line(summary))
-                continue
-            running = summary["running_workers"]
-            table.add_row(
-                group_id,
-                state.run_id,
-                str(state.attempt),
-                _status_text(summary["status"], summary["outcome"]),
-                f"{state.num_workers}"
-                if running is None
-                else f"{running}/{state.num_workers} running",
-                format_time(state.requested_at),
-                _duration(state),
-                Text(summary["error"] or "", style="red"),
-            )
+    for summary in summaries:
+        readable = summary["status"] != "UNREADABLE"
+        if filtered and not readable:
+            continue
+        if wanted and summary["status"] not in wanted:
+            continue
+        if run and summary["run_id"] != run:
+            continue
+        if start and summary["requested_at"] < start:
+            continue
+        shown += 1
+        if as_json:
+            typer.echo(json_line(summary))
+            continue
+        running, workers = summary["running_workers"], summary["num_workers"]
+        table.add_row(
+            summary["group_id"],
+            summary["run_id"] or "",
+            "" if summary["attempt"] is None else str(summary["attempt"]),
+            _status_text(summary["status"], summary["outcome"]),
+            ""
+            if workers is None
+            else (f"{workers}" if running is None else f"{running}/{workers} running"),
+            format_time(summary["requested_at"]) if readable else "",
+            _duration(summary),
+            Text(summary["error"] or "", style="red"),
+        )
     if not as_json:
         if shown:
             out_console().print(table)
         else:
             out_console().print(
-                "no worker groups match"
-                if wanted or run or start
-                else "no worker groups in the log"
+                "no worker groups match" if filtered else "no worker groups in the log"
             )
-
-
-def _unreadable(table: Table, group_id: str, error: ProjectionError, as_json: bool) -> None:
-    if as_json:
-        typer.echo(json_line({"group_id": group_id, "status": "UNREADABLE", "error": str(error)}))
-    else:
-        table.add_row(
-            group_id, "", "", Text("UNREADABLE", style="bold red"), "", "", "", str(error)
-        )
 
 
 def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:

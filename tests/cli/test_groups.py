@@ -131,3 +131,61 @@ def test_state_of_an_unknown_group_exits_2(cli: Any, recorded: Any) -> None:
     result = cli("state", "0000", "--url", recorded.url)
     assert result.exit_code == 2
     assert "no worker group id starts with '0000'" in result.stderr
+
+
+def test_groups_reads_current_read_models_and_they_agree_with_the_log(
+    cli: Any, recorded: Any
+) -> None:
+    from wgstore.cli.groups import summaries_from_read_models
+    from wgstore.events import EventStore
+
+    from_log = cli("groups", "--url", recorded.url, "--json")
+    assert cli("projections", "catch-up", "--url", recorded.url).exit_code == 0
+    with EventStore.open(recorded.url, read_only=True) as store:
+        assert summaries_from_read_models(store) is not None  # current: groups uses them
+    from_models = cli("groups", "--url", recorded.url, "--json")
+    forced = cli("groups", "--url", recorded.url, "--json", "--from-log")
+    assert _json_lines(from_models.stdout) == _json_lines(from_log.stdout)
+    assert _json_lines(forced.stdout) == _json_lines(from_log.stdout)
+    filtered = cli("groups", "--url", recorded.url, "--status", "START_FAILED", "--json")
+    assert [g["group_id"] for g in _json_lines(filtered.stdout)] == [recorded.failed_group]
+
+
+def test_groups_falls_back_to_the_log_when_the_read_models_are_behind(
+    cli: Any, recorded: Any, history: Any
+) -> None:
+    from wgstore.cli.groups import summaries_from_read_models
+    from wgstore.events import EventStore
+
+    cli("projections", "catch-up", "--url", recorded.url)
+    with EventStore.open(recorded.url) as store:
+        history.record_failed_group(store, group_id="1a7e")
+        assert summaries_from_read_models(store) is None
+    groups = _json_lines(cli("groups", "--url", recorded.url, "--json").stdout)
+    assert [g["group_id"] for g in groups][-1] == "1a7e"
+    assert len(groups) == 3
+
+
+def test_a_stream_the_fold_refuses_is_listed_as_unreadable_and_state_names_the_event(
+    cli: Any, recorded: Any
+) -> None:
+    from wgstore.events import EventStore
+    from wgstore.events.worker_group import WorkerGroupShutDown
+
+    with EventStore.open(recorded.url) as store:
+        store.append("worker-group-b0rken", [WorkerGroupShutDown(duration_s=0.0)])
+
+    def listed() -> dict[str, Any]:
+        lines = _json_lines(cli("groups", "--url", recorded.url, "--json").stdout)
+        return {g["group_id"]: g for g in lines}
+
+    from_log = listed()  # the read models are behind: folded from the log
+    assert cli("projections", "catch-up", "--url", recorded.url).exit_code == 0
+    from_models = listed()  # the read models are current: read from wg_worker_groups
+    for groups in (from_log, from_models):
+        assert groups["b0rken"]["status"] == "UNREADABLE"
+        assert "must begin with WorkerGroupStartRequested" in groups["b0rken"]["error"]
+    state = cli("state", "b0rken", "--url", recorded.url)
+    assert state.exit_code == 1
+    assert "stream 'worker-group-b0rken', version 1" in state.stderr
+    assert "Traceback" not in state.stderr
