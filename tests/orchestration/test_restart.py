@@ -138,6 +138,15 @@ def test_an_executor_killed_mid_run_is_replaced_without_repeating_a_command_or_l
     assert state.status is WorkerGroupStatus.SHUT_DOWN and state.reports_total == 80
     assert_nothing_left(group.group_id)
 
+    third = RayExecutor(store, extra_sys_path=[str(REPO)]).start()  # re-derives, repeats nothing
+    try:
+        assert third.wait_caught_up(30)
+        time.sleep(0.5)
+    finally:
+        third.stop()
+    assert store.stream_version(stream_id_for_group(group.group_id)) == len(events)
+    assert third.errors == []
+
 
 def test_a_start_left_half_done_by_a_killed_executor_is_released_by_the_next_one(
     store: Any, executor_process: Any
