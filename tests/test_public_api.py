@@ -13,7 +13,9 @@ def _isort_style(name: str) -> tuple[int, str]:
     return (kind, name)
 
 
-@pytest.mark.parametrize("package", ["wgstore.events"])
+@pytest.mark.parametrize(
+    "package", ["wgstore.events", "wgstore.projections", "wgstore.orchestration"]
+)
 def test_all_is_sorted_and_every_name_exists(package: str) -> None:
     module = importlib.import_module(package)
     exported = list(getattr(module, "__all__", []))
