@@ -9,11 +9,20 @@ an immutable event in one append-only table (SQLite or PostgreSQL). Subpackages:
 - :mod:`wgstore.cli`: the ``wgstore`` command.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("wgstore")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0"
+from typing import Any
 
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    # importlib.metadata costs ~0.1 s; Ray workers import wgstore and rarely need the version.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("wgstore")
+        except PackageNotFoundError:  # pragma: no cover - a source tree without install
+            value = "0.0.0"
+        globals()["__version__"] = value
+        return value
+    raise AttributeError(f"module 'wgstore' has no attribute {name!r}")

@@ -4,6 +4,9 @@ Works without Ray installed. Importing this package registers the built-in event
 the ``worker-group-*`` and ``run-*`` streams.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from wgstore.events import run, worker_group
 from wgstore.events.codec import Codec
 from wgstore.events.errors import (
@@ -20,8 +23,29 @@ from wgstore.events.errors import (
 )
 from wgstore.events.records import ANY, NO_STREAM, STREAM_EXISTS, NewEvent, RecordedEvent
 from wgstore.events.registry import REGISTRY, EventRegistry, event_type, upcaster
-from wgstore.events.store import EventStore, VerifyReport
-from wgstore.events.subscriptions import Subscription, SubscriptionConflictError
+
+if TYPE_CHECKING:
+    from wgstore.events.store import EventStore, VerifyReport
+    from wgstore.events.subscriptions import Subscription, SubscriptionConflictError
+
+# The store pulls in SQLAlchemy (~0.4 s): load it on first use, so code that only needs the
+# event types (a Ray worker, say) imports fast.
+_LAZY = {
+    "EventStore": "wgstore.events.store",
+    "VerifyReport": "wgstore.events.store",
+    "Subscription": "wgstore.events.subscriptions",
+    "SubscriptionConflictError": "wgstore.events.subscriptions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'wgstore.events' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ANY",
