@@ -63,7 +63,7 @@ class WorkerGroupStartError(OrchestrationError):
         super().__init__(
             f"worker group {group_id} failed to start at stage {stage.value!r}: {cause}. "
             f"Released {len(released)} resource(s). Inspect it with "
-            f"`wgstore audit --group {group_id}`; the traceback is in the cause."
+            f"`wgstore state {group_id}` or `wgstore events --group {group_id}`; the traceback is in the cause."
         )
 
 

@@ -75,7 +75,7 @@ def follow_group(
             status = state.status.value if state else "not requested"
             raise WorkerGroupTimeoutError(
                 f"worker group {group_id} did not get there within {timeout_s}s (it is {status}); "
-                "is an executor running? Inspect it with `wgstore audit`"
+                f"is an executor running? Inspect it with `wgstore state {group_id}`"
             )
         store.wait_for_new(head, 0.5 if remaining is None else min(0.5, remaining))
 
