@@ -14,6 +14,7 @@ from wgstore.events import EventStore
 from wgstore.events.worker_group import WorkerGroupContext
 from wgstore.orchestration.loading import TrainFn, import_path_of
 from wgstore.orchestration.worker_group import WorkerGroup
+from wgstore.projections.projector import catch_up_read_models
 from wgstore.projections.state import TrainingOutcome, WorkerGroupState
 
 __all__ = ["RunResult", "run_training"]
@@ -60,6 +61,8 @@ def run_training(
     on_update: Callable[[WorkerGroupState], None] | None = None,
 ) -> RunResult:
     """Start ``train_fn`` on ``workers`` workers, follow it until it ends, shut the group down.
+
+    At the end the SQL read models are brought up to date (:func:`catch_up_read_models`).
 
     Args:
         url: the store (``sqlite:///wgstore.db`` or a Postgres URL).
@@ -108,4 +111,6 @@ def run_training(
         state = group.shutdown(reason=reason)
         if on_update is not None:
             on_update(state)
+        # So plain SQL on wg_worker_groups & co. shows this run as soon as the command ends.
+        catch_up_read_models(store)
         return RunResult(group_id=group.group_id, state=state, interrupted=interrupted)

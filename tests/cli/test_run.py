@@ -86,7 +86,15 @@ def test_a_recorded_run_can_be_inspected_with_every_audit_command(
         "TrainingLaunched",
     ]
     assert types[-2:] == ["WorkerGroupShutdownRequested", "WorkerGroupShutDown"]
-    assert cli("verify", "--url", store_url).exit_code == 0
+    verified = cli("verify", "--url", store_url)
+    assert verified.exit_code == 0
+    assert "behind the log" not in verified.stdout  # `run` left the read models current
+    rows = _json_lines(
+        cli(
+            "sql", "SELECT group_id, status FROM wg_worker_groups", "--url", store_url, "--json"
+        ).stdout
+    )
+    assert rows == [{"group_id": group_id, "status": "SHUT_DOWN"}]
 
     page = tmp_path / "timeline.html"
     assert cli("report", group_id, "--url", store_url, "-o", str(page)).exit_code == 0
