@@ -144,7 +144,7 @@ def _sqlite_engine(
     return engine
 
 
-def _postgres_engine(url: URL, read_only: bool) -> sa.Engine:
+def _postgres_engine(url: URL, read_only: bool, lock_timeout_s: float = 30.0) -> sa.Engine:
     connect_args: dict[str, Any] = {"connect_timeout": int(url.query.get("connect_timeout", 10))}
     engine = sa.create_engine(url, pool_size=8, max_overflow=32, connect_args=connect_args)
 
@@ -153,6 +153,8 @@ def _postgres_engine(url: URL, read_only: bool) -> sa.Engine:
         autocommit = dbapi_connection.autocommit
         dbapi_connection.autocommit = True
         dbapi_connection.execute("SET TIME ZONE 'UTC'")
+        # An append waits this long for the table lock, then fails with a clear error.
+        dbapi_connection.execute(f"SET lock_timeout = {int(lock_timeout_s * 1000)}")
         if dbapi_connection.info.server_version >= 140000:
             # A client killed mid-append is noticed within a second (not when the statement
             # ends), so its transaction rolls back and frees the append lock sooner.

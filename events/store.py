@@ -96,7 +96,6 @@ class EventStore:
         url: str,
         read_only: bool = False,
         registry: EventRegistry | None = None,
-        lock_timeout_s: float = 30.0,
     ) -> None:
         """Wrap an engine made by :func:`~wgstore.events.engine.create_store_engine`.
 
@@ -107,7 +106,6 @@ class EventStore:
         self.read_only = read_only
         self.backend: str = engine.dialect.name
         self.codec = Codec(registry or REGISTRY)
-        self._lock_timeout_ms = int(lock_timeout_s * 1000)
         self._write_lock = threading.Lock()
         self._writer: Any = None
         self._closed = False
@@ -370,7 +368,7 @@ class EventStore:
                     [p.data for p in pending],
                     [p.metadata_text for p in pending],
                     check_ids,
-                    self._lock_timeout_ms,
+                    0,  # p_lock_timeout_ms: unused since 0003 (set per connection)
                 ),
             )
             return cursor.fetchall()

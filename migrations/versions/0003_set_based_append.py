@@ -6,8 +6,11 @@ Create Date: 2026-11-29
 
 Measured in bench/ (W2, batches of 100 on Postgres): the per-event ``INSERT ... RETURNING`` loop
 of 0001 cost 0.55 of plain executemany. The hashes are still chained in a loop (each needs the
-one before), but into an array; the rows then go in with one ``INSERT ... SELECT FROM unnest``
-whose ``ORDER BY`` hands out positions in batch order. SQLite is unchanged.
+one before), but into an array; the rows then go in with one ``INSERT ... SELECT`` whose
+``ORDER BY`` hands out positions in batch order. A single event takes a plain INSERT, and the
+lock timeout moved to the connection (``SET lock_timeout``) instead of a ``set_config`` per call.
+``p_lock_timeout_ms`` stays in the signature so 0001's callers and this one's match; it is
+ignored. SQLite is unchanged.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ DECLARE
     v_now timestamptz;
     v_us text;
 BEGIN
-    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    -- lock_timeout is set per connection (wgstore.events.engine), not per call: cheaper.
     LOCK TABLE wg_events IN EXCLUSIVE MODE;
 
     IF p_check_ids THEN
@@ -95,6 +98,21 @@ BEGIN
             'hex');
         v_hashes[i] := v_hash;  -- in place: appending with || would copy the array each time
     END LOOP;
+
+    IF v_n = 1 THEN  -- the common single append: a plain INSERT is cheaper than the CTE
+        INSERT INTO wg_events (event_id, stream_id, stream_version, event_type, schema_version,
+                               data, metadata, recorded_at, hash)
+        VALUES (p_event_ids[1], p_stream_id, v_version + 1, p_types[1], p_schema_versions[1],
+                p_data[1], p_metadata[1], v_now, v_hash)
+        RETURNING position INTO o_position;
+        o_version := v_version + 1;
+        o_recorded_at := v_now;
+        o_hash := v_hash;
+        o_existed := false;
+        RETURN NEXT;
+        PERFORM pg_notify('wg_events', '');
+        RETURN;
+    END IF;
 
     RETURN QUERY
     WITH inserted AS (
