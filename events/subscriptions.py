@@ -131,7 +131,7 @@ class Subscription:
         if moved != 1:
             raise SubscriptionConflictError(
                 f"subscription {self.name!r} was moved past position {start} by another reader "
-                "while this one handled events up to {end}; run one reader per subscription name"
+                f"while this one handled events up to {end}; run one reader per subscription name"
             )
 
     def _ensure_row(self, connection: sa.Connection) -> None:
