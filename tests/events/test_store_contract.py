@@ -268,6 +268,23 @@ class TestSubscriptions:
         )
         assert seen == ["WorkerGroupShutdownRequested"]
 
+    def test_a_reader_overtaken_by_another_reader_of_the_same_name_is_told(
+        self, store: EventStore
+    ) -> None:
+        from wgstore.events import SubscriptionConflictError
+
+        store.append("s-1", notes("a", "b"))
+        overtaking = store.subscription("shared")
+        taken: list[str] = []
+
+        def slow_handler(batch: list) -> None:  # the other reader finishes meanwhile
+            overtaking.process(lambda b: taken.extend(e.event.text for e in b))
+
+        with pytest.raises(SubscriptionConflictError, match=f"up to {store.head()}"):
+            store.subscription("shared").process(slow_handler)
+        assert taken == ["a", "b"]
+        assert overtaking.checkpoint() == store.head()
+
     def test_reset_replays_from_the_start(self, store: EventStore) -> None:
         store.append("s-1", notes("a", "b"))
         subscription = store.subscription("again")
