@@ -279,6 +279,22 @@ def groups_command(
             )
 
 
+def workers_table(state: WorkerGroupState) -> Table:
+    """One row per worker: rank, node, pid, status, reports, latest metrics, error."""
+    table = Table("rank", "node", "pid", "status", "reports", "latest metrics", "error")
+    for row in worker_rows(state):
+        table.add_row(
+            str(row["rank"]),
+            row["node"],
+            str(row["pid"]),
+            Text(row["status"], style=WORKER_STYLES.get(row["status"], "")),
+            str(row["reports"]),
+            metrics_text(row["metrics"]),
+            Text(row["error"], style="red"),
+        )
+    return table
+
+
 def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
     """One dict per worker: placement, status at the latest poll, reports and latest metrics."""
     rows = []
@@ -363,20 +379,8 @@ def print_state(state: WorkerGroupState) -> None:
     if state.released:
         facts.add_row("released", ", ".join(state.released))
     console.print(facts)
-    rows = worker_rows(state)
-    if rows:
-        table = Table("rank", "node", "pid", "status", "reports", "latest metrics", "error")
-        for row in rows:
-            table.add_row(
-                str(row["rank"]),
-                row["node"],
-                str(row["pid"]),
-                Text(row["status"], style=WORKER_STYLES.get(row["status"], "")),
-                str(row["reports"]),
-                metrics_text(row["metrics"]),
-                Text(row["error"], style="red"),
-            )
-        console.print(table)
+    if state.workers:
+        console.print(workers_table(state))
 
 
 def state_command(

@@ -16,7 +16,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from wgstore.cli.common import (
@@ -30,8 +29,7 @@ from wgstore.cli.common import (
     parse_duration,
     store_label,
 )
-from wgstore.cli.groups import STATUS_STYLES, WORKER_STYLES, worker_rows
-from wgstore.cli.render import metrics_text
+from wgstore.cli.groups import STATUS_STYLES, workers_table
 from wgstore.projections import WorkerGroupState
 
 __all__ = ["executor_command", "live_view", "run_command"]
@@ -48,18 +46,7 @@ def live_view(state: WorkerGroupState) -> Group:
     if outcome is not None:
         head.append(f" ({outcome.value})")
     head.append(f"  polls {state.polls_total}  reports {state.reports_total}", style="dim")
-    table = Table("rank", "node", "pid", "status", "reports", "latest metrics", "error")
-    for row in worker_rows(state):
-        table.add_row(
-            str(row["rank"]),
-            row["node"],
-            str(row["pid"]),
-            Text(row["status"], style=WORKER_STYLES.get(row["status"], "")),
-            str(row["reports"]),
-            metrics_text(row["metrics"]),
-            Text(row["error"], style="red"),
-        )
-    return Group(head, table)
+    return Group(head, workers_table(state))
 
 
 def _inspect_hint(group_id: str, url: str) -> str:
