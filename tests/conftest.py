@@ -15,6 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Database-backed property tests have no per-example deadline; CI runs them derandomized, so a
+# red CI always reproduces (a developer's run keeps exploring new examples).
+settings.register_profile("wgstore", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI", "").lower() == "true" else "wgstore")
 
 PG_URL = os.environ.get("WGSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI", "").lower() == "true"

@@ -291,6 +291,11 @@ def lifecycles() -> Any:
     """A hypothesis strategy of valid worker-group streams (as :class:`Stream` objects)."""
     from hypothesis import strategies as st
 
+    # The store refuses NUL characters (Postgres cannot hold them in JSON): only storable text.
+    storable_text = st.text(
+        st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=3
+    )
+
     @st.composite
     def build(draw: Any) -> Stream:
         n = draw(st.integers(1, 4))
@@ -331,7 +336,7 @@ def lifecycles() -> Any:
                     metrics = draw(
                         st.dictionaries(
                             st.sampled_from(["loss", "acc", "step"]),
-                            st.one_of(st.integers(-5, 5), st.floats(0, 1), st.text(max_size=3)),
+                            st.one_of(st.integers(-5, 5), st.floats(0, 1), storable_text),
                             max_size=3,
                         )
                     )
