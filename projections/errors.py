@@ -13,7 +13,12 @@ all raise :class:`ProjectionError`, which names the stream, the version and the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from wgstore.events.errors import WgstoreError
+
+if TYPE_CHECKING:
+    from wgstore.events.records import RecordedEvent
 
 __all__ = ["ProjectionError", "StreamNotFoundError"]
 
@@ -44,6 +49,17 @@ class ProjectionError(WgstoreError):
         what = f" ({event_type})" if event_type else ""
         super().__init__(
             f"stream {stream_id!r}, version {version}, position {position}{what}: {message}"
+        )
+
+    @classmethod
+    def at(cls, record: RecordedEvent, message: str) -> ProjectionError:
+        """The error for ``record``, naming its stream, version, position and type."""
+        return cls(
+            message,
+            stream_id=record.stream_id,
+            version=record.version,
+            position=record.position,
+            event_type=record.type,
         )
 
 

@@ -142,16 +142,6 @@ class RunState:
         return self.ended
 
 
-def _fail(record: RecordedEvent, message: str) -> ProjectionError:
-    return ProjectionError(
-        message,
-        stream_id=record.stream_id,
-        version=record.version,
-        position=record.position,
-        event_type=record.type,
-    )
-
-
 def _with_group(groups: tuple[str, ...], group_id: str | None) -> tuple[str, ...]:
     if group_id is None or group_id in groups:
         return groups
@@ -160,7 +150,7 @@ def _with_group(groups: tuple[str, ...], group_id: str | None) -> tuple[str, ...
 
 def _end(state: RunState, record: RecordedEvent, status: RunStatus, **changes: Any) -> RunState:
     if state.status.is_terminal and state.status is not status:
-        raise _fail(
+        raise ProjectionError.at(
             record,
             f"run {state.run_id!r} is already {state.status.value}; it cannot end as {status.value}",
         )
@@ -186,7 +176,7 @@ def evolve_run(state: RunState | None, record: RecordedEvent) -> RunState:
     event = record.event
     if state is None:
         if not isinstance(event, RunCreated) or record.version != 1:
-            raise _fail(record, "a run stream must begin with RunCreated at version 1")
+            raise ProjectionError.at(record, "a run stream must begin with RunCreated at version 1")
         return RunState(
             stream_id=record.stream_id,
             run_id=event.run_id,
@@ -199,15 +189,17 @@ def evolve_run(state: RunState | None, record: RecordedEvent) -> RunState:
             updated_at=record.recorded_at,
         )
     if record.stream_id != state.stream_id:
-        raise _fail(record, f"belongs to another stream than {state.stream_id!r}")
+        raise ProjectionError.at(record, f"belongs to another stream than {state.stream_id!r}")
     if record.version != state.version + 1:
-        raise _fail(
+        raise ProjectionError.at(
             record,
             f"out of order: the state is at version {state.version}, so the next event must be "
             f"version {state.version + 1}",
         )
     if state.ended:
-        raise _fail(record, f"run {state.run_id!r} already ended as {state.status.value}")
+        raise ProjectionError.at(
+            record, f"run {state.run_id!r} already ended as {state.status.value}"
+        )
     state = replace(
         state, version=record.version, position=record.position, updated_at=record.recorded_at
     )
@@ -236,8 +228,8 @@ def evolve_run(state: RunState | None, record: RecordedEvent) -> RunState:
     if isinstance(event, RunAborted):
         return _end(state, record, RunStatus.ABORTED, abort_reason=event.reason)
     if isinstance(event, RunCreated):
-        raise _fail(record, f"run {state.run_id!r} was already created at version 1")
-    raise _fail(
+        raise ProjectionError.at(record, f"run {state.run_id!r} was already created at version 1")
+    raise ProjectionError.at(
         record,
         f"{type(event).__module__}.{type(event).__qualname__} is not a run event; the run "
         "projection does not know how to apply it",
@@ -248,18 +240,18 @@ def _controller_state_changed(
     state: RunState, record: RecordedEvent, event: ControllerStateChanged
 ) -> RunState:
     if event.from_state != state.controller_state:
-        raise _fail(
+        raise ProjectionError.at(
             record,
             f"the controller moved from {event.from_state}, but it was in {state.controller_state}",
         )
     if event.to_state not in CONTROLLER_TO_RUN_STATUS:
-        raise _fail(
+        raise ProjectionError.at(
             record,
             f"unknown controller state {event.to_state!r}; known: "
             f"{', '.join(CONTROLLER_TO_RUN_STATUS)}",
         )
     if state.status.is_terminal:
-        raise _fail(record, f"the controller already reached {state.status.value}")
+        raise ProjectionError.at(record, f"the controller already reached {state.status.value}")
     status = CONTROLLER_TO_RUN_STATUS[event.to_state] or state.status
     transition = ControllerTransition(
         from_state=event.from_state,

@@ -290,19 +290,9 @@ def apply_poll_changes(
 _RUNNING = WorkerStatus(running=True)
 
 
-def _fail(record: RecordedEvent, message: str) -> ProjectionError:
-    return ProjectionError(
-        message,
-        stream_id=record.stream_id,
-        version=record.version,
-        position=record.position,
-        event_type=record.type,
-    )
-
-
 def _move(state: WorkerGroupState, record: RecordedEvent, to: WorkerGroupStatus) -> None:
     if to not in TRANSITIONS[state.status]:
-        raise _fail(
+        raise ProjectionError.at(
             record,
             f"{type(record.event).__name__} cannot move group {state.group_id!r} from "
             f"{state.status.value} to {to.value}",
@@ -312,7 +302,9 @@ def _move(state: WorkerGroupState, record: RecordedEvent, to: WorkerGroupStatus)
 def _start_requested(state: WorkerGroupState | None, record: RecordedEvent) -> WorkerGroupState:
     event: WorkerGroupStartRequested = record.event
     if state is not None:
-        raise _fail(record, f"group {state.group_id!r} was already requested at version 1")
+        raise ProjectionError.at(
+            record, f"group {state.group_id!r} was already requested at version 1"
+        )
     return WorkerGroupState(
         stream_id=record.stream_id,
         group_id=event.group_id,
@@ -329,9 +321,13 @@ def _start_requested(state: WorkerGroupState | None, record: RecordedEvent) -> W
 
 def _builder_step(state: WorkerGroupState, record: RecordedEvent, attr: str) -> dict[str, Any]:
     if state.status not in (WorkerGroupStatus.REQUESTED, WorkerGroupStatus.STARTING):
-        raise _fail(record, f"a builder step cannot happen while the group is {state.status.value}")
+        raise ProjectionError.at(
+            record, f"a builder step cannot happen while the group is {state.status.value}"
+        )
     if getattr(state, attr) not in (None, ()):
-        raise _fail(record, f"{attr.replace('_', ' ')} of group {state.group_id!r} is already set")
+        raise ProjectionError.at(
+            record, f"{attr.replace('_', ' ')} of group {state.group_id!r} is already set"
+        )
     return {"status": WorkerGroupStatus.STARTING}
 
 
@@ -353,7 +349,9 @@ def _workers_started(state: WorkerGroupState, record: RecordedEvent) -> dict[str
     workers = tuple(sorted(event.workers, key=lambda w: w.world_rank))
     ranks = [w.world_rank for w in workers]
     if ranks != list(range(len(workers))) or not workers:
-        raise _fail(record, f"world ranks must be 0..n-1 with no gap or repeat, got {ranks}")
+        raise ProjectionError.at(
+            record, f"world ranks must be 0..n-1 with no gap or repeat, got {ranks}"
+        )
     changes["workers"] = workers
     return changes
 
@@ -371,7 +369,9 @@ def _started(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
         if not value
     ]
     if missing or state.status is not WorkerGroupStatus.STARTING:
-        raise _fail(record, f"cannot build incomplete state. Missing: {', '.join(missing)}")
+        raise ProjectionError.at(
+            record, f"cannot build incomplete state. Missing: {', '.join(missing)}"
+        )
     return {
         "status": WorkerGroupStatus.RUNNING,
         "started_at": record.recorded_at,
@@ -381,9 +381,11 @@ def _started(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
 
 def _training_launched(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     if state.status is not WorkerGroupStatus.RUNNING:
-        raise _fail(record, f"training cannot launch while the group is {state.status.value}")
+        raise ProjectionError.at(
+            record, f"training cannot launch while the group is {state.status.value}"
+        )
     if state.training_launched:
-        raise _fail(record, "training was already launched on this group")
+        raise ProjectionError.at(record, "training was already launched on this group")
     return {"training_launched": True, "training_launched_at": record.recorded_at}
 
 
@@ -391,7 +393,7 @@ def _start_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, A
     event: WorkerGroupStartFailed = record.event
     _move(state, record, WorkerGroupStatus.START_FAILED)
     if state.training_launched:
-        raise _fail(record, "the start cannot fail after training was launched")
+        raise ProjectionError.at(record, "the start cannot fail after training was launched")
     return {
         "status": WorkerGroupStatus.START_FAILED,
         "start_failure": event,
@@ -402,21 +404,23 @@ def _start_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, A
 def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerGroupPolled = record.event
     if state.status not in (WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN):
-        raise _fail(record, f"a group cannot be polled while {state.status.value}")
+        raise ProjectionError.at(record, f"a group cannot be polled while {state.status.value}")
     if event.poll_seq <= state.last_poll_seq:
-        raise _fail(
+        raise ProjectionError.at(
             record,
             f"poll_seq {event.poll_seq} does not follow the last recorded poll_seq "
             f"{state.last_poll_seq}",
         )
     if event.unchanged_polls < 0:
-        raise _fail(record, f"unchanged_polls must be >= 0, got {event.unchanged_polls}")
+        raise ProjectionError.at(
+            record, f"unchanged_polls must be >= 0, got {event.unchanged_polls}"
+        )
     try:
         status = apply_poll_changes(
             state.poll_status, (w.world_rank for w in state.workers), event.changes
         )
     except KeyError as missing:
-        raise _fail(record, f"no worker has world rank {missing.args[0]}") from None
+        raise ProjectionError.at(record, f"no worker has world rank {missing.args[0]}") from None
     return {
         "poll_status": status,
         "last_poll_seq": event.poll_seq,
@@ -429,13 +433,15 @@ def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
 def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerReported = record.event
     if state.status not in (WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN):
-        raise _fail(record, f"a worker cannot report while the group is {state.status.value}")
+        raise ProjectionError.at(
+            record, f"a worker cannot report while the group is {state.status.value}"
+        )
     rank = event.world_rank
     if not 0 <= rank < len(state.workers):
-        raise _fail(record, f"no worker has world rank {rank}")
+        raise ProjectionError.at(record, f"no worker has world rank {rank}")
     previous = state.last_report_index.get(rank)
     if previous is not None and event.index <= previous:
-        raise _fail(
+        raise ProjectionError.at(
             record, f"report index {event.index} of rank {rank} does not follow index {previous}"
         )
     changes: dict[str, Any] = {
@@ -507,33 +513,33 @@ _TERMINAL = frozenset(status for status in WorkerGroupStatus if status.is_termin
 
 def _first(event: RecordedEvent) -> WorkerGroupState:
     if not isinstance(event.event, WorkerGroupStartRequested):
-        raise _fail(
+        raise ProjectionError.at(
             event,
             "a worker-group stream must begin with WorkerGroupStartRequested; fold the "
             "stream from version 1 (or from a snapshot)",
         )
     if event.version != 1:
-        raise _fail(event, "WorkerGroupStartRequested must be version 1 of its stream")
+        raise ProjectionError.at(event, "WorkerGroupStartRequested must be version 1 of its stream")
     return _start_requested(None, event)
 
 
 def _apply(draft: Any, event: RecordedEvent) -> None:
     payload = event.event
     if event.stream_id != draft.stream_id:
-        raise _fail(event, f"belongs to another stream than {draft.stream_id!r}")
+        raise ProjectionError.at(event, f"belongs to another stream than {draft.stream_id!r}")
     if event.version != draft.version + 1:
-        raise _fail(
+        raise ProjectionError.at(
             event,
             f"out of order: the state is at version {draft.version}, so the next event must be "
             f"version {draft.version + 1}",
         )
     if draft.status in _TERMINAL:
-        raise _fail(event, f"group {draft.group_id!r} is already {draft.status.value}")
+        raise ProjectionError.at(event, f"group {draft.group_id!r} is already {draft.status.value}")
     handler = _HANDLERS.get(type(payload))
     if handler is None:
         if isinstance(payload, WorkerGroupStartRequested):
             _start_requested(draft, event)  # raises
-        raise _fail(
+        raise ProjectionError.at(
             event,
             f"{type(payload).__module__}.{type(payload).__qualname__} is not a worker-group "
             "event; the worker-group projection does not know how to apply it",
