@@ -547,9 +547,10 @@ class EventStore:
         return [
             (row[0], int(row[1]))
             for row in self._fetch(
-                f"SELECT stream_id, max(stream_version) FROM wg_events WHERE stream_id LIKE {self._param} "
+                f"SELECT stream_id, max(stream_version) FROM wg_events "
+                f"WHERE stream_id LIKE {self._param} ESCAPE '\\' "
                 "GROUP BY stream_id ORDER BY min(position)",
-                (prefix.replace("%", r"\%").replace("_", r"\_") + "%",),
+                (_like_prefix(prefix),),
             )
         ]
 
@@ -690,6 +691,12 @@ class EventStore:
 class _StreamVersionMismatch(Exception):
     def __init__(self, actual: int) -> None:
         self.actual = actual
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern (escape character ``\\``) matching ids that start with ``prefix``."""
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
 
 
 def _parse_sqlite_time(text: str) -> datetime:

@@ -195,6 +195,15 @@ class TestReading:
         store.append("worker-group-b", notes("x", "y"))
         assert store.streams("worker-group-") == [("worker-group-a", 1), ("worker-group-b", 2)]
 
+    def test_streams_takes_underscores_and_percent_signs_literally(self, store: EventStore) -> None:
+        store.append("g_1", notes("x"))
+        store.append("gx1", notes("x"))
+        store.append("g%2", notes("x"))
+        store.append("g\\3", notes("x"))
+        assert store.streams("g_") == [("g_1", 1)]
+        assert store.streams("g%") == [("g%2", 1)]
+        assert store.streams("g\\") == [("g\\3", 1)]
+
 
 class TestVerify:
     def test_an_untouched_log_verifies(self, store: EventStore) -> None:
