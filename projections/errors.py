@@ -62,6 +62,16 @@ class ProjectionError(WgstoreError):
             event_type=record.type,
         )
 
+    @classmethod
+    def nothing_to_fold(cls) -> ProjectionError:
+        """The error for a fold given no events and no state to start from."""
+        return cls(
+            "no events to fold: the stream is empty or does not exist",
+            stream_id="",
+            version=0,
+            position=0,
+        )
+
 
 class StreamNotFoundError(WgstoreError, LookupError):
     """The stream asked for has no events (or none yet at the version or moment asked for)."""

@@ -279,10 +279,5 @@ def project_run(events: Iterable[RecordedEvent], state: RunState | None = None) 
     for event in events:
         state = evolve_run(state, event)
     if state is None:
-        raise ProjectionError(
-            "no events to fold: the stream is empty or does not exist",
-            stream_id="",
-            version=0,
-            position=0,
-        )
+        raise ProjectionError.nothing_to_fold()
     return state

@@ -623,10 +623,5 @@ def project_worker_group(
         fold.apply(event)
     state = fold.state()
     if state is None:
-        raise ProjectionError(
-            "no events to fold: the stream is empty or does not exist",
-            stream_id="",
-            version=0,
-            position=0,
-        )
+        raise ProjectionError.nothing_to_fold()
     return state
