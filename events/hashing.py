@@ -1,20 +1,51 @@
-"""The per-stream hash chain that makes the log tamper-evident.
+"""The hashes that make the log tamper-evident: per-stream chains, one chain over the whole log,
+and an optional keyed MAC of each event's content.
 
-Each event's hash is SHA-256 over the previous event's hash in the same stream and the event's
-stored fields, joined by newlines. The Postgres function ``wg_append`` computes the very same
-bytes (``data`` and ``metadata`` as the database renders them as text), so ``verify`` recomputes
-every hash from what is stored and finds a changed, removed or reordered event.
+- **Stream chain** (``hash``): SHA-256 over the previous event's hash in the same stream and the
+  event's stored fields, joined by newlines. Catches a changed, reordered or removed middle event.
+- **Log chain** (``log_hash``): SHA-256 over the previous row's ``log_hash`` (in position order,
+  over every stream), the event's position, its stream hash and its MAC. Catches deleted tails,
+  deleted streams, moved events and cross-stream swaps; a *digest* (position + log hash) kept
+  elsewhere also catches a truncated log.
+- **MAC** (``mac``): HMAC-SHA-256 with a key only the writers and auditors hold, over what the
+  writer knows before the append (stream, event id, type, schema version, data, metadata). It is
+  computed on the client, so the key never reaches the database; a forged event whose hashes
+  were recomputed has no valid MAC.
+
+The Postgres function ``wg_append`` computes the very same chain bytes (``data`` and
+``metadata`` as the database renders them as text), so ``verify`` recomputes every hash from what
+is stored. The test vectors in tests/events/test_tamper.py pin both paths to the same values.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-__all__ = ["chain_hash", "epoch_us"]
+import msgspec
+
+__all__ = [
+    "DIGEST_PREFIX",
+    "GENESIS",
+    "chain_hash",
+    "content_mac",
+    "epoch_us",
+    "format_digest",
+    "log_hash",
+    "normalize_key",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
+
+#: The log hash "before" the first event: every chain starts from it.
+GENESIS = ""
+#: Digests look like ``wgs1:<position>:<log hash>``.
+DIGEST_PREFIX = "wgs1"
+_MAC_DOMAIN = "wgstore-mac-v1"
+_EXACT = 2**53  # integers up to here are exact as doubles
 
 
 def epoch_us(moment: datetime) -> int:
@@ -48,3 +79,84 @@ def chain_hash(
         )
     )
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def log_hash(previous: str, position: int, event_hash: str, mac: str | None) -> str:
+    """The whole-log chain value of the event at ``position``.
+
+    ``previous`` is the ``log_hash`` of the row before it in position order (:data:`GENESIS`
+    for the first row); ``mac`` is None for an event written without a key.
+    """
+    text = "\n".join((previous, str(position), event_hash, mac or ""))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def format_digest(position: int, head_log_hash: str) -> str:
+    """The digest of a log whose last event is at ``position`` (0 and GENESIS when empty)."""
+    return f"{DIGEST_PREFIX}:{position}:{head_log_hash or '-'}"
+
+
+def normalize_key(key: bytes | str | None) -> bytes | None:
+    """A MAC key as bytes (text is UTF-8 encoded); None or empty means no key."""
+    if key is None:
+        return None
+    if isinstance(key, str):
+        key = key.encode()
+    if not isinstance(key, bytes):
+        raise TypeError(f"hmac_key must be bytes or str, got {type(key).__name__}")
+    return key or None
+
+
+def content_mac(
+    key: bytes,
+    stream_id: str,
+    event_id: str,
+    event_type: str,
+    schema_version: int,
+    data: str,
+    metadata: str,
+) -> str:
+    """HMAC-SHA-256 of an event's content, as hex.
+
+    ``data`` and ``metadata`` are JSON text as the client wrote it or as the database renders it
+    (jsonb on Postgres reorders keys and respaces): both are brought to one canonical form first,
+    with numbers compared as numbers, so writer and auditor agree on either backend.
+    """
+    text = "\n".join(
+        (
+            _MAC_DOMAIN,
+            stream_id,
+            event_id,
+            event_type,
+            str(schema_version),
+            _canonical(data),
+            _canonical(metadata),
+        )
+    )
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def _canonical(text: str) -> str:
+    return _encoder.encode(_numbers(msgspec.json.decode(text))).decode()
+
+
+def _numbers(value: Any) -> Any:
+    """The JSON value with numbers in one form: jsonb turns 1e16 into 10000000000000000."""
+    if isinstance(value, dict):
+        return {k: _numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if isinstance(value, int) and -_EXACT <= value <= _EXACT:
+        return value
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any double: keep it exact
+        return value
+    if number.is_integer() and -_EXACT <= number <= _EXACT:
+        return int(number)
+    return number

@@ -58,6 +58,18 @@ wg_events = sa.Table(
         nullable=False,
         comment="SHA-256 over the stream's previous hash and this event",
     ),
+    sa.Column(
+        "log_hash",
+        sa.String(64),
+        nullable=False,
+        comment="SHA-256 over the log_hash of the row before (position order), position, hash, mac",
+    ),
+    sa.Column(
+        "mac",
+        sa.String(64),
+        nullable=True,
+        comment="HMAC-SHA-256 of the event's content with the writer's key; NULL without a key",
+    ),
     sa.UniqueConstraint("event_id"),
     sa.UniqueConstraint("stream_id", "stream_version"),
     sqlite_autoincrement=True,

@@ -12,7 +12,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +28,14 @@ from wgstore.events.errors import (
     SchemaVersionError,
     StoreUnavailableError,
 )
-from wgstore.events.hashing import chain_hash, epoch_us
+from wgstore.events.hashing import (
+    GENESIS,
+    chain_hash,
+    content_mac,
+    epoch_us,
+    log_hash,
+    normalize_key,
+)
 from wgstore.events.records import (
     ANY,
     NO_STREAM,
@@ -39,14 +46,27 @@ from wgstore.events.records import (
     _StreamState,
 )
 from wgstore.events.registry import REGISTRY, EventRegistry
+from wgstore.events.verify import VerifyReport, head_digest, verify_log
 
 __all__ = ["EventStore", "VerifyReport"]
 
 _PAGE = 1000
 _SQLITE_INSERT = (
-    "INSERT INTO wg_events (event_id, stream_id, stream_version, event_type, schema_version, "
-    "data, metadata, recorded_at, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
+    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# Under BEGIN IMMEDIATE: the stream's head, the log's head and the next AUTOINCREMENT position.
+_SQLITE_HEADS = (
+    "SELECT (SELECT stream_version FROM wg_events WHERE stream_id = ? "
+    "ORDER BY stream_version DESC LIMIT 1), "
+    "(SELECT hash FROM wg_events WHERE stream_id = ? ORDER BY stream_version DESC LIMIT 1), "
+    "(SELECT log_hash FROM wg_events ORDER BY position DESC LIMIT 1), "
+    "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'wg_events'), 0), "
+    "coalesce((SELECT max(position) FROM wg_events), 0))"
+)
+#: The environment variable holding the MAC key when ``EventStore.open`` is given none.
+HMAC_KEY_ENV = "WGSTORE_HMAC_KEY"
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
 _SQLITE_COLUMNS = (
@@ -57,15 +77,6 @@ _PG_COLUMNS = (
     "position, stream_id, stream_version, event_id::text, event_type, schema_version, data::text, "
     "metadata::text, recorded_at, hash"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    """What ``EventStore.verify`` found: ``ok`` when every hash and version checks out."""
-
-    ok: bool
-    problems: list[str] = field(default_factory=list)
-    checked: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +107,13 @@ class EventStore:
         url: str,
         read_only: bool = False,
         registry: EventRegistry | None = None,
+        hmac_key: bytes | str | None = None,
     ) -> None:
         """Wrap an engine made by :func:`~wgstore.events.engine.create_store_engine`.
 
         Prefer :meth:`open`, which also checks (and migrates) the schema.
         """
+        self._hmac_key = normalize_key(hmac_key)
         self.engine = engine
         self.url = url
         self.read_only = read_only
@@ -130,6 +143,7 @@ class EventStore:
         synchronous: str | None = None,
         busy_timeout_s: float | None = None,
         registry: EventRegistry | None = None,
+        hmac_key: bytes | str | None = None,
     ) -> EventStore:
         """Connect to the store at ``url`` and make sure its schema is at head.
 
@@ -141,6 +155,11 @@ class EventStore:
             synchronous: SQLite only: OFF, NORMAL, FULL (default) or EXTRA.
             busy_timeout_s: SQLite only: how long to wait for another writer (default 30).
             registry: the event type registry (default: the global one).
+            hmac_key: a secret key: every appended event then carries an HMAC-SHA-256 of its
+                content, and :meth:`verify` checks every event's MAC, so a forged event whose
+                hashes were recomputed is caught by anyone holding the key. Computed here, in
+                the client: the key never reaches the database. Default: the environment
+                variable ``WGSTORE_HMAC_KEY``, else no key.
 
         Raises:
             StoreUnavailableError: bad URL, or the database cannot be reached.
@@ -156,7 +175,9 @@ class EventStore:
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine, url=url, read_only=read_only, registry=registry)
+        if hmac_key is None:
+            hmac_key = os.environ.get(HMAC_KEY_ENV) or None
+        return cls(engine, url=url, read_only=read_only, registry=registry, hmac_key=hmac_key)
 
     @property
     def is_postgres(self) -> bool:
@@ -220,9 +241,10 @@ class EventStore:
         pending, check_ids = self._encode_batch(events)
         if not pending:
             return []
+        macs = self._macs(stream_id, pending)
         with translate_errors(self.url):
             rows = self._append_with_retry(
-                stream_id, expected, expected_version, pending, check_ids
+                stream_id, expected, expected_version, pending, macs, check_ids
             )
         if rows[0][4]:  # already stored: return what is in the log
             return self._read_positions([row[0] for row in rows])
@@ -288,6 +310,17 @@ class EventStore:
             )
         return pending, check_ids
 
+    def _macs(self, stream_id: str, pending: list[_Pending]) -> list[str | None]:
+        key = self._hmac_key
+        if key is None:
+            return [None] * len(pending)
+        return [
+            content_mac(
+                key, stream_id, p.event_id, p.type, p.schema_version, p.data, p.metadata_text
+            )
+            for p in pending
+        ]
+
     def _metadata_defaults(self) -> tuple[dict[str, Any], str]:
         pid = os.getpid()
         if pid != self._base_metadata_pid:
@@ -304,6 +337,7 @@ class EventStore:
         expected: int,
         expected_version: ExpectedVersion,
         pending: list[_Pending],
+        macs: list[str | None],
         check_ids: bool,
     ) -> list[tuple[int, int, datetime, str, bool]]:
         with self._write_lock:
@@ -312,9 +346,11 @@ class EventStore:
                 try:
                     if self.is_postgres:
                         return self._append_postgres(
-                            writer, stream_id, expected, pending, check_ids
+                            writer, stream_id, expected, pending, macs, check_ids
                         )
-                    return self._append_sqlite(writer, stream_id, expected, pending, check_ids)
+                    return self._append_sqlite(
+                        writer, stream_id, expected, pending, macs, check_ids
+                    )
                 except _StreamVersionMismatch as mismatch:
                     raise ConcurrencyError(stream_id, expected_version, mismatch.actual) from None
                 except Exception as error:
@@ -350,7 +386,13 @@ class EventStore:
         )
 
     def _append_postgres(
-        self, writer: Any, stream_id: str, expected: int, pending: list[_Pending], check_ids: bool
+        self,
+        writer: Any,
+        stream_id: str,
+        expected: int,
+        pending: list[_Pending],
+        macs: list[str | None],
+        check_ids: bool,
     ) -> list[tuple[int, int, datetime, str, bool]]:
         import psycopg
 
@@ -358,7 +400,7 @@ class EventStore:
         try:
             cursor.execute(
                 "SELECT * FROM wg_append(%s, %s, %s::uuid[], %s, %s::smallint[], %s::jsonb[], "
-                "%s::jsonb[], %s, %s)",
+                "%s::jsonb[], %s::text[], %s)",
                 (
                     stream_id,
                     expected,
@@ -367,8 +409,8 @@ class EventStore:
                     [p.schema_version for p in pending],
                     [p.data for p in pending],
                     [p.metadata_text for p in pending],
+                    macs,
                     check_ids,
-                    0,  # p_lock_timeout_ms: unused since 0003 (set per connection)
                 ),
             )
             return cursor.fetchall()
@@ -381,7 +423,13 @@ class EventStore:
             cursor.close()
 
     def _append_sqlite(
-        self, writer: Any, stream_id: str, expected: int, pending: list[_Pending], check_ids: bool
+        self,
+        writer: Any,
+        stream_id: str,
+        expected: int,
+        pending: list[_Pending],
+        macs: list[str | None],
+        check_ids: bool,
     ) -> list[tuple[int, int, datetime, str, bool]]:
         connection = writer.driver_connection
         cursor = connection.cursor()
@@ -392,12 +440,10 @@ class EventStore:
                 if stored is not None:
                     cursor.execute("ROLLBACK")
                     return stored
-            row = cursor.execute(
-                "SELECT stream_version, hash FROM wg_events WHERE stream_id = ? "
-                "ORDER BY stream_version DESC LIMIT 1",
-                (stream_id,),
+            version, previous, log, position = cursor.execute(
+                _SQLITE_HEADS, (stream_id, stream_id)
             ).fetchone()
-            version, previous = (row[0], row[1]) if row else (0, "")
+            version, previous, log = version or 0, previous or "", log or GENESIS
             if (
                 (expected >= 0 and version != expected)
                 or (expected == -2 and version != 0)
@@ -408,31 +454,26 @@ class EventStore:
             stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
             recorded_us = epoch_us(now)
             rows = []
-            hashes = []
-            for item in pending:
+            results = []
+            # One writer at a time (BEGIN IMMEDIATE): positions continue AUTOINCREMENT's count
+            # (never reusing one), and the log chain continues from the log's last row.
+            for item, mac in zip(pending, macs, strict=True):
                 version += 1
+                position += 1
                 previous = chain_hash(
                     previous, stream_id, version, item.event_id, item.type,
                     item.schema_version, recorded_us, item.data, item.metadata_text,
                 )  # fmt: skip
-                hashes.append(previous)
+                log = log_hash(log, position, previous, mac)
                 rows.append(
-                    (item.event_id, stream_id, version, item.type, item.schema_version,
-                     item.data, item.metadata_text, stored_at, previous)
+                    (position, item.event_id, stream_id, version, item.type, item.schema_version,
+                     item.data, item.metadata_text, stored_at, previous, log, mac)
                 )  # fmt: skip
+                results.append((position, version, now, previous, False))
             if len(rows) == 1:
                 cursor.execute(_SQLITE_INSERT, rows[0])
-                last_position = cursor.lastrowid
             else:
                 cursor.executemany(_SQLITE_INSERT, rows)
-                last_position = cursor.execute("SELECT last_insert_rowid()").fetchone()[0]
-            # One writer at a time (BEGIN IMMEDIATE) and AUTOINCREMENT: the batch's positions
-            # are consecutive, ending at the last inserted rowid.
-            first_position = last_position - len(rows) + 1
-            results = [
-                (first_position + index, row[2], now, hashes[index], False)
-                for index, row in enumerate(rows)
-            ]
             cursor.execute("COMMIT")
             return results
         except BaseException:
@@ -630,56 +671,44 @@ class EventStore:
 
     # ------------------------------------------------------------------ verifying
 
-    def verify(self, stream_id: str | None = None) -> VerifyReport:
-        """Recompute every hash chain (or one stream's) from what is stored.
+    def verify(
+        self,
+        stream_id: str | None = None,
+        *,
+        against: str | None = None,
+        hmac_key: bytes | str | None = None,
+    ) -> VerifyReport:
+        """Recompute the hash chains from the stored rows (no event is decoded).
 
-        Finds events that were changed, removed from the middle of a stream, or reordered,
-        even when someone disabled the immutability triggers to do it.
+        Checks every stream's chain and, for the whole log, the chain over all events in
+        position order: finds events changed, removed (from the middle of a stream, its end, or
+        a whole stream), reordered, moved to another position or swapped across streams, even
+        when someone disabled the immutability triggers to do it. What it cannot see alone:
+        the log's last events cut off (check ``against`` a digest kept elsewhere), and a forged
+        event whose hashes were all recomputed (give the key the writers used).
+
+        Args:
+            stream_id: check only this stream's chain (the log chain is then skipped).
+            against: a digest from :meth:`digest`: the log must still extend it (nothing cut
+                off or rewritten at or before its position).
+            hmac_key: check every event's MAC with this key (default: the store's key, if it
+                was opened with one). Events without a MAC are problems then.
+
+        Raises:
+            ValueError: ``against`` is not a digest.
         """
         self._check_open()
-        p = self._param
-        where = f"WHERE stream_id = {p}" if stream_id is not None else ""
-        params: tuple[Any, ...] = (stream_id,) if stream_id is not None else ()
-        last: dict[str, tuple[int, str]] = {}
-        problems: list[str] = []
-        checked = 0
-        after = 0
-        while True:
-            rows = self._fetch(
-                f"SELECT {self._columns} FROM wg_events {where}"
-                f"{' AND' if where else ' WHERE'} position > {p} ORDER BY position LIMIT {_PAGE}",
-                (*params, after),
-            )
-            for position, sid, version, event_id, type_, schema, data, meta, at, stored in rows:
-                checked += 1
-                previous_version, previous_hash = last.get(sid, (0, ""))
-                if version != previous_version + 1:
-                    problems.append(
-                        f"stream {sid!r}: version {version} at position {position} follows "
-                        f"version {previous_version}: events are missing or out of order"
-                    )
-                moment = at if self.is_postgres else _parse_sqlite_time(at)
-                expected = chain_hash(
-                    previous_hash,
-                    sid,
-                    version,
-                    event_id,
-                    type_,
-                    schema,
-                    epoch_us(moment),
-                    data,
-                    meta,
-                )
-                if expected != stored:
-                    problems.append(
-                        f"stream {sid!r}: the event at position {position} (version {version}, "
-                        f"{type_}) does not match its hash: it, or the event before it, was changed"
-                    )
-                last[sid] = (version, stored)
-            if len(rows) < _PAGE:
-                break
-            after = rows[-1][0]
-        return VerifyReport(ok=not problems, problems=problems, checked=checked)
+        key = normalize_key(hmac_key) if hmac_key is not None else self._hmac_key
+        return verify_log(self, stream_id, against=against, hmac_key=key)
+
+    def digest(self) -> str:
+        """A short digest of the log's head (``wgs1:<position>:<log hash>``) to keep elsewhere.
+
+        ``verify(against=digest)`` later proves the log still extends it: no event at or before
+        that position was removed, moved or rewritten. Like QLDB's digest or a CT tree head.
+        """
+        self._check_open()
+        return head_digest(self)
 
     # ------------------------------------------------------------------ helpers
 

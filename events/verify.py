@@ -1,0 +1,228 @@
+"""Verification of the log from its raw rows: stream chains, the log chain, MACs, a digest.
+
+Nothing here decodes an event, so a tampered event whose data no longer decodes is still named
+with every other hash failure. See :mod:`wgstore.events.hashing` for what each hash covers.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from wgstore.events.hashing import (
+    DIGEST_PREFIX,
+    GENESIS,
+    chain_hash,
+    content_mac,
+    epoch_us,
+    format_digest,
+    log_hash,
+)
+
+if TYPE_CHECKING:
+    from wgstore.events.store import EventStore
+
+__all__ = ["VerifyReport", "head_digest", "parse_digest", "verify_log"]
+
+_PAGE = 1000
+_DIGEST = re.compile(rf"{DIGEST_PREFIX}:(\d+):([0-9a-f]{{64}}|-)")
+_SQLITE_COLUMNS = (
+    "position, stream_id, stream_version, event_id, event_type, schema_version, data, metadata, "
+    "recorded_at, hash, log_hash, mac"
+)
+_PG_COLUMNS = (
+    "position, stream_id, stream_version, event_id::text, event_type, schema_version, data::text, "
+    "metadata::text, recorded_at, hash, log_hash, mac"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What ``EventStore.verify`` found: ``ok`` when every hash and version checks out."""
+
+    ok: bool
+    problems: list[str] = field(default_factory=list)
+    checked: int = 0
+
+
+def parse_digest(text: str) -> tuple[int, str]:
+    """The (position, log hash) of a digest made by ``EventStore.digest``.
+
+    Raises:
+        ValueError: ``text`` is not a digest.
+    """
+    match = _DIGEST.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None or (match[1] == "0") != (match[2] == "-"):
+        raise ValueError(
+            f"{text!r} is not a wgstore digest: expected {DIGEST_PREFIX}:<position>:<64 hex "
+            "digits>, as printed by `wgstore verify --digest` or EventStore.digest()"
+        )
+    return int(match[1]), "" if match[2] == "-" else match[2]
+
+
+def head_digest(store: EventStore) -> str:
+    """The digest of the log's last event (``wgs1:0:-`` for an empty log)."""
+    rows = store._fetch(
+        "SELECT position, log_hash FROM wg_events ORDER BY position DESC LIMIT 1", ()
+    )
+    if not rows:
+        return format_digest(0, GENESIS)
+    return format_digest(int(rows[0][0]), rows[0][1])
+
+
+def verify_log(
+    store: EventStore,
+    stream_id: str | None = None,
+    *,
+    against: str | None = None,
+    hmac_key: bytes | None = None,
+) -> VerifyReport:
+    """Check the stored rows of the log (or one stream); see ``EventStore.verify``."""
+    target = parse_digest(against) if against is not None else None
+    checker = _Checker(store.is_postgres, whole_log=stream_id is None, key=hmac_key, target=target)
+    p = store._param
+    columns = _PG_COLUMNS if store.is_postgres else _SQLITE_COLUMNS
+    where = f"stream_id = {p} AND " if stream_id is not None else ""
+    params: tuple[Any, ...] = (stream_id,) if stream_id is not None else ()
+    after = 0
+    while True:
+        rows = store._fetch(
+            f"SELECT {columns} FROM wg_events WHERE {where}position > {p} "
+            f"ORDER BY position LIMIT {_PAGE}",
+            (*params, after),
+        )
+        for row in rows:
+            checker.check(row)
+        if len(rows) < _PAGE:
+            break
+        after = rows[-1][0]
+    if target is not None:
+        checker.finish_digest(store, stream_id)
+    return VerifyReport(ok=not checker.problems, problems=checker.problems, checked=checker.checked)
+
+
+class _Checker:
+    """Walks the rows in position order and collects every problem."""
+
+    def __init__(
+        self,
+        postgres: bool,
+        *,
+        whole_log: bool,
+        key: bytes | None,
+        target: tuple[int, str] | None,
+    ) -> None:
+        self.postgres = postgres
+        self.whole_log = whole_log
+        self.key = key
+        self.target = target
+        self.problems: list[str] = []
+        self.checked = 0
+        self.streams: dict[str, tuple[int, str]] = {}
+        self.previous_position = 0
+        self.stored_log = GENESIS  # the stored log hash of the row before: localizes problems
+        self.recomputed_log = GENESIS  # the chain from the start: what a digest must match
+        self.digest_seen = False
+
+    def check(self, row: Sequence[Any]) -> None:
+        position, sid, version, event_id, type_, schema, data, meta, at, stored, logged, mac = row
+        self.checked += 1
+        where = f"stream {sid!r}: the event at position {position} (version {version}, {type_})"
+        previous_version, previous_hash = self.streams.get(sid, (0, ""))
+        if version != previous_version + 1:
+            self.problems.append(
+                f"stream {sid!r}: version {version} at position {position} follows "
+                f"version {previous_version}: events are missing or out of order"
+            )
+        try:
+            moment = at if self.postgres else datetime.fromisoformat(at).replace(tzinfo=UTC)
+            expected = chain_hash(
+                previous_hash, sid, version, event_id, type_, schema, epoch_us(moment), data, meta
+            )
+        except (TypeError, ValueError) as error:
+            expected = None
+            self.problems.append(f"{where} is malformed ({error}): it was changed")
+        if expected is not None and expected != stored:
+            self.problems.append(
+                f"{where} does not match its hash: it, or the event before it, was changed"
+            )
+        self.streams[sid] = (version, stored)
+        if self.key is not None:
+            self._check_mac(where, sid, event_id, type_, schema, data, meta, mac)
+        if self.whole_log:
+            self._check_log(where, position, stored, logged, mac)
+
+    def _check_mac(
+        self,
+        where: str,
+        sid: str,
+        event_id: str,
+        type_: str,
+        schema: int,
+        data: Any,
+        meta: Any,
+        mac: str | None,
+    ) -> None:
+        assert self.key is not None
+        if not mac:
+            self.problems.append(
+                f"{where} has no MAC: it was not written with the key (forged, or written "
+                "before the key was in use)"
+            )
+            return
+        try:
+            expected = content_mac(self.key, sid, event_id, type_, schema, data, meta)
+        except (TypeError, ValueError, msgspec.DecodeError):
+            self.problems.append(f"{where}: its data is not valid JSON, so its MAC cannot match")
+            return
+        if not hmac.compare_digest(expected, mac):
+            self.problems.append(
+                f"{where} does not match its MAC: its content was forged or changed without the "
+                "key (or this is not the key it was written with)"
+            )
+
+    def _check_log(
+        self, where: str, position: int, stored: str, logged: str | None, mac: str | None
+    ) -> None:
+        mine = log_hash(self.stored_log, position, stored, mac)
+        if mine != logged:
+            after = f"position {self.previous_position}" if self.previous_position else "the start"
+            self.problems.append(
+                f"{where} breaks the log chain: events between {after} and it were removed, "
+                "moved or swapped, or it was changed"
+            )
+        self.stored_log = logged or ""
+        self.previous_position = position
+        self.recomputed_log = log_hash(self.recomputed_log, position, stored, mac)
+        if self.target is not None and position == self.target[0]:
+            self.digest_seen = True
+            if self.recomputed_log != self.target[1]:
+                self.problems.append(
+                    f"the log no longer extends the digest {format_digest(*self.target)}: "
+                    f"events at or before position {position} were removed, moved or rewritten"
+                )
+
+    def finish_digest(self, store: EventStore, stream_id: str | None) -> None:
+        assert self.target is not None
+        position, _ = self.target
+        if position == 0 or self.digest_seen:
+            return
+        if stream_id is not None:
+            self.problems.append("a digest covers the whole log: check it without a stream")
+            return
+        if self.previous_position < position:
+            self.problems.append(
+                f"the log ends at position {self.previous_position}, before the digest's "
+                f"position {position}: events were cut off the end of the log"
+            )
+        else:
+            self.problems.append(
+                f"the log has no event at the digest's position {position}: it was removed or "
+                "moved, so the log no longer extends the digest"
+            )
