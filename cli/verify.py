@@ -24,7 +24,8 @@ from wgstore.cli.common import (
     out_console,
     resolve_group,
 )
-from wgstore.events import EventStore
+from wgstore.events import EventStore, EventStoreError
+from wgstore.events.hashing import HMAC_KEY_ENV
 
 __all__ = ["read_model_problems", "verify_command"]
 
@@ -160,21 +161,70 @@ def verify_command(
             "--read-models/--no-read-models", help="Also compare the read models with a rebuild."
         ),
     ] = True,
+    digest: Annotated[
+        bool,
+        typer.Option(
+            "--digest",
+            help="Check the hash chains, then print only the digest of the log's head "
+            "(keep it elsewhere; `--against` checks it later).",
+        ),
+    ] = False,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            "--against",
+            metavar="DIGEST",
+            help="Also prove the log still extends this digest: nothing at or before it was "
+            "cut off, moved or rewritten.",
+        ),
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            "--key",
+            envvar=HMAC_KEY_ENV,
+            show_envvar=True,
+            help="The HMAC key the writers used: every event's MAC must match it "
+            "(prefer the environment variable: a command line is visible to other users).",
+        ),
+    ] = None,
 ) -> None:
     """Recompute every hash chain and check the read models; exit 1 naming each problem."""
     console = out_console()
+    if digest and (group or stream):
+        raise CliError("a digest covers the whole log: drop --group/--stream with --digest")
+    if digest and against:
+        raise CliError("--digest prints a new digest, --against checks an old one: pick one")
     with opened(url) as store:
         if group:
             stream = group_stream(resolve_group(store, group))
-        report = store.verify(stream)
+        if against is not None and stream is not None:
+            raise CliError("a digest covers the whole log: drop --group/--stream with --against")
+        report = store.verify(stream, against=against, hmac_key=key or None)
+        # Hash failures first, each on its own line: nothing later (a read model rebuild that
+        # stops at an event that no longer decodes) can hide them.
+        for problem in report.problems:
+            console.print(Text(f"FAIL  {problem}", style="red"))
         problems = list(report.problems)
+        if digest:
+            if report.ok:
+                console.print(report.digest, highlight=False, markup=False)
+                return
+            raise CliError(f"verify found {len(problems)} problem(s); each is listed above")
         streams = len(store.streams()) if stream is None else 1
         if report.ok:
             console.print(
                 f"[green]ok[/]  hash chains: {report.checked} events in {streams} stream(s)"
             )
+            if against is not None:
+                console.print(f"[green]ok[/]  the log extends the digest {against.strip()}")
+            if key or store.has_hmac_key:
+                console.print("[green]ok[/]  every event's MAC matches the key")
         if stream is None and with_read_models:
-            model_problems, behind = read_model_problems(store)
+            try:
+                model_problems, behind = read_model_problems(store)
+            except EventStoreError as error:
+                model_problems, behind = [f"the read models could not be checked: {error}"], 0
             problems += model_problems
             if not model_problems:
                 console.print("[green]ok[/]  read models match a rebuild from the log")
@@ -183,7 +233,7 @@ def verify_command(
                     f"[yellow]note[/] the read models are {behind} event(s) behind the log "
                     "(not a problem; `wgstore projections catch-up` applies them)"
                 )
-    for problem in problems:
+    for problem in problems[len(report.problems) :]:
         console.print(Text(f"FAIL  {problem}", style="red"))
     if problems:
         raise CliError(f"verify found {len(problems)} problem(s); each is listed above")

@@ -29,6 +29,7 @@ import msgspec
 __all__ = [
     "DIGEST_PREFIX",
     "GENESIS",
+    "HMAC_KEY_ENV",
     "chain_hash",
     "content_mac",
     "epoch_us",
@@ -44,6 +45,8 @@ _US = timedelta(microseconds=1)
 GENESIS = ""
 #: Digests look like ``wgs1:<position>:<log hash>``.
 DIGEST_PREFIX = "wgs1"
+#: The environment variable holding the MAC key when ``EventStore.open`` is given none.
+HMAC_KEY_ENV = "WGSTORE_HMAC_KEY"
 _MAC_DOMAIN = "wgstore-mac-v1"
 _EXACT = 2**53  # integers up to here are exact as doubles
 

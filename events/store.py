@@ -30,6 +30,7 @@ from wgstore.events.errors import (
 )
 from wgstore.events.hashing import (
     GENESIS,
+    HMAC_KEY_ENV,
     chain_hash,
     content_mac,
     epoch_us,
@@ -65,8 +66,7 @@ _SQLITE_HEADS = (
     "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'wg_events'), 0), "
     "coalesce((SELECT max(position) FROM wg_events), 0))"
 )
-#: The environment variable holding the MAC key when ``EventStore.open`` is given none.
-HMAC_KEY_ENV = "WGSTORE_HMAC_KEY"
+
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
 _SQLITE_COLUMNS = (
@@ -178,6 +178,11 @@ class EventStore:
         if hmac_key is None:
             hmac_key = os.environ.get(HMAC_KEY_ENV) or None
         return cls(engine, url=url, read_only=read_only, registry=registry, hmac_key=hmac_key)
+
+    @property
+    def has_hmac_key(self) -> bool:
+        """True when appends carry a MAC and :meth:`verify` checks them."""
+        return self._hmac_key is not None
 
     @property
     def is_postgres(self) -> bool:

@@ -44,11 +44,16 @@ _PG_COLUMNS = (
 
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
-    """What ``EventStore.verify`` found: ``ok`` when every hash and version checks out."""
+    """What ``EventStore.verify`` found: ``ok`` when every hash and version checks out.
+
+    ``digest`` is the digest of the last event checked, when the whole log was checked and
+    found ok (None otherwise): a value proven consistent, to keep elsewhere.
+    """
 
     ok: bool
     problems: list[str] = field(default_factory=list)
     checked: int = 0
+    digest: str | None = None
 
 
 def parse_digest(text: str) -> tuple[int, str]:
@@ -104,7 +109,11 @@ def verify_log(
         after = rows[-1][0]
     if target is not None:
         checker.finish_digest(store, stream_id)
-    return VerifyReport(ok=not checker.problems, problems=checker.problems, checked=checker.checked)
+    ok = not checker.problems
+    digest = None
+    if ok and stream_id is None:
+        digest = format_digest(checker.previous_position, checker.recomputed_log)
+    return VerifyReport(ok=ok, problems=checker.problems, checked=checker.checked, digest=digest)
 
 
 class _Checker:
