@@ -250,18 +250,19 @@ def _bulk_load(backend: Backend, stream_id: str, rows: list[tuple[Any, datetime]
                 META,
                 at,
                 placeholder,
+                placeholder,
             )
         )
     columns = (
         "event_id, stream_id, stream_version, event_type, schema_version, data, metadata, "
-        "recorded_at, hash"
+        "recorded_at, hash, log_hash"
     )
     if backend.name == "sqlite":
         fmt = "%Y-%m-%d %H:%M:%S.%f"
         backend.plain.execute("BEGIN IMMEDIATE")
         backend.plain.executemany(
-            f"INSERT INTO wg_events ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(*r[:7], r[7].strftime(fmt), r[8]) for r in records],
+            f"INSERT INTO wg_events ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(*r[:7], r[7].strftime(fmt), *r[8:]) for r in records],
         )
         backend.plain.execute("COMMIT")
         return

@@ -613,8 +613,13 @@ def bench_concurrent(target: Target, scale: float, repeats: int) -> Result:
 # ---------------------------------------------------------------------------- running
 
 
-def run_backend(backend: str, scale: float, repeats: int, workdir: Path) -> list[Result]:
-    """Every workload on one backend (SQLite: W1, W2 and W5 at FULL and NORMAL)."""
+def run_backend(
+    backend: str, scale: float, repeats: int, workdir: Path, *, writes_only: bool = False
+) -> list[Result]:
+    """Every workload on one backend (SQLite: W1, W2 and W5 at FULL and NORMAL).
+
+    ``writes_only``: W1 and W2 only (e.g. to compare the cost of an append before and after).
+    """
     results: list[Result] = []
     modes = ["FULL", "NORMAL"] if backend == "sqlite" else ["FULL"]
     with prepared(backend, "FULL", workdir) as base:
@@ -629,10 +634,11 @@ def run_backend(backend: str, scale: float, repeats: int, workdir: Path) -> list
             with EventStore.open(target.store_url) as store:
                 writer = PlainWriter(target, plain_connect(target))
                 results += bench_writes(target, store, writer, scale, repeats)
-                if mode == "FULL":
+                if mode == "FULL" and not writes_only:
                     results += bench_reads(target, store, writer, scale, repeats)
                 writer.conn.close()
-            results.append(bench_concurrent(target, scale, repeats))
+            if not writes_only:
+                results.append(bench_concurrent(target, scale, repeats))
     return results
 
 
@@ -710,13 +716,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="shrink the workloads, e.g. 0.1")
     parser.add_argument("--repeats", type=int, default=5, help="rounds per workload; medians count")
     parser.add_argument("--json", action="store_true", help="print machine-readable results")
+    parser.add_argument("--writes-only", action="store_true", help="run only W1 and W2")
     args = parser.parse_args(argv)
     info = machine()
     log(f"machine: {info}")
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="wgbench-") as tmp:
         for backend in ("sqlite", "postgres") if args.backend == "both" else (args.backend,):
-            results += run_backend(backend, args.scale, args.repeats, Path(tmp))
+            results += run_backend(
+                backend, args.scale, args.repeats, Path(tmp), writes_only=args.writes_only
+            )
     if args.json:
         print(
             json.dumps(
