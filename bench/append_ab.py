@@ -1,0 +1,123 @@
+"""Append cost of two wgstore installs, A/B, in alternating short rounds on the same machine.
+
+Made to measure what the whole-log chain (migration 0004) costs per append, on a machine shared
+with other jobs: each round runs both installs back to back (alternating which goes first), each
+in a fresh subprocess against its own database that grows round by round, and the result is the
+median over rounds of each install's rate and of the per-round ratio (after / before).
+
+    .venv/bin/python bench/append_ab.py --before /work/main/.venv/bin/python \\
+        --after .venv/bin/python --backend sqlite --rounds 9
+
+Each round: 300 single-event appends over 50 streams (W1's shape) and 30 batches of 100 over
+1,000 streams (W2's shape), after 20 untimed appends. Numbers, not pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+PG_URL = os.environ.get("WGSTORE_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def child(url: str, singles: int, batches: int, offset: int) -> None:
+    """Run one round in this process (the install under test) and print its rates as JSON."""
+    from wgstore.events import EventStore
+    from wgstore.events.worker_group import WorkerGroupShutdownRequested as Event
+
+    with EventStore.open(url) as store:
+        for i in range(20):
+            store.append(f"warm-{offset}-{i}", [Event(reason="warm up")])
+        start = time.perf_counter()
+        for i in range(singles):
+            store.append(f"w1-{i % 50}", [Event(reason=f"single {offset + i}")])
+        single_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for i in range(batches):
+            sid = f"w2-{(offset + i) % 1000}"
+            store.append(sid, [Event(reason=f"batch {offset + i} #{j}") for j in range(100)])
+        batch_s = time.perf_counter() - start
+    print(json.dumps({"w1": singles / single_s, "w2": batches * 100 / batch_s}))
+
+
+def _round(python: str, url: str, args: argparse.Namespace, offset: int) -> dict[str, float]:
+    out = subprocess.run(
+        [python, __file__, "--child", url, str(args.singles), str(args.batches), str(offset)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> int:
+    """Run the rounds and print the medians."""
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--before", required=True, help="python of the install before")
+    parser.add_argument("--after", required=True, help="python of the install after")
+    parser.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--singles", type=int, default=300)
+    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--synchronous", default="normal", help="SQLite only (default normal)")
+    args = parser.parse_args()
+    import psycopg
+
+    schemas: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="wgbench-ab-") as tmp:
+        urls = {}
+        for side in ("before", "after"):
+            if args.backend == "sqlite":
+                urls[side] = f"sqlite:///{Path(tmp) / side}.db?synchronous={args.synchronous}"
+            else:
+                schema = f"wgbench_ab_{uuid.uuid4().hex[:8]}_{side}"
+                schemas.append(schema)
+                with psycopg.connect(PG_URL.replace("+psycopg", ""), autocommit=True) as admin:
+                    admin.execute(f"CREATE SCHEMA {schema}")
+                urls[side] = f"{PG_URL}?options=-csearch_path%3D{schema}"
+        rates: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+        try:
+            for n in range(args.rounds):
+                order = ("before", "after") if n % 2 == 0 else ("after", "before")
+                for side in order:
+                    python = args.before if side == "before" else args.after
+                    rates[side].append(_round(python, urls[side], args, n * 100_000))
+                print(
+                    f"round {n + 1}: "
+                    + ", ".join(
+                        f"{side} W1 {rates[side][-1]['w1']:,.0f}/s W2 {rates[side][-1]['w2']:,.0f}/s"
+                        for side in ("before", "after")
+                    ),
+                    file=sys.stderr,
+                )
+        finally:
+            for schema in schemas:
+                with psycopg.connect(PG_URL.replace("+psycopg", ""), autocommit=True) as admin:
+                    admin.execute(f"DROP SCHEMA {schema} CASCADE")
+    for workload in ("w1", "w2"):
+        before = [r[workload] for r in rates["before"]]
+        after = [r[workload] for r in rates["after"]]
+        ratios = [a / b for a, b in zip(after, before, strict=True)]
+        print(
+            f"{args.backend} {workload.upper()}: before {statistics.median(before):,.0f} ev/s "
+            f"({1e6 / statistics.median(before):,.0f} us/event), after "
+            f"{statistics.median(after):,.0f} ev/s ({1e6 / statistics.median(after):,.0f} "
+            f"us/event), after/before median of rounds {statistics.median(ratios):.2f} "
+            f"(range {min(ratios):.2f}-{max(ratios):.2f})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
