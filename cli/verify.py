@@ -18,6 +18,7 @@ from wgstore.cli.common import (
     DEFAULT_URL,
     CliError,
     UrlOption,
+    UsageProblem,
     database_errors,
     group_stream,
     opened,
@@ -192,14 +193,16 @@ def verify_command(
     """Recompute every hash chain and check the read models; exit 1 naming each problem."""
     console = out_console()
     if digest and (group or stream):
-        raise CliError("a digest covers the whole log: drop --group/--stream with --digest")
+        raise UsageProblem("a digest covers the whole log: drop --group/--stream with --digest")
     if digest and against:
-        raise CliError("--digest prints a new digest, --against checks an old one: pick one")
+        raise UsageProblem("--digest prints a new digest, --against checks an old one: pick one")
     with opened(url) as store:
         if group:
             stream = group_stream(resolve_group(store, group))
         if against is not None and stream is not None:
-            raise CliError("a digest covers the whole log: drop --group/--stream with --against")
+            raise UsageProblem(
+                "a digest covers the whole log: drop --group/--stream with --against"
+            )
         report = store.verify(stream, against=against, hmac_key=key or None)
         # Hash failures first, each on its own line: nothing later (a read model rebuild that
         # stops at an event that no longer decodes) can hide them.

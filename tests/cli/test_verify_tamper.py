@@ -92,7 +92,7 @@ def test_bad_digest_options_print_one_red_line(
     with EventStore.open(sqlite_url) as store:
         _fill(store)
     result = cli("verify", "--url", sqlite_url, *arguments)
-    assert result.exit_code != 0
+    assert result.exit_code == 2
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.stdout + result.stderr
