@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -136,14 +137,33 @@ def content_mac(
             _canonical(metadata),
         )
     )
-    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+    return hmac.digest(key, text.encode(), "sha256").hex()
 
 
 _encoder = msgspec.json.Encoder(order="sorted")
+_LONG_NUMBER = re.compile(r"\d{16}")  # an integer jsonb may have made of a float like 1e16
+
+
+def _number(value: float | int) -> float | int:
+    """One form per number: integral values up to 2**53 as int, others as float."""
+    if isinstance(value, int) and -_EXACT <= value <= _EXACT:
+        return value
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any double: keep it exact
+        return value
+    if number.is_integer() and -_EXACT <= number <= _EXACT:
+        return int(number)
+    return number
+
+
+_float_decoder = msgspec.json.Decoder(float_hook=lambda text: _number(float(text)))
 
 
 def _canonical(text: str) -> str:
-    return _encoder.encode(_numbers(msgspec.json.decode(text))).decode()
+    if _LONG_NUMBER.search(text):  # rare: walk the whole value for long integers too
+        return _encoder.encode(_numbers(msgspec.json.decode(text))).decode()
+    return _encoder.encode(_float_decoder.decode(text)).decode()
 
 
 def _numbers(value: Any) -> Any:
@@ -154,12 +174,4 @@ def _numbers(value: Any) -> Any:
         return [_numbers(v) for v in value]
     if isinstance(value, bool) or not isinstance(value, int | float):
         return value
-    if isinstance(value, int) and -_EXACT <= value <= _EXACT:
-        return value
-    try:
-        number = float(value)
-    except OverflowError:  # an integer beyond any double: keep it exact
-        return value
-    if number.is_integer() and -_EXACT <= number <= _EXACT:
-        return int(number)
-    return number
+    return _number(value)

@@ -377,3 +377,24 @@ def test_migration_0004_backfills_the_log_hashes_an_append_would_have_given(
         assert store.verify(against=digest).ok
         store.append("s-1", [_event("after the backfill")])
         assert store.verify(against=digest).ok
+
+
+@pytest.mark.parametrize(
+    ("written", "rendered"),
+    [
+        ('{"v":1,"a":"x"}', '{"a": "x", "v": 1}'),  # jsonb's key order and spacing
+        ('{"v":1e16}', '{"v": 10000000000000000}'),  # jsonb writes big floats as integers
+        ('{"v":-0.0}', '{"v": 0.0}'),  # numeric has no negative zero
+        ('{"v":1.5e300}', '{"v": 15' + "0" * 299 + "}"),
+        ('{"v":[0.1,2.50]}', '{"v": [0.1, 2.5]}'),
+        ('{"v":"caf\\u00e9"}', '{"v": "café"}'),
+    ],
+)
+def test_the_mac_is_the_same_for_json_as_written_and_as_postgres_renders_it(
+    written: str, rendered: str
+) -> None:
+    def mac(data: str) -> str:
+        return content_mac(KEY, "s", str(_VECTOR_ID), "T", 1, data, "{}")
+
+    assert mac(written) == mac(rendered)
+    assert mac(written) != mac(written.replace("v", "w"))
