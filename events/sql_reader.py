@@ -78,6 +78,11 @@ _DANGEROUS_ROLES = (
     "pg_create_subscription",
     "pg_use_reserved_connections",
 )
+# Events after the subscription's checkpoint (a subscription that never ran is at 0).
+_BEHIND = (
+    "SELECT count(*) FROM wg_events WHERE position > "
+    "coalesce((SELECT checkpoint FROM wg_subscriptions WHERE name = %s), 0)"
+)
 _SQLITE_ALLOWED = {
     sqlite3.SQLITE_SELECT,
     sqlite3.SQLITE_READ,
@@ -235,14 +240,10 @@ def _sqlite_behind(connection: sqlite3.Connection, subscription: str | None) -> 
     if subscription is None:
         return None
     try:
-        row = connection.execute(
-            "SELECT (SELECT count(*) FROM wg_events WHERE position > s.checkpoint) "
-            "FROM wg_subscriptions AS s WHERE s.name = ?",
-            (subscription,),
-        ).fetchone()
+        row = connection.execute(_BEHIND.replace("%s", "?"), (subscription,)).fetchone()
     except sqlite3.OperationalError:  # not a wgstore database (yet): no lag to tell
         return None
-    return None if row is None else int(row[0])
+    return int(row[0])
 
 
 def _sqlite_error(error: sqlite3.Error) -> SqlQueryError:
@@ -316,13 +317,17 @@ def prepare_reader(url: str | URL) -> ReaderRole:
     label = mask_url(parsed)
     admin = _connect(_conninfo_params(parsed), label)
     try:
-        return _prepare(admin, label, password=None)
+        return _prepare(admin, label, password=None)[0]
     finally:
         admin.close()
 
 
-def _prepare(admin: Any, label: str, password: str | None) -> ReaderRole:
-    """Create/update the reader role (and set ``password``) in one transaction of ``admin``."""
+def _prepare(admin: Any, label: str, password: str | None) -> tuple[ReaderRole, bool]:
+    """Create/update the reader role (and set ``password``) in one transaction of ``admin``.
+
+    Returns the role and whether its attributes and password were set: a user who may not
+    manage roles can still grant reads on the tables it owns to a reader a superuser made.
+    """
     import psycopg
     from psycopg import sql
 
@@ -334,30 +339,14 @@ def _prepare(admin: Any, label: str, password: str | None) -> ReaderRole:
             # Serialize preparers of the same reader: CREATE ROLE races otherwise.
             admin.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (name,))
             exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
-            attributes = sql.SQL(
-                "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS"
-            )
-            if exists is None:
-                admin.execute(sql.SQL("CREATE ROLE {} {}").format(role, attributes))
-                admin.execute(
-                    sql.SQL("COMMENT ON ROLE {} IS {}").format(
-                        role,
-                        sql.Literal(
-                            f"wgstore sql: reads the wgstore tables of {database}.{schema}, "
-                            "nothing else (created by wgstore)"
-                        ),
-                    )
-                )
-            else:
-                admin.execute(sql.SQL("ALTER ROLE {} {}").format(role, attributes))
-            for (member_of,) in admin.execute(
-                "SELECT m.roleid::regrole::text FROM pg_auth_members m "
-                "JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = %s",
-                (name,),
-            ).fetchall():
-                admin.execute(sql.SQL("REVOKE {} FROM {}").format(sql.SQL(member_of), role))
+            manage = admin.execute(
+                "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user"
+            ).fetchone()
+            managed = exists is None or bool(manage and manage[0])
+            if managed:
+                _own_role(admin, name, f"{database}.{schema}", create=exists is None)
             relations = _grant_reads(admin, role, database, schema, name)
-            if password is not None:
+            if password is not None and managed:
                 verifier = admin.pgconn.encrypt_password(password.encode(), name.encode())
                 admin.execute(
                     sql.SQL("ALTER ROLE {} PASSWORD {} VALID UNTIL {}").format(
@@ -376,7 +365,29 @@ def _prepare(admin: Any, label: str, password: str | None) -> ReaderRole:
         ) from None
     except psycopg.Error as error:
         raise StoreUnavailableError(f"{label}: {_first_line(error)}") from None
-    return ReaderRole(name, database, schema, relations)
+    return ReaderRole(name, database, schema, relations), managed
+
+
+def _own_role(admin: Any, name: str, store: str, *, create: bool) -> None:
+    """Make ``name`` a login with no other attribute and no role membership."""
+    from psycopg import sql
+
+    role = sql.Identifier(name)
+    attributes = sql.SQL(
+        "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT NOREPLICATION NOBYPASSRLS"
+    )
+    if create:
+        admin.execute(sql.SQL("CREATE ROLE {} {}").format(role, attributes))
+        comment = f"wgstore sql: reads the wgstore tables of {store}, nothing else"
+        admin.execute(sql.SQL("COMMENT ON ROLE {} IS {}").format(role, sql.Literal(comment)))
+    else:
+        admin.execute(sql.SQL("ALTER ROLE {} {}").format(role, attributes))
+    for (member_of,) in admin.execute(
+        "SELECT m.roleid::regrole::text FROM pg_auth_members m "
+        "JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = %s",
+        (name,),
+    ).fetchall():
+        admin.execute(sql.SQL("REVOKE {} FROM {}").format(sql.SQL(member_of), role))
 
 
 def _grant_reads(admin: Any, role: Any, database: str, schema: str, name: str) -> tuple[str, ...]:
@@ -430,19 +441,26 @@ def _reader_session(parsed: URL, reader_url: str | None) -> tuple[Any, str, str 
             "SELECT pg_advisory_lock(hashtext(%s))", (reader_role_name(database, schema),)
         )
         password = secrets.token_urlsafe(32)
-        reader = _prepare(admin, label, password)
+        reader, managed = _prepare(admin, label, password)
         params = {
             key: value
             for key, value in admin_params.items()
-            if key not in ("user", "password", "options", "passfile", "service")
+            if key not in ("user", "password", "options", "service")
         }
-        params.update(user=reader.name, password=password)
+        params.update(user=reader.name)
+        if managed:
+            params.update(password=password)
         try:
             session = _connect(params, label)
         except StoreUnavailableError as error:
+            how = (
+                "let it log in with a password from this host (pg_hba.conf: scram-sha-256)"
+                if managed
+                else f"the user {admin.info.user!r} may not set its password: run wgstore sql "
+                "with a superuser or CREATEROLE user once per session, or let it log in"
+            )
             raise ReaderUnavailableError(
-                f"{error}: the server refused the read-only login {reader.name}; let it log in "
-                "with a password from this host (pg_hba.conf: scram-sha-256 or md5), or give "
+                f"{error}: the server refused the read-only login {reader.name}; {how}, or give "
                 f"--reader-url (or {READER_URL_ENV}) for a login that can only read"
             ) from None
         return session, label, reader.schema
@@ -574,12 +592,8 @@ def _postgres_behind(cursor: Any, subscription: str | None) -> int | None:
     ).fetchone()
     if not (exists and exists[0]):
         return None
-    row = cursor.execute(
-        "SELECT (SELECT count(*) FROM wg_events WHERE position > s.checkpoint) "
-        "FROM wg_subscriptions AS s WHERE s.name = %s",
-        (subscription,),
-    ).fetchone()
-    return None if row is None else int(row[0])
+    row = cursor.execute(_BEHIND, (subscription,)).fetchone()
+    return int(row[0])
 
 
 def _postgres_error(error: Any) -> SqlQueryError:
