@@ -277,7 +277,14 @@ def test_the_query_runs_as_a_login_role_that_can_only_read_the_stores_tables(
             "WHERE grantee = %s",
             (row["login"],),
         ).fetchall()
+        secret = admin.execute(
+            "SELECT rolpassword LIKE 'SCRAM-SHA-256$%%', "
+            "rolvaliduntil BETWEEN now() AND now() + interval '3 minutes' "
+            "FROM pg_authid WHERE rolname = %s",
+            (row["login"],),
+        ).fetchone()
     assert attributes == (True, False, False, False, False, False, False)
+    assert secret == (True, True)  # a fresh password, sent hashed, valid for minutes only
     assert memberships == (0,)
     assert privileges == [("SELECT",)]
     assert schemas == [(_schema_of(pg_url),)]
@@ -304,6 +311,26 @@ def test_each_store_has_its_own_reader_that_cannot_read_another_store(
             role = reader_role_name("test", other)
             admin.execute(f"DROP OWNED BY {role}")
             admin.execute(f"DROP ROLE {role}")
+
+
+def test_concurrent_queries_on_one_store_each_log_in_as_the_reader(
+    pg_url: str, history: Any
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from wgstore.cli.sql import run_query
+
+    history.fill(pg_url)
+
+    def count(_: int) -> Any:
+        result = run_query(pg_url, "SELECT session_user, count(*) FROM wg_events")
+        (row,) = result.rows
+        return row
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        rows = list(pool.map(count, range(12)))
+    assert {row[0] for row in rows} == {reader_role_name("test", _schema_of(pg_url))}
+    assert {row[1] for row in rows} == {28}
 
 
 def test_a_query_that_turns_its_own_statement_timeout_off_is_still_stopped(
