@@ -322,7 +322,9 @@ def prepare_reader(url: str | URL) -> ReaderRole:
         admin.close()
 
 
-def _prepare(admin: Any, label: str, password: str | None) -> tuple[ReaderRole, bool]:
+def _prepare(
+    admin: Any, label: str, password: str | None, where: tuple[str, str] | None = None
+) -> tuple[ReaderRole, bool]:
     """Create/update the reader role (and set ``password``) in one transaction of ``admin``.
 
     Returns the role and whether its attributes and password were set: a user who may not
@@ -331,28 +333,25 @@ def _prepare(admin: Any, label: str, password: str | None) -> tuple[ReaderRole, 
     import psycopg
     from psycopg import sql
 
-    database, schema = _store_schema(admin, label)
+    database, schema = where or _store_schema(admin, label)
     name = reader_role_name(database, schema)
     role = sql.Identifier(name)
     try:
         with admin.transaction():
             # Serialize preparers of the same reader: CREATE ROLE races otherwise.
             admin.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (name,))
-            exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
-            manage = admin.execute(
-                "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user"
-            ).fetchone()
-            managed = exists is None or bool(manage and manage[0])
-            if managed:
-                _own_role(admin, name, f"{database}.{schema}", create=exists is None)
+            valid_until, may_manage, exists, tidy = admin.execute(_ROLE_STATE, (name,)).fetchone()
+            managed = not exists or bool(may_manage)
+            if managed and not tidy:
+                _own_role(admin, name, f"{database}.{schema}", create=not exists)
             relations = _grant_reads(admin, role, database, schema, name)
             if password is not None and managed:
-                verifier = admin.pgconn.encrypt_password(password.encode(), name.encode())
+                verifier = admin.pgconn.encrypt_password(
+                    password.encode(), name.encode(), b"scram-sha-256"
+                )
                 admin.execute(
                     sql.SQL("ALTER ROLE {} PASSWORD {} VALID UNTIL {}").format(
-                        role,
-                        sql.Literal(verifier.decode()),
-                        sql.Literal(_valid_until(admin)),
+                        role, sql.Literal(verifier.decode()), sql.Literal(valid_until)
                     )
                 )
     except psycopg.errors.InsufficientPrivilege as error:
@@ -366,6 +365,19 @@ def _prepare(admin: Any, label: str, password: str | None) -> tuple[ReaderRole, 
     except psycopg.Error as error:
         raise StoreUnavailableError(f"{label}: {_first_line(error)}") from None
     return ReaderRole(name, database, schema, relations), managed
+
+
+# When a fresh password expires; whether the current user may manage roles; whether the reader
+# exists; whether it already is a login with no other attribute and no membership.
+_ROLE_STATE = f"""
+SELECT (now() + interval '{_PASSWORD_VALID_S} seconds')::text,
+       (SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user),
+       r.oid IS NOT NULL,
+       coalesce(r.rolcanlogin AND NOT (r.rolsuper OR r.rolcreatedb OR r.rolcreaterole
+           OR r.rolinherit OR r.rolreplication OR r.rolbypassrls)
+           AND NOT EXISTS (SELECT 1 FROM pg_auth_members m WHERE m.member = r.oid), false)
+FROM (SELECT 1) AS one LEFT JOIN pg_roles AS r ON r.rolname = %s
+"""
 
 
 def _own_role(admin: Any, name: str, store: str, *, create: bool) -> None:
@@ -393,35 +405,33 @@ def _own_role(admin: Any, name: str, store: str, *, create: bool) -> None:
 def _grant_reads(admin: Any, role: Any, database: str, schema: str, name: str) -> tuple[str, ...]:
     from psycopg import sql
 
-    relations = tuple(
-        str(r[0])
-        for r in admin.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relkind IN ('r', 'v', 'm', 'p') "
-            "AND c.relname LIKE 'wg\\_%%' ORDER BY c.relname",
-            (schema,),
-        ).fetchall()
-    )
-    has_connect = admin.execute(
-        "SELECT has_database_privilege(%s, current_database(), 'CONNECT')", (name,)
+    found = admin.execute(
+        "SELECT c.relname, has_table_privilege(%(role)s, c.oid, 'SELECT') "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'v', 'm', 'p') "
+        "AND c.relname LIKE 'wg\\_%%' ORDER BY c.relname",
+        {"role": name, "schema": schema},
+    ).fetchall()
+    relations = tuple(str(relation) for relation, _ in found)
+    connect, usage = admin.execute(
+        "SELECT has_database_privilege(%(role)s, current_database(), 'CONNECT'), "
+        "has_schema_privilege(%(role)s, %(schema)s, 'USAGE')",
+        {"role": name, "schema": schema},
     ).fetchone()
-    if not (has_connect and has_connect[0]):
+    if not connect:
         admin.execute(
             sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(sql.Identifier(database), role)
         )
-    admin.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), role))
-    for relation in relations:
+    if not usage:
         admin.execute(
-            sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(schema, relation), role)
+            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), role)
         )
+    for relation, granted in found:
+        if not granted:
+            admin.execute(
+                sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(schema, relation), role)
+            )
     return relations
-
-
-def _valid_until(admin: Any) -> str:
-    row = admin.execute(
-        "SELECT (now() + make_interval(secs => %s))::text", (_PASSWORD_VALID_S,)
-    ).fetchone()
-    return str(row[0])
 
 
 def _reader_session(parsed: URL, reader_url: str | None) -> tuple[Any, str, str | None]:
@@ -441,7 +451,7 @@ def _reader_session(parsed: URL, reader_url: str | None) -> tuple[Any, str, str 
             "SELECT pg_advisory_lock(hashtext(%s))", (reader_role_name(database, schema),)
         )
         password = secrets.token_urlsafe(32)
-        reader, managed = _prepare(admin, label, password)
+        reader, managed = _prepare(admin, label, password, (database, schema))
         params = {
             key: value
             for key, value in admin_params.items()
