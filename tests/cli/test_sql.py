@@ -516,3 +516,12 @@ def test_sql_says_on_stderr_how_many_events_the_read_models_are_behind(
     caught_up = cli("sql", "SELECT count(*) AS n FROM wg_worker_groups", "--url", recorded.url)
     assert caught_up.exit_code == 0
     assert "behind" not in caught_up.stderr
+
+
+def test_sql_on_a_postgres_schema_without_wgstore_tables_says_to_upgrade(
+    cli: Any, pg_url: str
+) -> None:
+    result = cli("sql", "SELECT 1", "--url", pg_url)
+    assert result.exit_code == 1
+    assert "wgstore db upgrade" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
