@@ -406,16 +406,19 @@ def _grant_reads(admin: Any, role: Any, database: str, schema: str, name: str) -
     from psycopg import sql
 
     found = admin.execute(
-        "SELECT c.relname, has_table_privilege(%(role)s, c.oid, 'SELECT') "
+        "SELECT c.relname, has_table_privilege(%(role)s, c.oid, 'SELECT'), "
+        "has_table_privilege(%(role)s, c.oid, "
+        "'INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER') "
         "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'v', 'm', 'p') "
         "AND c.relname LIKE 'wg\\_%%' ORDER BY c.relname",
         {"role": name, "schema": schema},
     ).fetchall()
-    relations = tuple(str(relation) for relation, _ in found)
-    connect, usage = admin.execute(
+    relations = tuple(str(relation) for relation, _, _ in found)
+    connect, usage, create = admin.execute(
         "SELECT has_database_privilege(%(role)s, current_database(), 'CONNECT'), "
-        "has_schema_privilege(%(role)s, %(schema)s, 'USAGE')",
+        "has_schema_privilege(%(role)s, %(schema)s, 'USAGE'), "
+        "has_schema_privilege(%(role)s, %(schema)s, 'CREATE')",
         {"role": name, "schema": schema},
     ).fetchone()
     if not connect:
@@ -426,11 +429,16 @@ def _grant_reads(admin: Any, role: Any, database: str, schema: str, name: str) -
         admin.execute(
             sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), role)
         )
-    for relation, granted in found:
-        if not granted:
-            admin.execute(
-                sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(schema, relation), role)
-            )
+    if create:  # someone granted more: take it back (a grant to PUBLIC stays, and is refused)
+        admin.execute(
+            sql.SQL("REVOKE CREATE ON SCHEMA {} FROM {}").format(sql.Identifier(schema), role)
+        )
+    for relation, reads, writes in found:
+        table = sql.Identifier(schema, relation)
+        if writes:
+            admin.execute(sql.SQL("REVOKE ALL ON {} FROM {}").format(table, role))
+        if writes or not reads:
+            admin.execute(sql.SQL("GRANT SELECT ON {} TO {}").format(table, role))
     return relations
 
 
@@ -506,7 +514,7 @@ FROM reach r
 """
 
 
-def _check_reader(session: Any, label: str) -> None:
+def _check_reader(session: Any, label: str, *, given: bool) -> None:
     """Refuse a session whose login role, or a role it may become, could write or escape."""
     problems = [
         (name, problem)
@@ -519,10 +527,15 @@ def _check_reader(session: Any, label: str) -> None:
         name, problem = problems[0]
         login = session.info.user
         via = "" if name == login else f" (through its membership in {name})"
+        fix = (
+            f"give a --reader-url (or {READER_URL_ENV}) login that can only read, or drop it to "
+            "let wgstore prepare one"
+            if given
+            else "someone changed the reader role: run `wgstore db reader` as a superuser to "
+            "reset it"
+        )
         raise ReaderUnavailableError(
-            f"{label}: refused to run the query as {login!r}, which {problem}{via}; "
-            "wgstore sql runs queries only as a login that can only read: drop --reader-url "
-            f"(and {READER_URL_ENV}) to let wgstore prepare one, or run `wgstore db reader`"
+            f"{label}: refused to run the query as {login!r}, which {problem}{via}; {fix}"
         )
 
 
@@ -548,10 +561,10 @@ def _postgres_rows(
         session.close()  # nothing is ever committed: closing rolls back
 
     try:
-        _check_reader(session, label)
-        timeout_ms = max(1, int(timeout_s * 1000))
-        if schema is not None:
+        if schema is not None:  # before the check: it looks at the store on the search path
             session.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        _check_reader(session, label, given=reader_url is not None)
+        timeout_ms = max(1, int(timeout_s * 1000))
         session.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(timeout_ms)))
         session.autocommit = False
         cursor = session.cursor()

@@ -525,3 +525,43 @@ def test_sql_on_a_postgres_schema_without_wgstore_tables_says_to_upgrade(
     assert result.exit_code == 1
     assert "wgstore db upgrade" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_reader_role_given_more_privileges_is_reset_before_the_next_query(
+    cli: Any, pg_url: str, history: Any
+) -> None:
+    history.fill(pg_url)
+    assert cli("sql", "SELECT 1", "--url", pg_url).exit_code == 0
+    reader = reader_role_name("test", _schema_of(pg_url))
+    with _pg_admin() as admin:
+        admin.execute(f"GRANT pg_execute_server_program, pg_write_all_data TO {reader}")
+        admin.execute(f"GRANT INSERT, DELETE ON {_schema_of(pg_url)}.wg_subscriptions TO {reader}")
+        admin.execute(f"GRANT CREATE ON SCHEMA {_schema_of(pg_url)} TO {reader}")
+        admin.execute(f"ALTER ROLE {reader} CREATEDB INHERIT")
+    result = cli(
+        "sql",
+        "SELECT pg_has_role('pg_write_all_data', 'MEMBER') AS writes_all, "
+        "has_table_privilege('wg_subscriptions', 'INSERT') AS inserts, "
+        "(SELECT rolcreatedb FROM pg_roles WHERE rolname = current_user) AS creates_dbs",
+        "--url",
+        pg_url,
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "writes_all": False,
+        "inserts": False,
+        "creates_dbs": False,
+    }
+
+
+def test_a_store_whose_tables_everyone_may_write_is_refused_rather_than_queried(
+    cli: Any, pg_url: str, history: Any
+) -> None:
+    history.fill(pg_url)
+    with _pg_admin() as admin:
+        admin.execute(f"GRANT INSERT ON {_schema_of(pg_url)}.wg_subscriptions TO PUBLIC")
+    result = cli("sql", "SELECT 1", "--url", pg_url)
+    assert result.exit_code == 1
+    assert "may write wgstore tables" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
