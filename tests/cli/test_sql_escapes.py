@@ -6,7 +6,7 @@ inside the query (``set_config('role', ...)``) gets nowhere. Each case names the
 have, and the test checks that effect is absent afterwards, not only the exit code.
 
 dblink: PostgreSQL's contrib extension. The tests create it (as the admin) in ``public`` when the
-server has it; when the server does not ship it the dblink cases FAIL with that reason (they are
+server has it; when the server does not ship it the Postgres cases FAIL with that reason (they are
 never skipped), so a server without contrib is noticed.
 """
 
