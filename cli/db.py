@@ -1,4 +1,4 @@
-"""``wgstore db upgrade | current | check``: the schema, through Alembic."""
+"""``wgstore db upgrade | current | check | reader``: the schema (Alembic) and the SQL reader role."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ from wgstore.cli.common import (
     open_store,
     store_label,
 )
-from wgstore.events.engine import create_store_engine
+from wgstore.events.engine import create_store_engine, parse_url
+from wgstore.events.sql_reader import READER_URL_ENV, prepare_reader
 from wgstore.migrations.runner import current_revision, head_revision
 
 __all__ = ["db_app"]
 
 db_app = typer.Typer(
-    help="The database schema: upgrade it, show it, check it.", no_args_is_help=True
+    help="The database schema: upgrade it, show it, check it; the role wgstore sql reads as.",
+    no_args_is_help=True,
 )
 
 
@@ -84,3 +86,26 @@ def check_command(url: UrlOption = DEFAULT_URL) -> None:
             f"not at head {head}: run `wgstore db upgrade`"
         )
     typer.echo(f"{store_label(url)} is at head ({head})")
+
+
+@db_app.command("reader")
+def reader_command(url: UrlOption = DEFAULT_URL) -> None:
+    """PostgreSQL: create or update the login role `wgstore sql` runs queries as.
+
+    `wgstore sql` does this itself when the --url user may create roles; run this once as a
+    superuser (or a CREATEROLE user owning the tables) when the everyday user may not.
+    """
+    if parse_url(check_url(url)).get_backend_name() == "sqlite":
+        raise CliError(
+            "the reader role is for PostgreSQL; on SQLite wgstore sql opens the file read-only"
+        )
+    role = prepare_reader(url)
+    typer.echo(
+        f"{role.name}: LOGIN, no other attribute and no role membership; USAGE on schema "
+        f"{role.schema} and SELECT on {len(role.relations)} tables and views "
+        f"({', '.join(role.relations)}), nothing else"
+    )
+    typer.echo(
+        "wgstore sql logs in as it with a fresh password when its --url user may manage roles; "
+        f"otherwise give it a password and pass --reader-url (or {READER_URL_ENV})"
+    )

@@ -1,23 +1,14 @@
-"""``wgstore sql "SELECT ..."``: read-only SQL on the log, the read models and the views.
+"""``wgstore sql "SELECT ..."``: one read-only SQL query on the log, the read models and the views.
 
-Writes are refused by the database itself, not by parsing the query:
-
-- SQLite: the file is opened with ``mode=ro`` and ``PRAGMA query_only = ON``, and an authorizer
-  lets the statement do nothing but read tables and call functions (no ATTACH, no PRAGMA, no
-  temporary tables); ``sqlite3`` runs exactly one statement per ``execute``.
-- PostgreSQL: the statement runs in a ``READ ONLY`` transaction that is always rolled back,
-  as the predefined role ``pg_read_all_data`` when the user may take it (so server-side side
-  effects such as ``lo_export`` or ``pg_terminate_backend`` are refused too), through the
-  extended query protocol, which refuses more than one statement.
+The command parses its options, calls :func:`wgstore.events.sql_reader.run_read_only` and renders
+the rows. That function is where writes are refused, by the database itself: on SQLite a
+read-only file with an authorizer, on PostgreSQL a login role that can only read (see its
+docstring and docs/sql.md). When the SQL read models are behind the log, one line on stderr
+says by how many events.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import time
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -26,172 +17,70 @@ from rich.text import Text
 
 from wgstore.cli.common import (
     DEFAULT_URL,
-    CliError,
     UrlOption,
     UsageProblem,
     check_url,
-    database_errors,
     err_console,
     json_line,
     out_console,
     parse_duration,
 )
-from wgstore.events.engine import create_store_engine, parse_url
+from wgstore.events.sql_reader import MAX_TIMEOUT_S, READER_URL_ENV, QueryResult, run_read_only
 
-__all__ = ["QueryResult", "run_query", "sql_command"]
+__all__ = ["run_query", "sql_command"]
 
-_BATCH = 500
-_SQLITE_ALLOWED = {
-    sqlite3.SQLITE_SELECT,
-    sqlite3.SQLITE_READ,
-    sqlite3.SQLITE_FUNCTION,
-    sqlite3.SQLITE_RECURSIVE,
-}
-_REFUSED = "refused: wgstore sql only reads"
-
-
-@dataclass
-class QueryResult:
-    """The columns of a query and an iterator over its rows (at most ``limit`` of them)."""
-
-    columns: list[str]
-    rows: Generator[Sequence[Any], None, None]
+ReaderUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--reader-url",
+        envvar=READER_URL_ENV,
+        help=(
+            "PostgreSQL: log in as this read-only user instead of letting wgstore prepare its "
+            "reader role with --url (for a --url user that may not create roles)."
+        ),
+        show_envvar=True,
+    ),
+]
 
 
-def _sqlite_authorizer(action: int, *_args: object) -> int:
-    """Let a statement read and compute, nothing else (ATTACH, PRAGMA, CREATE ... are denied)."""
-    return sqlite3.SQLITE_OK if action in _SQLITE_ALLOWED else sqlite3.SQLITE_DENY
-
-
-def _sqlite_rows(path: Path, query: str, timeout_s: float) -> QueryResult:
-    if not path.exists():
-        raise CliError(f"no wgstore database at {path}: check the path or --url / WGSTORE_URL")
-    connection = sqlite3.connect(
-        f"{path.resolve().as_uri().replace('file://', 'file:', 1)}?mode=ro",
-        uri=True,
-        isolation_level=None,
-        check_same_thread=False,
-    )
-    deadline = time.monotonic() + timeout_s
-    connection.execute("PRAGMA query_only = ON")
-    connection.set_authorizer(_sqlite_authorizer)
-    connection.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+def _timeout_seconds(text: str) -> float:
     try:
-        cursor = connection.execute(query)
-    except sqlite3.ProgrammingError as error:
-        connection.close()
-        if "one statement" in str(error):
-            raise CliError(f"{_REFUSED} exactly one statement; SQLite ran none of them") from None
-        raise CliError(f"SQL error: {error}") from None
-    except sqlite3.Error as error:
-        connection.close()
-        raise CliError(_sqlite_message(error)) from None
-    columns = [d[0] for d in cursor.description or ()]
-
-    def rows() -> Generator[Sequence[Any], None, None]:
-        try:
-            while batch := cursor.fetchmany(_BATCH):
-                yield from batch
-        except sqlite3.Error as error:
-            raise CliError(_sqlite_message(error)) from None
-        finally:
-            connection.close()
-
-    return QueryResult(columns, rows())
+        seconds = parse_duration(text).total_seconds()
+    except OverflowError:
+        seconds = float("inf")
+    if not 0 < seconds <= MAX_TIMEOUT_S:
+        raise UsageProblem(f"--timeout {text!r} must be more than 0 and at most 24h, e.g. 30s, 10m")
+    return seconds
 
 
-def _sqlite_message(error: sqlite3.Error) -> str:
-    text = str(error)
-    if any(
-        word in text for word in ("not authorized", "authorization denied", "readonly", "read-only")
-    ):
-        return f"{_REFUSED}; the database refused this statement ({text})"
-    if "interrupted" in text:
-        return "the query ran past --timeout and was stopped"
-    return f"SQL error: {text}"
+def run_query(
+    url: str, query: str, *, timeout_s: float = 60.0, reader_url: str | None = None
+) -> QueryResult:
+    """Run one read-only statement on the store at ``url`` (see ``run_read_only``).
 
-
-def _postgres_rows(url: str, query: str, timeout_s: float) -> QueryResult:
-    import psycopg
-
-    engine = create_store_engine(url, read_only=True)
-    try:
-        with database_errors(url):
-            raw = engine.raw_connection()
-    except CliError:
-        engine.dispose()
-        raise
-    connection: psycopg.Connection[Any] = raw.driver_connection  # type: ignore[assignment]
-
-    def close() -> None:
-        try:
-            if not connection.closed:
-                connection.rollback()  # nothing is ever committed
-        finally:
-            raw.close()
-            engine.dispose()
-
-    try:
-        connection.autocommit = False
-        cursor = connection.cursor()
-        cursor.execute("SET TRANSACTION READ ONLY")
-        cursor.execute(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
-        cursor.execute(
-            "SELECT to_regrole('pg_read_all_data') IS NOT NULL "
-            "AND pg_has_role(current_user, 'pg_read_all_data', 'MEMBER')"
-        )
-        row = cursor.fetchone()
-        if row and row[0]:
-            cursor.execute("SET LOCAL ROLE pg_read_all_data")
-        # prepare=True sends the query with the extended protocol: one statement only.
-        cursor.execute(query, prepare=True)
-    except psycopg.Error as error:
-        close()
-        raise CliError(_postgres_message(error)) from None
-    except BaseException:
-        close()
-        raise
-    columns = [d.name for d in cursor.description or ()]
-
-    def rows() -> Generator[Sequence[Any], None, None]:
-        try:
-            if cursor.description is None:
-                return
-            while batch := cursor.fetchmany(_BATCH):
-                yield from batch
-        except psycopg.Error as error:
-            raise CliError(_postgres_message(error)) from None
-        finally:
-            close()
-
-    return QueryResult(columns, rows())
-
-
-def _postgres_message(error: Any) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    state = getattr(error, "sqlstate", None)
-    if state in ("25006", "42501") or "read-only" in text:
-        return f"{_REFUSED}; the database refused this statement ({text})"
-    if "multiple commands" in text:
-        return f"{_REFUSED} exactly one statement; PostgreSQL ran none of them"
-    if state == "57014":
-        return "the query ran past --timeout and was stopped"
-    return f"SQL error: {text}"
-
-
-def run_query(url: str, query: str, *, timeout_s: float = 60.0) -> QueryResult:
-    """Run one read-only statement on the store at ``url``.
+    ``QueryResult.behind`` counts the events the SQL read models have not applied yet.
 
     Raises:
         UsageProblem: a bad URL or an empty query.
-        CliError: the database refused the statement, or it failed.
+        WgstoreError: the database refused the statement, it failed, or no reader session.
     """
+    from wgstore.projections import READ_MODELS_SUBSCRIPTION
+
     if not query.strip():
         raise UsageProblem('give a query, e.g. wgstore sql "SELECT * FROM wg_event_log LIMIT 10"')
-    parsed = parse_url(check_url(url))
-    if parsed.get_backend_name() == "sqlite":
-        return _sqlite_rows(Path(parsed.database or ""), query, timeout_s)
-    return _postgres_rows(url, query, timeout_s)
+    check_url(url)
+    if reader_url:
+        check_url(reader_url)
+    try:
+        return run_read_only(
+            url,
+            query,
+            timeout_s=timeout_s,
+            reader_url=reader_url,
+            behind_of=READ_MODELS_SUBSCRIPTION,
+        )
+    except ValueError as error:
+        raise UsageProblem(str(error)) from None
 
 
 def _cell(value: Any) -> Text:
@@ -218,11 +107,14 @@ def sql_command(
     url: UrlOption = DEFAULT_URL,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per row.")] = False,
     limit: Annotated[int, typer.Option(min=0, help="Show at most this many rows (0: all).")] = 1000,
-    timeout: Annotated[str, typer.Option(help="Stop the query after this long.")] = "60s",
+    timeout: Annotated[
+        str, typer.Option(help="Stop the query after this long (at most 24h).")
+    ] = "60s",
+    reader_url: ReaderUrlOption = None,
 ) -> None:
     """Run one read-only SQL query on the log, the read models and the views."""
-    timeout_s = parse_duration(timeout).total_seconds()
-    result = run_query(url, query, timeout_s=timeout_s)
+    timeout_s = _timeout_seconds(timeout)
+    result = run_query(url, query, timeout_s=timeout_s, reader_url=reader_url or None)
     columns = _unique(result.columns)
     shown = 0
     more = False
@@ -244,4 +136,13 @@ def sql_command(
     if more:
         err_console().print(
             Text(f"showing the first {limit} rows; --limit 0 shows all", style="yellow")
+        )
+    if result.behind:
+        err_console().print(
+            Text(
+                f"the read models are {result.behind} event{'s' if result.behind != 1 else ''} "
+                "behind the log (wg_events and wg_event_log are current): run "
+                "`wgstore projections catch-up`",
+                style="yellow",
+            )
         )

@@ -86,6 +86,20 @@ def pg_url() -> Iterator[str]:
         yield make_pg_schema_url(schema)
     finally:
         _admin_execute(f"DROP SCHEMA {schema} CASCADE")
+        _drop_reader_role(schema)
+
+
+def _drop_reader_role(schema: str) -> None:
+    """Drop the read-only role ``wgstore sql`` made for ``schema``, if it made one."""
+    from sqlalchemy.engine import make_url
+
+    from wgstore.events.sql_reader import reader_role_name
+
+    role = reader_role_name(make_url(PG_URL).database or "", schema)
+    _admin_execute(
+        f"DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN "
+        f"DROP OWNED BY {role}; DROP ROLE {role}; END IF; END $$"
+    )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
