@@ -140,7 +140,7 @@ _FORGED = (
     "SELECT * FROM wg_append(''forged-stream'', -1, ARRAY[''"
     + str(uuid.UUID(int=7))
     + "'']::uuid[], ARRAY[''RunCreated''], ARRAY[1]::smallint[], "
-    "ARRAY[''{{}}'']::jsonb[], ARRAY[''{{}}'']::jsonb[], true, 0)"
+    "ARRAY[''{{}}'']::jsonb[], ARRAY[''{{}}'']::jsonb[], ARRAY[NULL]::text[], true)"
 )
 
 # (id, PostgreSQL statement, SQLite statement). {admin} is the URL's user, {dsn} a libpq
