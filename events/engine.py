@@ -5,7 +5,9 @@ survives a power cut), and every transaction SQLAlchemy begins is ``BEGIN IMMEDI
 writers never deadlock on a lock upgrade. Read-only engines open the file with ``mode=ro``.
 
 PostgreSQL (psycopg 3): sessions in UTC; read-only engines set
-``default_transaction_read_only``.
+``default_transaction_read_only``. The pool pings a connection before handing it out
+(``pool_pre_ping``), so after a server restart a dead connection is replaced, not used: the
+first ping that fails discards every pooled connection made before it.
 """
 
 from __future__ import annotations
@@ -146,7 +148,9 @@ def _sqlite_engine(
 
 def _postgres_engine(url: URL, read_only: bool, lock_timeout_s: float = 30.0) -> sa.Engine:
     connect_args: dict[str, Any] = {"connect_timeout": int(url.query.get("connect_timeout", 10))}
-    engine = sa.create_engine(url, pool_size=8, max_overflow=32, connect_args=connect_args)
+    engine = sa.create_engine(
+        url, pool_size=8, max_overflow=32, pool_pre_ping=True, connect_args=connect_args
+    )
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -319,11 +319,14 @@ class EventStore:
                 except _StreamVersionMismatch as mismatch:
                     raise ConcurrencyError(stream_id, expected_version, mismatch.actual) from None
                 except Exception as error:
-                    if attempt == 2 or not self._connection_lost(error):
+                    if not self._connection_died(writer, error):
                         raise
-                    # The connection died; the ids are fixed, so resending the batch is safe:
-                    # if the first try committed, the idempotency check returns it.
+                    # The server dropped the connection (a restart, say). The event ids were
+                    # fixed before the first try, so sending the batch again is safe: if the
+                    # first try committed, the idempotency check returns it, unwritten.
                     self._drop_writer()
+                    if attempt == 2:
+                        raise
                     check_ids = True
         raise AssertionError("unreachable")
 
@@ -340,15 +343,6 @@ class EventStore:
                 self._writer.invalidate()
             finally:
                 self._writer = None
-
-    def _connection_lost(self, error: BaseException) -> bool:
-        if not self.is_postgres:
-            return False
-        import psycopg
-
-        return isinstance(error, psycopg.OperationalError) and bool(
-            self._writer is None or self._writer.driver_connection.closed
-        )
 
     def _append_postgres(
         self, writer: Any, stream_id: str, expected: int, pending: list[_Pending], check_ids: bool
@@ -593,19 +587,45 @@ class EventStore:
 
     def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
         with translate_errors(self.url):
-            connection = self.engine.raw_connection()
-            try:
-                if self.is_postgres:  # one round trip: no BEGIN/COMMIT around a single SELECT
-                    connection.driver_connection.autocommit = True
-                cursor = connection.cursor()
-                cursor.execute(sql, params)
-                rows = cursor.fetchall()
-                cursor.close()
-                return rows
-            finally:
-                if self.is_postgres and not connection.driver_connection.closed:
-                    connection.driver_connection.autocommit = False
-                connection.close()
+            for attempt in (1, 2):
+                connection = self.engine.raw_connection()
+                try:
+                    return self._fetch_on(connection, sql, params)
+                except BaseException as error:
+                    if not self._connection_died(connection, error):
+                        self._release(connection)
+                        raise
+                    # The server dropped this connection (a restart, say): discard it without
+                    # the pool's reset, and read again on a fresh one (reads are idempotent).
+                    connection.invalidate()
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
+    def _fetch_on(self, connection: Any, sql: str, params: Sequence[Any]) -> list[Any]:
+        if self.is_postgres:  # one round trip: no BEGIN/COMMIT around a single SELECT
+            connection.driver_connection.autocommit = True
+        cursor = connection.cursor()
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+        cursor.close()
+        self._release(connection)
+        return rows
+
+    def _release(self, connection: Any) -> None:
+        if self.is_postgres and not connection.driver_connection.closed:
+            connection.driver_connection.autocommit = False
+        connection.close()
+
+    def _connection_died(self, connection: Any, error: BaseException) -> bool:
+        """True when ``error`` came from a Postgres connection the server closed."""
+        if not self.is_postgres:
+            return False
+        import psycopg
+
+        return isinstance(error, psycopg.OperationalError) and bool(
+            connection.driver_connection is None or connection.driver_connection.closed
+        )
 
     def _decode_rows(self, rows: Iterable[Sequence[Any]]) -> Iterator[RecordedEvent]:
         decode = self.codec.decode
