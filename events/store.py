@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from wgstore.events._translate import translate_errors
 from wgstore.events.codec import Codec, canonical_json
-from wgstore.events.engine import create_store_engine, mask_url, parse_url
+from wgstore.events.engine import READ_ONLY_OPTION, create_store_engine, mask_url, parse_url
 from wgstore.events.errors import (
     ConcurrencyError,
     DuplicateEventError,
@@ -798,7 +798,8 @@ def _ensure_schema(engine: sa.Engine, url: str, *, migrate: bool) -> None:
     from wgstore.migrations.runner import current_revision, head_revision, upgrade
 
     head = head_revision()
-    with engine.connect() as connection:
+    # Only reads: on SQLite this must not wait for the write lock behind another writer.
+    with engine.connect().execution_options(**{READ_ONLY_OPTION: True}) as connection:
         current = current_revision(connection)
         connection.rollback()
     if current == head:
