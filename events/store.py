@@ -757,7 +757,8 @@ def _check_text(what: str, text: str) -> None:
     """Refuse text the databases cannot store: NUL characters and lone surrogates."""
     if "\x00" in text:
         raise InvalidArgumentError(
-            f"{what} {text!r} contains a NUL character (\\x00), which PostgreSQL cannot store; "
+            f"{what} {text!r} contains a NUL character (\\x00), which PostgreSQL cannot store (so "
+            "neither backend accepts it); "
             "remove it"
         )
     try:
