@@ -18,12 +18,15 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import pytest
 
 from wgstore.events import EventStore, NewEvent, StoreUnavailableError, event_type
+
+T = TypeVar("T")
 
 
 @event_type("PrivateServerProbe", version=1)
@@ -142,62 +145,81 @@ def test_a_server_that_stays_down_is_one_clear_error_and_a_restart_needs_nothing
 
 
 @pytest.mark.usefixtures("quiet_logs")
-def test_appends_and_reads_across_a_restart_lose_nothing_and_duplicate_nothing(
+def test_appends_and_reads_across_two_restarts_lose_nothing_and_duplicate_nothing(
     server: PrivateServer, fresh_store: EventStore
 ) -> None:
-    """A writer keeps appending (retrying a refused batch unchanged) while the server restarts."""
+    """A writer appends and reads back in a loop (retrying a refused batch unchanged).
+
+    The server restarts twice: once while the writer pauses between appends (every pooled
+    connection is dead when it resumes: its next calls must simply work), once in the middle of
+    the traffic (calls fail while it is down, and work again as soon as it is back).
+    """
     store = fresh_store
     ids: list[uuid.UUID] = []
-    refused_after_restart = 0
-    written_after_restart = threading.Event()
-    restarted = threading.Event()
+    refused_while_up = 0
+    up = threading.Event()
+    up.set()
+    pause, paused, resume = threading.Event(), threading.Event(), threading.Event()
+    stop = threading.Event()
     failure: list[BaseException] = []
 
+    def retried(call: Callable[[], T]) -> T:
+        nonlocal refused_while_up
+        while True:  # a caller's retry: the same call, the same event ids
+            began_up = up.is_set()
+            try:
+                return call()
+            except StoreUnavailableError:
+                refused_while_up += began_up
+                time.sleep(0.05)
+
     def write() -> None:
-        nonlocal refused_after_restart
         try:
             n = 0
-            while not (written_after_restart.is_set() and n >= 60):
-                event_id = uuid.uuid4()
-                while True:  # a caller's retry: the same batch, the same id
-                    began_after_restart = restarted.is_set()
-                    try:
-                        store.append("s-1", [NewEvent(Probe(n=n), event_id=event_id)])
-                        break
-                    except StoreUnavailableError:
-                        refused_after_restart += began_after_restart
-                        time.sleep(0.05)
-                ids.append(event_id)
-                while True:  # a reader's retry while the server is down
-                    began_after_restart = restarted.is_set()
-                    try:
-                        reads = [r.event.n for r in store.read_stream("s-1", from_version=n + 1)]
-                        break
-                    except StoreUnavailableError:
-                        refused_after_restart += began_after_restart
-                        time.sleep(0.05)
+            while not stop.is_set():
+                if pause.is_set():
+                    paused.set()
+                    resume.wait()
+                    pause.clear()
+                batch = [NewEvent(Probe(n=n), event_id=uuid.uuid4())]
+                retried(lambda batch=batch: store.append("s-1", batch))
+                ids.append(batch[0].event_id)
+                reads = retried(
+                    lambda n=n: [r.event.n for r in store.read_stream("s-1", from_version=n + 1)]
+                )
                 assert reads == [n], reads
-                if restarted.is_set():
-                    written_after_restart.set()
                 n += 1
         except BaseException as error:  # noqa: BLE001 - reported below
             failure.append(error)
 
+    def wait_for_events(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(ids) < count:
+            assert time.monotonic() < deadline and not failure, failure
+            time.sleep(0.01)
+
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
-    deadline = time.monotonic() + 60
-    while len(ids) < 20:
-        assert time.monotonic() < deadline and not failure, failure
-        time.sleep(0.01)
+    wait_for_events(20)
+    pause.set()
+    assert paused.wait(timeout=60), failure
     held = [store.engine.raw_connection() for _ in range(4)]  # idle pooled connections too
     for connection in held:
         connection.close()
     server.stop()
     server.start()
-    restarted.set()
-    writer.join(timeout=120)
+    resume.set()
+    wait_for_events(40)
+
+    up.clear()
+    server.stop()
+    server.start()
+    up.set()
+    wait_for_events(len(ids) + 20)
+    stop.set()
+    writer.join(timeout=60)
     assert not writer.is_alive() and not failure, failure
-    assert refused_after_restart == 0  # once the server is back, nothing fails
+    assert refused_while_up == 0  # whenever the server was up, every call worked at once
 
     stored = list(store.read_all())
     assert [r.event_id for r in stored] == ids  # nothing lost, nothing twice, in order
