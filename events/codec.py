@@ -17,7 +17,7 @@ import msgspec.inspect as msgspec_inspect
 from wgstore.events.errors import EventDecodeError, EventEncodeError, UnknownEventTypeError
 from wgstore.events.registry import REGISTRY, EventRegistry, EventTypeInfo
 
-__all__ = ["Codec", "canonical_json"]
+__all__ = ["Codec", "canonical_json", "check_storable"]
 
 _encoder = msgspec.json.Encoder(order="sorted")
 
@@ -50,10 +50,29 @@ def canonical_json(value: Any) -> str:
     Raises:
         EventEncodeError: the value cannot be stored as JSON, or would read back changed.
     """
-    text = _encode(value, "metadata")
+    return _exact_json(value, "metadata").decode()
+
+
+def check_storable(value: Any, what: str) -> None:
+    """Refuse, as an append would, a plain value that would not read back exactly.
+
+    For values bound for an untyped (``Any``/``dict``) event field, checked early: e.g. the
+    metrics a worker reports, long before the executor appends them. ``what`` names the value
+    in the message.
+
+    Raises:
+        EventEncodeError: NaN/inf, -0.0, a float >= 1e16, a set, bytes, a lone surrogate, a NUL
+            character or nesting too deep, anywhere in ``value``.
+    """
+    _exact_json(value, what)
+
+
+def _exact_json(value: Any, what: str) -> bytes:
+    """``value`` as JSON text that reads back exactly as ``value``, or an EventEncodeError."""
+    text = _encode(value, what)
     if b"\\u0000" in text:
         raise EventEncodeError(
-            "metadata: a string contains a NUL character (\\x00), which the database cannot "
+            f"{what}: a string contains a NUL character (\\x00), which the database cannot "
             "store; remove it before appending"
         )
     try:
@@ -63,13 +82,13 @@ def canonical_json(value: Any) -> str:
         except _ReadsBackAsInt:
             restored, changed = msgspec.json.decode(text), True
     except RecursionError:
-        raise _too_deep("metadata") from None
+        raise _too_deep(what) from None
     if changed:
-        _refuse_changed_value("metadata", value, restored, "metadata")
-    return text.decode()
+        _refuse_changed_value(what, value, restored, what)
+    return text
 
 
-def _encode(value: Any, what: str) -> bytes:
+def _encode(value: Any, what: str, *, event: bool = False) -> bytes:
     """``value`` as JSON, every encoder failure an :class:`EventEncodeError` naming ``what``."""
     try:
         return _encoder.encode(value)
@@ -87,9 +106,9 @@ def _encode(value: Any, what: str) -> bytes:
             "with errors='replace') before appending"
         ) from None
     except (TypeError, msgspec.EncodeError, OverflowError) as error:
-        if what == "metadata":
+        if not event:
             message = (
-                f"metadata cannot be stored as JSON ({error}); use str, int, float, bool, None, "
+                f"{what} cannot be stored as JSON ({error}); use str, int, float, bool, None, "
                 "lists and dicts with string keys"
             )
         else:
@@ -264,7 +283,7 @@ class Codec:
             EventEncodeError: a field cannot be stored as JSON.
         """
         info = self.registry.by_class(type(event))
-        data = _encode(event, info.name)
+        data = _encode(event, info.name, event=True)
         if b"\\u0000" in data:
             raise EventEncodeError(
                 f"{info.name}: a string field contains a NUL character (\\x00), which the "

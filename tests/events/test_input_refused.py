@@ -212,3 +212,23 @@ def _typed(value: Any) -> Any:
     if isinstance(value, float):  # -0.0 == 0.0, so compare the text
         return ("float", repr(value))
     return (type(value).__name__, value)
+
+
+@pytest.mark.parametrize(
+    ("value", "phrase"),
+    [
+        ({"loss": NAN}, "report() metrics['loss'] is nan"),
+        ({"loss": -0.0}, "report() metrics['loss'] is -0.0"),
+        ({"samples": 2e16}, "back as integers"),
+        ({"seen": {1, 2}}, "set, which reads back as a list"),
+        ({"deep": _nested(2000)}, "nested too deeply"),
+        ({"text": "\ud800"}, "surrogate"),
+    ],
+)
+def test_a_value_can_be_checked_early_with_the_rules_of_append(value: Any, phrase: str) -> None:
+    from wgstore.events.codec import check_storable
+
+    with pytest.raises(EventEncodeError) as raised:
+        check_storable(value, "report() metrics")
+    assert phrase in str(raised.value)
+    check_storable({"loss": 0.25, "step": 3, "tags": ["a"]}, "report() metrics")
