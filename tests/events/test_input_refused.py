@@ -226,7 +226,7 @@ def _typed(value: Any) -> Any:
     ],
 )
 def test_a_value_can_be_checked_early_with_the_rules_of_append(value: Any, phrase: str) -> None:
-    from wgstore.events.codec import check_storable
+    from wgstore.events.storable import check_storable
 
     with pytest.raises(EventEncodeError) as raised:
         check_storable(value, "report() metrics")
