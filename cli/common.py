@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
-from wgstore.events import EventStore, StoreUnavailableError, WgstoreError
+from wgstore.events import EventStore, InvalidArgumentError, StoreUnavailableError, WgstoreError
 from wgstore.events.engine import mask_url, parse_url
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "out_console",
     "parse_duration",
     "parse_time",
+    "refuse_blank",
     "resolve_group",
 ]
 
@@ -112,10 +113,14 @@ class WgstoreGroup(TyperGroup):
             return super().invoke(ctx)
         except CliError as error:
             fail(str(error), error.exit_code)
+        except InvalidArgumentError as error:  # a version, position or id from the command line
+            fail(str(error), 2)
         except WgstoreError as error:
             fail(str(error), 1)
         except ValueError as error:
             fail(str(error), 2)
+        except OverflowError as error:  # a number too large for a date or a database integer
+            fail(f"a number on the command line is too large ({error})", 2)
         except ConnectionError as error:  # e.g. Ray is not at RAY_ADDRESS
             fail(f"cannot connect: {error}", 1)
         except KeyboardInterrupt:
@@ -173,6 +178,21 @@ def store_label(url: str) -> str:
 # ---------------------------------------------------------------------- worker group ids
 
 
+def refuse_blank(**options: str | None) -> None:
+    """Refuse an option given as empty text (``--group ""``): it must not mean "everything".
+
+    Keyword names are option names without the dashes, e.g. ``refuse_blank(group=group)``.
+
+    Raises:
+        UsageProblem: an option was given, but blank.
+    """
+    for name, value in options.items():
+        if value is not None and not value.strip():
+            raise UsageProblem(
+                f"--{name} is empty; give a value, or leave the option out to select everything"
+            )
+
+
 def group_stream(group_id: str) -> str:
     """The stream id of worker group ``group_id``."""
     return f"{GROUP_STREAM_PREFIX}{group_id}"
@@ -223,7 +243,12 @@ def parse_duration(text: str) -> timedelta:
         raise UsageProblem(
             f"{text!r} is not a duration; use a number and a unit, e.g. 30s, 10m, 2h, 1h30m, 3d"
         )
-    return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    try:
+        return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    except OverflowError:
+        raise UsageProblem(
+            f"{text!r} is too long a duration (the limit is 999999999 days); use a smaller one"
+        ) from None
 
 
 def parse_time(text: str, *, now: datetime | None = None) -> datetime:
@@ -241,9 +266,17 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
         return now
     if _DURATION_PART.match(value.lower().removesuffix(" ago")):
         try:
-            return now - parse_duration(value.lower().removesuffix("ago").strip())
-        except UsageProblem:
-            pass
+            ago = parse_duration(value.lower().removesuffix("ago").strip())
+        except UsageProblem as problem:
+            if "too long" in str(problem):
+                raise
+        else:
+            try:
+                return now - ago
+            except OverflowError:
+                raise UsageProblem(
+                    f"{text!r} reaches back before the year 1; use a shorter time ago"
+                ) from None
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -253,7 +286,13 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
         ) from None
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise UsageProblem(
+            f"{text!r} is outside the years 1 to 9999 once converted to UTC; give a time "
+            "within them"
+        ) from None
 
 
 def format_time(moment: datetime | None) -> str:

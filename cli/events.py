@@ -19,6 +19,7 @@ from wgstore.cli.common import (
     out_console,
     parse_duration,
     parse_time,
+    refuse_blank,
     resolve_group,
 )
 from wgstore.cli.render import event_json, event_line
@@ -144,6 +145,7 @@ def events_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Show the log: a worker group, a stream, a run, or everything, oldest first."""
+    refuse_blank(group=group, stream=stream, run=run)
     chosen = [
         name for name, value in (("--group", group), ("--stream", stream), ("--run", run)) if value
     ]

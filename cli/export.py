@@ -27,6 +27,7 @@ from wgstore.cli.common import (
     json_line,
     opened,
     parse_time,
+    refuse_blank,
     resolve_group,
 )
 from wgstore.cli.events import check_types, run_streams, stored_events
@@ -159,6 +160,7 @@ def export_command(
     ] = None,
 ) -> None:
     """Export events to JSON Lines or Parquet, for a group, a run, a time range or everything."""
+    refuse_blank(group=group, run=run)
     if group and run:
         raise UsageProblem("give --group or --run, not both")
     kind = _format_of(output, fmt)

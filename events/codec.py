@@ -12,6 +12,7 @@ import msgspec
 
 from wgstore.events.errors import EventDecodeError, EventEncodeError, UnknownEventTypeError
 from wgstore.events.registry import REGISTRY, EventRegistry, EventTypeInfo
+from wgstore.events.storable import EventChecker, encode_json, exact_json
 
 __all__ = ["Codec", "canonical_json"]
 
@@ -19,14 +20,12 @@ _encoder = msgspec.json.Encoder(order="sorted")
 
 
 def canonical_json(value: Any) -> str:
-    """JSON text with sorted keys and no spaces, the form metadata is stored in."""
-    try:
-        return _encoder.encode(value).decode()
-    except (TypeError, msgspec.EncodeError, OverflowError) as error:
-        raise EventEncodeError(
-            f"metadata cannot be stored as JSON ({error}); use str, int, float, bool, None, "
-            "lists and dicts with string keys"
-        ) from error
+    """JSON text with sorted keys and no spaces, the form metadata is stored in.
+
+    Raises:
+        EventEncodeError: the value cannot be stored as JSON, or would read back changed.
+    """
+    return exact_json(value, "metadata").decode()
 
 
 class Codec:
@@ -35,28 +34,28 @@ class Codec:
     def __init__(self, registry: EventRegistry | None = None) -> None:
         self.registry = registry or REGISTRY
         self._decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+        self._checkers: dict[type, EventChecker | bool] = {}
 
     def encode(self, event: Any) -> tuple[EventTypeInfo, str]:
         """Return the event's registration and its payload as JSON text.
 
         Raises:
             UnknownEventTypeError: the event's class is not registered.
-            EventEncodeError: a field cannot be stored as JSON.
+            EventEncodeError: a field cannot be stored as JSON, or would not read back exactly
+                (see :mod:`wgstore.events.storable`).
         """
         info = self.registry.by_class(type(event))
-        try:
-            data = _encoder.encode(event)
-        except (TypeError, msgspec.EncodeError, OverflowError) as error:
-            raise EventEncodeError(
-                f"{info.name}: a field cannot be stored as JSON ({error}). Event fields must be "
-                "str, int, float, bool, None, datetime, UUID, enums, tuples, dicts with string "
-                "keys or nested dataclasses of those."
-            ) from error
+        data = encode_json(event, info.name, event=True)
         if b"\\u0000" in data:
             raise EventEncodeError(
                 f"{info.name}: a string field contains a NUL character (\\x00), which the "
                 "database cannot store; remove it before appending"
             )
+        checker = self._checkers.get(info.cls)
+        if checker is None:
+            checker = self._checkers[info.cls] = EventChecker.for_class(info.cls)
+        if checker is not False:
+            checker.check(info, event, data)
         return info, data.decode()
 
     def decode(

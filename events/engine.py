@@ -2,10 +2,13 @@
 
 SQLite: WAL, a busy timeout, ``synchronous`` settable (default FULL: an acknowledged append
 survives a power cut), and every transaction SQLAlchemy begins is ``BEGIN IMMEDIATE`` so two
-writers never deadlock on a lock upgrade. Read-only engines open the file with ``mode=ro``.
+writers never deadlock on a lock upgrade (except on connections marked ``READ_ONLY_OPTION``,
+which only read and so need no write lock). Read-only engines open the file with ``mode=ro``.
 
 PostgreSQL (psycopg 3): sessions in UTC; read-only engines set
-``default_transaction_read_only``.
+``default_transaction_read_only``. The pool pings a connection before handing it out
+(``pool_pre_ping``), so after a server restart a dead connection is replaced, not used: the
+first ping that fails discards every pooled connection made before it.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ from sqlalchemy.engine import URL, make_url
 
 from wgstore.events.errors import StoreUnavailableError
 
-__all__ = ["SQLITE_SYNCHRONOUS", "create_store_engine", "mask_url", "parse_url"]
+__all__ = ["READ_ONLY_OPTION", "SQLITE_SYNCHRONOUS", "create_store_engine", "mask_url", "parse_url"]
 
 SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+# An execution option: a SQLite transaction that only reads starts with a plain BEGIN, so it
+# does not wait for the write lock (``engine.connect().execution_options(wgstore_reading=True)``).
+READ_ONLY_OPTION = "wgstore_reading"
 _OWN_QUERY_KEYS = ("synchronous", "busy_timeout")
 
 
@@ -139,14 +145,17 @@ def _sqlite_engine(
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
-        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        reading = read_only or connection.get_execution_options().get(READ_ONLY_OPTION, False)
+        connection.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
 
     return engine
 
 
 def _postgres_engine(url: URL, read_only: bool, lock_timeout_s: float = 30.0) -> sa.Engine:
     connect_args: dict[str, Any] = {"connect_timeout": int(url.query.get("connect_timeout", 10))}
-    engine = sa.create_engine(url, pool_size=8, max_overflow=32, connect_args=connect_args)
+    engine = sa.create_engine(
+        url, pool_size=8, max_overflow=32, pool_pre_ping=True, connect_args=connect_args
+    )
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -8,6 +8,7 @@ The tree::
          ├─ DuplicateEventError     an event id is already stored somewhere else
          ├─ UnknownEventTypeError   an event type that is not registered
          ├─ EventEncodeError        an event whose fields cannot be stored as JSON
+         ├─ InvalidArgumentError    a bad argument (stream id, version, position); a ValueError
          ├─ EventDecodeError        stored data that no longer decodes (names stream and position)
          ├─ StoreUnavailableError   the database cannot be reached (the URL's password is masked)
          ├─ ImmutableEventError     an UPDATE or DELETE on the log was refused
@@ -28,6 +29,7 @@ __all__ = [
     "EventEncodeError",
     "EventStoreError",
     "ImmutableEventError",
+    "InvalidArgumentError",
     "SchemaVersionError",
     "StoreUnavailableError",
     "UnknownEventTypeError",
@@ -77,6 +79,14 @@ class UnknownEventTypeError(EventStoreError):
 
 class EventEncodeError(EventStoreError):
     """An event whose fields cannot be stored as JSON. Nothing was written."""
+
+
+class InvalidArgumentError(EventStoreError, ValueError):
+    """An argument the store cannot use: a stream id, version, position or limit out of range.
+
+    Also a ``ValueError``, so code that catches bad arguments the usual Python way still does.
+    Raised the same way on both backends, before anything reaches the database.
+    """
 
 
 class EventDecodeError(EventStoreError):

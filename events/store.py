@@ -21,10 +21,11 @@ import sqlalchemy as sa
 
 from wgstore.events._translate import translate_errors
 from wgstore.events.codec import Codec, canonical_json
-from wgstore.events.engine import create_store_engine, mask_url, parse_url
+from wgstore.events.engine import READ_ONLY_OPTION, create_store_engine, mask_url, parse_url
 from wgstore.events.errors import (
     ConcurrencyError,
     DuplicateEventError,
+    InvalidArgumentError,
     SchemaVersionError,
     StoreUnavailableError,
 )
@@ -359,11 +360,14 @@ class EventStore:
                 except _StreamVersionMismatch as mismatch:
                     raise ConcurrencyError(stream_id, expected_version, mismatch.actual) from None
                 except Exception as error:
-                    if attempt == 2 or not self._connection_lost(error):
+                    if not self._connection_died(writer, error):
                         raise
-                    # The connection died; the ids are fixed, so resending the batch is safe:
-                    # if the first try committed, the idempotency check returns it.
+                    # The server dropped the connection (a restart, say). The event ids were
+                    # fixed before the first try, so sending the batch again is safe: if the
+                    # first try committed, the idempotency check returns it, unwritten.
                     self._drop_writer()
+                    if attempt == 2:
+                        raise
                     check_ids = True
         raise AssertionError("unreachable")
 
@@ -380,15 +384,6 @@ class EventStore:
                 self._writer.invalidate()
             finally:
                 self._writer = None
-
-    def _connection_lost(self, error: BaseException) -> bool:
-        if not self.is_postgres:
-            return False
-        import psycopg
-
-        return isinstance(error, psycopg.OperationalError) and bool(
-            self._writer is None or self._writer.driver_connection.closed
-        )
 
     def _append_postgres(
         self,
@@ -523,9 +518,16 @@ class EventStore:
     def read_stream(
         self, stream_id: str, from_version: int = 1, to_version: int | None = None
     ) -> Iterator[RecordedEvent]:
-        """The events of one stream, from ``from_version`` up to ``to_version`` (inclusive)."""
+        """The events of one stream, from ``from_version`` up to ``to_version`` (inclusive).
+
+        Raises:
+            InvalidArgumentError: a stream id that is not a usable string, or a version that is
+                not an int in the 64-bit range.
+        """
         self._check_open()
-        last = to_version if to_version is not None else 2**31 - 1
+        _check_stream_id(stream_id)
+        from_version = _check_int("from_version", from_version)
+        last = _check_int("to_version", to_version) if to_version is not None else 2**31 - 1
         version = max(from_version, 1)
         p = self._param
         sql = (
@@ -551,8 +553,15 @@ class EventStore:
             after: a position (a checkpoint); 0 reads from the start.
             limit: the most events to return.
             types: only events of these types (names or registered classes).
+
+        Raises:
+            InvalidArgumentError: ``after`` or ``limit`` is not an int in the 64-bit range (or
+                ``limit`` is negative), or a type name is not a usable string.
         """
         self._check_open()
+        after = _check_int("after", after)
+        if limit is not None and _check_int("limit", limit) < 0:
+            raise InvalidArgumentError(f"limit must be None or an int >= 0, got {limit!r}")
         names = self._type_names(types)
         p = self._param
         where = f"position > {p}"
@@ -576,6 +585,7 @@ class EventStore:
     def stream_version(self, stream_id: str) -> int:
         """The version of the stream's last event, 0 when the stream has none."""
         self._check_open()
+        _check_stream_id(stream_id)
         rows = self._fetch(
             f"SELECT max(stream_version) FROM wg_events WHERE stream_id = {self._param}",
             (stream_id,),
@@ -590,6 +600,9 @@ class EventStore:
     def streams(self, prefix: str = "") -> list[tuple[str, int]]:
         """Every stream whose id starts with ``prefix``, with its version."""
         self._check_open()
+        if not isinstance(prefix, str):
+            raise InvalidArgumentError(f"prefix must be a string, got {prefix!r}")
+        _check_text("prefix", prefix)
         return [
             (row[0], int(row[1]))
             for row in self._fetch(
@@ -613,23 +626,52 @@ class EventStore:
             return []
         if isinstance(types, str | type):
             types = [types]
-        return [t if isinstance(t, str) else self.codec.registry.by_class(t).name for t in types]
+        names = [t if isinstance(t, str) else self.codec.registry.by_class(t).name for t in types]
+        for name in names:
+            _check_text("an event type name", name)
+        return names
 
     def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
         with translate_errors(self.url):
-            connection = self.engine.raw_connection()
-            try:
-                if self.is_postgres:  # one round trip: no BEGIN/COMMIT around a single SELECT
-                    connection.driver_connection.autocommit = True
-                cursor = connection.cursor()
-                cursor.execute(sql, params)
-                rows = cursor.fetchall()
-                cursor.close()
-                return rows
-            finally:
-                if self.is_postgres and not connection.driver_connection.closed:
-                    connection.driver_connection.autocommit = False
-                connection.close()
+            for attempt in (1, 2):
+                connection = self.engine.raw_connection()
+                try:
+                    return self._fetch_on(connection, sql, params)
+                except BaseException as error:
+                    if not self._connection_died(connection, error):
+                        self._release(connection)
+                        raise
+                    # The server dropped this connection (a restart, say): discard it without
+                    # the pool's reset, and read again on a fresh one (reads are idempotent).
+                    connection.invalidate()
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
+
+    def _fetch_on(self, connection: Any, sql: str, params: Sequence[Any]) -> list[Any]:
+        if self.is_postgres:  # one round trip: no BEGIN/COMMIT around a single SELECT
+            connection.driver_connection.autocommit = True
+        cursor = connection.cursor()
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+        cursor.close()
+        self._release(connection)
+        return rows
+
+    def _release(self, connection: Any) -> None:
+        if self.is_postgres and not connection.driver_connection.closed:
+            connection.driver_connection.autocommit = False
+        connection.close()
+
+    def _connection_died(self, connection: Any, error: BaseException) -> bool:
+        """True when ``error`` came from a Postgres connection the server closed."""
+        if not self.is_postgres:
+            return False
+        import psycopg
+
+        return isinstance(error, psycopg.OperationalError) and bool(
+            connection.driver_connection is None or connection.driver_connection.closed
+        )
 
     def _decode_rows(self, rows: Iterable[Sequence[Any]]) -> Iterator[RecordedEvent]:
         decode = self.codec.decode
@@ -739,26 +781,60 @@ def _parse_sqlite_time(text: str) -> datetime:
 
 def _check_stream_id(stream_id: object) -> None:
     if not isinstance(stream_id, str) or not stream_id.strip():
-        raise ValueError(f"stream_id must be a non-empty string, got {stream_id!r}")
+        raise InvalidArgumentError(f"stream_id must be a non-empty string, got {stream_id!r}")
     if len(stream_id) > 200:
-        raise ValueError(f"stream_id is {len(stream_id)} characters; keep it under 200")
+        raise InvalidArgumentError(f"stream_id is {len(stream_id)} characters; keep it under 200")
+    _check_text("stream_id", stream_id)
+
+
+def _check_text(what: str, text: str) -> None:
+    """Refuse text the databases cannot store: NUL characters and lone surrogates."""
+    if "\x00" in text:
+        raise InvalidArgumentError(
+            f"{what} {text!r} contains a NUL character (\\x00), which PostgreSQL cannot store (so "
+            "neither backend accepts it); "
+            "remove it"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidArgumentError(
+            f"{what} {text!r} contains {error.object[error.start : error.end]!r}, a lone UTF-16 "
+            "surrogate that is not valid Unicode text; decode the text properly first"
+        ) from None
+
+
+_INT64 = 2**63
+
+
+def _check_int(what: str, value: object) -> int:
+    """``value`` when it is an int that fits the database's 64-bit integers."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be an int, got {value!r}")
+    if not -_INT64 <= value < _INT64:
+        raise InvalidArgumentError(
+            f"{what}={value} is outside the 64-bit range the database stores "
+            f"(-2**63 to 2**63 - 1); no stream version or position can be that large"
+        )
+    return value
 
 
 def _expected_code(expected: object) -> int:
     if isinstance(expected, _StreamState):
         return _EXPECTED_CODES[expected]
     if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"expected_version must be an int >= 0, NO_STREAM, STREAM_EXISTS or ANY; got {expected!r}"
         )
-    return expected
+    return _check_int("expected_version", expected)
 
 
 def _ensure_schema(engine: sa.Engine, url: str, *, migrate: bool) -> None:
     from wgstore.migrations.runner import current_revision, head_revision, upgrade
 
     head = head_revision()
-    with engine.connect() as connection:
+    # Only reads: on SQLite this must not wait for the write lock behind another writer.
+    with engine.connect().execution_options(**{READ_ONLY_OPTION: True}) as connection:
         current = current_revision(connection)
         connection.rollback()
     if current == head:

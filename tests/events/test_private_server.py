@@ -1,0 +1,228 @@
+"""A real PostgreSQL stop and start, on a private server this module starts for itself.
+
+The server runs from a temporary folder on a free port, as the ``postgres`` OS user (``initdb``
+and ``pg_ctl`` refuse root), and is removed afterwards. The shared server on 5432 is never
+touched. Skipped where there is no PostgreSQL installation to start or no root to switch users.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+import pytest
+
+from wgstore.events import EventStore, NewEvent, StoreUnavailableError, event_type
+
+T = TypeVar("T")
+
+
+@event_type("PrivateServerProbe", version=1)
+@dataclass(frozen=True)
+class Probe:
+    n: int
+
+
+@dataclass
+class PrivateServer:
+    """A PostgreSQL server owned by the test: its URL, and stop/start."""
+
+    bin_dir: str
+    folder: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres?connect_timeout=5"
+
+    def _pg_ctl(self, *args: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", f"{self.bin_dir}/pg_ctl", "-D", self.data, *args],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+    @property
+    def data(self) -> str:
+        return os.path.join(self.folder, "data")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._pg_ctl("-o", options, "-l", os.path.join(self.folder, "log"), "-w", "start")
+
+    def stop(self) -> None:
+        self._pg_ctl("-m", "fast", "-w", "stop")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PrivateServer]:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
+    if not found or os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("needs a PostgreSQL installation under /usr/lib/postgresql and root")
+    bin_dir = os.path.dirname(found[-1])
+    folder = tempfile.mkdtemp(prefix="wgstore-private-pg-")
+    shutil.chown(folder, "postgres")
+    subprocess.run(
+        ["runuser", "-u", "postgres", "--", f"{bin_dir}/initdb", "-D", f"{folder}/data",
+         "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    private = PrivateServer(bin_dir, folder, _free_port())
+    private.start()
+    try:
+        yield private
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):  # stopped by a failed test
+            private._pg_ctl("-m", "immediate", "-w", "stop")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def quiet_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    caplog.set_level(logging.WARNING)
+    yield
+    noisy = [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not noisy, noisy
+
+
+@pytest.fixture
+def fresh_store(server: PrivateServer) -> Iterator[EventStore]:
+    schema = f"wg_{uuid.uuid4().hex[:10]}"
+    import psycopg
+
+    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{server.port}/postgres") as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    store = EventStore.open(f"{server.url}&options=-csearch_path%3D{schema}")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.mark.usefixtures("quiet_logs")
+def test_a_server_that_stays_down_is_one_clear_error_and_a_restart_needs_nothing(
+    server: PrivateServer, fresh_store: EventStore
+) -> None:
+    store = fresh_store
+    store.append("s-1", [Probe(n=0)])
+    held = [store.engine.raw_connection() for _ in range(5)]  # a pool of live connections
+    for connection in held:
+        connection.close()
+    assert store.stream_version("s-1") == 1
+
+    server.stop()
+    try:
+        with pytest.raises(StoreUnavailableError, match="cannot reach the database") as raised:
+            store.append("s-1", [Probe(n=1)], expected_version=1)
+        assert "\n" not in str(raised.value)
+        with pytest.raises(StoreUnavailableError, match="cannot reach the database"):
+            store.stream_version("s-1")
+    finally:
+        server.start()
+
+    store.append("s-1", [Probe(n=1)], expected_version=1)  # first try, no retry by the caller
+    assert [r.event.n for r in store.read_stream("s-1")] == [0, 1]
+    assert store.verify().ok
+
+
+@pytest.mark.usefixtures("quiet_logs")
+def test_appends_and_reads_across_two_restarts_lose_nothing_and_duplicate_nothing(
+    server: PrivateServer, fresh_store: EventStore
+) -> None:
+    """A writer appends and reads back in a loop (retrying a refused batch unchanged).
+
+    The server restarts twice: once while the writer pauses between appends (every pooled
+    connection is dead when it resumes: its next calls must simply work), once in the middle of
+    the traffic (calls fail while it is down, and work again as soon as it is back).
+    """
+    store = fresh_store
+    ids: list[uuid.UUID] = []
+    refused_while_up = 0
+    up = threading.Event()
+    up.set()
+    pause, paused, resume = threading.Event(), threading.Event(), threading.Event()
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def retried(call: Callable[[], T]) -> T:
+        nonlocal refused_while_up
+        while True:  # a caller's retry: the same call, the same event ids
+            began_up = up.is_set()
+            try:
+                return call()
+            except StoreUnavailableError:
+                refused_while_up += began_up
+                time.sleep(0.05)
+
+    def write() -> None:
+        try:
+            n = 0
+            while not stop.is_set():
+                if pause.is_set():
+                    paused.set()
+                    resume.wait()
+                    pause.clear()
+                batch = [NewEvent(Probe(n=n), event_id=uuid.uuid4())]
+                retried(lambda batch=batch: store.append("s-1", batch))
+                ids.append(batch[0].event_id)
+                reads = retried(
+                    lambda n=n: [r.event.n for r in store.read_stream("s-1", from_version=n + 1)]
+                )
+                assert reads == [n], reads
+                n += 1
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failure.append(error)
+
+    def wait_for_events(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(ids) < count:
+            assert time.monotonic() < deadline and not failure, failure
+            time.sleep(0.01)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    wait_for_events(20)
+    pause.set()
+    assert paused.wait(timeout=60), failure
+    held = [store.engine.raw_connection() for _ in range(4)]  # idle pooled connections too
+    for connection in held:
+        connection.close()
+    server.stop()
+    server.start()
+    resume.set()
+    wait_for_events(40)
+
+    up.clear()
+    server.stop()
+    server.start()
+    up.set()
+    wait_for_events(len(ids) + 20)
+    stop.set()
+    writer.join(timeout=60)
+    assert not writer.is_alive() and not failure, failure
+    assert refused_while_up == 0  # whenever the server was up, every call worked at once
+
+    stored = list(store.read_all())
+    assert [r.event_id for r in stored] == ids  # nothing lost, nothing twice, in order
+    assert [r.version for r in stored] == list(range(1, len(ids) + 1))
+    assert [r.event.n for r in stored] == list(range(len(ids)))
+    assert store.verify().ok

@@ -1,0 +1,170 @@
+"""PostgreSQL connections that die (a server restart): the store carries on, nothing is lost.
+
+Every store connection is killed with ``pg_terminate_backend`` from an admin connection, which is
+what a restart does to a client. Only this test's connections are killed: they carry their own
+``application_name``. The shared server itself is never restarted here (see
+``test_private_server.py`` for a real stop and start of a server the test owns).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+
+from tests.conftest import PG_URL
+from wgstore.events import EventStore, NewEvent, RecordedEvent, event_type
+
+ADMIN = PG_URL.replace("postgresql+psycopg://", "postgresql://")
+
+
+@event_type("RestartProbe", version=1)
+@dataclass(frozen=True)
+class Probe:
+    n: int
+
+
+@pytest.fixture
+def app_name() -> str:
+    return f"wgrestart_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def pg_store(pg_url: str, app_name: str) -> Iterator[EventStore]:
+    store = EventStore.open(f"{pg_url}&application_name={app_name}")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _backends(app_name: str) -> int:
+    with psycopg.connect(ADMIN, autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app_name,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _kill_every_connection(app_name: str) -> int:
+    """Terminate every backend of ``app_name``; wait until they are gone; return how many."""
+    with psycopg.connect(ADMIN, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()) AS t",
+            (app_name,),
+        ).fetchone()
+    _wait_for(lambda: _backends(app_name) == 0, "the terminated backends to go away")
+    return int(killed[0]) if killed else 0
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def _fill_the_pool(store: EventStore, connections: int) -> None:
+    """Check out several pooled connections at once, so the pool holds that many."""
+    held = [store.engine.raw_connection() for _ in range(connections)]
+    for connection in held:
+        connection.close()
+
+
+@pytest.fixture
+def no_reset_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    caplog.set_level(logging.WARNING)
+    yield
+    problems = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not problems, [f"{r.name}: {r.getMessage()}" for r in problems]
+    assert "Exception during reset" not in caplog.text
+
+
+@pytest.mark.usefixtures("no_reset_errors")
+def test_appends_and_reads_carry_on_after_every_connection_is_killed(
+    pg_store: EventStore, app_name: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    pg_store.append("s-1", [Probe(n=0)])
+    _fill_the_pool(pg_store, 6)
+    assert [r.event.n for r in pg_store.read_stream("s-1")] == [0]
+    assert _kill_every_connection(app_name) >= 6
+
+    pg_store.append("s-1", [Probe(n=1)], expected_version=1)
+    assert [r.event.n for r in pg_store.read_stream("s-1")] == [0, 1]
+    assert pg_store.head() == 2 and pg_store.stream_version("s-1") == 2
+    assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.usefixtures("no_reset_errors")
+@pytest.mark.parametrize("first", ["append", "read"])
+def test_the_writer_and_the_readers_each_come_back_on_their_own(
+    pg_store: EventStore, app_name: str, first: str
+) -> None:
+    """The writer connection (held by the store) and the pooled readers die; either goes first."""
+    for n in range(10):
+        _fill_the_pool(pg_store, 3)
+        _kill_every_connection(app_name)
+        if first == "append":
+            pg_store.append("s-1", [Probe(n=n)], expected_version=n)
+            assert pg_store.stream_version("s-1") == n + 1
+        else:
+            assert pg_store.stream_version("s-1") == n
+            pg_store.append("s-1", [Probe(n=n)], expected_version=n)
+    assert [r.event.n for r in pg_store.read_stream("s-1")] == list(range(10))
+    assert [r.version for r in pg_store.read_all()] == list(range(1, 11))
+    assert pg_store.verify().ok
+
+
+@pytest.mark.usefixtures("no_reset_errors")
+def test_a_retried_batch_with_fixed_ids_is_stored_once(pg_store: EventStore, app_name: str) -> None:
+    ids = [uuid.uuid4() for _ in range(3)]
+    batch = [NewEvent(Probe(n=n), event_id=ids[n]) for n in range(3)]
+    first = pg_store.append("s-1", batch)
+    _kill_every_connection(app_name)
+    again = pg_store.append("s-1", batch)  # a client retry after a lost reply
+    assert [r.position for r in again] == [r.position for r in first]
+    assert [r.event_id for r in pg_store.read_all()] == ids
+
+
+@pytest.mark.usefixtures("no_reset_errors")
+def test_a_subscription_follows_the_log_across_killed_connections(
+    pg_store: EventStore, app_name: str, pg_url: str
+) -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+    failure: list[BaseException] = []
+
+    def handle(batch: list[RecordedEvent]) -> None:
+        with lock:
+            seen.extend(r.event.n for r in batch)
+
+    def follow() -> None:
+        try:
+            pg_store.subscription("follower").run(handle, stop=stop, wait_s=0.2)
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            failure.append(error)
+
+    stop = threading.Event()
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    with EventStore.open(pg_url) as writer:  # another client: its connections live on
+        try:
+            for n in range(5):
+                writer.append("s-1", [Probe(n=n)])
+                _wait_for(lambda n=n: n in seen or bool(failure), f"event {n} to be followed")
+                assert not failure, failure
+                _wait_for(lambda: _backends(app_name) > 0, "the follower to reconnect")
+                _kill_every_connection(app_name)  # the follower, its LISTEN connection, all
+        finally:
+            stop.set()
+            follower.join(timeout=30)
+    assert not failure, failure
+    assert seen == list(range(5))
+    assert pg_store.subscription("follower").checkpoint() == 5
