@@ -17,6 +17,10 @@ Numbers, not pass/fail. Workloads:
   append path (no Ray actors: 64 actor processes do not fit this machine) over an hour of 1 Hz
   polls, once with nothing changing (then the shutdown's flush) and once with a change every 600
   polls; beside the bytes if every poll were stored in full.
+- L4 report cost: a 4-worker group on real Ray, each worker reporting at 10 Hz (every 5th report
+  with a checkpoint), on SQLite and Postgres: the time spent inside ``report()`` p50/p99, the
+  time from the ``report()`` call to the report being in the log (``recorded_at``) p50/p99, and
+  the rate sustained (reports per second per worker).
 
 Run ``python bench/lifecycle.py --help``; ``--json`` prints the results as JSON.
 """
@@ -224,6 +228,62 @@ def bench_start(repeat: int, num_workers: int) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------------- L4
+
+
+def bench_report_cost(backend: str, workers: int, reports: int, hz: float) -> dict[str, Any]:
+    """L4: what one ``report()`` costs in a worker, and how long until it is in the log."""
+    from wgstore.events.worker_group import stream_id_for_group
+    from wgstore.orchestration import RayExecutor, WorkerGroup
+
+    with (
+        open_backend(backend) as (store, _url),
+        tempfile.TemporaryDirectory() as out_dir,
+        RayExecutor(store, extra_sys_path=[str(REPO)]) as ex,
+    ):
+        context = WorkerGroupContext(
+            num_workers=workers,
+            resources_per_worker={"CPU": 0.25},
+            train_fn="examples.train:timed_report_fn",
+            train_fn_config={
+                "reports": reports,
+                "hz": hz,
+                "checkpoint_every": 5,
+                "out_dir": out_dir,
+            },
+            poll_interval_s=1.0,
+        )
+        began = time.monotonic()
+        group = WorkerGroup.create(store, context, executor=ex)
+        group.wait(timeout_s=reports / hz * 10 + 60)
+        elapsed = time.monotonic() - began
+        group.shutdown()
+        spent = [
+            float(line) * 1000
+            for rank in range(workers)
+            for line in Path(out_dir, f"rank{rank}.txt").read_text().split()
+        ]
+        records = [
+            r
+            for r in store.read_stream(stream_id_for_group(group.group_id))
+            if r.type == "WorkerReported"
+        ]
+        lag = [(r.recorded_at.timestamp() - r.event.metrics["t"]) * 1000 for r in records]
+        assert not ex.errors, ex.errors
+    return {
+        "backend": backend,
+        "workers": workers,
+        "hz": hz,
+        "reports_stored": len(records),
+        "reports_made": len(spent),
+        "in_report_p50_ms": _pct(spent, 0.5),
+        "in_report_p99_ms": _pct(spent, 0.99),
+        "call_to_log_p50_ms": _pct(lag, 0.5),
+        "call_to_log_p99_ms": _pct(lag, 0.99),
+        "reports_per_s_per_worker": len(spent) / workers / max(elapsed, 1e-9),
+    }
+
+
 # ---------------------------------------------------------------------------------- L2
 
 _SENDER = """
@@ -355,7 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         "--latency-gap-s", type=float, default=0.02, help="L2 pause between appends"
     )
     parser.add_argument("--polls", type=int, default=3600, help="L3 polls (1 Hz: an hour)")
-    parser.add_argument("--skip-ray", action="store_true", help="skip L1 (needs Ray)")
+    parser.add_argument("--reports", type=int, default=100, help="L4 reports per worker")
+    parser.add_argument("--skip-ray", action="store_true", help="skip L1 and L4 (need Ray)")
+    parser.add_argument("--only-l4", action="store_true", help="run only L4 (report cost)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
 
@@ -369,15 +431,20 @@ def main(argv: list[str] | None = None) -> int:
 
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
         try:
-            results["L1_start_to_running"] = bench_start(args.repeat, args.workers)
+            if not args.only_l4:
+                results["L1_start_to_running"] = bench_start(args.repeat, args.workers)
+            results["L4_report_cost"] = [
+                bench_report_cost(b, args.workers, args.reports, 10.0) for b in backends
+            ]
         finally:
             ray.shutdown()
-    results["L2_append_to_executor"] = [
-        bench_latency(b, args.latency_events, args.latency_gap_s) for b in backends
-    ]
-    results["L3_poll_bytes"] = [
-        bench_poll_bytes(b, 64, args.polls, change) for b in backends for change in (0, 600)
-    ]
+    if not args.only_l4:
+        results["L2_append_to_executor"] = [
+            bench_latency(b, args.latency_events, args.latency_gap_s) for b in backends
+        ]
+        results["L3_poll_bytes"] = [
+            bench_poll_bytes(b, 64, args.polls, change) for b in backends for change in (0, 600)
+        ]
     if args.json:
         print(json.dumps(results, indent=2, default=str))
         return 0
@@ -397,6 +464,22 @@ def main(argv: list[str] | None = None) -> int:
             f"wgstore / plain Ray with the same worker class: "
             f"{l1['wgstore_vs_same_worker_plain_ray']:.2f}"
         )
+    if "L4_report_cost" in results:
+        print("L4 report cost, 4 workers at 10 Hz, every 5th report with a checkpoint")
+        print(
+            f"  {'backend':<10}{'stored/made':>13}{'in report() p50/p99 ms':>24}"
+            f"{'call->log p50/p99 ms':>22}{'reports/s/worker':>18}"
+        )
+        for row in results["L4_report_cost"]:
+            made = f"{row['reports_stored']}/{row['reports_made']}"
+            inside = f"{row['in_report_p50_ms']:.2f}/{row['in_report_p99_ms']:.2f}"
+            lag = f"{row['call_to_log_p50_ms']:.1f}/{row['call_to_log_p99_ms']:.1f}"
+            print(
+                f"  {row['backend']:<10}{made:>13}{inside:>24}{lag:>22}"
+                f"{row['reports_per_s_per_worker']:>18.2f}"
+            )
+    if args.only_l4:
+        return 0
     print("L2 append (other process) -> executor sees it")
     print(f"  {'backend':<10}{'events':>8}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
     for row in results["L2_append_to_executor"]:
