@@ -253,10 +253,8 @@ def bench_report_cost(backend: str, workers: int, reports: int, hz: float) -> di
             },
             poll_interval_s=1.0,
         )
-        began = time.monotonic()
         group = WorkerGroup.create(store, context, executor=ex)
         group.wait(timeout_s=reports / hz * 10 + 60)
-        elapsed = time.monotonic() - began
         group.shutdown()
         spent = [
             float(line) * 1000
@@ -269,6 +267,10 @@ def bench_report_cost(backend: str, workers: int, reports: int, hz: float) -> di
             if r.type == "WorkerReported"
         ]
         lag = [(r.recorded_at.timestamp() - r.event.metrics["t"]) * 1000 for r in records]
+        rates = []  # reports per second each worker sustained, first call to last
+        for rank in range(workers):
+            times = sorted(r.event.metrics["t"] for r in records if r.event.world_rank == rank)
+            rates.append((len(times) - 1) / max(times[-1] - times[0], 1e-9))
         assert not ex.errors, ex.errors
     return {
         "backend": backend,
@@ -280,7 +282,7 @@ def bench_report_cost(backend: str, workers: int, reports: int, hz: float) -> di
         "in_report_p99_ms": _pct(spent, 0.99),
         "call_to_log_p50_ms": _pct(lag, 0.5),
         "call_to_log_p99_ms": _pct(lag, 0.99),
-        "reports_per_s_per_worker": len(spent) / workers / max(elapsed, 1e-9),
+        "reports_per_s_per_worker": min(rates),
     }
 
 
@@ -468,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         print("L4 report cost, 4 workers at 10 Hz, every 5th report with a checkpoint")
         print(
             f"  {'backend':<10}{'stored/made':>13}{'in report() p50/p99 ms':>24}"
-            f"{'call->log p50/p99 ms':>22}{'reports/s/worker':>18}"
+            f"{'call->log p50/p99 ms':>22}{'min reports/s/worker':>22}"
         )
         for row in results["L4_report_cost"]:
             made = f"{row['reports_stored']}/{row['reports_made']}"
@@ -476,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             lag = f"{row['call_to_log_p50_ms']:.1f}/{row['call_to_log_p99_ms']:.1f}"
             print(
                 f"  {row['backend']:<10}{made:>13}{inside:>24}{lag:>22}"
-                f"{row['reports_per_s_per_worker']:>18.2f}"
+                f"{row['reports_per_s_per_worker']:>22.2f}"
             )
     if args.only_l4:
         return 0

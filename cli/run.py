@@ -8,6 +8,7 @@ until SIGINT or SIGTERM.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -25,6 +26,7 @@ from wgstore.cli.common import (
     UsageProblem,
     check_url,
     err_console,
+    opened,
     out_console,
     parse_duration,
     store_label,
@@ -63,6 +65,36 @@ def _inspect_hint(group_id: str, url: str) -> str:
     )
 
 
+def _check_run_inputs(url: str, train_fn: str, config: str | None) -> dict[str, Any]:
+    """Everything ``run`` can check before Ray starts: URL, train_fn form, config, the store."""
+    from wgstore.orchestration.errors import TrainFnError
+    from wgstore.orchestration.loading import check_train_fn_path
+
+    check_url(url)
+    try:
+        check_train_fn_path(train_fn)
+    except TrainFnError as error:
+        raise UsageProblem(str(error)) from None
+    try:
+        train_config = json.loads(config) if config else {}
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise UsageProblem(f"--config is not valid JSON: {error}") from None
+    if not isinstance(train_config, dict):
+        raise UsageProblem("--config must be a JSON object, e.g. '{\"steps\": 50}'")
+    with opened(url, read_only=False):  # reachable and migrated, before Ray starts
+        pass
+    return train_config
+
+
+def quiet_ray() -> None:
+    """Keep Ray's own noise off the terminal: wgstore records and shows every error itself.
+
+    Ray prints errors of results nobody fetched ("Unhandled error ... RAY_IGNORE_UNHANDLED_ERRORS")
+    when a worker dies; the log has the failure, with its traceback (``wgstore state G --errors``).
+    """
+    os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
+
+
 def run_command(
     train_fn: Annotated[str, typer.Argument(help='The train function, "package.module:function".')],
     url: UrlOption = DEFAULT_URL,
@@ -83,15 +115,10 @@ def run_command(
     ] = False,
 ) -> None:
     """Start TRAIN_FN on a worker group on Ray (RAY_ADDRESS, or a local Ray), record every step, and watch it."""
+    train_config = _check_run_inputs(url, train_fn, config)
     from wgstore.orchestration import WorkerGroupStartError, run_training
 
-    check_url(url)
-    try:
-        train_config = json.loads(config) if config else {}
-    except json.JSONDecodeError as error:
-        raise UsageProblem(f"--config is not valid JSON: {error}") from None
-    if not isinstance(train_config, dict):
-        raise UsageProblem("--config must be a JSON object, e.g. '{\"steps\": 50}'")
+    quiet_ray()
     resources: dict[str, float] | None = None
     if cpus_per_worker is not None or gpus_per_worker:
         resources = {"CPU": 1.0 if cpus_per_worker is None else cpus_per_worker}
@@ -164,6 +191,7 @@ def executor_command(
     from wgstore.orchestration import run_executor
 
     check_url(url)
+    quiet_ray()
     limit = parse_duration(stop_after).total_seconds() if stop_after else None
     stop = threading.Event()
     outcome: dict[str, Any] = {}
