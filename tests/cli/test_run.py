@@ -153,6 +153,64 @@ def test_run_refuses_a_bad_url_before_starting_anything(cli: Any) -> None:
     assert result.exit_code == 2
 
 
+MALFORMED_RUNS = {
+    "url not a database": (["examples.train:train_fn", "--url", "oracle://x"], 2, "oracle"),
+    "train_fn a file path": (["examples/train.py", "--url", "{sqlite}"], 2, "not a file path"),
+    "train_fn without a function": (["examples.train", "--url", "{sqlite}"], 2, "import path"),
+    "config not JSON": (
+        ["examples.train:train_fn", "--config", "{steps: 3}", "--url", "{sqlite}"],
+        2,
+        "--config is not valid JSON",
+    ),
+    "config a list": (
+        ["examples.train:train_fn", "--config", "[1]", "--url", "{sqlite}"],
+        2,
+        "JSON object",
+    ),
+    "postgres unreachable": (
+        ["examples.train:train_fn", "--url", "postgresql+psycopg://postgres@127.0.0.1:1/none"],
+        1,
+        "127.0.0.1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_RUNS))
+def test_run_refuses_malformed_input_in_under_2_s_in_one_line_before_ray_starts(
+    case: str, tmp_path: Path
+) -> None:
+    args, exit_code, needle = MALFORMED_RUNS[case]
+    args = [a.replace("{sqlite}", f"sqlite:///{tmp_path}/w.db") for a in args]
+    env = {**os.environ, "RAY_ADDRESS": "", "COLUMNS": "200"}
+    # CPU time, not wall time: on a shared machine the clock measures the neighbours; starting
+    # (or even importing) Ray alone costs more than 2 s of CPU
+    cpu_before = _children_cpu_s()
+    result = subprocess.run(
+        [sys.executable, "-m", "wgstore.cli", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env,
+    )
+    took = _children_cpu_s() - cpu_before
+    assert result.returncode == exit_code, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in result.stderr and "ray" not in result.stderr.lower().replace(
+        "array", ""
+    )
+    assert took < 2.0, f"{case}: {took:.2f} s of CPU"
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_standalone_executor_serves_a_group_and_stops_on_sigterm(
