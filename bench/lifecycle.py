@@ -120,7 +120,9 @@ class _PlainWorker:
         return None
 
 
-def _plain_start(num_workers: int, resources: dict[str, float], worker_cls: Any) -> float:
+def _plain_start(
+    num_workers: int, resources: dict[str, float], worker_cls: Any, store_url: str = ""
+) -> float:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -170,12 +172,14 @@ def _plain_start(num_workers: int, resources: dict[str, float], worker_cls: Any)
                         config={"seconds": 30},
                     ),
                     train_fn="examples.train:sleepy_fn",
+                    store_url=store_url,
                     extra_sys_path=[str(REPO)],
                 )
                 for i, a in enumerate(actors)
             ]
         )
         ray.get([a.run_train_fn.remote() for a in actors])
+        ray.get([a.start_training.remote() for a in actors])
     elapsed = time.perf_counter() - began
     for actor in [*actors, sync]:
         ray.kill(actor)
@@ -200,14 +204,14 @@ def bench_start(repeat: int, num_workers: int) -> dict[str, Any]:
     )
     times: dict[str, list[float]] = {"plain_ray": [], "plain_ray_wgstore_worker": [], "wgstore": []}
     with (
-        open_backend("sqlite") as (store, _url),
+        open_backend("sqlite") as (store, url),
         RayExecutor(store, extra_sys_path=[str(REPO)]) as ex,
     ):
         _plain_start(num_workers, resources, _PlainWorker)  # warm-up, not counted
         for _ in range(repeat):
             times["plain_ray"].append(_plain_start(num_workers, resources, _PlainWorker))
             times["plain_ray_wgstore_worker"].append(
-                _plain_start(num_workers, resources, _WorkerActor)
+                _plain_start(num_workers, resources, _WorkerActor, url)
             )
             began = time.perf_counter()
             group = WorkerGroup.create(store, context, executor=ex)

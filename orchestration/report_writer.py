@@ -8,8 +8,11 @@ and the metadata to :meth:`WgstoreWorker.init_train_context`; :class:`ReportWrit
 - checks at once, without touching the database, that a SQLite file exists on this node (a
   worker on a node that cannot see the file fails the start at ``init_train_context`` instead of
   creating an empty database);
-- opens the store in a background thread (importing SQLAlchemy and connecting takes a moment;
-  the worker's start does not wait for it), and the first ``report()`` waits for it;
+- opens the store in a background thread (importing SQLAlchemy and connecting takes a moment),
+  started by ``init_train_context`` and awaited when the train function is armed
+  (:meth:`wait_ready`), so the open overlaps the rest of the start, every worker starts training
+  with its store open (the first ``report()`` costs what the others cost), and a store a worker
+  cannot open fails the start, not the training;
 - appends each report with a derived event id (uuid5 of group, rank and report index), so a
   retry after a lost reply or a transient error is stored once, and retries transient store
   errors for up to ``retry_s`` before raising :class:`ReportNotStoredError` to the train function.
@@ -124,6 +127,25 @@ class ReportWriter:
             self._open_error = error
         finally:
             self._opened.set()
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until the store is open.
+
+        Raises:
+            ReportNotStoredError: it could not be opened (the cause is chained), or not in time.
+        """
+        from wgstore.orchestration.errors import ReportNotStoredError
+
+        if not self._opened.wait(timeout_s):
+            raise ReportNotStoredError(
+                f"worker {self.world_rank} of group {self.group_id} could not open the store "
+                f"within {timeout_s}s"
+            )
+        if self._store is None:
+            raise ReportNotStoredError(
+                f"worker {self.world_rank} of group {self.group_id} cannot open the store its "
+                f"reports go to: {type(self._open_error).__name__}: {self._open_error}"
+            ) from self._open_error
 
     def append(self, index: int, metrics: Mapping[str, Any], checkpoint: str | None) -> None:
         """Store report ``index``; returns once it is in the log.

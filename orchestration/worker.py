@@ -76,6 +76,7 @@ class WgstoreWorker:
         self._name = name
         self._bundle_index = bundle_index
         self._fn: TrainFn | None = None
+        self._writer: ReportWriter | None = None
         self._session: WorkerSession | None = None
         self._thread: threading.Thread | None = None
         self._armed = False
@@ -121,27 +122,32 @@ class WgstoreWorker:
             ReportNotStoredError: the store is a SQLite file this node cannot see.
         """
         self._fn = resolve_train_fn(train_fn, extra_sys_path=extra_sys_path)
-        writer = ReportWriter(
+        self._writer = ReportWriter(
             store_url,
             group_id=context.group_id,
             world_rank=context.world_rank,
             metadata={**dict(report_metadata or {}), "actor": self._name},
         )
-        self._session = WorkerSession(context, writer)
+        self._session = WorkerSession(context, self._writer)
         _set_session(self._session)
 
-    def run_train_fn(self) -> None:
+    def run_train_fn(self, timeout_s: float = 120.0) -> None:
         """Arm the train function: check it can start; no user code runs yet.
 
+        Waits for this worker's store connection (opened in the background since
+        ``init_train_context``), so that training starts with reports ready on every worker.
+
         Raises:
+            ReportNotStoredError: the store cannot be opened from this worker.
             FailpointError / RuntimeError: launching failed (the start fails at ``launch``).
         """
         if self._failpoints.get("launch_raise"):
             from wgstore.orchestration.errors import FailpointError
 
             raise FailpointError("failpoint launch_raise: launching the train function failed")
-        if self._fn is None or self._session is None:
+        if self._fn is None or self._session is None or self._writer is None:
             raise RuntimeError("init_train_context must run before run_train_fn")
+        self._writer.wait_ready(timeout_s)
         self._armed = True
 
     def start_training(self) -> None:
