@@ -8,6 +8,7 @@ until SIGINT or SIGTERM.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -31,7 +32,7 @@ from wgstore.cli.common import (
     parse_duration,
     store_label,
 )
-from wgstore.cli.groups import STATUS_STYLES, workers_table
+from wgstore.cli.groups import STATUS_STYLES, first_line, workers_table
 from wgstore.projections import WorkerGroupState
 
 __all__ = ["executor_command", "live_view", "run_command"]
@@ -89,10 +90,30 @@ def _check_run_inputs(url: str, train_fn: str, config: str | None) -> dict[str, 
 def quiet_ray() -> None:
     """Keep Ray's own noise off the terminal: wgstore records and shows every error itself.
 
-    Ray prints errors of results nobody fetched ("Unhandled error ... RAY_IGNORE_UNHANDLED_ERRORS")
-    when a worker dies; the log has the failure, with its traceback (``wgstore state G --errors``).
+    When a worker dies Ray prints errors of results nobody fetched ("Unhandled error ...
+    RAY_IGNORE_UNHANDLED_ERRORS") and the raylet's multi-line "(raylet) A worker died or was
+    killed ..." to the driver's terminal; the log has the failure, with its traceback
+    (``wgstore state G --errors``). The raylet's messages go to the ``wgstore.ray`` logger at
+    DEBUG instead (Ray has no switch for them: its error-listener thread calls
+    ``ray._private.worker.print_to_stdstream``, which is wrapped here, for this process only).
     """
     os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
+    try:
+        import ray._private.worker as ray_worker
+    except ImportError:  # pragma: no cover - Ray is a dependency of run/executor
+        return
+    original = ray_worker.print_to_stdstream
+    if getattr(original, "_wgstore_quiet", False):
+        return
+
+    def quiet(data: Any, ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet":
+            logging.getLogger("wgstore.ray").debug("%s", "\n".join(data.get("lines", [])))
+            return
+        original(data, ignore_prefix)
+
+    quiet._wgstore_quiet = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = quiet
 
 
 def run_command(
@@ -171,7 +192,13 @@ def run_command(
     if result.interrupted:
         raise typer.Exit(130)
     if result.state.error is not None:
-        raise CliError(f"training errored: {result.state.error}")
+        errors = result.state.errors
+        where = f" on rank {min(errors)}" if errors else ""
+        raise CliError(
+            f"training errored{where}: {first_line(result.state.error)} "
+            f"(the whole error: wgstore state {result.group_id[:8]} --errors"
+            f"{'' if url == DEFAULT_URL else ' --url ...'})"
+        )
 
 
 def executor_command(
