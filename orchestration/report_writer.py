@@ -114,10 +114,19 @@ class ReportWriter:
         deadline = time.monotonic() + self.retry_s
         try:
             from wgstore.events import EventStore
+            from wgstore.events.engine import create_store_engine
 
             while True:
                 try:
-                    self._store = EventStore.open(self.url, migrate=False)
+                    # the executor opened this store at the schema's head already: skip the
+                    # migration check (it imports Alembic, most of a worker's cost to open)
+                    store = EventStore(create_store_engine(self.url), url=self.url)
+                    try:
+                        store.head()  # reachable, and the log table is there
+                    except BaseException:
+                        store.close()
+                        raise
+                    self._store = store
                     return
                 except Exception as error:
                     if not _transient(error) or time.monotonic() > deadline:
@@ -134,14 +143,18 @@ class ReportWriter:
         Raises:
             ReportNotStoredError: it could not be opened (the cause is chained), or not in time.
         """
-        from wgstore.orchestration.errors import ReportNotStoredError
-
+        # nothing is imported before the opening thread is done: two threads importing the
+        # event package at once can deadlock on its module locks
         if not self._opened.wait(timeout_s):
+            from wgstore.orchestration.errors import ReportNotStoredError
+
             raise ReportNotStoredError(
                 f"worker {self.world_rank} of group {self.group_id} could not open the store "
                 f"within {timeout_s}s"
             )
         if self._store is None:
+            from wgstore.orchestration.errors import ReportNotStoredError
+
             raise ReportNotStoredError(
                 f"worker {self.world_rank} of group {self.group_id} cannot open the store its "
                 f"reports go to: {type(self._open_error).__name__}: {self._open_error}"
@@ -154,9 +167,9 @@ class ReportWriter:
             ReportNotStoredError: the store could not be opened or kept failing for ``retry_s``,
                 or refused the report (the cause is chained).
         """
+        self._opened.wait()  # before any import (see wait_ready)
         from wgstore.orchestration.errors import ReportNotStoredError
 
-        self._opened.wait()
         if self._store is None:
             raise ReportNotStoredError(
                 f"report {index} of worker {self.world_rank} (group {self.group_id}) was not "
