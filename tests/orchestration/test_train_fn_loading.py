@@ -106,3 +106,43 @@ def test_report_event_ids_use_the_command_namespace_and_relative_sqlite_paths_be
     assert absolute_store_url("sqlite:////abs/w.db") == "sqlite:////abs/w.db"
     pg = "postgresql+psycopg://postgres@127.0.0.1/test"
     assert absolute_store_url(pg) == pg
+
+
+class _FlakyStore:
+    """A real store whose first ``failures`` appends raise as an unreachable database does."""
+
+    def __init__(self, store: Any, failures: int) -> None:
+        self.store = store
+        self.failures = failures
+
+    def append(self, stream: str, events: Any) -> Any:
+        from wgstore.events import StoreUnavailableError
+
+        if self.failures:
+            self.failures -= 1
+            raise StoreUnavailableError("cannot reach the database (test)")
+        return self.store.append(stream, events)
+
+
+def test_a_report_retries_a_store_that_is_briefly_unreachable_then_raises_a_clear_error(
+    store_url: str,
+) -> None:
+    from wgstore.events import EventStore
+
+    with EventStore.open(store_url):
+        pass  # migrated, as the executor leaves it
+    writer = ReportWriter(store_url, group_id="g1", world_rank=0, metadata={"causation_id": "c"})
+    writer.wait_ready(60)
+    real = writer._store
+    writer._store = _FlakyStore(real, failures=2)
+    writer.append(0, {"loss": 1.0}, None)  # two failures, retried, stored once
+    writer.retry_s = 0.2
+    writer._store = _FlakyStore(real, failures=1000)
+    with pytest.raises(ReportNotStoredError, match=r"report 1 of worker 0 .* was not stored"):
+        writer.append(1, {"loss": 0.5}, None)
+    stored = list(real.read_stream("worker-group-g1"))
+    assert [(r.event.index, r.metadata["causation_id"], r.metadata["source"]) for r in stored] == [
+        (0, "c", "worker")
+    ]
+    writer._store = real
+    writer.close()
