@@ -17,6 +17,10 @@ Numbers, not pass/fail. Workloads:
   append path (no Ray actors: 64 actor processes do not fit this machine) over an hour of 1 Hz
   polls, once with nothing changing (then the shutdown's flush) and once with a change every 600
   polls; beside the bytes if every poll were stored in full.
+- L4 report cost: a 4-worker group on real Ray, each worker reporting at 10 Hz (every 5th report
+  with a checkpoint), on SQLite and Postgres: the time spent inside ``report()`` p50/p99, the
+  time from the ``report()`` call to the report being in the log (``recorded_at``) p50/p99, and
+  the rate sustained (reports per second per worker).
 
 Run ``python bench/lifecycle.py --help``; ``--json`` prints the results as JSON.
 """
@@ -116,7 +120,9 @@ class _PlainWorker:
         return None
 
 
-def _plain_start(num_workers: int, resources: dict[str, float], worker_cls: Any) -> float:
+def _plain_start(
+    num_workers: int, resources: dict[str, float], worker_cls: Any, store_url: str = ""
+) -> float:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -166,12 +172,14 @@ def _plain_start(num_workers: int, resources: dict[str, float], worker_cls: Any)
                         config={"seconds": 30},
                     ),
                     train_fn="examples.train:sleepy_fn",
+                    store_url=store_url,
                     extra_sys_path=[str(REPO)],
                 )
                 for i, a in enumerate(actors)
             ]
         )
         ray.get([a.run_train_fn.remote() for a in actors])
+        ray.get([a.start_training.remote() for a in actors])
     elapsed = time.perf_counter() - began
     for actor in [*actors, sync]:
         ray.kill(actor)
@@ -196,14 +204,14 @@ def bench_start(repeat: int, num_workers: int) -> dict[str, Any]:
     )
     times: dict[str, list[float]] = {"plain_ray": [], "plain_ray_wgstore_worker": [], "wgstore": []}
     with (
-        open_backend("sqlite") as (store, _url),
+        open_backend("sqlite") as (store, url),
         RayExecutor(store, extra_sys_path=[str(REPO)]) as ex,
     ):
         _plain_start(num_workers, resources, _PlainWorker)  # warm-up, not counted
         for _ in range(repeat):
             times["plain_ray"].append(_plain_start(num_workers, resources, _PlainWorker))
             times["plain_ray_wgstore_worker"].append(
-                _plain_start(num_workers, resources, _WorkerActor)
+                _plain_start(num_workers, resources, _WorkerActor, url)
             )
             began = time.perf_counter()
             group = WorkerGroup.create(store, context, executor=ex)
@@ -221,6 +229,64 @@ def bench_start(repeat: int, num_workers: int) -> dict[str, Any]:
         "wgstore_vs_same_worker_plain_ray": medians["wgstore"]
         / medians["plain_ray_wgstore_worker"],
         "cpus": ray.cluster_resources().get("CPU"),  # type: ignore[no-untyped-call]
+    }
+
+
+# ---------------------------------------------------------------------------------- L4
+
+
+def bench_report_cost(backend: str, workers: int, reports: int, hz: float) -> dict[str, Any]:
+    """L4: what one ``report()`` costs in a worker, and how long until it is in the log."""
+    from wgstore.events.worker_group import stream_id_for_group
+    from wgstore.orchestration import RayExecutor, WorkerGroup
+
+    with (
+        open_backend(backend) as (store, _url),
+        tempfile.TemporaryDirectory() as out_dir,
+        RayExecutor(store, extra_sys_path=[str(REPO)]) as ex,
+    ):
+        context = WorkerGroupContext(
+            num_workers=workers,
+            resources_per_worker={"CPU": 0.25},
+            train_fn="examples.train:timed_report_fn",
+            train_fn_config={
+                "reports": reports,
+                "hz": hz,
+                "checkpoint_every": 5,
+                "out_dir": out_dir,
+            },
+            poll_interval_s=1.0,
+        )
+        group = WorkerGroup.create(store, context, executor=ex)
+        group.wait(timeout_s=reports / hz * 10 + 60)
+        group.shutdown()
+        spent = [
+            float(line) * 1000
+            for rank in range(workers)
+            for line in Path(out_dir, f"rank{rank}.txt").read_text().split()
+        ]
+        records = [
+            r
+            for r in store.read_stream(stream_id_for_group(group.group_id))
+            if r.type == "WorkerReported"
+        ]
+        lag = [(r.recorded_at.timestamp() - r.event.metrics["t"]) * 1000 for r in records]
+        rates = []  # reports per second each worker sustained, first call to last
+        for rank in range(workers):
+            times = sorted(r.event.metrics["t"] for r in records if r.event.world_rank == rank)
+            rates.append((len(times) - 1) / max(times[-1] - times[0], 1e-9))
+        assert not ex.errors, ex.errors
+    return {
+        "backend": backend,
+        "workers": workers,
+        "hz": hz,
+        "reports_stored": len(records),
+        "reports_made": len(spent),
+        "in_report_p50_ms": _pct(spent, 0.5),
+        "in_report_p99_ms": _pct(spent, 0.99),
+        "call_to_log_p50_ms": _pct(lag, 0.5),
+        "call_to_log_p99_ms": _pct(lag, 0.99),
+        "reports_per_s_per_worker": min(rates),
     }
 
 
@@ -355,7 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         "--latency-gap-s", type=float, default=0.02, help="L2 pause between appends"
     )
     parser.add_argument("--polls", type=int, default=3600, help="L3 polls (1 Hz: an hour)")
-    parser.add_argument("--skip-ray", action="store_true", help="skip L1 (needs Ray)")
+    parser.add_argument("--reports", type=int, default=100, help="L4 reports per worker")
+    parser.add_argument("--skip-ray", action="store_true", help="skip L1 and L4 (need Ray)")
+    parser.add_argument("--only-l4", action="store_true", help="run only L4 (report cost)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
 
@@ -369,15 +437,20 @@ def main(argv: list[str] | None = None) -> int:
 
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
         try:
-            results["L1_start_to_running"] = bench_start(args.repeat, args.workers)
+            if not args.only_l4:
+                results["L1_start_to_running"] = bench_start(args.repeat, args.workers)
+            results["L4_report_cost"] = [
+                bench_report_cost(b, args.workers, args.reports, 10.0) for b in backends
+            ]
         finally:
             ray.shutdown()
-    results["L2_append_to_executor"] = [
-        bench_latency(b, args.latency_events, args.latency_gap_s) for b in backends
-    ]
-    results["L3_poll_bytes"] = [
-        bench_poll_bytes(b, 64, args.polls, change) for b in backends for change in (0, 600)
-    ]
+    if not args.only_l4:
+        results["L2_append_to_executor"] = [
+            bench_latency(b, args.latency_events, args.latency_gap_s) for b in backends
+        ]
+        results["L3_poll_bytes"] = [
+            bench_poll_bytes(b, 64, args.polls, change) for b in backends for change in (0, 600)
+        ]
     if args.json:
         print(json.dumps(results, indent=2, default=str))
         return 0
@@ -397,6 +470,22 @@ def main(argv: list[str] | None = None) -> int:
             f"wgstore / plain Ray with the same worker class: "
             f"{l1['wgstore_vs_same_worker_plain_ray']:.2f}"
         )
+    if "L4_report_cost" in results:
+        print("L4 report cost, 4 workers at 10 Hz, every 5th report with a checkpoint")
+        print(
+            f"  {'backend':<10}{'stored/made':>13}{'in report() p50/p99 ms':>24}"
+            f"{'call->log p50/p99 ms':>22}{'min reports/s/worker':>22}"
+        )
+        for row in results["L4_report_cost"]:
+            made = f"{row['reports_stored']}/{row['reports_made']}"
+            inside = f"{row['in_report_p50_ms']:.2f}/{row['in_report_p99_ms']:.2f}"
+            lag = f"{row['call_to_log_p50_ms']:.1f}/{row['call_to_log_p99_ms']:.1f}"
+            print(
+                f"  {row['backend']:<10}{made:>13}{inside:>24}{lag:>22}"
+                f"{row['reports_per_s_per_worker']:>22.2f}"
+            )
+    if args.only_l4:
+        return 0
     print("L2 append (other process) -> executor sees it")
     print(f"  {'backend':<10}{'events':>8}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
     for row in results["L2_append_to_executor"]:

@@ -295,6 +295,34 @@ def workers_table(state: WorkerGroupState) -> Table:
     return table
 
 
+def first_line(error: Any) -> str:
+    """The first line of an error (tables); ``wgstore state GROUP --errors`` prints it whole."""
+    text = str(error).strip()
+    line, _, rest = text.partition("\n")
+    return f"{line} ..." if rest.strip() else line
+
+
+def print_errors(state: WorkerGroupState) -> None:
+    """Every error of the group, whole: the start failure and each worker's, with tracebacks."""
+    console = out_console()
+    found = False
+    if state.start_failure is not None:
+        found = True
+        failure = state.start_failure
+        console.print(Text(f"start failed at stage {failure.stage}", style="bold red"))
+        console.print(str(failure.error), markup=False, highlight=False)
+        if failure.error.traceback:
+            console.print(failure.error.traceback.rstrip(), markup=False, highlight=False)
+    for rank, error in sorted(state.errors.items()):
+        found = True
+        console.print(Text(f"rank {rank}", style="bold red"))
+        console.print(str(error), markup=False, highlight=False)
+        if error.traceback:
+            console.print(error.traceback.rstrip(), markup=False, highlight=False)
+    if not found:
+        console.print(f"worker group {state.group_id} has no errors", style="dim")
+
+
 def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
     """One dict per worker: placement, status at the latest poll, reports and latest metrics."""
     rows = []
@@ -315,7 +343,7 @@ def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
                 "node": f"{worker.node_rank} {worker.node_ip}",
                 "pid": worker.pid,
                 "status": label,
-                "error": "" if status is None or status.error is None else str(status.error),
+                "error": "" if status is None or status.error is None else first_line(status.error),
                 "reports": state.report_counts.get(worker.world_rank, 0),
                 "metrics": dict(state.latest_metrics.get(worker.world_rank, {})),
             }
@@ -395,6 +423,13 @@ def state_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="The whole state as one JSON object.")
     ] = False,
+    errors: Annotated[
+        bool,
+        typer.Option(
+            "--errors",
+            help="Print every error whole, with its traceback (tables show the first line).",
+        ),
+    ] = False,
 ) -> None:
     """Show a worker group's state: now, after stream version N, or at a moment (time travel)."""
     if version is not None and at is not None:
@@ -408,5 +443,7 @@ def state_command(
             raise UsageProblem(str(error)) from None
     if as_json:
         typer.echo(json_line(state_json(state)))
+    elif errors:
+        print_errors(state)
     else:
         print_state(state)

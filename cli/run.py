@@ -8,6 +8,8 @@ until SIGINT or SIGTERM.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import signal
 import threading
 import time
@@ -25,11 +27,12 @@ from wgstore.cli.common import (
     UsageProblem,
     check_url,
     err_console,
+    opened,
     out_console,
     parse_duration,
     store_label,
 )
-from wgstore.cli.groups import STATUS_STYLES, workers_table
+from wgstore.cli.groups import STATUS_STYLES, first_line, workers_table
 from wgstore.projections import WorkerGroupState
 
 __all__ = ["executor_command", "live_view", "run_command"]
@@ -63,6 +66,56 @@ def _inspect_hint(group_id: str, url: str) -> str:
     )
 
 
+def _check_run_inputs(url: str, train_fn: str, config: str | None) -> dict[str, Any]:
+    """Everything ``run`` can check before Ray starts: URL, train_fn form, config, the store."""
+    from wgstore.orchestration.errors import TrainFnError
+    from wgstore.orchestration.loading import check_train_fn_path
+
+    check_url(url)
+    try:
+        check_train_fn_path(train_fn)
+    except TrainFnError as error:
+        raise UsageProblem(str(error)) from None
+    try:
+        train_config = json.loads(config) if config else {}
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise UsageProblem(f"--config is not valid JSON: {error}") from None
+    if not isinstance(train_config, dict):
+        raise UsageProblem("--config must be a JSON object, e.g. '{\"steps\": 50}'")
+    with opened(url, read_only=False):  # reachable and migrated, before Ray starts
+        pass
+    return train_config
+
+
+def quiet_ray() -> None:
+    """Keep Ray's own noise off the terminal: wgstore records and shows every error itself.
+
+    When a worker dies Ray prints errors of results nobody fetched ("Unhandled error ...
+    RAY_IGNORE_UNHANDLED_ERRORS") and the raylet's multi-line "(raylet) A worker died or was
+    killed ..." to the driver's terminal; the log has the failure, with its traceback
+    (``wgstore state G --errors``). The raylet's messages go to the ``wgstore.ray`` logger at
+    DEBUG instead (Ray has no switch for them: its error-listener thread calls
+    ``ray._private.worker.print_to_stdstream``, which is wrapped here, for this process only).
+    """
+    os.environ.setdefault("RAY_IGNORE_UNHANDLED_ERRORS", "1")
+    try:
+        import ray._private.worker as ray_worker
+    except ImportError:  # pragma: no cover - Ray is a dependency of run/executor
+        return
+    original = ray_worker.print_to_stdstream
+    if getattr(original, "_wgstore_quiet", False):
+        return
+
+    def quiet(data: Any, ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet":
+            logging.getLogger("wgstore.ray").debug("%s", "\n".join(data.get("lines", [])))
+            return
+        original(data, ignore_prefix)
+
+    quiet._wgstore_quiet = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = quiet
+
+
 def run_command(
     train_fn: Annotated[str, typer.Argument(help='The train function, "package.module:function".')],
     url: UrlOption = DEFAULT_URL,
@@ -83,15 +136,10 @@ def run_command(
     ] = False,
 ) -> None:
     """Start TRAIN_FN on a worker group on Ray (RAY_ADDRESS, or a local Ray), record every step, and watch it."""
+    train_config = _check_run_inputs(url, train_fn, config)
     from wgstore.orchestration import WorkerGroupStartError, run_training
 
-    check_url(url)
-    try:
-        train_config = json.loads(config) if config else {}
-    except json.JSONDecodeError as error:
-        raise UsageProblem(f"--config is not valid JSON: {error}") from None
-    if not isinstance(train_config, dict):
-        raise UsageProblem("--config must be a JSON object, e.g. '{\"steps\": 50}'")
+    quiet_ray()
     resources: dict[str, float] | None = None
     if cpus_per_worker is not None or gpus_per_worker:
         resources = {"CPU": 1.0 if cpus_per_worker is None else cpus_per_worker}
@@ -144,7 +192,13 @@ def run_command(
     if result.interrupted:
         raise typer.Exit(130)
     if result.state.error is not None:
-        raise CliError(f"training errored: {result.state.error}")
+        errors = result.state.errors
+        where = f" on rank {min(errors)}" if errors else ""
+        raise CliError(
+            f"training errored{where}: {first_line(result.state.error)} "
+            f"(the whole error: wgstore state {result.group_id[:8]} --errors"
+            f"{'' if url == DEFAULT_URL else ' --url ...'})"
+        )
 
 
 def executor_command(
@@ -164,6 +218,7 @@ def executor_command(
     from wgstore.orchestration import run_executor
 
     check_url(url)
+    quiet_ray()
     limit = parse_duration(stop_after).total_seconds() if stop_after else None
     stop = threading.Event()
     outcome: dict[str, Any] = {}

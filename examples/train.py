@@ -83,3 +83,30 @@ not_a_function = 42
 """For tests: a name that imports but is not a function."""
 
 lambda_fn = lambda config: None  # noqa: E731 - for tests: a lambda reachable by path is refused
+
+
+def timed_report_fn(config: dict[str, Any]) -> None:
+    """For bench/lifecycle.py: ``reports`` reports at ``hz``; each ``report()`` call is timed.
+
+    Every report carries ``t`` (wall clock when called); the times spent inside ``report()``
+    (seconds) are written, one per line, to ``<out_dir>/rank<r>.txt``. Every
+    ``checkpoint_every``-th report carries a checkpoint path.
+    """
+    ctx = get_context()
+    count = int(config.get("reports", 50))
+    gap = 1.0 / float(config.get("hz", 10.0))
+    every = int(config.get("checkpoint_every", 0))
+    spent: list[float] = []
+    began = time.monotonic()
+    for i in range(count):
+        checkpoint = (
+            f"memory://{ctx.group_id}/{ctx.world_rank}/{i}" if every and i % every == 0 else None
+        )
+        before = time.perf_counter()
+        report({"i": i, "t": time.time(), "loss": 1.0 / (i + 1)}, checkpoint=checkpoint)
+        spent.append(time.perf_counter() - before)
+        pause = began + (i + 1) * gap - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+    with open(os.path.join(str(config["out_dir"]), f"rank{ctx.world_rank}.txt"), "w") as out:
+        out.write("\n".join(f"{s:.9f}" for s in spent))

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from wgstore.orchestration.context import TrainContext, get_context, report
     from wgstore.orchestration.errors import (
         OrchestrationError,
+        ReportNotStoredError,
         TrainFnError,
         WorkerGroupStartError,
         WorkerGroupTimeoutError,
@@ -39,6 +40,7 @@ __all__ = [
     "OrchestrationError",
     "RayExecutor",
     "ReleaseResources",
+    "ReportNotStoredError",
     "RunResult",
     "ShutdownWorkerGroup",
     "StartWorkerGroup",
@@ -67,6 +69,7 @@ _LAZY = {
     "get_context": "wgstore.orchestration.context",
     "report": "wgstore.orchestration.context",
     "OrchestrationError": "wgstore.orchestration.errors",
+    "ReportNotStoredError": "wgstore.orchestration.errors",
     "TrainFnError": "wgstore.orchestration.errors",
     "WorkerGroupStartError": "wgstore.orchestration.errors",
     "WorkerGroupTimeoutError": "wgstore.orchestration.errors",

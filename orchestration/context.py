@@ -1,10 +1,10 @@
 """What a train function sees: :func:`get_context` and :func:`report`. No Ray here.
 
-Kept light (no ``wgstore.events`` import until an error is raised): every Ray worker process
-imports it. Each worker actor runs one train function in a thread and holds one :class:`WorkerSession`.
-``report()`` queues a numbered report in the session; the executor drains the queue when it polls
-the worker and acknowledges what it has stored, so a report is stored exactly once even when the
-executor is replaced between a poll and the append (reports are kept until acknowledged).
+Kept light (no ``wgstore.events`` import until a report is stored or an error is raised): every
+Ray worker process imports it. Each worker actor runs one train function in a thread and holds
+one :class:`WorkerSession`. ``report()`` is durable: it numbers the report (0, 1, ... per worker)
+and hands it to the session's writer, which appends ``WorkerReported`` to the store and returns
+once it is in the log (see :mod:`wgstore.orchestration.report_writer`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,9 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["Report", "TrainContext", "WorkerSession", "get_context", "report"]
-
-MAX_PENDING_REPORTS = 10_000
-"""``report()`` blocks while this many reports wait to be polled (backpressure)."""
+__all__ = ["ReportSink", "TrainContext", "WorkerSession", "get_context", "report"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,26 +37,38 @@ class TrainContext:
     resume_checkpoint: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Report:
-    """One call of ``report()``: its index on this worker (0, 1, ...), metrics and checkpoint."""
+class ReportSink(Protocol):
+    """Where a session's reports go: ``append`` returns once report ``index`` is stored."""
 
-    index: int
-    metrics: Mapping[str, Any]
-    checkpoint: str | None = None
+    def append(self, index: int, metrics: Mapping[str, Any], checkpoint: str | None) -> None:
+        """Store one report or raise."""
 
 
 class WorkerSession:
-    """The per-worker state behind :func:`get_context` and :func:`report`."""
+    """The per-worker state behind :func:`get_context` and :func:`report`.
 
-    def __init__(self, context: TrainContext) -> None:
+    Args:
+        context: this worker's place in its group.
+        sink: stores each report (the worker's :class:`ReportWriter`).
+    """
+
+    def __init__(self, context: TrainContext, sink: ReportSink) -> None:
         self.context = context
-        self._pending: list[Report] = []
+        self._sink = sink
         self._next_index = 0
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+
+    @property
+    def reports_made(self) -> int:
+        """How many reports were numbered so far (stored, or raised to the caller)."""
+        return self._next_index
 
     def report(self, metrics: Mapping[str, Any], checkpoint: str | None = None) -> None:
-        """Queue a report; blocks while ``MAX_PENDING_REPORTS`` wait to be polled."""
+        """Store a report; returns once it is in the log.
+
+        The index is used up even when storing fails, so a report never reuses the id of one
+        that may have been stored before a lost reply.
+        """
         if not isinstance(metrics, Mapping):
             raise TypeError(f"report() takes a mapping of metrics, got {type(metrics).__name__}")
         if checkpoint is not None and not isinstance(checkpoint, str):
@@ -68,23 +77,15 @@ class WorkerSession:
             )
         try:
             clean = json.loads(json.dumps(dict(metrics), allow_nan=False))
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, RecursionError) as error:
             raise TypeError(
                 f"report() metrics must be JSON-able (numbers, strings, lists, dicts; no NaN): "
                 f"{error}"
             ) from error
-        with self._cond:
-            while len(self._pending) >= MAX_PENDING_REPORTS:
-                self._cond.wait(timeout=1.0)
-            self._pending.append(Report(self._next_index, clean, checkpoint))
+        with self._lock:  # one report at a time per worker, so indexes reach the log in order
+            index = self._next_index
             self._next_index += 1
-
-    def drain(self, acked_index: int) -> tuple[Report, ...]:
-        """Forget reports up to ``acked_index`` (stored already) and return the rest."""
-        with self._cond:
-            self._pending = [r for r in self._pending if r.index > acked_index]
-            self._cond.notify_all()
-            return tuple(self._pending)
+            self._sink.append(index, clean, checkpoint)
 
 
 _session: WorkerSession | None = None
@@ -121,8 +122,13 @@ def get_context() -> TrainContext:
 def report(metrics: Mapping[str, Any], checkpoint: str | None = None) -> None:
     """Report metrics (JSON-able) and optionally a checkpoint path; stored as ``WorkerReported``.
 
+    Durable: when it returns, the report is in the log (a worker killed right after loses
+    nothing); it takes about one append to the store.
+
     Raises:
         NotInWorkerError: called outside a train function run by wgstore.
         TypeError: metrics that are not JSON-able, or a checkpoint that is not a string.
+        ReportNotStoredError: the store could not be reached (transient errors are retried for
+            30 s) or refused the report; the report is not in the log.
     """
     _current_session().report(metrics, checkpoint)

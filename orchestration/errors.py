@@ -12,6 +12,7 @@ The tree::
          ├─ WorkerHealthCheckTimeoutError  a poll hung longer than health_check_timeout_s
          ├─ ExecutorLostError              the executor stopped in the middle of a start
          ├─ FailpointError                 a failure injected on purpose (tests only)
+         ├─ ReportNotStoredError           report() could not put the report in the log
          └─ NotInWorkerError               get_context()/report() outside a wgstore worker
 
 Every class pickles (``WgstoreError.__reduce__``), so they cross Ray actor boundaries.
@@ -28,6 +29,7 @@ __all__ = [
     "NotInWorkerError",
     "OrchestrationError",
     "PlacementGroupTimeoutError",
+    "ReportNotStoredError",
     "TrainFnError",
     "WorkerGroupStartError",
     "WorkerGroupTimeoutError",
@@ -97,3 +99,10 @@ class FailpointError(OrchestrationError):
 
 class NotInWorkerError(OrchestrationError):
     """``get_context()`` or ``report()`` was called outside a train function run by wgstore."""
+
+
+class ReportNotStoredError(OrchestrationError):
+    """``report()`` could not store the report (store unreachable, or it refused the report).
+
+    Raised to the train function; the report is not in the log. The cause is chained.
+    """

@@ -12,12 +12,16 @@ derives ``ReleaseResources``. Running groups are re-attached by actor name and p
 ``release_orphans``, ``wgstore-*`` resources that no live group of this store owns are released.
 Run one executor per store.
 
-Metadata of what it appends: ``causation_id`` (the command's id; polls and reports carry the id
-of the ``StartWorkerGroup`` that launched the training they observe), ``command`` (the command's
-type, on command results) and ``executor_id``. Event ids are derived too (from the command id,
-or from group, rank and report index, or group and poll sequence), so a retried append is
-idempotent, and a report is stored exactly once even across executors: workers keep reports
-until a poll acknowledges them as stored.
+Metadata of what it appends: ``causation_id`` (the command's id; polls carry the id of the
+``StartWorkerGroup`` that launched the training they observe), ``command`` (the command's type,
+on command results) and ``executor_id``. Event ids are derived too (from the command id, or from
+group and poll sequence), so a retried append is idempotent. Reports do not pass through the
+executor: each worker appends its own ``WorkerReported`` (id from group, rank and report index;
+metadata ``causation_id`` of the start, ``source: worker``), so ``report()`` is durable.
+
+Read models: after it appends, and at most every ``read_models_interval_s``, the loop brings the
+SQL read models up to date (:func:`~wgstore.projections.catch_up_read_models`), so groups run
+through the Python API show in plain SQL without a manual step.
 """
 
 from __future__ import annotations
@@ -44,7 +48,6 @@ from wgstore.events.worker_group import (
     WorkerGroupShutDown,
     WorkerGroupStartFailed,
     WorkerGroupStartRequested,
-    WorkerReported,
 )
 from wgstore.orchestration import ray_resources
 from wgstore.orchestration.builder import BuiltGroup
@@ -107,10 +110,6 @@ def _poll_event_id(group_id: str, poll_seq: int) -> uuid.UUID:
     return uuid.uuid5(COMMAND_NAMESPACE, f"{group_id}:poll:{poll_seq}")
 
 
-def _report_event_id(group_id: str, rank: int, index: int) -> uuid.UUID:
-    return uuid.uuid5(COMMAND_NAMESPACE, f"{group_id}:report:{rank}:{index}")
-
-
 class RayExecutor:
     """Carries out the commands the log calls for, on Ray, and records what happened.
 
@@ -128,8 +127,12 @@ class RayExecutor:
         extra_sys_path: folders workers add to ``sys.path`` before importing the train function
             (default: this process's working folder), e.g. so ``examples.train`` imports.
         failpoints: failures injected on purpose, for tests: ``sync_actor_exit_on_init``,
-            ``worker_exit_on_init`` (a bundle index), ``worker_init_sleep_s``, ``launch_raise``,
-            ``poll_hang`` (a bundle index).
+            ``worker_exit_on_init`` / ``worker_sigkill_on_init`` (a bundle index),
+            ``worker_init_sleep_s``, ``launch_raise``,
+            ``poll_hang`` (a bundle index), ``shutdown_pause_s`` (seconds a shutdown waits,
+            with the group ``SHUTTING_DOWN``, before its last poll).
+        read_models_interval_s: bring the SQL read models up to date at most this often while
+            the log grows, and once more when the executor stops; ``None`` leaves them alone.
     """
 
     def __init__(
@@ -144,6 +147,7 @@ class RayExecutor:
         actor_timeout_s: float = 120.0,
         extra_sys_path: Iterable[str] | None = None,
         failpoints: Mapping[str, Any] | None = None,
+        read_models_interval_s: float | None = 2.0,
     ) -> None:
         self.store = store
         self.executor_id = uuid.uuid4().hex
@@ -168,6 +172,10 @@ class RayExecutor:
         self._next_sweep = 0.0
         self.errors: list[str] = []
         """Tracebacks of handler failures (also logged)."""
+        self.read_models_interval_s = read_models_interval_s
+        self._read_models_at = -1  # the log head the read models were last brought up to
+        self._read_models_due = 0.0
+        self._read_models_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -198,7 +206,49 @@ class RayExecutor:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
         self._join_drainers(timeout_s)
+        self._final_read_models(timeout_s)
         atexit.unregister(self.stop)
+
+    # ------------------------------------------------------------------ read models
+
+    def _maybe_catch_up_read_models(self) -> None:
+        """Start a read-model catch-up in the background if the log grew and one is due."""
+        if self.read_models_interval_s is None or self._position == self._read_models_at:
+            return
+        now = time.monotonic()
+        if now < self._read_models_due:
+            return
+        thread = self._read_models_thread
+        if thread is not None and thread.is_alive():
+            return
+        self._read_models_due = now + self.read_models_interval_s
+        self._read_models_at = self._position
+        self._read_models_thread = threading.Thread(
+            target=self._catch_up_read_models, name="wgstore-read-models", daemon=True
+        )
+        self._read_models_thread.start()
+
+    def _catch_up_read_models(self) -> None:
+        from wgstore.projections.projector import catch_up_read_models
+
+        try:
+            catch_up_read_models(self.store)
+        except Exception:
+            log.warning("wgstore executor: read models not caught up", exc_info=True)
+
+    def _final_read_models(self, timeout_s: float) -> None:
+        if self.read_models_interval_s is None:
+            return
+        thread = self._read_models_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+        try:
+            head = self.store.head()
+        except Exception:  # noqa: BLE001 - the store was closed first: nothing to do
+            return
+        if head != self._read_models_at:
+            self._read_models_at = head
+            self._catch_up_read_models()
 
     def _join_drainers(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -222,6 +272,7 @@ class RayExecutor:
             self._run_loop()
         finally:
             self._join_drainers(60.0)
+            self._final_read_models(60.0)
 
     def __enter__(self) -> RayExecutor:
         return self.start()
@@ -276,7 +327,6 @@ class RayExecutor:
                 workers,
                 names,
                 state.context.health_check_timeout_s,
-                acked=dict(state.last_report_index),
                 known=known,
             ),
             recorder=PollRecorder(known, state.last_poll_seq),
@@ -322,7 +372,7 @@ class RayExecutor:
             attached = self._reattach(state)
         events: list[NewEvent] = []
         if not attached.finished:
-            events, _ = self._poll_events(state.group_id, attached, self.metadata(command))
+            events = self._poll_events(state.group_id, attached, self.metadata(command))
         flushed = attached.recorder.flush()
         if flushed is not None:
             events.append(
@@ -338,23 +388,11 @@ class RayExecutor:
 
     def _poll_events(
         self, group_id: str, attached: _Attached, metadata: Mapping[str, Any]
-    ) -> tuple[list[NewEvent], list[tuple[int, int]]]:
+    ) -> list[NewEvent]:
         wait_s = 1.0
-        observations, reports = attached.poller.poll(wait_s)
+        observations = attached.poller.poll(wait_s)
         polled = attached.recorder.observe(observations, datetime.now(UTC))
-        events = [
-            NewEvent(
-                WorkerReported(
-                    world_rank=rank,
-                    index=report.index,
-                    metrics=report.metrics,
-                    checkpoint=report.checkpoint,
-                ),
-                event_id=_report_event_id(group_id, rank, report.index),
-                metadata=metadata,
-            )
-            for rank, report in reports
-        ]
+        events: list[NewEvent] = []
         if polled is not None:
             events.append(
                 NewEvent(
@@ -362,7 +400,7 @@ class RayExecutor:
                 )
             )
         attached.finished = attached.poller.finished
-        return events, [(rank, report.index) for rank, report in reports]
+        return events
 
     def _poll_group(self, group: _Group) -> None:
         with self._lock:
@@ -376,7 +414,7 @@ class RayExecutor:
             group.polls_finished = True
             return
         metadata = {"causation_id": attached.causation_id, "executor_id": self.executor_id}
-        events, acks = self._poll_events(group.group_id, attached, metadata)
+        events = self._poll_events(group.group_id, attached, metadata)
         if events:
             try:
                 self.store.append(f"{_STREAM_PREFIX}{group.group_id}", events)
@@ -384,8 +422,6 @@ class RayExecutor:
                 with self._lock:  # rebuild the bookkeeping from the log on the next poll
                     self._attached.pop(group.group_id, None)
                 raise
-            for rank, index in acks:
-                attached.poller.ack(rank, index)
         if attached.finished:
             group.polls_finished = True
 
@@ -403,6 +439,7 @@ class RayExecutor:
                     break
                 self._read_new()
                 self._schedule_polls()
+                self._maybe_catch_up_read_models()
                 if self.release_orphans and time.monotonic() >= self._next_sweep:
                     self.sweep_orphans()
             except Exception:  # noqa: BLE001 - the loop survives a bad moment of the store

@@ -7,6 +7,7 @@ latest state says so). Every event it appends carries the command's id as ``caus
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from wgstore.orchestration.commands import (
 from wgstore.orchestration.context import TrainContext
 from wgstore.orchestration.poller import remote_error_info
 from wgstore.orchestration.ranks import assign_ranks
+from wgstore.orchestration.report_writer import absolute_store_url
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
 if TYPE_CHECKING:
@@ -77,12 +79,28 @@ def _finish_start_with(
                 return
 
 
+def _start_training(handles: list[Any], timeout_s: float) -> None:
+    """Start the armed train functions. A worker that dies now died training: its failure is
+    the poll's to record (a worker failure), never the start's; so errors are only collected
+    here (fetched, so Ray does not print them as unhandled)."""
+    refs = [h.start_training.remote() for h in handles]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    for ref in ready:
+        with contextlib.suppress(Exception):  # the poll records the worker's death
+            ray.get(ref)
+
+
 def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
     """Carry out a start: placement group, sync actor, workers, train context, launch.
 
     Atomic: when any step fails, everything acquired is released and ``WorkerGroupStartFailed``
     names the stage, the cause (with traceback) and what was released; a failure after
     ``build()`` (at launch) is cleaned up the same way.
+
+    Endings are classified by what happened: launching arms every worker's train function
+    without running user code (a failure there fails the start at ``launch``); only once
+    ``TrainingLaunched`` is in the log do the train functions start, so any later death or
+    error of a worker is a worker failure, recorded by the polls with its rank.
     """
     state, done = ex.load(command.group_id)
     if done(command) or not command_needed(command, state):
@@ -126,6 +144,8 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
         handles = [by_name[info.actor_name] for info in infos]
         builder.with_workers(handles, infos)
         stage = StartStage.INIT_TRAIN_CONTEXT
+        store_url = absolute_store_url(ex.store.url)
+        report_metadata = {"causation_id": str(command.command_id), "executor_id": ex.executor_id}
         ray.get(
             [
                 handle.init_train_context.remote(
@@ -140,6 +160,8 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
                         resume_checkpoint=context.resume_checkpoint,
                     ),
                     train_fn=context.train_fn,
+                    store_url=store_url,
+                    report_metadata=report_metadata,
                     extra_sys_path=ex.extra_sys_path,
                 )
                 for handle, info in zip(handles, infos, strict=True)
@@ -150,7 +172,8 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
         stage = StartStage.LAUNCH
         builder.check_not_aborted()
         ray.get([h.run_train_fn.remote() for h in handles], timeout=ex.actor_timeout_s)
-        builder.launched(context.train_fn)
+        builder.launched(context.train_fn)  # from here on, failures are the workers'
+
     except StartAborted:
         released = builder.release()
         failure = WorkerGroupStartFailed(stage=stage, error=_aborted(), released=released)
@@ -164,6 +187,7 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
         _finish_start_with(ex, command, builder.state, failure, started)
         return
     ex.attach(built, builder.state)
+    _start_training(list(built.workers), ex.actor_timeout_s)
 
 
 def _aborted() -> ErrorInfo:
@@ -178,6 +202,7 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
     if done(command) or not command_needed(command, state):
         return
     started = time.monotonic()
+    time.sleep(float(ex.failpoints.get("shutdown_pause_s", 0)))  # tests: a window to die in
     events = ex.final_poll_events(state, command)
     released = ray_resources.release_group(command.group_id, extra_actors=ex.detach(state))
     events.append(

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ["import_path_of", "resolve_train_fn"]
+__all__ = ["check_train_fn_path", "import_path_of", "resolve_train_fn"]
 
 
 def _fail(message: str, cause: BaseException | None = None) -> NoReturn:
@@ -42,6 +43,26 @@ def _refuse_unnamed(fn: Any, where: str) -> None:
         )
 
 
+_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def check_train_fn_path(path: str) -> str:
+    """Check the form of an import path ``"package.module:function"`` (nothing is imported).
+
+    Raises:
+        TrainFnError: not of that form (e.g. a file path, or no ``:function``).
+    """
+    if not isinstance(path, str) or not _PATH.match(path):
+        hint = ""
+        if isinstance(path, str) and (path.endswith(".py") or "/" in path):
+            hint = " (a module path with dots, not a file path)"
+        _fail(
+            f"train_fn must be an import path 'package.module:function'{hint}, got {path!r}; "
+            "e.g. examples.train:train_fn"
+        )
+    return path
+
+
 def import_path_of(fn: TrainFn | str) -> str:
     """The ``"package.module:function"`` path of a module-level function (a string passes through).
 
@@ -50,7 +71,7 @@ def import_path_of(fn: TrainFn | str) -> str:
             reachable again through its module under its name.
     """
     if isinstance(fn, str):
-        return fn
+        return check_train_fn_path(fn)
     if not callable(fn):
         _fail(f"train_fn must be a function or an import path, got {fn!r}")
     if not inspect.isfunction(fn):

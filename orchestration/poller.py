@@ -17,7 +17,6 @@ from typing import Any
 import ray
 
 from wgstore.events.worker_group import ErrorInfo
-from wgstore.orchestration.context import Report
 from wgstore.orchestration.polling import WorkerObservation, WorkerPoll
 
 __all__ = ["GroupPoller", "health_check_failed", "remote_error_info"]
@@ -57,7 +56,6 @@ class GroupPoller:
         workers: world rank -> actor handle (None for an actor that could not be found).
         names: world rank -> actor name (for messages).
         health_check_timeout_s: how long a poll may hang before the worker is marked failed.
-        acked: world rank -> index of the last report stored (-1 for none).
         known: world rank -> the last known observation (as the log has it).
     """
 
@@ -66,14 +64,11 @@ class GroupPoller:
         workers: Mapping[int, Any],
         names: Mapping[int, str],
         health_check_timeout_s: float,
-        acked: Mapping[int, int] | None = None,
         known: Mapping[int, WorkerObservation] | None = None,
     ) -> None:
         self._workers = dict(workers)
         self._names = dict(names)
         self._timeout_s = health_check_timeout_s
-        self.acked: dict[int, int] = {rank: -1 for rank in self._workers}
-        self.acked.update(acked or {})
         self._last: dict[int, WorkerObservation] = {
             rank: WorkerObservation(running=True) for rank in self._workers
         }
@@ -91,20 +86,19 @@ class GroupPoller:
         """True when no worker is running any more."""
         return not any(obs.running for obs in self._last.values())
 
-    def poll(self, wait_s: float) -> tuple[dict[int, WorkerObservation], list[tuple[int, Report]]]:
-        """Poll every running worker; returns each worker's status and the new reports."""
+    def poll(self, wait_s: float) -> dict[int, WorkerObservation]:
+        """Poll every running worker; returns each worker's status."""
         for rank, handle in self._workers.items():
             if self._last[rank].running and rank not in self._ongoing and handle is not None:
                 self._ongoing[rank] = (
                     time.monotonic(),
-                    handle.poll_status.remote(self.acked[rank]),
+                    handle.poll_status.remote(),
                 )
         refs = [ref for _, ref in self._ongoing.values()]
         ready: list[Any] = []
         if refs:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
         ready_set = set(ready)
-        reports: list[tuple[int, Report]] = []
         for rank, (started, ref) in list(self._ongoing.items()):
             if ref in ready_set:
                 del self._ongoing[rank]
@@ -120,15 +114,8 @@ class GroupPoller:
                     )
                     continue
                 self._last[rank] = WorkerObservation(running=result.running, error=result.error)
-                for report in result.reports:
-                    if report.index > self.acked[rank]:
-                        reports.append((rank, report))
             elif time.monotonic() - started > self._timeout_s:
                 self._last[rank] = WorkerObservation(
                     running=True, error=_timed_out(self._timeout_s, self._names[rank])
                 )
-        return dict(self._last), reports
-
-    def ack(self, rank: int, index: int) -> None:
-        """Reports of ``rank`` up to ``index`` are stored; the worker may forget them."""
-        self.acked[rank] = max(self.acked[rank], index)
+        return dict(self._last)

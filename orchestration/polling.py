@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # Ray worker processes import this module; keep it light
     from wgstore.events.worker_group import ErrorInfo, WorkerGroupPolled
-    from wgstore.orchestration.context import Report
 
 __all__ = ["PollRecorder", "WorkerObservation", "WorkerPoll"]
 
@@ -26,7 +25,6 @@ class WorkerPoll:
 
     running: bool
     error: ErrorInfo | None = None
-    reports: tuple[Report, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,10 @@ def run_training(
 ) -> RunResult:
     """Start ``train_fn`` on ``workers`` workers, follow it until it ends, shut the group down.
 
-    At the end the SQL read models are brought up to date (:func:`catch_up_read_models`).
+    Inputs are checked before Ray is touched: the train function's path form and the store
+    (opened, so a bad URL or an unreachable database fails at once). The executor keeps the SQL
+    read models current while the group runs, and at the end they are brought up to date
+    (:func:`catch_up_read_models`).
 
     Args:
         url: the store (``sqlite:///wgstore.db`` or a Postgres URL).
@@ -87,15 +90,15 @@ def run_training(
         TrainFnError: ``train_fn`` is a lambda, closure or otherwise not importable by path.
     """
     path = import_path_of(train_fn)
-    resources = dict(resources_per_worker or _default_resources(workers, external_executor))
-    context = WorkerGroupContext(
-        num_workers=workers,
-        resources_per_worker=resources,
-        train_fn=path,
-        train_fn_config=dict(config or {}),
-        poll_interval_s=poll_interval_s,
-    )
-    with EventStore.open(url) as store:
+    with EventStore.open(url) as store:  # before Ray: a bad store fails in a moment
+        resources = dict(resources_per_worker or _default_resources(workers, external_executor))
+        context = WorkerGroupContext(
+            num_workers=workers,
+            resources_per_worker=resources,
+            train_fn=path,
+            train_fn_config=dict(config or {}),
+            poll_interval_s=poll_interval_s,
+        )
         group = WorkerGroup.create(
             store, context, run_id=run_id, executor="external" if external_executor else None
         )

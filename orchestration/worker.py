@@ -2,8 +2,16 @@
 
 Plain classes; :mod:`wgstore.orchestration.ray_resources` turns them into detached, named Ray
 actors. Like Ray Train's ``RayTrainWorker``, a worker runs the train function in a thread so the
-actor stays free to answer polls, and ``poll_status()`` reports whether it is still running, its
-error (with traceback) and the reports made since the last acknowledged one.
+actor stays free to answer polls, and ``poll_status()`` reports whether it is still running and
+its error (with traceback). Reports do not pass through polls: ``report()`` appends them to the
+store itself (:mod:`~wgstore.orchestration.report_writer`).
+
+Launching is two calls, so that a start failure and a worker failure are told apart by what
+happened: ``run_train_fn()`` checks that the train function can start and arms it, running no
+user code (its failure fails the start); the executor then records ``TrainingLaunched`` and calls
+``start_training()``, which starts the train thread. From then on any death or error is the
+worker's. ``poll_status()`` also starts an armed train function (idempotent), so an executor that
+stopped between the two calls loses nothing: the next one's first poll starts it.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from wgstore.orchestration.context import TrainContext, WorkerSession, _set_sess
 from wgstore.orchestration.loading import TrainFn, resolve_train_fn
 from wgstore.orchestration.polling import WorkerPoll
 from wgstore.orchestration.ranks import ActorMetadata
+from wgstore.orchestration.report_writer import ReportWriter
 
 if TYPE_CHECKING:
     from wgstore.events.worker_group import ErrorInfo
@@ -47,7 +56,8 @@ class WgstoreWorker:
         name: the actor's name, ``wgstore-<group_id>-<bundle index>``.
         bundle_index: the placement-group bundle this actor runs in.
         failpoints: failures injected on purpose by tests (``worker_exit_on_init``: a bundle
-            index whose actor process exits in its constructor; ``worker_init_sleep_s``: seconds
+            index whose actor process exits in its constructor; ``worker_sigkill_on_init``: one
+            that SIGKILLs itself there; ``worker_init_sleep_s``: seconds
             every constructor sleeps; ``launch_raise``; ``poll_hang``: a bundle index whose
             polls hang).
     """
@@ -58,12 +68,19 @@ class WgstoreWorker:
         self._failpoints = dict(failpoints or {})
         if self._failpoints.get("worker_exit_on_init") == bundle_index:
             os._exit(1)  # a real process death while the group is starting
+        if self._failpoints.get("worker_sigkill_on_init") == bundle_index:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(float(self._failpoints.get("worker_init_sleep_s", 0)))
         self._name = name
         self._bundle_index = bundle_index
         self._fn: TrainFn | None = None
+        self._writer: ReportWriter | None = None
         self._session: WorkerSession | None = None
         self._thread: threading.Thread | None = None
+        self._armed = False
+        self._start_lock = threading.Lock()
         self._error: ErrorInfo | None = None
 
     def get_metadata(self) -> ActorMetadata:
@@ -87,27 +104,61 @@ class WgstoreWorker:
         *,
         context: TrainContext,
         train_fn: str,
+        store_url: str,
+        report_metadata: Mapping[str, Any] | None = None,
         extra_sys_path: Sequence[str] = (),
     ) -> None:
         """Import the train function and set up ``get_context()``/``report()``.
 
+        Args:
+            context: this worker's ranks and the train config.
+            train_fn: the train function's import path.
+            store_url: the store reports are appended to (a SQLite path must be absolute).
+            report_metadata: metadata of every report (``causation_id`` of the start, ...).
+            extra_sys_path: folders to put on ``sys.path`` before importing ``train_fn``.
+
         Raises:
             TrainFnError: the train function cannot be imported or is not a plain function.
+            ReportNotStoredError: the store is a SQLite file this node cannot see.
         """
         self._fn = resolve_train_fn(train_fn, extra_sys_path=extra_sys_path)
-        self._session = WorkerSession(context)
+        self._writer = ReportWriter(
+            store_url,
+            group_id=context.group_id,
+            world_rank=context.world_rank,
+            metadata={**dict(report_metadata or {}), "actor": self._name},
+        )
+        self._session = WorkerSession(context, self._writer)
         _set_session(self._session)
 
-    def run_train_fn(self) -> None:
-        """Start the train function in a thread and return at once."""
+    def run_train_fn(self, timeout_s: float = 120.0) -> None:
+        """Arm the train function: check it can start; no user code runs yet.
+
+        Waits for this worker's store connection (opened in the background since
+        ``init_train_context``), so that training starts with reports ready on every worker.
+
+        Raises:
+            ReportNotStoredError: the store cannot be opened from this worker.
+            FailpointError / RuntimeError: launching failed (the start fails at ``launch``).
+        """
         if self._failpoints.get("launch_raise"):
             from wgstore.orchestration.errors import FailpointError
 
             raise FailpointError("failpoint launch_raise: launching the train function failed")
-        if self._fn is None or self._session is None:
+        if self._fn is None or self._session is None or self._writer is None:
             raise RuntimeError("init_train_context must run before run_train_fn")
-        if self._thread is not None:
-            return  # already launched: launching is idempotent
+        self._writer.wait_ready(timeout_s)
+        self._armed = True
+
+    def start_training(self) -> None:
+        """Start the armed train function in a thread and return at once (idempotent)."""
+        with self._start_lock:
+            if not self._armed or self._thread is not None:
+                return
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        assert self._fn is not None and self._session is not None
         fn, config = self._fn, dict(self._session.context.config)
 
         def target() -> None:
@@ -119,17 +170,17 @@ class WgstoreWorker:
         self._thread = threading.Thread(target=target, name=f"train-{self._name}", daemon=True)
         self._thread.start()
 
-    def poll_status(self, acked_index: int = -1) -> WorkerPoll:
-        """Running or not, the error if the train function raised, and unacknowledged reports.
+    def poll_status(self) -> WorkerPoll:
+        """Running or not, and the error if the train function raised.
 
-        ``running`` is read before the reports are drained, so the poll that first says
-        ``running=False`` also carries the last reports.
+        Polls come only once ``TrainingLaunched`` is in the log, so a poll starts an armed
+        train function that ``start_training()`` has not started (its executor stopped).
         """
         if self._failpoints.get("poll_hang") == self._bundle_index:
             time.sleep(3600)
+        self.start_training()
         running = self._thread is not None and self._thread.is_alive()
-        reports = self._session.drain(acked_index) if self._session is not None else ()
-        return WorkerPoll(running=running, error=self._error, reports=reports)
+        return WorkerPoll(running=running, error=self._error)
 
     def ping(self) -> str:
         """Liveness check; returns the actor's name."""

@@ -15,7 +15,10 @@ Decisions worth knowing:
 
 - A ``WorkerGroupPolled`` or ``WorkerReported`` may arrive while ``SHUTTING_DOWN``: the poll or
   report was in flight when shutdown was asked, and what it says is true, so it is applied. Once
-  ``SHUT_DOWN`` or ``START_FAILED`` (terminal) every further event is an error.
+  ``SHUT_DOWN`` or ``START_FAILED`` (terminal) every further event is an error, except a
+  ``WorkerReported`` after ``SHUT_DOWN``: workers append their reports themselves, and one whose
+  append committed as its actor was being killed can land after the shutdown. It is applied
+  (counted, latest metrics) and the status stays ``SHUT_DOWN``.
 - Before the first recorded poll every worker of ``WorkersStarted`` counts as running with no
   error; a poll records only the workers whose status changed from that (or from the previous
   recorded poll).
@@ -432,7 +435,7 @@ def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
 
 def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerReported = record.event
-    if state.status not in (WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN):
+    if state.status not in _REPORTING:
         raise ProjectionError.at(
             record, f"a worker cannot report while the group is {state.status.value}"
         )
@@ -508,6 +511,9 @@ class _Draft:
 
 
 _FIELDS = tuple(f.name for f in fields(WorkerGroupState))
+_REPORTING = frozenset(
+    {WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN, WorkerGroupStatus.SHUT_DOWN}
+)
 _TERMINAL = frozenset(status for status in WorkerGroupStatus if status.is_terminal)
 
 
@@ -533,7 +539,9 @@ def _apply(draft: Any, event: RecordedEvent) -> None:
             f"out of order: the state is at version {draft.version}, so the next event must be "
             f"version {draft.version + 1}",
         )
-    if draft.status in _TERMINAL:
+    if draft.status in _TERMINAL and not (
+        draft.status is WorkerGroupStatus.SHUT_DOWN and isinstance(payload, WorkerReported)
+    ):
         raise ProjectionError.at(event, f"group {draft.group_id!r} is already {draft.status.value}")
     handler = _HANDLERS.get(type(payload))
     if handler is None:

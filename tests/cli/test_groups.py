@@ -189,3 +189,24 @@ def test_a_stream_the_fold_refuses_is_listed_as_unreadable_and_state_names_the_e
     assert state.exit_code == 1
     assert "stream 'worker-group-b0rken', version 1" in state.stderr
     assert "Traceback" not in state.stderr
+
+
+def test_state_errors_prints_every_error_whole_and_tables_show_only_the_first_line(
+    cli: Any, recorded: Any
+) -> None:
+    from wgstore.cli.groups import first_line
+    from wgstore.events.worker_group import ErrorInfo
+
+    whole = cli("state", recorded.errored_group[:8], "--url", recorded.url, "--errors")
+    assert whole.exit_code == 0
+    assert "rank 1" in whole.stdout
+    assert "ValueError: loss is NaN on rank 1" in whole.stdout
+    assert 'File "train.py", line 9' in whole.stdout  # the traceback, whole
+    table = cli("state", recorded.errored_group[:8], "--url", recorded.url)
+    assert "Traceback" not in table.stdout
+    failed = cli("state", recorded.failed_group[:8], "--url", recorded.url, "--errors")
+    assert "start failed at stage" in failed.stdout
+    health = ErrorInfo(
+        type="WorkerHealthCheckFailedError", message="A worker health check failed.\nWorker: x"
+    )
+    assert first_line(health) == "WorkerHealthCheckFailedError: A worker health check failed. ..."

@@ -116,7 +116,8 @@ def test_a_run_whose_rank_fails_exits_1_and_the_report_marks_the_error(
         "run", "examples.train:train_fn", "-n", "2", *FAST, "--config", config, "--url", sqlite_url
     )
     assert run.exit_code == 1
-    assert "training errored: RuntimeError: rank 1 failed at step 2" in run.stderr
+    assert "training errored on rank 1: RuntimeError: rank 1 failed at step 2" in run.stderr
+    assert "--errors" in run.stderr
     group_id = re.search(r"worker group (\w+) ended: errored", run.stdout).group(1)  # type: ignore[union-attr]
     state = json.loads(cli("state", group_id, "--url", sqlite_url, "--json").stdout)
     assert state["worker_errors"]["1"].startswith("RuntimeError: rank 1 failed at step 2")
@@ -125,6 +126,47 @@ def test_a_run_whose_rank_fails_exits_1_and_the_report_marks_the_error(
     dom, console = open_in_chromium(page, ARTIFACTS / "report-ray-run-errored.png")
     assert console == ""
     assert len(re.findall(r'class="error-marker"', dom)) == 1
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_rank_that_dies_mid_run_keeps_every_report_and_ray_noise_stays_off_the_terminal(
+    sqlite_url: str, ray_in_repo: None
+) -> None:
+    import ray
+
+    from wgstore.events import EventStore
+
+    config = json.dumps({"steps": 8, "step_sleep_s": 0.05, "exit_rank": 1, "fail_at_step": 5})
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": ray.get_runtime_context().gcs_address,  # the session's Ray
+        "COLUMNS": "200",
+    }
+    args = ["run", "examples.train:train_fn", "-n", "2", *FAST, "--config", config]
+    run = subprocess.run(
+        [sys.executable, "-m", "wgstore.cli", *args, "--url", sqlite_url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env=env,
+    )
+    assert run.returncode == 1, run.stderr
+    terminal = run.stdout + run.stderr
+    for noise in ("(raylet)", "Unhandled error", "RAY_IGNORE_UNHANDLED_ERRORS", "Traceback"):
+        assert noise not in terminal, terminal
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "on rank 1" in errors[0] and "--errors" in errors[0]
+    assert "class_name" not in run.stderr  # the multi-line actor error is not printed
+    group_id = re.search(r"worker group (\w+) ended: errored", run.stdout).group(1)  # type: ignore[union-attr]
+    with EventStore.open(sqlite_url) as store:
+        reports = [
+            r.event
+            for r in store.read_stream(f"worker-group-{group_id}")
+            if r.type == "WorkerReported" and r.event.world_rank == 1
+        ]
+    assert [r.metrics["step"] for r in reports] == [1, 2, 3, 4]  # every step it reported
 
 
 @pytest.mark.ray
@@ -151,6 +193,64 @@ def test_run_refuses_a_config_that_is_not_a_json_object(cli: Any, sqlite_url: st
 def test_run_refuses_a_bad_url_before_starting_anything(cli: Any) -> None:
     result = cli("run", "examples.train:train_fn", "--url", "oracle://x")
     assert result.exit_code == 2
+
+
+MALFORMED_RUNS = {
+    "url not a database": (["examples.train:train_fn", "--url", "oracle://x"], 2, "oracle"),
+    "train_fn a file path": (["examples/train.py", "--url", "{sqlite}"], 2, "not a file path"),
+    "train_fn without a function": (["examples.train", "--url", "{sqlite}"], 2, "import path"),
+    "config not JSON": (
+        ["examples.train:train_fn", "--config", "{steps: 3}", "--url", "{sqlite}"],
+        2,
+        "--config is not valid JSON",
+    ),
+    "config a list": (
+        ["examples.train:train_fn", "--config", "[1]", "--url", "{sqlite}"],
+        2,
+        "JSON object",
+    ),
+    "postgres unreachable": (
+        ["examples.train:train_fn", "--url", "postgresql+psycopg://postgres@127.0.0.1:1/none"],
+        1,
+        "127.0.0.1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_RUNS))
+def test_run_refuses_malformed_input_in_under_2_s_in_one_line_before_ray_starts(
+    case: str, tmp_path: Path
+) -> None:
+    args, exit_code, needle = MALFORMED_RUNS[case]
+    args = [a.replace("{sqlite}", f"sqlite:///{tmp_path}/w.db") for a in args]
+    env = {**os.environ, "RAY_ADDRESS": "", "COLUMNS": "200"}
+    # CPU time, not wall time: on a shared machine the clock measures the neighbours; starting
+    # (or even importing) Ray alone costs more than 2 s of CPU
+    cpu_before = _children_cpu_s()
+    result = subprocess.run(
+        [sys.executable, "-m", "wgstore.cli", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env,
+    )
+    took = _children_cpu_s() - cpu_before
+    assert result.returncode == exit_code, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in result.stderr and "ray" not in result.stderr.lower().replace(
+        "array", ""
+    )
+    assert took < 2.0, f"{case}: {took:.2f} s of CPU"
+
+
+def _children_cpu_s() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 @pytest.mark.ray

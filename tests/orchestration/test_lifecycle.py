@@ -49,6 +49,11 @@ def test_a_four_worker_run_to_completion_records_the_exact_event_sequence(
     assert [e.metadata["causation_id"] for e in events[1:6]] == [start_id] * 5
     shutdown_id = str(command_id_for("ShutdownWorkerGroup", events[-2].event_id))
     assert events[-1].metadata["causation_id"] == shutdown_id
+    for record in (e for e in events if e.type == "WorkerReported"):  # written by the worker
+        assert record.metadata["causation_id"] == start_id
+        assert record.metadata["source"] == "worker"
+        assert record.metadata["world_rank"] == record.event.world_rank
+        assert record.metadata["actor"].startswith(f"wgstore-{group.group_id}-")
 
     workers = events[3].event.workers
     assert [

@@ -304,6 +304,16 @@ class TestShutdown:
         with pytest.raises(ProjectionError, match="already SHUT_DOWN"):
             project_worker_group(stream.events)
 
+    def test_a_report_a_worker_stored_as_it_was_killed_may_follow_the_shutdown(self) -> None:
+        # workers append their own reports; one committing as its actor dies can land late
+        stream = Stream().running().reported(0, loss=1.0).shutdown_requested().shut_down()
+        stream.reported(0, checkpoint="/ckpt/2", loss=0.5)
+        state = project_worker_group(stream.events)
+        assert state.status is S.SHUT_DOWN
+        assert state.report_counts[0] == 2 and state.latest_checkpoint == "/ckpt/2"
+        with pytest.raises(ProjectionError, match="already SHUT_DOWN"):
+            project_worker_group(stream.shutdown_requested().events)
+
     def test_a_start_cannot_fail_while_shutting_down(self) -> None:
         stream = Stream().running().shutdown_requested().start_failed()
         with pytest.raises(ProjectionError, match="from SHUTTING_DOWN to START_FAILED"):
