@@ -186,6 +186,11 @@ class EventStore:
         return self._hmac_key is not None
 
     @property
+    def hmac_key(self) -> bytes | None:
+        """The key appends are MACed with, for other writers of this store (e.g. workers)."""
+        return self._hmac_key
+
+    @property
     def is_postgres(self) -> bool:
         """True when the store lives in PostgreSQL."""
         return self.backend == "postgresql"

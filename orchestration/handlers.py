@@ -161,6 +161,7 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
                     ),
                     train_fn=context.train_fn,
                     store_url=store_url,
+                    hmac_key=ex.store.hmac_key,
                     report_metadata=report_metadata,
                     extra_sys_path=ex.extra_sys_path,
                 )

@@ -75,6 +75,7 @@ class ReportWriter:
         group_id: the group; reports go to its stream ``worker-group-<group_id>``.
         world_rank: this worker's rank.
         metadata: metadata for every report (``causation_id`` of the start and the like).
+        hmac_key: the store's MAC key (see ``EventStore.open``), or None.
         retry_s: how long transient store errors are retried before ``report()`` raises.
 
     Raises:
@@ -88,6 +89,7 @@ class ReportWriter:
         group_id: str,
         world_rank: int,
         metadata: Mapping[str, Any],
+        hmac_key: bytes | None = None,
         retry_s: float = 30.0,
     ) -> None:
         path = _sqlite_path(url)
@@ -105,6 +107,7 @@ class ReportWriter:
         self.world_rank = world_rank
         self.metadata = {**dict(metadata), "source": "worker", "world_rank": world_rank}
         self.retry_s = retry_s
+        self._hmac_key = hmac_key
         self._store: Any = None
         self._open_error: BaseException | None = None
         self._opened = threading.Event()
@@ -120,7 +123,9 @@ class ReportWriter:
                 try:
                     # the executor opened this store at the schema's head already: skip the
                     # migration check (it imports Alembic, most of a worker's cost to open)
-                    store = EventStore(create_store_engine(self.url), url=self.url)
+                    store = EventStore(
+                        create_store_engine(self.url), url=self.url, hmac_key=self._hmac_key
+                    )
                     try:
                         store.head()  # reachable, and the log table is there
                     except BaseException:

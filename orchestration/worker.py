@@ -105,6 +105,7 @@ class WgstoreWorker:
         context: TrainContext,
         train_fn: str,
         store_url: str,
+        hmac_key: bytes | None = None,
         report_metadata: Mapping[str, Any] | None = None,
         extra_sys_path: Sequence[str] = (),
     ) -> None:
@@ -114,6 +115,7 @@ class WgstoreWorker:
             context: this worker's ranks and the train config.
             train_fn: the train function's import path.
             store_url: the store reports are appended to (a SQLite path must be absolute).
+            hmac_key: the key the executor's store MACs events with, so reports carry one too.
             report_metadata: metadata of every report (``causation_id`` of the start, ...).
             extra_sys_path: folders to put on ``sys.path`` before importing ``train_fn``.
 
@@ -127,6 +129,7 @@ class WgstoreWorker:
             group_id=context.group_id,
             world_rank=context.world_rank,
             metadata={**dict(report_metadata or {}), "actor": self._name},
+            hmac_key=hmac_key,
         )
         self._session = WorkerSession(context, self._writer)
         _set_session(self._session)

@@ -187,3 +187,25 @@ def test_a_poll_hanging_past_the_health_check_timeout_marks_the_worker_failed(
             group.shutdown()
         assert executor.errors == []
     assert_nothing_left(group.group_id)
+
+
+def test_reports_written_by_workers_carry_the_stores_mac_so_a_keyed_verify_passes(
+    store_url: str, ray_up: None
+) -> None:
+    from wgstore.events import EventStore
+    from wgstore.orchestration import RayExecutor
+
+    key = b"test-key-of-the-writers"
+    with EventStore.open(store_url, hmac_key=key) as keyed:
+        with RayExecutor(keyed, extra_sys_path=[str(REPO)]) as ex:
+            group = WorkerGroup.create(keyed, make_context(2, config={"steps": 2}), executor=ex)
+            group.wait(timeout_s=60)
+            group.shutdown(reason="done")
+        assert ex.errors == []
+        reports = [e for e in events_of(keyed, group.group_id) if e.type == "WorkerReported"]
+        assert len(reports) == 4
+        assert {e.metadata["source"] for e in reports} == {"worker"}
+        report = keyed.verify(hmac_key=key)
+        assert report.ok, report.problems
+        wrong = keyed.verify(hmac_key=b"another key")
+        assert not wrong.ok
