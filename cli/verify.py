@@ -125,7 +125,7 @@ def read_model_problems(store: EventStore) -> tuple[list[str], int]:
         try:
             with scratch.engine.begin() as connection:
                 batch: list[Any] = []
-                for record in store.read_all():
+                for record in store.read_all(streams="worker-group-"):
                     if record.position > checkpoint:
                         break
                     batch.append(record)

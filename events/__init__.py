@@ -21,7 +21,14 @@ from wgstore.events.errors import (
     UnknownEventTypeError,
     WgstoreError,
 )
-from wgstore.events.records import ANY, NO_STREAM, STREAM_EXISTS, NewEvent, RecordedEvent
+from wgstore.events.records import (
+    ANY,
+    NO_STREAM,
+    STREAM_EXISTS,
+    NewEvent,
+    RecordedEvent,
+    UnknownEvent,
+)
 from wgstore.events.registry import REGISTRY, EventRegistry, event_type, upcaster
 
 if TYPE_CHECKING:
@@ -67,6 +74,7 @@ __all__ = [
     "StoreUnavailableError",
     "Subscription",
     "SubscriptionConflictError",
+    "UnknownEvent",
     "UnknownEventTypeError",
     "VerifyReport",
     "WgstoreError",

@@ -498,6 +498,8 @@ class EventStore:
         after: int = 0,
         limit: int | None = None,
         types: Iterable[str | type] | None = None,
+        *,
+        streams: str | None = None,
     ) -> Iterator[RecordedEvent]:
         """Every event after position ``after``, in global order.
 
@@ -505,20 +507,27 @@ class EventStore:
             after: a position (a checkpoint); 0 reads from the start.
             limit: the most events to return.
             types: only events of these types (names or registered classes).
+            streams: only events of streams whose id starts with this prefix, e.g.
+                ``"worker-group-"`` (the others are never read, nor decoded).
         """
         self._check_open()
         names = self._type_names(types)
         p = self._param
         where = f"position > {p}"
+        params: list[Any] = []
         if names:
             where += f" AND event_type IN ({','.join([p] * len(names))})"
+            params.extend(names)
+        if streams is not None:
+            where += f" AND stream_id LIKE {p} ESCAPE '\\'"
+            params.append(_like_prefix(streams))
         remaining = limit if limit is not None else -1
         position = after
         while remaining != 0:
             page = _PAGE if remaining < 0 else min(_PAGE, remaining)
             rows = self._fetch(
                 f"SELECT {self._columns} FROM wg_events WHERE {where} ORDER BY position LIMIT {page}",
-                (position, *names),
+                (position, *params),
             )
             yield from self._decode_rows(rows)
             if len(rows) < page:
@@ -622,11 +631,13 @@ class EventStore:
         self._check_open()
         return self._notifier.wait(after, timeout_s)
 
-    def subscription(self, name: str, *, types: Iterable[str | type] | None = None) -> Any:
+    def subscription(
+        self, name: str, *, types: Iterable[str | type] | None = None, streams: str | None = None
+    ) -> Any:
         """A named, durable reader of the log; see :class:`~wgstore.events.Subscription`."""
         from wgstore.events.subscriptions import Subscription
 
-        return Subscription(self, name, types=types)
+        return Subscription(self, name, types=types, streams=streams)
 
     # ------------------------------------------------------------------ verifying
 

@@ -8,15 +8,23 @@ Each batch is folded with :func:`~wgstore.projections.state.evolve`, starting fr
 state as of the previous batch, kept in ``wg_snapshots`` under the name ``read-models`` and saved
 in the same transaction. The read models therefore always say what the pure fold says.
 
-A worker-group stream the fold refuses (an event out of order, an unknown type, ...) does not
-stop the projector for every other group: its ``wg_worker_groups`` row keeps the state as of the
-last good event, ``projection_error`` says which event was refused and why, and the stream's
-later events are left out until the read models are rebuilt. Events of other streams (``run-*``)
-only move the checkpoint.
+The projector reads only the streams it owns (``worker-group-*``): events of other streams
+(``run-*``, or any stream a program added with its own event types) are never read nor decoded;
+the checkpoint moves past them. Inside a worker-group stream, an event of a type the process does
+not know (:class:`~wgstore.events.UnknownEvent`) is stepped over by the fold.
 
-Rebuilding (:func:`rebuild_read_models`) empties the read models and resets the checkpoint in one
-transaction, then catches up batch by batch. Writers are never stopped (on SQLite they wait at
-most for one batch); readers see the read models fill up again from the start while it runs.
+A worker-group stream the fold refuses (an event out of order, a known event that breaks the
+lifecycle, ...) does not stop the projector for every other group: its ``wg_worker_groups`` row
+keeps the state as of the last good event, ``projection_error`` says which event was refused and
+why, and the stream's later events are left out until the read models are rebuilt.
+
+Rebuilding (:func:`rebuild_read_models`) is one transaction: it empties the read models, folds
+the whole log into them and moves the checkpoint, then commits. If anything fails on the way (an
+event of a known type that no longer decodes, the database going away), it rolls back and the
+read models are exactly as they were before. Readers see the old read models until the commit.
+On Postgres, appends go on during a rebuild (catch-ups in other processes wait for it); on
+SQLite the rebuild holds the write lock, so appends wait for it (up to the busy timeout, 30 s by
+default) -- rebuild a large SQLite log while nothing runs.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
+from wgstore.events._translate import translate_errors
 from wgstore.events.records import RecordedEvent
 from wgstore.events.schema import wg_snapshots, wg_subscriptions
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
@@ -77,7 +86,7 @@ def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
     """
     from wgstore.events.subscriptions import SubscriptionConflictError
 
-    subscription = store.subscription(READ_MODELS_SUBSCRIPTION)
+    subscription = store.subscription(READ_MODELS_SUBSCRIPTION, streams=_PREFIX)
     handled = 0
     for _ in range(50):
         try:
@@ -107,28 +116,46 @@ def follow_read_models(
 
 
 def rebuild_read_models(store: EventStore, *, batch_size: int = 500) -> int:
-    """Empty the read models, reset the checkpoint (one transaction), and catch up from zero.
+    """Rebuild the read models from the whole log, in one transaction; return the events folded.
 
-    Returns how many events were handled.
+    The read models are emptied, refilled batch by batch and the checkpoint set to where the
+    rebuild ended, all in one transaction: when anything fails, it rolls back and leaves the
+    read models (and the checkpoint) as they were. Only ``worker-group-*`` streams are read.
     """
-    now = datetime.now(UTC)
-    with store.engine.begin() as connection:
+    handled = 0
+    with translate_errors(store.url), store.engine.begin() as connection:
         dialect = postgresql if connection.dialect.name == "postgresql" else sqlite_dialect
         connection.execute(
             dialect.insert(wg_subscriptions)
-            .values(name=READ_MODELS_SUBSCRIPTION, checkpoint=0, updated_at=now)
+            .values(name=READ_MODELS_SUBSCRIPTION, checkpoint=0, updated_at=datetime.now(UTC))
             .on_conflict_do_nothing(index_elements=["name"])
         )
         # Taking the checkpoint row first orders this after (or before) any batch in flight.
-        connection.execute(
-            wg_subscriptions.update()
-            .where(wg_subscriptions.c.name == READ_MODELS_SUBSCRIPTION)
-            .values(checkpoint=0, updated_at=now)
-        )
+        _set_checkpoint(connection, 0)
         for table in READ_MODEL_TABLES:
             connection.execute(table.delete())
         connection.execute(wg_snapshots.delete().where(wg_snapshots.c.name == PROJECTOR_SNAPSHOT))
-    return catch_up_read_models(store, batch_size=batch_size)
+        after = 0
+        while True:
+            head = store.head()  # read before the batch: everything up to it is committed
+            batch = list(store.read_all(after=after, limit=batch_size, streams=_PREFIX))
+            if batch:
+                apply_read_model_batch(store, connection, batch)
+                handled += len(batch)
+            end = batch[-1].position if batch else after
+            if len(batch) < batch_size:
+                _set_checkpoint(connection, max(end, head))
+                return handled
+            _set_checkpoint(connection, end)
+            after = end
+
+
+def _set_checkpoint(connection: sa.Connection, position: int) -> None:
+    connection.execute(
+        wg_subscriptions.update()
+        .where(wg_subscriptions.c.name == READ_MODELS_SUBSCRIPTION)
+        .values(checkpoint=position, updated_at=datetime.now(UTC))
+    )
 
 
 @dataclass
