@@ -26,7 +26,7 @@ from wgstore.cli.common import (
 )
 from wgstore.events import EventStore
 
-__all__ = ["read_model_problems", "verify_command"]
+__all__ = ["read_model_problems", "unknown_types", "verify_command"]
 
 
 _MAX_PER_TABLE = 20
@@ -146,6 +146,21 @@ def read_model_problems(store: EventStore) -> tuple[list[str], int]:
     return problems, behind
 
 
+def unknown_types(store: EventStore, stream: str | None = None) -> dict[str, int]:
+    """How many events of each stored type that is not registered here (all, or one stream's)."""
+    from wgstore.events import REGISTRY
+
+    where, params = ("WHERE stream_id = :s", {"s": stream}) if stream is not None else ("", {})
+    with database_errors(store.url), store.engine.connect() as connection:
+        rows = connection.execute(
+            sa.text(f"SELECT event_type, count(*) FROM wg_events {where} GROUP BY event_type"),
+            params,
+        ).all()
+        connection.rollback()
+    known = set(REGISTRY.names())
+    return {name: int(count) for name, count in sorted(rows) if name not in known}
+
+
 def verify_command(
     url: UrlOption = DEFAULT_URL,
     group: Annotated[
@@ -172,6 +187,14 @@ def verify_command(
         if report.ok:
             console.print(
                 f"[green]ok[/]  hash chains: {report.checked} events in {streams} stream(s)"
+            )
+        unknown = unknown_types(store, stream)
+        if unknown:
+            counts = ", ".join(f"{name} x{count}" for name, count in unknown.items())
+            console.print(
+                f"[yellow]note[/] {sum(unknown.values())} event(s) of types this wgstore does not "
+                f"know ({counts}): hashes checked; shown raw by `wgstore events`, stepped over "
+                "by the folds and the read models (not a problem)"
             )
         if stream is None and with_read_models:
             model_problems, behind = read_model_problems(store)

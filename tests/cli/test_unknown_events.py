@@ -242,3 +242,33 @@ def _read_until(
         got.append(json.loads(line))
         if done(got[-1]):
             return got
+
+
+def test_an_unregistered_type_found_in_the_log_can_be_asked_for_by_name(
+    cli: Any, mixed: Mixed, tmp_path: Path
+) -> None:
+    result = cli("events", "--url", mixed.url, "--type", "CheckpointPinned", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [e["data"]["path"] for e in _json_lines(result.stdout)] == [
+        "/ckpt/3",
+        "/ckpt/after-end",
+        "/ckpt/failed",
+        "/ckpt/mid",
+    ]
+    target = tmp_path / "pinned.jsonl"
+    exported = cli("export", "--url", mixed.url, "-t", "CheckpointPinned", "-o", str(target))
+    assert exported.exit_code == 0, exported.stderr
+    assert len(_json_lines(target.read_text())) == 4
+    missing = cli("events", "--url", mixed.url, "--type", "CheckpointUnpinned")
+    assert missing.exit_code == 2
+    assert "'CheckpointUnpinned' is not an event type" in missing.stderr
+
+
+def test_verify_says_how_many_events_it_read_of_types_it_does_not_know(
+    cli: Any, mixed: Mixed
+) -> None:
+    result = cli("verify", "--url", mixed.url)
+    assert result.exit_code == 0, result.stdout
+    assert "4 event(s) of types this wgstore does not know (CheckpointPinned x4)" in " ".join(
+        result.stdout.split()
+    )
