@@ -272,3 +272,12 @@ def test_verify_says_how_many_events_it_read_of_types_it_does_not_know(
     assert "4 event(s) of types this wgstore does not know (CheckpointPinned x4)" in " ".join(
         result.stdout.split()
     )
+
+
+def test_replay_says_it_stepped_over_the_unknown_event(cli: Any, mixed: Mixed) -> None:
+    result = cli("replay", mixed.running_group, "--url", mixed.url)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "CheckpointPinned" in line)
+    assert "/ckpt/mid" in lines[at]
+    assert "stepped over" in lines[at + 1]
