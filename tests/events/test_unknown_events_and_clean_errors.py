@@ -104,3 +104,16 @@ def test_a_coloured_error_is_stored_without_escape_codes(store: EventStore) -> N
     assert "ray::WgstoreWorker died" in stored
     [read] = store.read_stream("worker-group-x")
     assert read.event.error.message == "ray::WgstoreWorker died"
+
+
+def test_read_all_of_a_stream_prefix_skips_other_streams_and_counts_only_its_own(
+    store: EventStore,
+) -> None:
+    for index in range(5):
+        store.append(f"run-{index}", [WorkerGroupShutdownRequested(reason=f"run {index}")])
+        store.append(f"worker-group-{index}", [WorkerGroupShutdownRequested(reason=f"g {index}")])
+    owned = list(store.read_all(streams="worker-group-"))
+    assert [r.stream_id for r in owned] == [f"worker-group-{i}" for i in range(5)]
+    first_two = list(store.read_all(streams="worker-group-", limit=2))
+    assert first_two == owned[:2]
+    assert list(store.read_all(after=owned[2].position, streams="worker-group-")) == owned[3:]
