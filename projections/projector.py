@@ -18,13 +18,13 @@ lifecycle, ...) does not stop the projector for every other group: its ``wg_work
 keeps the state as of the last good event, ``projection_error`` says which event was refused and
 why, and the stream's later events are left out until the read models are rebuilt.
 
-Rebuilding (:func:`rebuild_read_models`) is one transaction: it empties the read models, folds
-the whole log into them and moves the checkpoint, then commits. If anything fails on the way (an
-event of a known type that no longer decodes, the database going away), it rolls back and the
-read models are exactly as they were before. Readers see the old read models until the commit.
-On Postgres, appends go on during a rebuild (catch-ups in other processes wait for it); on
-SQLite the rebuild holds the write lock, so appends wait for it (up to the busy timeout, 30 s by
-default) -- rebuild a large SQLite log while nothing runs.
+Rebuilding (:func:`rebuild_read_models`) never leaves the read models emptier than before. On
+Postgres it empties them, folds the whole log into them and moves the checkpoint in one
+transaction (rolled back on any failure; appends go on meanwhile, catch-ups in other processes
+wait for it). On SQLite, where that transaction would hold the write lock throughout, it folds the
+log into a scratch file beside the store, then swaps the rows in with one short transaction
+(``ATTACH`` + ``INSERT ... SELECT``): appends wait only for the swap, and a failure before it
+leaves the live read models untouched. Readers see the old read models until the commit.
 """
 
 from __future__ import annotations
@@ -116,17 +116,27 @@ def follow_read_models(
 
 
 def rebuild_read_models(store: EventStore, *, batch_size: int = 500) -> int:
-    """Rebuild the read models from the whole log, in one transaction; return the events folded.
+    """Rebuild the read models from the whole log; return how many events were folded.
 
-    The read models are emptied, refilled batch by batch and the checkpoint set to where the
-    rebuild ended, all in one transaction: when anything fails, it rolls back and leaves the
-    read models (and the checkpoint) as they were. Only ``worker-group-*`` streams are read.
+    Never leaves the read models emptier than before: on Postgres the read models are emptied,
+    refilled and the checkpoint moved in one transaction (rolled back on any failure; appends go
+    on meanwhile). On SQLite, where a writing transaction would hold up every append, the read
+    models are built beside the live ones, in a scratch file, then swapped in by one short
+    transaction; a failure before the swap leaves the live read models untouched. Either way,
+    only ``worker-group-*`` streams are read, and events appended meanwhile are caught up after.
     """
-    handled = 0
-    with translate_errors(store.url), store.engine.begin() as connection:
-        dialect = postgresql if connection.dialect.name == "postgresql" else sqlite_dialect
+    with translate_errors(store.url):
+        if store.is_postgres:
+            handled = _rebuild_in_place(store, batch_size)
+        else:
+            handled = _rebuild_beside(store, batch_size)
+    return handled + catch_up_read_models(store, batch_size=batch_size)
+
+
+def _rebuild_in_place(store: EventStore, batch_size: int) -> int:
+    with store.engine.begin() as connection:
         connection.execute(
-            dialect.insert(wg_subscriptions)
+            postgresql.insert(wg_subscriptions)
             .values(name=READ_MODELS_SUBSCRIPTION, checkpoint=0, updated_at=datetime.now(UTC))
             .on_conflict_do_nothing(index_elements=["name"])
         )
@@ -135,19 +145,81 @@ def rebuild_read_models(store: EventStore, *, batch_size: int = 500) -> int:
         for table in READ_MODEL_TABLES:
             connection.execute(table.delete())
         connection.execute(wg_snapshots.delete().where(wg_snapshots.c.name == PROJECTOR_SNAPSHOT))
-        after = 0
-        while True:
-            head = store.head()  # read before the batch: everything up to it is committed
-            batch = list(store.read_all(after=after, limit=batch_size, streams=_PREFIX))
-            if batch:
-                apply_read_model_batch(store, connection, batch)
-                handled += len(batch)
-            end = batch[-1].position if batch else after
-            if len(batch) < batch_size:
-                _set_checkpoint(connection, max(end, head))
-                return handled
-            _set_checkpoint(connection, end)
-            after = end
+        handled, end = _fold_log(store, connection, batch_size)
+        _set_checkpoint(connection, end)
+    return handled
+
+
+def _fold_log(store: EventStore, connection: sa.Connection, batch_size: int) -> tuple[int, int]:
+    """Fold every worker-group event into empty read models; return (events, position reached)."""
+    handled = after = 0
+    while True:
+        head = store.head()  # read before the batch: everything up to it is committed
+        batch = list(store.read_all(after=after, limit=batch_size, streams=_PREFIX))
+        if batch:
+            apply_read_model_batch(store, connection, batch)
+            handled += len(batch)
+        end = batch[-1].position if batch else after
+        if len(batch) < batch_size:
+            return handled, max(end, head)
+        after = end
+
+
+def _rebuild_beside(store: EventStore, batch_size: int) -> int:
+    """SQLite: build into a scratch file (no lock on the store), then swap in one transaction."""
+    import tempfile
+    from pathlib import Path
+
+    from wgstore.events.store import EventStore
+
+    with tempfile.TemporaryDirectory(prefix="wgstore-rebuild-") as folder:
+        path = Path(folder) / "read-models.db"
+        scratch = EventStore.open(f"sqlite:///{path}", synchronous="OFF")
+        try:
+            with scratch.engine.begin() as connection:
+                handled, end = _fold_log(store, connection, batch_size)
+        finally:
+            scratch.close()
+        _swap_in(store, path, end)
+    return handled
+
+
+def _swap_in(store: EventStore, path: Any, end: int) -> None:
+    """Replace the read models (and the projector's snapshots) by those of the file at ``path``."""
+    with store.engine.connect() as connection:
+        raw = connection.connection.driver_connection  # ATTACH cannot run inside a transaction
+        assert raw is not None
+        raw.execute("ATTACH DATABASE ? AS rebuilt", (str(path),))
+        try:
+            with connection.begin():
+                for table in READ_MODEL_TABLES:
+                    columns = ", ".join(f'"{column.name}"' for column in table.columns)
+                    connection.execute(table.delete())
+                    connection.exec_driver_sql(
+                        f'INSERT INTO main."{table.name}" ({columns}) '
+                        f'SELECT {columns} FROM rebuilt."{table.name}"'
+                    )
+                connection.execute(
+                    wg_snapshots.delete().where(wg_snapshots.c.name == PROJECTOR_SNAPSHOT)
+                )
+                columns = ", ".join(f'"{column.name}"' for column in wg_snapshots.columns)
+                connection.exec_driver_sql(
+                    f"INSERT INTO main.wg_snapshots ({columns}) "
+                    f"SELECT {columns} FROM rebuilt.wg_snapshots WHERE name = ?",
+                    (PROJECTOR_SNAPSHOT,),
+                )
+                connection.execute(
+                    sqlite_dialect.insert(wg_subscriptions)
+                    .values(
+                        name=READ_MODELS_SUBSCRIPTION, checkpoint=end, updated_at=datetime.now(UTC)
+                    )
+                    .on_conflict_do_update(
+                        index_elements=["name"],
+                        set_={"checkpoint": end, "updated_at": datetime.now(UTC)},
+                    )
+                )
+        finally:
+            raw.execute("DETACH DATABASE rebuilt")
 
 
 def _set_checkpoint(connection: sa.Connection, position: int) -> None:

@@ -197,3 +197,36 @@ def test_the_checkpoint_reaches_the_head_when_the_log_ends_with_other_streams(
             other.append(f"notes-{index}", [CheckpointPinned(path=str(index))])
     assert catch_up_read_models(store) == 0
     assert store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() == store.head()
+
+
+def test_appends_go_on_while_a_rebuild_folds_the_log_and_are_caught_up_after(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wgstore.projections import projector
+
+    _groups(store, 3)
+    catch_up_read_models(store)
+    impatient = EventStore.open(store.url, busy_timeout_s=0.2)  # SQLite: fail after 0.2 s
+    fold_batch = projector.apply_read_model_batch
+    appended: list[str] = []
+
+    def append_then_fold(own: EventStore, connection: Any, batch: list[Any]) -> None:
+        if len(appended) < 3:  # the first batches: the rebuild is folding the log
+            group_id = f"during-{len(appended)}"
+            append_stream(impatient, _stream(group_id).running())  # must not wait for it
+            appended.append(group_id)
+        fold_batch(own, connection, batch)
+
+    monkeypatch.setattr(projector, "apply_read_model_batch", append_then_fold)
+    try:
+        rebuild_read_models(store, batch_size=8)
+    finally:
+        impatient.close()
+    monkeypatch.undo()
+    assert len(appended) == 3
+    groups = [row[0] for row in _read_models(store)["wg_worker_groups"]]
+    assert set(groups) == {"g0", "g1", "g2", *appended}
+    assert store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() == store.head()
+    after = _read_models(store)
+    rebuild_read_models(store)
+    assert _read_models(store) == after
