@@ -7,8 +7,8 @@ and PostgreSQL (a fresh schema):
 
 - R1 rebuild: ``rebuild_read_models`` wall time, median of ``--repeat``; events/s.
 - R2 writer wait: while a rebuild runs, another thread appends one event every 20 ms to its own
-  stream; the longest single append (SQLite holds the write lock for the whole rebuild; Postgres
-  appends do not wait for it).
+  stream; the longest single append (SQLite: the rebuild folds into a scratch file and holds the
+  write lock only to swap the rows in; Postgres appends never wait for it).
 
 Run ``python bench/rebuild.py --help``; ``--json`` prints the results as JSON.
 """
