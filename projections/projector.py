@@ -79,7 +79,10 @@ _PREFIX = "worker-group-"
 
 
 def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
-    """Apply every event the read models have not seen yet; return how many were handled.
+    """Apply every worker-group event the read models have not seen yet; return how many.
+
+    Events of other streams are not read; the checkpoint moves past them (to the log's head once
+    caught up).
 
     Safe to run from several processes at once: the checkpoint moves by compare-and-set, so a
     batch is applied by exactly one of them (the others retry from the new checkpoint).
