@@ -117,3 +117,27 @@ def test_read_all_of_a_stream_prefix_skips_other_streams_and_counts_only_its_own
     first_two = list(store.read_all(streams="worker-group-", limit=2))
     assert first_two == owned[:2]
     assert list(store.read_all(after=owned[2].position, streams="worker-group-")) == owned[3:]
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_a_subscription_to_a_stream_prefix_sees_only_those_streams_and_reaches_the_head(
+    store: EventStore, transactional: bool
+) -> None:
+    seen: list[str] = []
+
+    def handler(*args: object) -> None:
+        batch = args[-1]
+        assert isinstance(batch, list) and batch  # never called with nothing
+        seen.extend(record.stream_id for record in batch)
+
+    subscription = store.subscription("groups-only", streams="worker-group-")
+    store.append("worker-group-a", [WorkerGroupShutdownRequested(reason="1")])
+    with EventStore.open(store.url, registry=OTHER_PROGRAM) as other:
+        other.append("notes", [CheckpointPinned(path="/x")])
+    assert subscription.process(handler, transactional=transactional, batch_size=1) == 1
+    assert seen == ["worker-group-a"]
+    assert subscription.checkpoint() == store.head()
+    store.append("run-1", [WorkerGroupShutdownRequested(reason="2")])  # only moves the checkpoint
+    assert subscription.process(handler, transactional=transactional) == 0
+    assert seen == ["worker-group-a"]
+    assert subscription.checkpoint() == store.head()
