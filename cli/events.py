@@ -30,16 +30,25 @@ __all__ = ["check_types", "events_command", "run_streams", "stored_events"]
 Filter = Callable[[RecordedEvent], bool]
 
 
-def check_types(types: list[str]) -> list[str]:
+def check_types(types: list[str], store: EventStore | None = None) -> list[str]:
+    """``types`` if each is registered (or, given ``store``, stored in its log), else a usage error.
+
+    A type this process does not know but the log holds (another program's own event type) is
+    accepted: its events are shown raw.
+    """
     known = REGISTRY.names()
     for name in types:
-        if name not in known:
+        if name not in known and (store is None or not _stored_type(store, name)):
             close = [k for k in known if name.lower() in k.lower()]
             hint = (
                 f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}"
             )
             raise UsageProblem(f"{name!r} is not an event type{hint}")
     return types
+
+
+def _stored_type(store: EventStore, name: str) -> bool:
+    return any(True for _ in store.read_all(types=[name], limit=1))
 
 
 def run_streams(store: EventStore, run_id: str) -> set[str]:
@@ -155,7 +164,6 @@ def events_command(
         raise UsageProblem("--until and --follow contradict each other; drop one")
     if stop_after and not follow:
         raise UsageProblem("--stop-after only makes sense with --follow")
-    type_names = check_types(list(types or []))
     start: datetime | None = parse_time(since) if since else None
     end: datetime | None = parse_time(until) if until else None
     if start and end and start > end:
@@ -168,6 +176,7 @@ def events_command(
         return end is None or record.recorded_at <= end
 
     with opened(url) as store:
+        type_names = check_types(list(types or []), store)
         streams: set[str] | None = None
         if group:
             streams = {group_stream(resolve_group(store, group))}

@@ -166,13 +166,13 @@ def export_command(
     kind = _format_of(output, fmt)
     if kind == "parquet" and output == "-":
         raise UsageProblem("Parquet cannot go to stdout; give a file name with -o")
-    type_names = check_types(list(types or []))
     start: datetime | None = parse_time(since) if since else None
     end: datetime | None = parse_time(until) if until else None
     target = None if output == "-" else Path(output)
     if target is not None and not target.parent.exists():
         raise UsageProblem(f"cannot write {target}: the folder {target.parent} does not exist")
     with opened(url) as store:
+        type_names = check_types(list(types or []), store)
         streams = None
         if group:
             streams = {group_stream(resolve_group(store, group))}

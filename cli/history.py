@@ -25,6 +25,7 @@ from wgstore.cli.common import (
     resolve_group,
 )
 from wgstore.cli.render import event_line, metrics_text
+from wgstore.events import UnknownEvent
 from wgstore.projections import PollRecord, WorkerGroupState, evolve, poll_history
 
 __all__ = ["diff_states", "polls_command", "replay_command"]
@@ -148,6 +149,11 @@ def replay_command(
                 )
                 continue
             console.print(event_line(record), soft_wrap=True)
+            if isinstance(record.event, UnknownEvent):
+                console.print(
+                    "          [dim]stepped over: this wgstore does not know the type[/]",
+                    soft_wrap=True,
+                )
             for name, before, after in changes:
                 console.print(
                     f"          [dim]{escape(name)}:[/] {escape(before)} [dim]->[/] [bold]{escape(after)}[/]",

@@ -133,12 +133,19 @@ def catch_up_command(url: UrlOption = DEFAULT_URL) -> None:
     """Apply the events the read models have not seen yet."""
     with opened(url, read_only=False) as store:
         handled = _with_progress(store, "catching up", lambda: catch_up_read_models(store))
-    out_console().print(f"applied {handled} event(s); the read models are up to date")
+        checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+    out_console().print(
+        f"applied {handled} worker-group event(s); the read models are up to date "
+        f"(position {checkpoint}; other streams are not read)"
+    )
 
 
 @projections_app.command("rebuild")
 def rebuild_command(url: UrlOption = DEFAULT_URL) -> None:
-    """Empty the read models and rebuild them from the whole log (writers keep running)."""
+    """Rebuild the read models from the whole log, in one transaction (rolled back on failure)."""
     with opened(url, read_only=False) as store:
         handled = _with_progress(store, "rebuilding", lambda: rebuild_read_models(store))
-    out_console().print(f"rebuilt the read models from {handled} event(s)")
+        checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+    out_console().print(
+        f"rebuilt the read models from {handled} worker-group event(s), up to position {checkpoint}"
+    )

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from wgstore.cli.common import format_time
-from wgstore.events import RecordedEvent
+from wgstore.events import RecordedEvent, UnknownEvent
 
 __all__ = ["describe", "event_json", "event_line", "metrics_text"]
 
@@ -61,6 +61,9 @@ def _polled(event: Any) -> str:
 
 def describe(event: Any) -> str:
     """A one-line, human summary of an event's fields."""
+    if isinstance(event, UnknownEvent):
+        raw = msgspec.json.encode(event.data, order="sorted").decode()
+        return f"(type not registered in this process) {raw}"
     name = type(event).__name__
     if name == "WorkerGroupStartRequested":
         ctx = event.context
@@ -117,7 +120,12 @@ def event_line(record: RecordedEvent) -> str:
 
 
 def event_json(record: RecordedEvent) -> dict[str, Any]:
-    """One event as a JSON-ready dict (the same fields as the ``wg_events`` row, data decoded)."""
+    """One event as a JSON-ready dict (the same fields as the ``wg_events`` row, data decoded).
+
+    An event of a type this process does not know has its payload as stored under ``data``.
+    """
+    event = record.event
+    data = event.data if isinstance(event, UnknownEvent) else msgspec.to_builtins(event)
     return {
         "position": record.position,
         "stream_id": record.stream_id,
@@ -126,7 +134,7 @@ def event_json(record: RecordedEvent) -> dict[str, Any]:
         "type": record.type,
         "schema_version": record.schema_version,
         "recorded_at": record.recorded_at.isoformat(),
-        "data": msgspec.to_builtins(record.event),
+        "data": data,
         "metadata": dict(record.metadata),
         "hash": record.hash,
     }

@@ -22,7 +22,14 @@ from wgstore.events.errors import (
     UnknownEventTypeError,
     WgstoreError,
 )
-from wgstore.events.records import ANY, NO_STREAM, STREAM_EXISTS, NewEvent, RecordedEvent
+from wgstore.events.records import (
+    ANY,
+    NO_STREAM,
+    STREAM_EXISTS,
+    NewEvent,
+    RecordedEvent,
+    UnknownEvent,
+)
 from wgstore.events.registry import REGISTRY, EventRegistry, event_type, upcaster
 
 if TYPE_CHECKING:
@@ -69,6 +76,7 @@ __all__ = [
     "StoreUnavailableError",
     "Subscription",
     "SubscriptionConflictError",
+    "UnknownEvent",
     "UnknownEventTypeError",
     "VerifyReport",
     "WgstoreError",

@@ -11,10 +11,11 @@ from typing import Any
 import msgspec
 
 from wgstore.events.errors import EventDecodeError, EventEncodeError, UnknownEventTypeError
+from wgstore.events.records import UnknownEvent
 from wgstore.events.registry import REGISTRY, EventRegistry, EventTypeInfo
 from wgstore.events.storable import EventChecker, encode_json, exact_json
 
-__all__ = ["Codec", "canonical_json"]
+__all__ = ["Codec", "canonical_json", "unknown_event"]
 
 _encoder = msgspec.json.Encoder(order="sorted")
 
@@ -69,13 +70,17 @@ class Codec:
     ) -> Any:
         """Decode stored JSON into its event type, upcasting older payloads first.
 
+        A type no class is registered for decodes to an :class:`UnknownEvent` holding the raw
+        payload: a reader never fails on events another program added to the log.
+
         Raises:
-            EventDecodeError: the payload does not fit the type, or was stored by newer code.
+            EventDecodeError: the payload does not fit its (registered) type, or was stored by
+                newer code.
         """
         try:
             info = self.registry.by_name(type_name)
-        except UnknownEventTypeError as error:
-            raise EventDecodeError(str(error), stream_id=stream_id, position=position) from error
+        except UnknownEventTypeError:
+            return unknown_event(type_name, schema_version, data)
         try:
             if schema_version == info.version:
                 return self._decoder(info.cls).decode(data)
@@ -113,6 +118,15 @@ class Codec:
             payload = step(payload)
             version += 1
         return payload
+
+
+def unknown_event(type_name: str, schema_version: int, data: str | bytes) -> UnknownEvent:
+    """The placeholder for a stored event of an unregistered type: its payload as stored."""
+    try:
+        payload: Any = msgspec.json.decode(data)
+    except msgspec.DecodeError:  # only SQLite can hold non-JSON text; keep it as it is
+        payload = data.decode(errors="replace") if isinstance(data, bytes) else data
+    return UnknownEvent(type=type_name, schema_version=schema_version, data=payload)
 
 
 class _SchemaTooNew(Exception):

@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["ANY", "NO_STREAM", "STREAM_EXISTS", "ExpectedVersion", "NewEvent", "RecordedEvent"]
+__all__ = [
+    "ANY",
+    "NO_STREAM",
+    "STREAM_EXISTS",
+    "ExpectedVersion",
+    "NewEvent",
+    "RecordedEvent",
+    "UnknownEvent",
+]
 
 
 class _StreamState(enum.Enum):
@@ -50,8 +58,37 @@ class NewEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class UnknownEvent:
+    """A stored event whose type this process does not know (no class is registered for it).
+
+    The store is general: any process may append its own event types (the README's
+    ``CheckpointPinned``), and a reader that never imported them still reads the log. Such an
+    event comes back as ``RecordedEvent(event=UnknownEvent(...))`` instead of raising; readers
+    show it raw or skip it, and the folds of the built-in streams step over it. Register the type
+    (import the module that defines it) to get the typed event instead.
+
+    Attributes:
+        type: the stored type name (``wg_events.event_type``).
+        schema_version: the stored schema version.
+        data: the payload as stored, decoded from JSON (a dict for any event appended through
+            the store); the raw text when it is not valid JSON.
+    """
+
+    type: str
+    schema_version: int
+    data: Any
+
+    def __str__(self) -> str:
+        return f"{self.type} (not registered here)"
+
+
+@dataclass(frozen=True, slots=True)
 class RecordedEvent:
-    """An event as stored: the typed event plus its place in the log."""
+    """An event as stored: the typed event plus its place in the log.
+
+    ``event`` is an instance of the registered class of ``type``, or an :class:`UnknownEvent`
+    when no class is registered under that name in the reading process.
+    """
 
     position: int
     stream_id: str

@@ -42,13 +42,24 @@ class Subscription:
     """A named, durable, catch-up-then-live reader of the log."""
 
     def __init__(
-        self, store: EventStore, name: str, *, types: Iterable[str | type] | None = None
+        self,
+        store: EventStore,
+        name: str,
+        *,
+        types: Iterable[str | type] | None = None,
+        streams: str | None = None,
     ) -> None:
+        """A reader named ``name``; ``types`` and ``streams`` (a stream id prefix) narrow it.
+
+        With ``streams``, events of other streams are never read (nor decoded), and the
+        checkpoint still moves past them: once caught up, it is at the log's head.
+        """
         if not isinstance(name, str) or not name:
             raise ValueError("a subscription needs a non-empty name")
         self.store = store
         self.name = name
         self.types = list(types) if types is not None else None
+        self.streams = streams
 
     def checkpoint(self) -> int:
         """The position of the last event this subscription handled (0 for none)."""
@@ -106,17 +117,30 @@ class Subscription:
 
     def _process_batch(self, handler: Any, transactional: bool, batch_size: int) -> int:
         start = self.checkpoint()
-        batch = list(self.store.read_all(after=start, limit=batch_size, types=self.types))
-        if not batch:
+        # Read the head first: every event at or below it is committed (appends are serialized),
+        # so once a filtered read comes back short, nothing below the head is left for us.
+        head = self.store.head() if self.streams is not None else 0
+        batch = list(
+            self.store.read_all(
+                after=start, limit=batch_size, types=self.types, streams=self.streams
+            )
+        )
+        end = batch[-1].position if batch else start
+        if len(batch) < batch_size:
+            end = max(end, head)
+        if end <= start:
             return 0
-        end = batch[-1].position
         with translate_errors(self.store.url):
             if transactional:
                 with self.store.engine.begin() as connection:
-                    handler(connection, batch)
+                    if batch:
+                        handler(connection, batch)
+                    self._advance(connection, start, end)
+            elif batch:
+                handler(batch)
+                with self.store.engine.begin() as connection:
                     self._advance(connection, start, end)
             else:
-                handler(batch)
                 with self.store.engine.begin() as connection:
                     self._advance(connection, start, end)
         return len(batch)

@@ -32,10 +32,19 @@ __all__ = [
     "WorkerReported",
     "WorkerStatusChange",
     "stream_id_for_group",
+    "strip_ansi",
 ]
 
+# ANSI escape sequences: CSI (colours, cursor moves: ESC [ ... final byte), OSC (ESC ] ... ended
+# by BEL or ESC backslash), and the two-character escapes (ESC and one of @ to Z, backslash to _).
+_ANSI = re.compile(r"\x1b(?:\][^\x07\x1b]*(?:\x07|\x1b\\)|\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
 _TRAIN_FN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences (terminal colours, cursor movement, titles)."""
+    return _ANSI.sub("", text)
 
 
 def stream_id_for_group(group_id: str) -> str:
@@ -98,11 +107,22 @@ class WorkerGroupContext:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorInfo:
-    """An exception as data: its type, message and formatted traceback."""
+    """An exception as data: its type, message and formatted traceback.
+
+    Terminal escape sequences (Ray colours actor names, e.g. ``\\x1b[36mray::WgstoreWorker``)
+    are removed from every field when the ``ErrorInfo`` is made, whoever makes it; the text is
+    otherwise kept whole.
+    """
 
     type: str
     message: str
     traceback: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("type", "message", "traceback"):
+            value = getattr(self, name)
+            if isinstance(value, str) and "\x1b" in value:
+                object.__setattr__(self, name, strip_ansi(value))
 
     @classmethod
     def from_exception(cls, error: BaseException) -> ErrorInfo:

@@ -6,9 +6,12 @@ The tree (under the project-wide root)::
      ├─ ProjectionError       an event that the fold cannot apply (names the stream and position)
      └─ StreamNotFoundError   no such stream (or not yet at the version or moment asked for)
 
-A fold never skips an event it does not understand: an unknown event type, a version out of
-order, an event after a terminal state or a stream that does not begin with its creation event
-all raise :class:`ProjectionError`, which names the stream, the version and the global position.
+A fold never skips an event it does not understand: an event of a known type it has no rule for,
+a version out of order, an event after a terminal state or a stream that does not begin with its
+creation event all raise :class:`ProjectionError`, which names the stream, the version and the
+global position. The one exception is an :class:`~wgstore.events.UnknownEvent` (a type no class
+is registered for in this process, e.g. another program's own event): it is not the fold's to
+interpret, so the fold steps over it (in version order).
 """
 
 from __future__ import annotations

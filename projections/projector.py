@@ -8,15 +8,23 @@ Each batch is folded with :func:`~wgstore.projections.state.evolve`, starting fr
 state as of the previous batch, kept in ``wg_snapshots`` under the name ``read-models`` and saved
 in the same transaction. The read models therefore always say what the pure fold says.
 
-A worker-group stream the fold refuses (an event out of order, an unknown type, ...) does not
-stop the projector for every other group: its ``wg_worker_groups`` row keeps the state as of the
-last good event, ``projection_error`` says which event was refused and why, and the stream's
-later events are left out until the read models are rebuilt. Events of other streams (``run-*``)
-only move the checkpoint.
+The projector reads only the streams it owns (``worker-group-*``): events of other streams
+(``run-*``, or any stream a program added with its own event types) are never read nor decoded;
+the checkpoint moves past them. Inside a worker-group stream, an event of a type the process does
+not know (:class:`~wgstore.events.UnknownEvent`) is stepped over by the fold.
 
-Rebuilding (:func:`rebuild_read_models`) empties the read models and resets the checkpoint in one
-transaction, then catches up batch by batch. Writers are never stopped (on SQLite they wait at
-most for one batch); readers see the read models fill up again from the start while it runs.
+A worker-group stream the fold refuses (an event out of order, a known event that breaks the
+lifecycle, ...) does not stop the projector for every other group: its ``wg_worker_groups`` row
+keeps the state as of the last good event, ``projection_error`` says which event was refused and
+why, and the stream's later events are left out until the read models are rebuilt.
+
+Rebuilding (:func:`rebuild_read_models`) never leaves the read models emptier than before. On
+Postgres it empties them, folds the whole log into them and moves the checkpoint in one
+transaction (rolled back on any failure; appends go on meanwhile, catch-ups in other processes
+wait for it). On SQLite, where that transaction would hold the write lock throughout, it folds the
+log into a scratch file beside the store, then swaps the rows in with one short transaction
+(``ATTACH`` + ``INSERT ... SELECT``): appends wait only for the swap, and a failure before it
+leaves the live read models untouched. Readers see the old read models until the commit.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
+from wgstore.events._translate import translate_errors
 from wgstore.events.records import RecordedEvent
 from wgstore.events.schema import wg_snapshots, wg_subscriptions
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
@@ -70,14 +79,17 @@ _PREFIX = "worker-group-"
 
 
 def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
-    """Apply every event the read models have not seen yet; return how many were handled.
+    """Apply every worker-group event the read models have not seen yet; return how many.
+
+    Events of other streams are not read; the checkpoint moves past them (to the log's head once
+    caught up).
 
     Safe to run from several processes at once: the checkpoint moves by compare-and-set, so a
     batch is applied by exactly one of them (the others retry from the new checkpoint).
     """
     from wgstore.events.subscriptions import SubscriptionConflictError
 
-    subscription = store.subscription(READ_MODELS_SUBSCRIPTION)
+    subscription = store.subscription(READ_MODELS_SUBSCRIPTION, streams=_PREFIX)
     handled = 0
     for _ in range(50):
         try:
@@ -107,28 +119,118 @@ def follow_read_models(
 
 
 def rebuild_read_models(store: EventStore, *, batch_size: int = 500) -> int:
-    """Empty the read models, reset the checkpoint (one transaction), and catch up from zero.
+    """Rebuild the read models from the whole log; return how many events were folded.
 
-    Returns how many events were handled.
+    Never leaves the read models emptier than before: on Postgres the read models are emptied,
+    refilled and the checkpoint moved in one transaction (rolled back on any failure; appends go
+    on meanwhile). On SQLite, where a writing transaction would hold up every append, the read
+    models are built beside the live ones, in a scratch file, then swapped in by one short
+    transaction; a failure before the swap leaves the live read models untouched. Either way,
+    only ``worker-group-*`` streams are read, and events appended meanwhile are caught up after.
     """
-    now = datetime.now(UTC)
+    with translate_errors(store.url):
+        if store.is_postgres:
+            handled = _rebuild_in_place(store, batch_size)
+        else:
+            handled = _rebuild_beside(store, batch_size)
+    return handled + catch_up_read_models(store, batch_size=batch_size)
+
+
+def _rebuild_in_place(store: EventStore, batch_size: int) -> int:
     with store.engine.begin() as connection:
-        dialect = postgresql if connection.dialect.name == "postgresql" else sqlite_dialect
         connection.execute(
-            dialect.insert(wg_subscriptions)
-            .values(name=READ_MODELS_SUBSCRIPTION, checkpoint=0, updated_at=now)
+            postgresql.insert(wg_subscriptions)
+            .values(name=READ_MODELS_SUBSCRIPTION, checkpoint=0, updated_at=datetime.now(UTC))
             .on_conflict_do_nothing(index_elements=["name"])
         )
         # Taking the checkpoint row first orders this after (or before) any batch in flight.
-        connection.execute(
-            wg_subscriptions.update()
-            .where(wg_subscriptions.c.name == READ_MODELS_SUBSCRIPTION)
-            .values(checkpoint=0, updated_at=now)
-        )
+        _set_checkpoint(connection, 0)
         for table in READ_MODEL_TABLES:
             connection.execute(table.delete())
         connection.execute(wg_snapshots.delete().where(wg_snapshots.c.name == PROJECTOR_SNAPSHOT))
-    return catch_up_read_models(store, batch_size=batch_size)
+        handled, end = _fold_log(store, connection, batch_size)
+        _set_checkpoint(connection, end)
+    return handled
+
+
+def _fold_log(store: EventStore, connection: sa.Connection, batch_size: int) -> tuple[int, int]:
+    """Fold every worker-group event into empty read models; return (events, position reached)."""
+    handled = after = 0
+    while True:
+        head = store.head()  # read before the batch: everything up to it is committed
+        batch = list(store.read_all(after=after, limit=batch_size, streams=_PREFIX))
+        if batch:
+            apply_read_model_batch(store, connection, batch)
+            handled += len(batch)
+        end = batch[-1].position if batch else after
+        if len(batch) < batch_size:
+            return handled, max(end, head)
+        after = end
+
+
+def _rebuild_beside(store: EventStore, batch_size: int) -> int:
+    """SQLite: build into a scratch file (no lock on the store), then swap in one transaction."""
+    import tempfile
+    from pathlib import Path
+
+    from wgstore.events.store import EventStore
+
+    with tempfile.TemporaryDirectory(prefix="wgstore-rebuild-") as folder:
+        path = Path(folder) / "read-models.db"
+        scratch = EventStore.open(f"sqlite:///{path}", synchronous="OFF")
+        try:
+            with scratch.engine.begin() as connection:
+                handled, end = _fold_log(store, connection, batch_size)
+        finally:
+            scratch.close()
+        _swap_in(store, path, end)
+    return handled
+
+
+def _swap_in(store: EventStore, path: Any, end: int) -> None:
+    """Replace the read models (and the projector's snapshots) by those of the file at ``path``."""
+    with store.engine.connect() as connection:
+        raw = connection.connection.driver_connection  # ATTACH cannot run inside a transaction
+        assert raw is not None
+        raw.execute("ATTACH DATABASE ? AS rebuilt", (str(path),))
+        try:
+            with connection.begin():
+                for table in READ_MODEL_TABLES:
+                    columns = ", ".join(f'"{column.name}"' for column in table.columns)
+                    connection.execute(table.delete())
+                    connection.exec_driver_sql(
+                        f'INSERT INTO main."{table.name}" ({columns}) '
+                        f'SELECT {columns} FROM rebuilt."{table.name}"'
+                    )
+                connection.execute(
+                    wg_snapshots.delete().where(wg_snapshots.c.name == PROJECTOR_SNAPSHOT)
+                )
+                columns = ", ".join(f'"{column.name}"' for column in wg_snapshots.columns)
+                connection.exec_driver_sql(
+                    f"INSERT INTO main.wg_snapshots ({columns}) "
+                    f"SELECT {columns} FROM rebuilt.wg_snapshots WHERE name = ?",
+                    (PROJECTOR_SNAPSHOT,),
+                )
+                connection.execute(
+                    sqlite_dialect.insert(wg_subscriptions)
+                    .values(
+                        name=READ_MODELS_SUBSCRIPTION, checkpoint=end, updated_at=datetime.now(UTC)
+                    )
+                    .on_conflict_do_update(
+                        index_elements=["name"],
+                        set_={"checkpoint": end, "updated_at": datetime.now(UTC)},
+                    )
+                )
+        finally:
+            raw.execute("DETACH DATABASE rebuilt")
+
+
+def _set_checkpoint(connection: sa.Connection, position: int) -> None:
+    connection.execute(
+        wg_subscriptions.update()
+        .where(wg_subscriptions.c.name == READ_MODELS_SUBSCRIPTION)
+        .values(checkpoint=position, updated_at=datetime.now(UTC))
+    )
 
 
 @dataclass

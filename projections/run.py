@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from wgstore.events.records import RecordedEvent
+from wgstore.events.records import RecordedEvent, UnknownEvent
 from wgstore.events.run import (
     ControllerStateChanged,
     FailureDecisionMade,
@@ -195,6 +195,10 @@ def evolve_run(state: RunState | None, record: RecordedEvent) -> RunState:
             record,
             f"out of order: the state is at version {state.version}, so the next event must be "
             f"version {state.version + 1}",
+        )
+    if isinstance(event, UnknownEvent):  # not ours to interpret: step over it
+        return replace(
+            state, version=record.version, position=record.position, updated_at=record.recorded_at
         )
     if state.ended:
         raise ProjectionError.at(

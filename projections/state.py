@@ -25,6 +25,10 @@ Decisions worth knowing:
 - ``polls_total`` counts the polls the log accounts for (each recorded poll plus the unchanged
   polls it stands for); ``last_poll_seq`` is the executor's own counter. They differ only if an
   executor died holding unrecorded unchanged polls.
+- An event of a type the reading process does not know (an :class:`~wgstore.events.UnknownEvent`:
+  another program's own event type appended to the stream) is stepped over: it moves the state's
+  ``version``, ``position`` and ``updated_at`` and nothing else, even after a terminal state.
+  An event of a known type that the fold has no rule for is still an error.
 - The training ``outcome`` is separate from the lifecycle status: ``errored`` as soon as a
   recorded poll shows a worker error, ``finished`` when a recorded poll shows every worker stopped
   without error, ``aborted`` when the group shut down before either was seen.
@@ -38,7 +42,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from wgstore.events.records import RecordedEvent
+from wgstore.events.records import RecordedEvent, UnknownEvent
 from wgstore.events.worker_group import (
     ErrorInfo,
     PlacementGroupReserved,
@@ -539,12 +543,15 @@ def _apply(draft: Any, event: RecordedEvent) -> None:
             f"out of order: the state is at version {draft.version}, so the next event must be "
             f"version {draft.version + 1}",
         )
-    if draft.status in _TERMINAL and not (
+    handler = _HANDLERS.get(type(payload))
+    if handler is None and isinstance(payload, UnknownEvent):
+        changes: dict[str, Any] = {}  # not ours to interpret: step over it
+    elif draft.status in _TERMINAL and not (
+        # a worker's own append can commit while its actor is being killed at shutdown
         draft.status is WorkerGroupStatus.SHUT_DOWN and isinstance(payload, WorkerReported)
     ):
         raise ProjectionError.at(event, f"group {draft.group_id!r} is already {draft.status.value}")
-    handler = _HANDLERS.get(type(payload))
-    if handler is None:
+    elif handler is None:
         if isinstance(payload, WorkerGroupStartRequested):
             _start_requested(draft, event)  # raises
         raise ProjectionError.at(
@@ -552,7 +559,8 @@ def _apply(draft: Any, event: RecordedEvent) -> None:
             f"{type(payload).__module__}.{type(payload).__qualname__} is not a worker-group "
             "event; the worker-group projection does not know how to apply it",
         )
-    changes = handler(draft, event)
+    else:
+        changes = handler(draft, event)
     values = draft.__dict__
     values.update(changes)
     values["version"] = event.version

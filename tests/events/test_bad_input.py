@@ -110,11 +110,12 @@ def test_a_schema_version_newer_than_the_code_is_a_clear_error(store: EventStore
         )
 
 
-def test_an_unknown_stored_type_is_a_decode_error_naming_the_position() -> None:
+def test_an_unknown_stored_type_decodes_to_a_raw_placeholder_not_an_error() -> None:
+    from wgstore.events import UnknownEvent
     from wgstore.events.codec import Codec
 
-    with pytest.raises(EventDecodeError, match=r"position 5.*NeverRegistered"):
-        Codec().decode("NeverRegistered", 1, "{}", stream_id="s", position=5)
+    event = Codec().decode("NeverRegistered", 3, '{"path": "/x"}', stream_id="s", position=5)
+    assert event == UnknownEvent(type="NeverRegistered", schema_version=3, data={"path": "/x"})
 
 
 @pytest.mark.parametrize(
