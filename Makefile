@@ -31,6 +31,7 @@ test: $(STAMP) system-deps
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python scripts/lint_imports.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/store.py

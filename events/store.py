@@ -11,7 +11,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from wgstore.events._translate import translate_errors
 from wgstore.events.codec import Codec, canonical_json
-from wgstore.events.engine import READ_ONLY_OPTION, create_store_engine, mask_url, parse_url
+from wgstore.events.engine import create_store_engine, mask_url, parse_url
 from wgstore.events.errors import (
     ConcurrencyError,
     DuplicateEventError,
@@ -844,44 +844,23 @@ def _expected_code(expected: object) -> int:
     return _check_int("expected_version", expected)
 
 
+SchemaGuard = Callable[[sa.Engine, str, bool], None]
+"""Checks (and, when the bool is True, migrates) the schema of a store being opened."""
+
+_schema_guard: SchemaGuard | None = None
+
+
+def set_schema_guard(guard: SchemaGuard) -> None:
+    """Install the step :meth:`EventStore.open` runs to bring the schema to head.
+
+    ``events`` does not know the migrations (they sit above it); the composition point,
+    the package root ``wgstore/__init__.py``, installs ``wgstore.migrations.ensure_schema``.
+    """
+    global _schema_guard
+    _schema_guard = guard
+
+
 def _ensure_schema(engine: sa.Engine, url: str, *, migrate: bool) -> None:
-    from wgstore.migrations.runner import current_revision, head_revision, upgrade
-
-    head = head_revision()
-    # Only reads: on SQLite this must not wait for the write lock behind another writer.
-    with engine.connect().execution_options(**{READ_ONLY_OPTION: True}) as connection:
-        current = current_revision(connection)
-        connection.rollback()
-    if current == head:
-        return
-    if not migrate:
-        state = "has no wgstore tables" if current is None else f"is at revision {current}"
-        raise SchemaVersionError(
-            f"the database at {mask_url(url)} {state}, but this wgstore needs {head}: run "
-            "`wgstore db upgrade --url ...` (or open the store with migrate=True)"
-        )
-    with engine.begin() as connection:
-        if engine.dialect.name == "postgresql":
-            # One migrator at a time; the others wait here, then find the schema at head.
-            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7263524)")
-        current = current_revision(connection)
-        if current == head:
-            return
-        _check_known(current, url)
-        upgrade(connection)
-
-
-def _check_known(revision: str | None, url: str) -> None:
-    if revision is None:
-        return
-    from alembic.script import ScriptDirectory
-
-    from wgstore.migrations.runner import alembic_config
-
-    try:
-        ScriptDirectory.from_config(alembic_config()).get_revision(revision)
-    except Exception:  # noqa: BLE001 - alembic raises several kinds for an unknown id
-        raise SchemaVersionError(
-            f"the database at {mask_url(url)} is at revision {revision!r}, which this wgstore "
-            "does not know: it was migrated by a newer wgstore; upgrade wgstore"
-        ) from None
+    if _schema_guard is None:  # pragma: no cover - the package root always installs one
+        raise SchemaVersionError("no schema guard installed: import wgstore before opening")
+    _schema_guard(engine, url, migrate)

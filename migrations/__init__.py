@@ -7,8 +7,9 @@ command from the repository root (``WGSTORE_URL=... alembic upgrade head``).
 from wgstore.migrations.runner import (
     alembic_config,
     current_revision,
+    ensure_schema,
     head_revision,
     upgrade,
 )
 
-__all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
+__all__ = ["alembic_config", "current_revision", "ensure_schema", "head_revision", "upgrade"]

@@ -12,7 +12,6 @@ import os
 import sqlalchemy as sa
 from alembic import context
 
-import wgstore.projections.read_models  # noqa: F401  (puts the read-model tables on `metadata`)
 from wgstore.events.schema import ALEMBIC_VERSION_TABLE, metadata
 
 config = context.config

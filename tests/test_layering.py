@@ -1,44 +1,75 @@
-"""The dependency direction of DESIGN.md: events and projections work without Ray."""
+"""DESIGN.md "Layout": dependencies point one way, table metadata depends on nothing, Ray only
+in orchestration. The import contracts live in pyproject.toml ([tool.importlinter]); this runs
+them (so `make test`, hence CI, holds them as `make lint` does)."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
-def _imported_modules(folder: Path) -> set[str]:
-    names: set[str] = set()
-    for path in folder.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module)
-    return names
+def test_every_import_contract_in_pyproject_holds() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "lint_imports.py")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
 
 
-def test_events_and_projections_never_import_ray_or_upper_layers() -> None:
-    for folder, forbidden in (
-        ("events", ("ray", "wgstore.projections", "wgstore.orchestration", "wgstore.cli")),
-        ("projections", ("ray", "wgstore.orchestration", "wgstore.cli")),
-    ):
-        imported = _imported_modules(REPO / folder)
-        bad = {
-            name
-            for name in imported
-            if name.split(".")[0] == "ray" or name.startswith(forbidden[1:])
-        }
-        assert not bad, f"{folder}/ imports {sorted(bad)}"
+def test_every_subpackage_is_named_by_a_contract() -> None:
+    packages = {p for p in PYPROJECT["tool"]["setuptools"]["packages"] if p.count(".") == 1}
+    named: set[str] = set()
+    for contract in PYPROJECT["tool"]["importlinter"]["contracts"]:
+        for key in ("layers", "source_modules", "forbidden_modules"):
+            named.update(contract.get(key, ()))
+    assert packages - named == set()
 
 
-def test_events_and_projections_import_with_ray_unavailable() -> None:
+def test_table_metadata_imports_nothing_from_wgstore() -> None:
+    tree = ast.parse((REPO / "events" / "schema.py").read_text())
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {node.module or "." for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert {name for name in imported if name.startswith(("wgstore", "."))} == set()
+
+
+def test_migrations_env_reads_only_the_table_metadata() -> None:
+    tree = ast.parse((REPO / "migrations" / "env.py").read_text())
+    top_level = {
+        node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("wgstore")
+    } | {
+        alias.name
+        for node in tree.body
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if alias.name.startswith("wgstore")
+    }
+    assert top_level == {"wgstore.events.schema"}
+
+
+def test_events_and_projections_import_and_open_a_store_with_ray_unavailable(
+    tmp_path: Path,
+) -> None:
     code = (
         "import sys; sys.modules['ray'] = None\n"
         "import wgstore.events, wgstore.projections\n"
+        f"store = wgstore.events.EventStore.open('sqlite:///{tmp_path / 'w.db'}')\n"
+        "store.close()\n"
         "assert 'ray' not in [m for m in sys.modules if sys.modules[m] is not None and m == 'ray']\n"
         "print('ok')"
     )
