@@ -32,6 +32,7 @@ from typer.core import TyperGroup
 
 from wgstore.events import EventStore, InvalidArgumentError, StoreUnavailableError, WgstoreError
 from wgstore.events.engine import mask_url, parse_url
+from wgstore.events.streams import group_id_of, group_stream
 
 __all__ = [
     "DEFAULT_URL",
@@ -43,7 +44,6 @@ __all__ = [
     "database_errors",
     "err_console",
     "format_time",
-    "group_stream",
     "json_default",
     "json_line",
     "open_store",
@@ -56,7 +56,6 @@ __all__ = [
 
 URL_ENV = "WGSTORE_URL"
 DEFAULT_URL = "sqlite:///wgstore.db"
-GROUP_STREAM_PREFIX = "worker-group-"
 
 UrlOption = Annotated[
     str,
@@ -193,11 +192,6 @@ def refuse_blank(**options: str | None) -> None:
             )
 
 
-def group_stream(group_id: str) -> str:
-    """The stream id of worker group ``group_id``."""
-    return f"{GROUP_STREAM_PREFIX}{group_id}"
-
-
 def resolve_group(store: EventStore, group: str) -> str:
     """The full id of the worker group whose id is ``group`` or starts with it.
 
@@ -205,11 +199,10 @@ def resolve_group(store: EventStore, group: str) -> str:
         UsageProblem: no group, or more than one, matches.
     """
     group = group.strip()
-    if group.startswith(GROUP_STREAM_PREFIX):
-        group = group[len(GROUP_STREAM_PREFIX) :]
+    group = group_id_of(group) or group
     if not group:
         raise UsageProblem("give a worker group id (or a unique prefix of one)")
-    found = [sid[len(GROUP_STREAM_PREFIX) :] for sid, _ in store.streams(group_stream(group))]
+    found = [group_id_of(sid) or sid for sid, _ in store.streams(group_stream(group))]
     if group in found:
         return group
     if not found:

@@ -13,7 +13,6 @@ from wgstore.cli.common import (
     DEFAULT_URL,
     UrlOption,
     UsageProblem,
-    group_stream,
     json_line,
     opened,
     out_console,
@@ -24,6 +23,7 @@ from wgstore.cli.common import (
 )
 from wgstore.cli.render import event_json, event_line
 from wgstore.events import REGISTRY, EventStore, RecordedEvent
+from wgstore.events.streams import group_stream, run_stream
 
 __all__ = ["check_types", "events_command", "run_streams", "stored_events"]
 
@@ -53,11 +53,11 @@ def _stored_type(store: EventStore, name: str) -> bool:
 
 def run_streams(store: EventStore, run_id: str) -> set[str]:
     """The streams of run ``run_id``: ``run-<id>`` and every worker group started for it."""
-    streams = {f"run-{run_id}"}
+    streams = {run_stream(run_id)}
     for record in store.read_all(types=["WorkerGroupStartRequested"]):
         if record.event.run_id == run_id:
             streams.add(group_stream(record.event.group_id))
-    if len(streams) == 1 and store.stream_version(f"run-{run_id}") == 0:
+    if len(streams) == 1 and store.stream_version(run_stream(run_id)) == 0:
         raise UsageProblem(f"no run {run_id!r} in the log (no run stream, no worker group of it)")
     return streams
 

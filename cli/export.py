@@ -22,7 +22,6 @@ from wgstore.cli.common import (
     UrlOption,
     UsageProblem,
     err_console,
-    group_stream,
     json_default,
     json_line,
     opened,
@@ -33,6 +32,7 @@ from wgstore.cli.common import (
 from wgstore.cli.events import check_types, run_streams, stored_events
 from wgstore.cli.render import event_json
 from wgstore.events import RecordedEvent
+from wgstore.events.streams import group_stream
 
 __all__ = ["PARQUET_COLUMNS", "export_command"]
 

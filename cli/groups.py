@@ -19,7 +19,6 @@ from rich.text import Text
 
 from wgstore.cli.common import (
     DEFAULT_URL,
-    GROUP_STREAM_PREFIX,
     UrlOption,
     UsageProblem,
     database_errors,
@@ -32,6 +31,7 @@ from wgstore.cli.common import (
 )
 from wgstore.cli.render import metrics_text
 from wgstore.events import EventStore
+from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of
 from wgstore.projections import (
     ProjectionError,
     StreamNotFoundError,
@@ -65,7 +65,7 @@ OUTCOME_STYLES = {"finished": "green", "errored": "bold red", "aborted": "yellow
 def iter_groups(store: EventStore) -> Iterator[tuple[str, WorkerGroupState | ProjectionError]]:
     """Every worker group in the log, oldest first, with its state (or why it cannot be folded)."""
     for stream_id, _version in store.streams(GROUP_STREAM_PREFIX):
-        group_id = stream_id[len(GROUP_STREAM_PREFIX) :]
+        group_id = group_id_of(stream_id) or stream_id
         try:
             yield group_id, worker_group_state(store, group_id)
         except ProjectionError as error:

@@ -17,7 +17,6 @@ from wgstore.cli.common import (
     DEFAULT_URL,
     UrlOption,
     format_time,
-    group_stream,
     json_line,
     opened,
     out_console,
@@ -26,6 +25,7 @@ from wgstore.cli.common import (
 )
 from wgstore.cli.render import event_line, metrics_text
 from wgstore.events import UnknownEvent
+from wgstore.events.streams import group_stream
 from wgstore.projections import PollRecord, WorkerGroupState, evolve, poll_history
 
 __all__ = ["diff_states", "polls_command", "replay_command"]

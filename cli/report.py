@@ -21,13 +21,13 @@ from wgstore.cli.common import (
     UsageProblem,
     err_console,
     format_time,
-    group_stream,
     json_default,
     opened,
     resolve_group,
 )
 from wgstore.cli.render import describe
 from wgstore.events import EventStore, RecordedEvent
+from wgstore.events.streams import group_stream
 from wgstore.projections import WorkerGroupState, evolve
 
 __all__ = ["build_report_data", "render_html", "report_command"]

@@ -20,13 +20,13 @@ from wgstore.cli.common import (
     UrlOption,
     UsageProblem,
     database_errors,
-    group_stream,
     opened,
     out_console,
     resolve_group,
 )
 from wgstore.events import EventStore, EventStoreError
 from wgstore.events.hashing import HMAC_KEY_ENV
+from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream
 
 __all__ = ["read_model_problems", "unknown_types", "verify_command"]
 
@@ -127,7 +127,7 @@ def read_model_problems(store: EventStore) -> tuple[list[str], int]:
         try:
             with scratch.engine.begin() as connection:
                 batch: list[Any] = []
-                for record in store.read_all(streams="worker-group-"):
+                for record in store.read_all(streams=GROUP_STREAM_PREFIX):
                     if record.position > checkpoint:
                         break
                     batch.append(record)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wgstore.events.registry import event_type
+from wgstore.events.streams import run_stream
 from wgstore.events.worker_group import ErrorInfo
 
 __all__ = [
@@ -18,9 +19,8 @@ __all__ = [
 ]
 
 
-def stream_id_for_run(run_id: str) -> str:
-    """The stream that holds the events of run ``run_id``."""
-    return f"run-{run_id}"
+stream_id_for_run = run_stream
+"""The stream of a run: :func:`wgstore.events.streams.run_stream` (kept name)."""
 
 
 @event_type("RunCreated", version=1)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from wgstore.events.registry import event_type
+from wgstore.events.streams import group_stream
 
 __all__ = [
     "ErrorInfo",
@@ -47,9 +48,8 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
-def stream_id_for_group(group_id: str) -> str:
-    """The stream that holds the events of worker group ``group_id``."""
-    return f"worker-group-{group_id}"
+stream_id_for_group = group_stream
+"""The stream of a worker group: :func:`wgstore.events.streams.group_stream` (kept name)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 
 from wgstore.events.records import RecordedEvent
+from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import (
     PlacementGroupReserved,
     StartStage,
@@ -56,7 +57,7 @@ class Command:
     @property
     def stream_id(self) -> str:
         """The group's stream."""
-        return f"worker-group-{self.group_id}"
+        return group_stream(self.group_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,6 +43,7 @@ import ray
 
 import wgstore
 from wgstore.events import EventStore, NewEvent, RecordedEvent
+from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream
 from wgstore.events.worker_group import (
     TrainingLaunched,
     WorkerGroupShutDown,
@@ -70,7 +71,6 @@ __all__ = ["RayExecutor", "run_executor"]
 
 log = logging.getLogger("wgstore.executor")
 
-_STREAM_PREFIX = "worker-group-"
 _POLL = object()
 _START_ENDS = (TrainingLaunched, WorkerGroupStartFailed, WorkerGroupShutDown)
 _ENDED = frozenset({"WorkerGroupShutDown", "WorkerGroupStartFailed"})
@@ -294,7 +294,7 @@ class RayExecutor:
         """The group's latest state, read afresh, and a test of whether a command is done."""
         state: WorkerGroupState | None = None
         causations: set[str] = set()
-        for record in self.store.read_stream(f"{_STREAM_PREFIX}{group_id}"):
+        for record in self.store.read_stream(group_stream(group_id)):
             state = evolve(state, record)
             cause = record.metadata.get("causation_id")
             if cause:
@@ -417,7 +417,7 @@ class RayExecutor:
         events = self._poll_events(group.group_id, attached, metadata)
         if events:
             try:
-                self.store.append(f"{_STREAM_PREFIX}{group.group_id}", events)
+                self.store.append(group_stream(group.group_id), events)
             except Exception:
                 with self._lock:  # rebuild the bookkeeping from the log on the next poll
                     self._attached.pop(group.group_id, None)
@@ -478,7 +478,7 @@ class RayExecutor:
         """Fold only the streams of groups not yet ended: a long log of finished groups (their
         polls and reports) costs one read of each stream's last event, not a read of it all."""
         head = self.store.head()
-        for stream_id, version in self.store.streams(_STREAM_PREFIX):
+        for stream_id, version in self.store.streams(GROUP_STREAM_PREFIX):
             last = next(iter(self.store.read_stream(stream_id, version, version)), None)
             if last is None or last.type in _ENDED:
                 continue
@@ -489,11 +489,12 @@ class RayExecutor:
     def _read_new(self) -> None:
         for record in self.store.read_all(after=self._position):
             self._position = record.position
-            if record.stream_id.startswith(_STREAM_PREFIX):
+            if group_id_of(record.stream_id) is not None:
                 self._apply(record)
 
     def _apply(self, record: RecordedEvent) -> None:
-        group_id = record.stream_id[len(_STREAM_PREFIX) :]
+        group_id = group_id_of(record.stream_id)
+        assert group_id is not None  # _read_new and _catch_up_by_stream read groups' streams
         if self._scope is not None and group_id not in self._scope:
             return
         group = self._groups.get(group_id)

@@ -42,6 +42,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from wgstore.events._translate import translate_errors
 from wgstore.events.records import RecordedEvent
 from wgstore.events.schema import wg_snapshots, wg_subscriptions
+from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
 from wgstore.projections._db import to_utc
 from wgstore.projections.errors import ProjectionError
@@ -75,8 +76,6 @@ READ_MODELS_SUBSCRIPTION = "read-models"
 PROJECTOR_SNAPSHOT = "read-models"
 """The ``wg_snapshots.name`` of the states the projector continues from."""
 
-_PREFIX = "worker-group-"
-
 
 def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
     """Apply every worker-group event the read models have not seen yet; return how many.
@@ -89,7 +88,7 @@ def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
     """
     from wgstore.events.subscriptions import SubscriptionConflictError
 
-    subscription = store.subscription(READ_MODELS_SUBSCRIPTION, streams=_PREFIX)
+    subscription = store.subscription(READ_MODELS_SUBSCRIPTION, streams=GROUP_STREAM_PREFIX)
     handled = 0
     for _ in range(50):
         try:
@@ -158,7 +157,7 @@ def _fold_log(store: EventStore, connection: sa.Connection, batch_size: int) -> 
     handled = after = 0
     while True:
         head = store.head()  # read before the batch: everything up to it is committed
-        batch = list(store.read_all(after=after, limit=batch_size, streams=_PREFIX))
+        batch = list(store.read_all(after=after, limit=batch_size, streams=GROUP_STREAM_PREFIX))
         if batch:
             apply_read_model_batch(store, connection, batch)
             handled += len(batch)
@@ -253,11 +252,11 @@ def apply_read_model_batch(
     _lock_checkpoint(connection, batch)
     streams: dict[str, list[RecordedEvent]] = {}
     for event in batch:
-        if event.stream_id.startswith(_PREFIX):
+        if event.stream_id.startswith(GROUP_STREAM_PREFIX):
             streams.setdefault(event.stream_id, []).append(event)
     if not streams:
         return
-    group_ids = [stream_id[len(_PREFIX) :] for stream_id in streams]
+    group_ids = [group_id_of(stream_id) for stream_id in streams]
     existing = {
         row.group_id: row.projection_error
         for row in connection.execute(
@@ -306,7 +305,7 @@ def _fold_group(
             state = project_worker_group(previous) if previous else None
         sqlite = connection.dialect.name != "postgresql"
         for found in connection.execute(
-            sa.select(wg_workers).where(wg_workers.c.group_id == stream_id[len(_PREFIX) :])
+            sa.select(wg_workers).where(wg_workers.c.group_id == group_id_of(stream_id))
         ).mappings():
             row = dict(found)
             if sqlite and row["last_metrics"] is not None:
