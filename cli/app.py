@@ -14,6 +14,7 @@ from wgstore.cli import (
     report,
     run,
     sql,
+    state,
     verify,
 )
 from wgstore.cli.common import WgstoreGroup
@@ -41,7 +42,7 @@ app.command("events")(events.events_command)
 app.command("verify")(verify.verify_command)
 app.command("sql")(sql.sql_command)
 app.command("groups")(groups.groups_command)
-app.command("state")(groups.state_command)
+app.command("state")(state.state_command)
 app.command("replay")(history.replay_command)
 app.command("polls")(history.polls_command)
 app.add_typer(projections.projections_app, name="projections")

@@ -6,71 +6,26 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from wgstore.cli.common import DEFAULT_URL, UrlOption, database_errors, opened, out_console
+from wgstore.cli.common import DEFAULT_URL, UrlOption, opened, out_console
 from wgstore.events import EventStore
 from wgstore.projections import (
     READ_MODELS_SUBSCRIPTION,
     catch_up_read_models,
     rebuild_read_models,
 )
-from wgstore.projections.read_models import READ_MODEL_TABLES, wg_worker_groups
+from wgstore.projections.views import read_model_status
 
-__all__ = ["ReadModelStatus", "projections_app", "read_model_status"]
+__all__ = ["projections_app"]
 
 projections_app = typer.Typer(
     help="The SQL read models (wg_worker_groups, wg_workers, ...): status, catch up, rebuild.",
     no_args_is_help=True,
 )
-
-
-class ReadModelStatus:
-    """Where the read models stand against the log."""
-
-    def __init__(
-        self,
-        checkpoint: int,
-        head: int,
-        behind: int,
-        rows: dict[str, int],
-        broken: list[tuple[str, str]],
-    ) -> None:
-        self.checkpoint = checkpoint
-        self.head = head
-        self.behind = behind
-        self.rows = rows
-        self.broken = broken
-
-
-def read_model_status(store: EventStore) -> ReadModelStatus:
-    """The checkpoint, how many events the read models have not seen, rows, refused streams."""
-    checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
-    head = store.head()
-    with database_errors(store.url), store.engine.connect() as connection:
-        behind = connection.execute(
-            sa.text("SELECT count(*) FROM wg_events WHERE position > :c"), {"c": checkpoint}
-        ).scalar_one()
-        rows = {
-            table.name: connection.execute(
-                sa.select(sa.func.count()).select_from(table)
-            ).scalar_one()
-            for table in READ_MODEL_TABLES
-        }
-        broken = [
-            (row.group_id, row.projection_error)
-            for row in connection.execute(
-                sa.select(wg_worker_groups.c.group_id, wg_worker_groups.c.projection_error).where(
-                    wg_worker_groups.c.projection_error.is_not(None)
-                )
-            )
-        ]
-        connection.rollback()
-    return ReadModelStatus(checkpoint, head, int(behind), rows, broken)
 
 
 @projections_app.command("status")

@@ -30,9 +30,11 @@ from wgstore.cli.common import (
     parse_duration,
     store_label,
 )
-from wgstore.cli.groups import STATUS_STYLES, first_line, workers_table
+from wgstore.cli.groups import STATUS_STYLES
+from wgstore.cli.state import workers_table
 from wgstore.orchestration.quiet_ray import quiet_ray
 from wgstore.projections import WorkerGroupState
+from wgstore.projections.views import first_line
 
 __all__ = ["executor_command", "live_view", "run_command"]
 

@@ -136,8 +136,8 @@ def test_state_of_an_unknown_group_exits_2(cli: Any, recorded: Any) -> None:
 def test_groups_reads_current_read_models_and_they_agree_with_the_log(
     cli: Any, recorded: Any
 ) -> None:
-    from wgstore.cli.groups import summaries_from_read_models
     from wgstore.events import EventStore
+    from wgstore.projections.views import summaries_from_read_models
 
     from_log = cli("groups", "--url", recorded.url, "--json")
     assert cli("projections", "catch-up", "--url", recorded.url).exit_code == 0
@@ -154,8 +154,8 @@ def test_groups_reads_current_read_models_and_they_agree_with_the_log(
 def test_groups_falls_back_to_the_log_when_the_read_models_are_behind(
     cli: Any, recorded: Any, history: Any
 ) -> None:
-    from wgstore.cli.groups import summaries_from_read_models
     from wgstore.events import EventStore
+    from wgstore.projections.views import summaries_from_read_models
 
     cli("projections", "catch-up", "--url", recorded.url)
     with EventStore.open(recorded.url) as store:
@@ -194,8 +194,8 @@ def test_a_stream_the_fold_refuses_is_listed_as_unreadable_and_state_names_the_e
 def test_state_errors_prints_every_error_whole_and_tables_show_only_the_first_line(
     cli: Any, recorded: Any
 ) -> None:
-    from wgstore.cli.groups import first_line
     from wgstore.events.worker_group import ErrorInfo
+    from wgstore.projections.views import first_line
 
     whole = cli("state", recorded.errored_group[:8], "--url", recorded.url, "--errors")
     assert whole.exit_code == 0

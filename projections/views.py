@@ -1,0 +1,398 @@
+"""Read-side views: what the CLI, the Python API and tests ask of the store, as plain data.
+
+Each function takes an open :class:`~wgstore.events.EventStore` and returns values (dicts,
+tuples, frozen dataclasses): no rendering. ``wgstore groups`` / ``state`` / ``projections
+status`` / ``verify`` are a parse, one call here, and a render.
+
+- :func:`group_summaries`: one summary per worker group, from the read model ``wg_worker_groups``
+  when it is current with the log, else folded from the log.
+- :func:`state_json` / :func:`worker_rows`: a group's state as JSON-ready data, one row per worker.
+- :func:`read_model_status`: where the read models stand against the log.
+- :func:`read_model_problems`: the read models compared with a rebuild from the log.
+- :func:`unknown_types`: stored event types this wgstore does not know.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+from wgstore.events import REGISTRY, EventStore
+from wgstore.events._translate import translate_errors
+from wgstore.events.schema import READ_MODEL_TABLES, wg_events, wg_worker_groups
+from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of
+from wgstore.projections.errors import ProjectionError
+from wgstore.projections.projector import (
+    READ_MODELS_SUBSCRIPTION,
+    apply_read_model_batch,
+    read_model_rows,
+)
+from wgstore.projections.queries import worker_group_state
+from wgstore.projections.state import WorkerGroupState
+
+__all__ = [
+    "SUMMARY_KEYS",
+    "ReadModelStatus",
+    "first_line",
+    "group_summaries",
+    "iter_groups",
+    "read_model_problems",
+    "read_model_status",
+    "state_json",
+    "summaries_from_log",
+    "summaries_from_read_models",
+    "unknown_types",
+    "worker_rows",
+]
+
+SUMMARY_KEYS = (
+    "group_id",
+    "run_id",
+    "attempt",
+    "status",
+    "outcome",
+    "num_workers",
+    "running_workers",
+    "requested_at",
+    "updated_at",
+    "shut_down_at",
+    "train_fn",
+    "reports",
+    "error",
+)
+"""The keys of every group summary; a group whose stream cannot be folded has status
+``UNREADABLE`` and the reason in ``error``."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_PER_TABLE = 20
+
+
+# ------------------------------------------------------------------------ worker groups
+
+
+def iter_groups(store: EventStore) -> Iterator[tuple[str, WorkerGroupState | ProjectionError]]:
+    """Every worker group in the log, oldest first, with its state (or why it cannot be folded)."""
+    for stream_id, _version in store.streams(GROUP_STREAM_PREFIX):
+        group_id = group_id_of(stream_id) or stream_id
+        try:
+            yield group_id, worker_group_state(store, group_id)
+        except ProjectionError as error:
+            yield group_id, error
+
+
+def state_json(state: WorkerGroupState) -> dict[str, Any]:
+    """The state as JSON-ready data, with its derived values (outcome, error, counts) added."""
+    data: dict[str, Any] = msgspec.to_builtins(state, str_keys=True)
+    outcome = state.outcome
+    error = state.error
+    data.update(
+        outcome=None if outcome is None else outcome.value,
+        num_workers=state.num_workers,
+        reports_total=state.reports_total,
+        error=None if error is None else msgspec.to_builtins(error),
+        worker_errors={str(rank): str(err) for rank, err in state.errors.items()},
+    )
+    return data
+
+
+def _group_summary(group_id: str, state: WorkerGroupState) -> dict[str, Any]:
+    outcome = state.outcome
+    error = state.error
+    running = state.poll_status.num_running if state.poll_status else None
+    return {
+        "group_id": group_id,
+        "run_id": state.run_id,
+        "attempt": state.attempt,
+        "status": state.status.value,
+        "outcome": None if outcome is None else outcome.value,
+        "num_workers": state.num_workers,
+        "running_workers": running,
+        "requested_at": state.requested_at,
+        "updated_at": state.updated_at,
+        "shut_down_at": state.shut_down_at,
+        "train_fn": state.context.train_fn,
+        "reports": state.reports_total,
+        "error": None if error is None else str(error),
+    }
+
+
+def _unreadable(group_id: str, error: str) -> dict[str, Any]:
+    summary: dict[str, Any] = dict.fromkeys(SUMMARY_KEYS)
+    summary.update(group_id=group_id, status="UNREADABLE", error=error)
+    return summary
+
+
+def summaries_from_log(store: EventStore) -> list[dict[str, Any]]:
+    """One summary per group, folded from the log (always right, slower on a big log)."""
+    result = []
+    for group_id, state in iter_groups(store):
+        if isinstance(state, ProjectionError):
+            result.append(_unreadable(group_id, str(state)))
+        else:
+            result.append(_group_summary(group_id, state))
+    return result
+
+
+def _utc(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    moment: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def summaries_from_read_models(store: EventStore) -> list[dict[str, Any]] | None:
+    """One summary per group from ``wg_worker_groups``; None when the read models are behind."""
+    if store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() < store.head():
+        return None
+    table = wg_worker_groups
+    with translate_errors(store.url), store.engine.connect() as connection:
+        rows = list(connection.execute(sa.select(table)).mappings())
+        connection.rollback()
+    result = []
+    for row in rows:
+        if row["projection_error"] is not None:
+            result.append(_unreadable(row["group_id"], row["projection_error"]))
+            continue
+        error = f"{row['error_type']}: {row['error_message']}" if row["error_type"] else None
+        result.append(
+            {
+                "group_id": row["group_id"],
+                "run_id": row["run_id"],
+                "attempt": row["attempt"],
+                "status": row["status"],
+                "outcome": row["outcome"],
+                "num_workers": row["num_workers"],
+                "running_workers": row["running_workers"],
+                "requested_at": _utc(row["requested_at"]),
+                "updated_at": _utc(row["updated_at"]),
+                "shut_down_at": _utc(row["shut_down_at"]),
+                "train_fn": row["train_fn"],
+                "reports": row["reports_total"],
+                "error": error,
+            }
+        )
+    return result
+
+
+def group_summaries(store: EventStore, *, from_log: bool = False) -> list[dict[str, Any]]:
+    """One summary per group (keys :data:`SUMMARY_KEYS`), oldest request first.
+
+    Read from ``wg_worker_groups`` when the read models are current with the log (and
+    ``from_log`` is False), else folded from the log, so it is right either way.
+    """
+    summaries = None if from_log else summaries_from_read_models(store)
+    if summaries is None:
+        summaries = summaries_from_log(store)
+    summaries.sort(key=lambda g: (g["requested_at"] or _EPOCH, g["group_id"]))
+    return summaries
+
+
+def first_line(error: Any) -> str:
+    """The first line of an error, with `` ...`` when more follows (for tables)."""
+    text = str(error).strip()
+    line, _, rest = text.partition("\n")
+    return f"{line} ..." if rest.strip() else line
+
+
+def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
+    """One dict per worker: placement, status at the latest poll, reports and latest metrics.
+
+    ``node_rank`` and ``node_ip`` name the node; ``status`` is ``started`` (no poll yet),
+    ``running``, ``finished`` or ``error`` (``error`` holds its first line).
+    """
+    rows = []
+    statuses = state.poll_status.worker_statuses if state.poll_status else {}
+    for worker in state.workers:
+        status = statuses.get(worker.world_rank)
+        if status is None:
+            label = "started"
+        elif status.error is not None:
+            label = "error"
+        elif status.running:
+            label = "running"
+        else:
+            label = "finished"
+        rows.append(
+            {
+                "rank": worker.world_rank,
+                "node": f"{worker.node_rank} {worker.node_ip}",
+                "node_rank": worker.node_rank,
+                "node_ip": worker.node_ip,
+                "pid": worker.pid,
+                "status": label,
+                "error": "" if status is None or status.error is None else first_line(status.error),
+                "reports": state.report_counts.get(worker.world_rank, 0),
+                "metrics": dict(state.latest_metrics.get(worker.world_rank, {})),
+            }
+        )
+    return rows
+
+
+# ------------------------------------------------------------------------ read models
+
+
+@dataclass(frozen=True, slots=True)
+class ReadModelStatus:
+    """Where the read models stand against the log."""
+
+    checkpoint: int
+    """Position of the last event the read models applied."""
+    head: int
+    """Position of the log's newest event."""
+    behind: int
+    """How many events past the checkpoint the read models have not seen."""
+    rows: dict[str, int]
+    """Rows per read-model table."""
+    broken: list[tuple[str, str]]
+    """``(group_id, reason)`` of each group whose stream the projector refused."""
+
+
+def _events_after(connection: sa.Connection, checkpoint: int) -> int:
+    query = sa.select(sa.func.count()).select_from(wg_events)
+    return int(connection.execute(query.where(wg_events.c.position > checkpoint)).scalar_one())
+
+
+def read_model_status(store: EventStore) -> ReadModelStatus:
+    """The checkpoint, how many events the read models have not seen, rows, refused streams."""
+    checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+    head = store.head()
+    table = wg_worker_groups
+    with translate_errors(store.url), store.engine.connect() as connection:
+        behind = _events_after(connection, checkpoint)
+        rows = {
+            t.name: connection.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
+            for t in READ_MODEL_TABLES
+        }
+        refused = sa.select(table.c.group_id, table.c.projection_error).where(
+            table.c.projection_error.is_not(None)
+        )
+        broken = [(row.group_id, row.projection_error) for row in connection.execute(refused)]
+        connection.rollback()
+    return ReadModelStatus(checkpoint, head, behind, rows, broken)
+
+
+def _normalizers(table: sa.Table) -> list[Callable[[Any], Any]]:
+    """Per column, a function that makes SQLite and Postgres values of it compare equal."""
+    pg = postgresql.dialect()  # type: ignore[no-untyped-call]
+
+    def as_time(value: Any) -> Any:
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        if isinstance(value, datetime):
+            return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+        return value
+
+    def as_json(value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str) else value
+
+    def as_bool(value: Any) -> Any:
+        return None if value is None else bool(value)
+
+    result: list[Callable[[Any], Any]] = []
+    for column in table.columns:
+        if isinstance(column.type, sa.DateTime):
+            result.append(as_time)
+        elif isinstance(column.type.dialect_impl(pg), postgresql.JSONB):
+            result.append(as_json)
+        elif isinstance(column.type, sa.Boolean):
+            result.append(as_bool)
+        else:
+            result.append(lambda value: value)
+    return result
+
+
+def _keyed(table: sa.Table, rows: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    normalize = _normalizers(table)
+    names = [column.name for column in table.columns]
+    key_at = [names.index(column.name) for column in table.primary_key.columns]
+    keyed = {}
+    for row in rows:
+        clean = tuple(fn(value) for fn, value in zip(normalize, row, strict=True))
+        keyed[tuple(clean[i] for i in key_at)] = clean
+    return keyed
+
+
+def _compare(
+    table: sa.Table, actual: list[tuple[Any, ...]], expected: list[tuple[Any, ...]]
+) -> list[str]:
+    names = [column.name for column in table.columns]
+    have, want = _keyed(table, actual), _keyed(table, expected)
+    problems = []
+    for key in sorted(set(have) | set(want), key=str):
+        label = f"{table.name} row {', '.join(map(str, key))}"
+        if key not in have:
+            problems.append(f"{label} is missing from the read model (a rebuild has it)")
+        elif key not in want:
+            problems.append(f"{label} is in the read model but not in a rebuild")
+        else:
+            for name, mine, theirs in zip(names, have[key], want[key], strict=True):
+                if mine != theirs:
+                    problems.append(
+                        f"{label}: {name} is {mine!r} in the read model, {theirs!r} in a rebuild"
+                    )
+    if len(problems) > _MAX_PER_TABLE:
+        problems = [
+            *problems[:_MAX_PER_TABLE],
+            f"{table.name}: ... and {len(problems) - _MAX_PER_TABLE} more",
+        ]
+    return problems
+
+
+def read_model_problems(store: EventStore) -> tuple[list[str], int]:
+    """Compare the read models with a rebuild from the log into a scratch SQLite file.
+
+    The rebuild covers the events up to the read models' checkpoint, so read models that are
+    merely behind the log are not a problem. The store itself is only read.
+
+    Returns:
+        The differences (empty when none) and how many events the read models are behind.
+    """
+    checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+    with translate_errors(store.url), store.engine.connect() as connection:
+        behind = _events_after(connection, checkpoint)
+        connection.rollback()
+    with tempfile.TemporaryDirectory(prefix="wgstore-verify-") as folder:
+        scratch = EventStore.open(f"sqlite:///{Path(folder) / 'rebuild.db'}", synchronous="OFF")
+        try:
+            with scratch.engine.begin() as connection:
+                batch: list[Any] = []
+                for record in store.read_all(streams=GROUP_STREAM_PREFIX):
+                    if record.position > checkpoint:
+                        break
+                    batch.append(record)
+                    if len(batch) == 500:
+                        apply_read_model_batch(store, connection, batch)
+                        batch = []
+                if batch:
+                    apply_read_model_batch(store, connection, batch)
+                expected = read_model_rows(connection)
+        finally:
+            scratch.close()
+    with translate_errors(store.url), store.engine.connect() as connection:
+        actual = read_model_rows(connection)
+        connection.rollback()
+    problems: list[str] = []
+    for table in READ_MODEL_TABLES:
+        problems += _compare(table, actual[table.name], expected[table.name])
+    return problems, behind
+
+
+def unknown_types(store: EventStore, stream: str | None = None) -> dict[str, int]:
+    """How many events of each stored type that is not registered here (all, or one stream's)."""
+    query = sa.select(wg_events.c.event_type, sa.func.count()).group_by(wg_events.c.event_type)
+    if stream is not None:
+        query = query.where(wg_events.c.stream_id == stream)
+    with translate_errors(store.url), store.engine.connect() as connection:
+        rows = connection.execute(query).all()
+        connection.rollback()
+    known = set(REGISTRY.names())
+    return {name: int(count) for name, count in sorted(rows) if name not in known}
