@@ -33,6 +33,7 @@ from typer.core import TyperGroup
 from wgstore.events import EventStore, InvalidArgumentError, StoreUnavailableError, WgstoreError
 from wgstore.events.engine import mask_url, parse_url
 from wgstore.events.streams import group_id_of, group_stream
+from wgstore.projections.text import format_time
 
 __all__ = [
     "DEFAULT_URL",
@@ -286,15 +287,6 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
             f"{text!r} is outside the years 1 to 9999 once converted to UTC; give a time "
             "within them"
         ) from None
-
-
-def format_time(moment: datetime | None) -> str:
-    """A UTC moment as ``2024-05-01 14:30:00.123Z`` (or ``-`` when unknown)."""
-    if moment is None:
-        return "-"
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 # ---------------------------------------------------------------------- JSON

@@ -191,9 +191,9 @@ def test_the_report_renders_in_headless_chromium_with_no_console_errors(
 def test_a_long_group_is_thinned_so_the_page_stays_small(
     cli: Any, sqlite_url: str, history: Any, tmp_path: Path
 ) -> None:
-    from wgstore.cli.report import MAX_EVENTS, MAX_POINTS
     from wgstore.events import EventStore
     from wgstore.events.worker_group import WorkerReported
+    from wgstore.projections.timeline import MAX_EVENTS, MAX_POINTS
 
     group = "10ng"
     with EventStore.open(sqlite_url) as store:
