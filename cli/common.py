@@ -42,7 +42,6 @@ __all__ = [
     "UrlOption",
     "UsageProblem",
     "WgstoreGroup",
-    "database_errors",
     "err_console",
     "format_time",
     "json_default",
@@ -156,18 +155,6 @@ def opened(url: str, *, read_only: bool = True) -> Iterator[EventStore]:
         yield store
     finally:
         store.close()
-
-
-@contextmanager
-def database_errors(url: str) -> Iterator[None]:
-    """Turn a driver error raised inside the block into a one-line :class:`CliError`."""
-    import sqlalchemy.exc
-
-    try:
-        yield
-    except sqlalchemy.exc.DBAPIError as error:
-        reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
-        raise CliError(f"{store_label(url)}: {reason}") from None
 
 
 def store_label(url: str) -> str:

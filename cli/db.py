@@ -9,10 +9,10 @@ from wgstore.cli.common import (
     CliError,
     UrlOption,
     check_url,
-    database_errors,
     open_store,
     store_label,
 )
+from wgstore.events._translate import translate_errors
 from wgstore.events.engine import create_store_engine, parse_url
 from wgstore.events.sql_reader import READER_URL_ENV, prepare_reader
 from wgstore.migrations.runner import current_revision, head_revision
@@ -29,7 +29,7 @@ def _current(url: str) -> str | None:
     """The revision the database is at (None when never migrated), read without writing."""
     engine = create_store_engine(check_url(url), read_only=True)
     try:
-        with database_errors(url), engine.connect() as connection:
+        with translate_errors(url), engine.connect() as connection:
             revision = current_revision(connection)
             connection.rollback()
         return revision

@@ -62,6 +62,7 @@ def run_query(
 
     Raises:
         UsageProblem: a bad URL or an empty query.
+        ValueError: not one statement (from ``run_read_only``).
         WgstoreError: the database refused the statement, it failed, or no reader session.
     """
     from wgstore.projections import READ_MODELS_SUBSCRIPTION
@@ -71,16 +72,11 @@ def run_query(
     check_url(url)
     if reader_url:
         check_url(reader_url)
-    try:
-        return run_read_only(
-            url,
-            query,
-            timeout_s=timeout_s,
-            reader_url=reader_url,
-            behind_of=READ_MODELS_SUBSCRIPTION,
-        )
-    except ValueError as error:
-        raise UsageProblem(str(error)) from None
+    # A ValueError (a bad statement shape) reaches WgstoreGroup, the one place that maps
+    # errors to exit codes (2 for it).
+    return run_read_only(
+        url, query, timeout_s=timeout_s, reader_url=reader_url, behind_of=READ_MODELS_SUBSCRIPTION
+    )
 
 
 def _cell(value: Any) -> Text:
