@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Annotated
 
@@ -23,9 +23,10 @@ from wgstore.cli.common import (
 )
 from wgstore.cli.render import event_json, event_line
 from wgstore.events import REGISTRY, EventStore, RecordedEvent
-from wgstore.events.streams import group_stream, run_stream
+from wgstore.events.streams import group_stream
+from wgstore.projections import StreamNotFoundError, views
 
-__all__ = ["check_types", "events_command", "run_streams", "stored_events"]
+__all__ = ["check_types", "events_command", "run_streams"]
 
 Filter = Callable[[RecordedEvent], bool]
 
@@ -52,31 +53,11 @@ def _stored_type(store: EventStore, name: str) -> bool:
 
 
 def run_streams(store: EventStore, run_id: str) -> set[str]:
-    """The streams of run ``run_id``: ``run-<id>`` and every worker group started for it."""
-    streams = {run_stream(run_id)}
-    for record in store.read_all(types=["WorkerGroupStartRequested"]):
-        if record.event.run_id == run_id:
-            streams.add(group_stream(record.event.group_id))
-    if len(streams) == 1 and store.stream_version(run_stream(run_id)) == 0:
-        raise UsageProblem(f"no run {run_id!r} in the log (no run stream, no worker group of it)")
-    return streams
-
-
-def stored_events(
-    store: EventStore, streams: set[str] | None, types: list[str], head: int
-) -> Iterator[RecordedEvent]:
-    """The stored events up to ``head``, of ``streams`` (all when None)."""
-    if streams is not None and len(streams) == 1:
-        (stream,) = streams
-        for record in store.read_stream(stream):
-            if record.position <= head and (not types or record.type in types):
-                yield record
-        return
-    for record in store.read_all(types=types or None):
-        if record.position > head:
-            return
-        if streams is None or record.stream_id in streams:
-            yield record
+    """:func:`wgstore.projections.views.run_streams`; an unknown run is a usage problem."""
+    try:
+        return views.run_streams(store, run_id)
+    except StreamNotFoundError as error:
+        raise UsageProblem(str(error)) from None
 
 
 def _emit(records: Iterable[RecordedEvent], keep: Filter, as_json: bool) -> int:
@@ -189,6 +170,6 @@ def events_command(
         elif run:
             streams = run_streams(store, run)
         head = store.head()
-        _emit(stored_events(store, streams, type_names, head), keep, as_json)
+        _emit(views.stored_events(store, streams, type_names, head), keep, as_json)
         if follow:
             _follow(store, head, streams, type_names, keep, as_json, limit_s)

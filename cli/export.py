@@ -29,10 +29,11 @@ from wgstore.cli.common import (
     refuse_blank,
     resolve_group,
 )
-from wgstore.cli.events import check_types, run_streams, stored_events
+from wgstore.cli.events import check_types, run_streams
 from wgstore.cli.render import event_json
 from wgstore.events import RecordedEvent
 from wgstore.events.streams import group_stream
+from wgstore.projections.views import stored_events
 
 __all__ = ["PARQUET_COLUMNS", "export_command"]
 

@@ -10,6 +10,7 @@ status`` / ``verify`` are a parse, one call here, and a render.
 - :func:`read_model_status`: where the read models stand against the log.
 - :func:`read_model_problems`: the read models compared with a rebuild from the log.
 - :func:`unknown_types`: stored event types this wgstore does not know.
+- :func:`run_streams` / :func:`stored_events`: the streams of a run; the events up to a head.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ import msgspec
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from wgstore.events import REGISTRY, EventStore
+from wgstore.events import REGISTRY, EventStore, RecordedEvent
 from wgstore.events._translate import translate_errors
 from wgstore.events.schema import READ_MODEL_TABLES, wg_events, wg_worker_groups
-from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of
-from wgstore.projections.errors import ProjectionError
+from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream, run_stream
+from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import (
     READ_MODELS_SUBSCRIPTION,
     apply_read_model_batch,
@@ -47,7 +48,9 @@ __all__ = [
     "iter_groups",
     "read_model_problems",
     "read_model_status",
+    "run_streams",
     "state_json",
+    "stored_events",
     "summaries_from_log",
     "summaries_from_read_models",
     "unknown_types",
@@ -235,6 +238,39 @@ def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# ------------------------------------------------------------------------ events
+
+
+def run_streams(store: EventStore, run_id: str) -> set[str]:
+    """The streams of run ``run_id``: ``run-<id>`` and every worker group started for it."""
+    streams = {run_stream(run_id)}
+    for record in store.read_all(types=["WorkerGroupStartRequested"]):
+        if record.event.run_id == run_id:
+            streams.add(group_stream(record.event.group_id))
+    if len(streams) == 1 and store.stream_version(run_stream(run_id)) == 0:
+        raise StreamNotFoundError(
+            f"no run {run_id!r} in the log (no run stream, no worker group of it)"
+        )
+    return streams
+
+
+def stored_events(
+    store: EventStore, streams: set[str] | None, types: list[str], head: int
+) -> Iterator[RecordedEvent]:
+    """The stored events up to ``head``, of ``streams`` (all when None)."""
+    if streams is not None and len(streams) == 1:
+        (stream,) = streams
+        for record in store.read_stream(stream):
+            if record.position <= head and (not types or record.type in types):
+                yield record
+        return
+    for record in store.read_all(types=types or None):
+        if record.position > head:
+            return
+        if streams is None or record.stream_id in streams:
+            yield record
 
 
 # ------------------------------------------------------------------------ read models
