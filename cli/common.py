@@ -13,23 +13,19 @@ stderr and a non-zero exit, never a traceback. Exit codes:
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
-from enum import Enum
 from typing import Annotated, Any, NoReturn
-from uuid import UUID
 
 import typer
 from rich.console import Console
 from rich.text import Text
 from typer.core import TyperGroup
 
+from wgstore.cli.errors import CliError, UsageProblem
+from wgstore.cli.parsing import json_default, json_line, parse_duration, parse_time
 from wgstore.events import EventStore, InvalidArgumentError, StoreUnavailableError, WgstoreError
 from wgstore.events.engine import mask_url, parse_url
 from wgstore.events.streams import group_id_of, group_stream
@@ -66,23 +62,6 @@ UrlOption = Annotated[
         show_envvar=True,
     ),
 ]
-
-
-class CliError(Exception):
-    """A problem to report as one line on stderr, exiting with ``exit_code`` (default 1)."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, exit_code: int | None = None) -> None:
-        super().__init__(message)
-        if exit_code is not None:
-            self.exit_code = exit_code
-
-
-class UsageProblem(CliError):
-    """The command line is wrong (exit 2): a bad URL, time, group id or option combination."""
-
-    exit_code = 2
 
 
 def err_console() -> Console:
@@ -204,109 +183,3 @@ def resolve_group(store: EventStore, group: str) -> str:
             f"{group!r} matches {len(found)} worker groups ({shown}); give more of the id"
         )
     return found[0]
-
-
-# ---------------------------------------------------------------------- time
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> timedelta:
-    """Parse a duration such as ``90s``, ``10m``, ``2h``, ``1h30m``, ``3d`` or ``1w``.
-
-    Raises:
-        UsageProblem: not a duration.
-    """
-    compact = text.strip().lower().replace(" ", "")
-    parts = _DURATION_PART.findall(compact)
-    if not compact or "".join(f"{n}{u}" for n, u in parts) != compact:
-        raise UsageProblem(
-            f"{text!r} is not a duration; use a number and a unit, e.g. 30s, 10m, 2h, 1h30m, 3d"
-        )
-    try:
-        return timedelta(seconds=sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
-    except OverflowError:
-        raise UsageProblem(
-            f"{text!r} is too long a duration (the limit is 999999999 days); use a smaller one"
-        ) from None
-
-
-def parse_time(text: str, *, now: datetime | None = None) -> datetime:
-    """Parse a moment: ISO 8601 (naive means UTC), ``now``, or a time ago such as ``10m``/``2h``.
-
-    Returns:
-        A timezone-aware UTC datetime.
-
-    Raises:
-        UsageProblem: neither an ISO time nor a relative time.
-    """
-    now = now or datetime.now(UTC)
-    value = text.strip()
-    if value.lower() == "now":
-        return now
-    if _DURATION_PART.match(value.lower().removesuffix(" ago")):
-        try:
-            ago = parse_duration(value.lower().removesuffix("ago").strip())
-        except UsageProblem as problem:
-            if "too long" in str(problem):
-                raise
-        else:
-            try:
-                return now - ago
-            except OverflowError:
-                raise UsageProblem(
-                    f"{text!r} reaches back before the year 1; use a shorter time ago"
-                ) from None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise UsageProblem(
-            f"{text!r} is not a time; use ISO 8601 (2024-05-01T14:30:00Z, times without a zone "
-            "are UTC) or a time ago such as 10m, 2h, 3d"
-        ) from None
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=UTC)
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError:
-        raise UsageProblem(
-            f"{text!r} is outside the years 1 to 9999 once converted to UTC; give a time "
-            "within them"
-        ) from None
-
-
-# ---------------------------------------------------------------------- JSON
-
-
-def json_default(value: Any) -> Any:
-    """Turn the values databases and events hold into JSON: times, ids, bytes, enums, decimals."""
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value.isoformat()
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, UUID):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).hex()
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    import msgspec
-
-    try:
-        return msgspec.to_builtins(value)
-    except TypeError:
-        return str(value)
-
-
-def json_line(value: Any) -> str:
-    """One JSON document on one line (sorted keys), for ``--json`` output."""
-    return json.dumps(value, default=json_default, sort_keys=True, ensure_ascii=False)
