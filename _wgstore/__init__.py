@@ -11,23 +11,7 @@ an immutable event in one append-only table (SQLite or PostgreSQL). Subpackages:
 
 from typing import Any
 
-import sqlalchemy as _sa
-
-from wgstore.events.store import set_schema_guard as _set_schema_guard
-
 __all__ = ["__version__"]
-
-
-def _ensure_schema(engine: _sa.Engine, url: str, migrate: bool) -> None:
-    # The composition point of DESIGN.md's layers: `EventStore.open(url)` migrates to head,
-    # yet `events` never imports `migrations` (which sits above it). Alembic loads only when
-    # a store is opened.
-    from wgstore.migrations.runner import ensure_schema
-
-    ensure_schema(engine, url, migrate)
-
-
-_set_schema_guard(_ensure_schema)
 
 
 def __getattr__(name: str) -> Any:

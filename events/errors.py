@@ -7,6 +7,7 @@ The tree::
          ├─ ConcurrencyError        the stream was not at the expected version
          ├─ DuplicateEventError     an event id is already stored somewhere else
          ├─ UnknownEventTypeError   an event type that is not registered
+         ├─ RegistrationError       a type name or upcaster registered twice (also a ValueError)
          ├─ EventEncodeError        an event whose fields cannot be stored as JSON
          ├─ InvalidArgumentError    a bad argument (stream id, version, position); a ValueError
          ├─ EventDecodeError        stored data that no longer decodes (names stream and position)
@@ -30,6 +31,7 @@ __all__ = [
     "EventStoreError",
     "ImmutableEventError",
     "InvalidArgumentError",
+    "RegistrationError",
     "SchemaVersionError",
     "StoreUnavailableError",
     "UnknownEventTypeError",
@@ -75,6 +77,10 @@ class DuplicateEventError(EventStoreError):
 
 class UnknownEventTypeError(EventStoreError):
     """An event type name or class that is not registered."""
+
+
+class RegistrationError(EventStoreError, ValueError):
+    """An event type name, or an upcaster, registered twice for different things."""
 
 
 class EventEncodeError(EventStoreError):

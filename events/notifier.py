@@ -7,6 +7,7 @@ so every waiter also re-reads the head on a short interval.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from wgstore.events.store import EventStore
 
 __all__ = ["Notifier"]
+
+_log = logging.getLogger("wgstore.notifier")
 
 SQLITE_POLL_S = 0.01
 POSTGRES_POLL_S = 0.5
@@ -89,7 +92,8 @@ class Notifier:
                     while not self._stop.is_set():
                         for _ in connection.notifies(timeout=1.0, stop_after=1):
                             self.local_append()
-            except Exception:  # noqa: BLE001 - reconnect; waiters keep polling meanwhile
+            except Exception as error:  # noqa: BLE001 - reconnect; waiters keep polling meanwhile
+                _log.info("LISTEN connection lost (%s); reconnecting in 1 s", error)
                 if not self._stop.wait(1.0):
                     continue
             finally:

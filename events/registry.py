@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from wgstore.events.errors import UnknownEventTypeError
+from wgstore.events.errors import RegistrationError, UnknownEventTypeError
 
 __all__ = ["REGISTRY", "EventRegistry", "EventTypeInfo", "event_type", "upcaster"]
 
@@ -42,7 +42,7 @@ class EventRegistry:
 
         Raises:
             TypeError: the class is not a frozen dataclass, or the name or version is invalid.
-            ValueError: the name is already registered to another class.
+            RegistrationError: the name is already registered to another class.
         """
         if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
             raise TypeError(
@@ -62,7 +62,7 @@ class EventRegistry:
                 # The same class defined again (a module reloaded): the newest definition wins.
                 del self._by_class[existing.cls]
             else:
-                raise ValueError(
+                raise RegistrationError(
                     f"event type {name!r} is already registered to "
                     f"{existing.cls.__module__}.{existing.cls.__qualname__}; "
                     "choose another name for "
@@ -77,7 +77,10 @@ class EventRegistry:
         """Register ``fn`` to turn a ``name`` payload at ``from_version`` into ``from_version + 1``."""
         key = (name, from_version)
         if key in self._upcasters:
-            raise ValueError(f"an upcaster for {name!r} from version {from_version} already exists")
+            raise RegistrationError(
+                f"an upcaster for {name!r} from version {from_version} already exists; register "
+                "one upcaster per (type, version)"
+            )
         self._upcasters[key] = fn
 
     def upcaster_for(self, name: str, from_version: int) -> Upcaster | None:

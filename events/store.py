@@ -847,20 +847,33 @@ def _expected_code(expected: object) -> int:
 SchemaGuard = Callable[[sa.Engine, str, bool], None]
 """Checks (and, when the bool is True, migrates) the schema of a store being opened."""
 
+SCHEMA_GUARD_ENTRY_POINT = "wgstore.schema_guard"
+"""The entry-point group that names the schema guard (pyproject.toml: the migrations')."""
+
 _schema_guard: SchemaGuard | None = None
 
 
 def set_schema_guard(guard: SchemaGuard) -> None:
-    """Install the step :meth:`EventStore.open` runs to bring the schema to head.
+    """Use ``guard`` as the step :meth:`EventStore.open` runs to bring the schema to head.
 
-    ``events`` does not know the migrations (they sit above it); the composition point,
-    the package root ``wgstore/__init__.py``, installs ``wgstore.migrations.ensure_schema``.
+    Without a call, the guard is the one pyproject.toml declares under the entry-point group
+    :data:`SCHEMA_GUARD_ENTRY_POINT` (``wgstore.migrations.runner:ensure_schema``): ``events``
+    never imports the migrations, which sit above it (DESIGN.md, "Layout").
     """
     global _schema_guard
     _schema_guard = guard
 
 
 def _ensure_schema(engine: sa.Engine, url: str, *, migrate: bool) -> None:
-    if _schema_guard is None:  # pragma: no cover - the package root always installs one
-        raise SchemaVersionError("no schema guard installed: import wgstore before opening")
+    global _schema_guard
+    if _schema_guard is None:
+        from importlib.metadata import entry_points
+
+        found = sorted(entry_points(group=SCHEMA_GUARD_ENTRY_POINT), key=lambda e: e.name)
+        if not found:
+            raise SchemaVersionError(
+                f"no {SCHEMA_GUARD_ENTRY_POINT} entry point: wgstore is not installed "
+                "(pip install -e . in the clone), so its migrations cannot be found"
+            )
+        _schema_guard = found[0].load()
     _schema_guard(engine, url, migrate)

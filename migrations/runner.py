@@ -56,8 +56,8 @@ def downgrade(connection: sa.Connection, revision: str) -> None:
 def ensure_schema(engine: sa.Engine, url: str, migrate: bool) -> None:
     """Bring the store behind ``engine`` to head, the step ``EventStore.open`` runs.
 
-    Installed into :mod:`wgstore.events.store` by the package root (``events`` does not import
-    the migrations). With ``migrate`` False a database that is not at head raises.
+    Found by :mod:`wgstore.events.store` through the ``wgstore.schema_guard`` entry point
+    (pyproject.toml), so ``events`` never imports the migrations. With ``migrate`` False a database that is not at head raises.
 
     Raises:
         SchemaVersionError: the schema is behind and ``migrate`` is False, or it is at a

@@ -27,12 +27,13 @@ from wgstore.events.worker_group import (
     WorkersStarted,
 )
 from wgstore.orchestration import ray_resources
+from wgstore.orchestration.errors import OrchestrationError
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
 __all__ = ["BuiltGroup", "StartAborted", "WorkerGroupStateBuilder"]
 
 
-class StartAborted(Exception):
+class StartAborted(OrchestrationError):
     """Shutdown was requested while the group was starting; the start stops and releases."""
 
 

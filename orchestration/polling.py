@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # Ray worker processes import this module; keep it light
     from wgstore.events.worker_group import ErrorInfo, WorkerGroupPolled
+    from wgstore.projections.state import WorkerStatus as WorkerObservation
 
 __all__ = ["PollRecorder", "WorkerObservation", "WorkerPoll"]
 
@@ -27,12 +28,15 @@ class WorkerPoll:
     error: ErrorInfo | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerObservation:
-    """The status of one worker as a poll saw it (health-check failures included)."""
+def __getattr__(name: str) -> Any:
+    # ``WorkerObservation`` (the status of one worker as a poll saw it, health-check failures
+    # included) is the projections' ``WorkerStatus``: one type, under the poller's name. Looked
+    # up lazily: Ray worker processes import this module for WorkerPoll and must stay light.
+    if name == "WorkerObservation":
+        from wgstore.projections.state import WorkerStatus
 
-    running: bool
-    error: ErrorInfo | None = None
+        return WorkerStatus
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class PollRecorder:

@@ -4,6 +4,7 @@ The tree (under the project-wide root)::
 
     WgstoreError
      ├─ ProjectionError       an event that the fold cannot apply (names the stream and position)
+     ├─ ReadModelsBusyError   the read models' checkpoint kept moving under the projector
      └─ StreamNotFoundError   no such stream (or not yet at the version or moment asked for)
 
 A fold never skips an event it does not understand: an event of a known type it has no rule for,
@@ -23,7 +24,7 @@ from wgstore.events.errors import WgstoreError
 if TYPE_CHECKING:
     from wgstore.events.records import RecordedEvent
 
-__all__ = ["ProjectionError", "StreamNotFoundError"]
+__all__ = ["ProjectionError", "ReadModelsBusyError", "StreamNotFoundError"]
 
 
 class ProjectionError(WgstoreError):
@@ -78,3 +79,7 @@ class ProjectionError(WgstoreError):
 
 class StreamNotFoundError(WgstoreError, LookupError):
     """The stream asked for has no events (or none yet at the version or moment asked for)."""
+
+
+class ReadModelsBusyError(WgstoreError, RuntimeError):
+    """Catching up lost the race for the read models' checkpoint too many times in a row."""

@@ -45,7 +45,7 @@ from wgstore.events.schema import wg_snapshots, wg_subscriptions
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
 from wgstore.projections._db import to_utc
-from wgstore.projections.errors import ProjectionError
+from wgstore.projections.errors import ProjectionError, ReadModelsBusyError
 from wgstore.projections.read_models import (
     READ_MODEL_TABLES,
     wg_poll_history,
@@ -102,7 +102,10 @@ def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
             return handled
         except SubscriptionConflictError:
             continue  # someone else applied that batch; carry on from the new checkpoint
-    raise RuntimeError("read models: 50 conflicting batches in a row; is a rebuild looping?")
+    raise ReadModelsBusyError(
+        "read models: 50 conflicting batches in a row; another process keeps moving their "
+        "checkpoint (is a rebuild looping?): stop it, then run `wgstore projections catch-up`"
+    )
 
 
 def follow_read_models(

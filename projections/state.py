@@ -216,11 +216,6 @@ class WorkerGroupState:
         return self.status.is_terminal
 
     @property
-    def is_active(self) -> bool:
-        """True while the group runs and no shutdown was asked for."""
-        return self.status is WorkerGroupStatus.RUNNING
-
-    @property
     def outcome(self) -> TrainingOutcome | None:
         """How training ended: errored, finished, aborted, or ``None`` while it is not known."""
         status = self.poll_status

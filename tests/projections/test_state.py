@@ -83,7 +83,7 @@ class TestStart:
             Stream().requested().placement_group().sync_actor().workers().started().events
         )
         assert state.status is S.RUNNING
-        assert state.is_active
+        assert state.status is WorkerGroupStatus.RUNNING
         assert state.started_at == T0.replace(second=5)
         assert state.startup_s == 2.5
         assert not state.training_launched
@@ -256,7 +256,7 @@ class TestShutdown:
         assert state.status is S.SHUTTING_DOWN
         assert state.shutdown_reason == "user"
         assert state.shutdown_requested_at == T0.replace(second=7)
-        assert not state.is_active
+        assert state.status is not WorkerGroupStatus.RUNNING
 
     def test_a_second_shutdown_request_keeps_the_first_reason(self) -> None:
         stream = Stream().running().shutdown_requested("user").shutdown_requested("again")
