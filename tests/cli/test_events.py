@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import queue
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -186,42 +190,58 @@ def test_read_commands_never_create_or_migrate_the_database(cli: Any, in_tmp_fol
     assert not (in_tmp_folder / "wgstore.db").exists()
 
 
-def test_follow_prints_events_appended_while_it_waits(cli: Any, recorded: Any) -> None:
-    outcome: dict[str, Any] = {}
+def _next_line(lines: queue.Queue[str], deadline: float) -> dict[str, Any]:
+    try:
+        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+    except queue.Empty:
+        raise AssertionError("wgstore events --follow printed nothing more in time") from None
+    return dict(json.loads(line))
 
-    def follow() -> None:
-        outcome["result"] = cli(
-            "events",
-            "--url",
-            recorded.url,
-            "--group",
-            recorded.failed_group,
-            "--follow",
-            "--stop-after",
-            "4s",
-            "--json",
-        )
 
-    follower = threading.Thread(target=follow)
-    follower.start()
-    time.sleep(1.5)
-    with EventStore.open(recorded.url) as store:
-        # Appended to another stream (filtered out) and to the followed one (printed).
-        store.append(f"run-{recorded.run_id}", [WorkerGroupShutdownRequested(reason="elsewhere")])
-        store.append(
-            f"worker-group-{recorded.failed_group}",
-            [WorkerGroupShutdownRequested(reason="late arrival")],
+def test_follow_prints_events_appended_while_it_waits(recorded: Any) -> None:
+    # A real process, read line by line: the events appended below are appended only after it
+    # printed the stored ones (so after it read the head), hence only following can print them.
+    command = [sys.executable, "-m", "wgstore.cli", "events", "--url", recorded.url]
+    command += ["--group", recorded.failed_group, "--follow", "--stop-after", "120s", "--json"]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(
+        target=lambda: [lines.put(line) for line in process.stdout or ()], daemon=True
+    )
+    reader.start()
+    deadline = time.monotonic() + 60
+    try:
+        stored = [_next_line(lines, deadline)["type"] for _ in range(3)]
+        assert stored == [
+            "WorkerGroupStartRequested",
+            "PlacementGroupReserved",
+            "WorkerGroupStartFailed",
+        ]
+        with EventStore.open(recorded.url) as store:
+            # Appended to another stream (filtered out) and to the followed one (printed). In
+            # position order, so a leak of the first would come out before the second.
+            store.append(
+                f"run-{recorded.run_id}", [WorkerGroupShutdownRequested(reason="elsewhere")]
+            )
+            store.append(
+                f"worker-group-{recorded.failed_group}",
+                [WorkerGroupShutdownRequested(reason="late arrival")],
+            )
+        followed = _next_line(lines, deadline)
+        assert (followed["type"], followed["data"].get("reason")) == (
+            "WorkerGroupShutdownRequested",
+            "late arrival",
         )
-    follower.join(timeout=30)
-    result = outcome["result"]
-    assert result.exit_code == 0, result.stderr
-    events = _json_lines(result.stdout)
-    assert [e["type"] for e in events][:3] == [
-        "WorkerGroupStartRequested",
-        "PlacementGroupReserved",
-        "WorkerGroupStartFailed",
-    ]
-    assert [e["data"].get("reason") for e in events[3:]] == ["late arrival"]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        reader.join(timeout=10)
 
 
 def test_stop_after_without_follow_is_a_usage_error(cli: Any, recorded_sqlite: Any) -> None:
