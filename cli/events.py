@@ -13,6 +13,7 @@ from wgstore.cli.common import (
     DEFAULT_URL,
     UrlOption,
     UsageProblem,
+    err_console,
     json_line,
     opened,
     out_console,
@@ -104,6 +105,12 @@ def _follow(
 
 
 def events_command(
+    group_arg: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[GROUP]", help="A worker group id or unique prefix (like --group)."
+        ),
+    ] = None,
     url: UrlOption = DEFAULT_URL,
     group: Annotated[
         str | None, typer.Option("--group", "-g", help="A worker group id or unique prefix.")
@@ -135,6 +142,9 @@ def events_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
 ) -> None:
     """Show the log: a worker group, a stream, a run, or everything, oldest first."""
+    if group_arg is not None and group is not None:
+        raise UsageProblem("give the group once: as GROUP or as --group")
+    group = group if group_arg is None else group_arg
     refuse_blank(group=group, stream=stream, run=run)
     chosen = [
         name for name, value in (("--group", group), ("--stream", stream), ("--run", run)) if value
@@ -170,6 +180,9 @@ def events_command(
         elif run:
             streams = run_streams(store, run)
         head = store.head()
-        _emit(views.stored_events(store, streams, type_names, head), keep, as_json)
+        shown = _emit(views.stored_events(store, streams, type_names, head), keep, as_json)
+        if not shown and not as_json and not follow:
+            filtered = streams is not None or type_names or start or end
+            err_console().print("no events match" if filtered else "the log is empty")
         if follow:
             _follow(store, head, streams, type_names, keep, as_json, limit_s)

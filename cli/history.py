@@ -139,7 +139,7 @@ def polls_command(
     console.print(
         Text(
             f"{len(shown)} of {len(history)} recorded polls shown, standing for {total} polls"
-            + ("" if show_all else "; --all shows every recorded poll"),
+            + ("; --all shows every recorded poll" if len(shown) < len(history) else ""),
             style="dim",
         )
     )

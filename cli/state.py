@@ -32,11 +32,14 @@ __all__ = ["WORKER_STYLES", "print_errors", "print_state", "state_command", "wor
 
 def workers_table(state: WorkerGroupState) -> Table:
     """One row per worker: rank, node, pid, status, reports, latest metrics, error."""
-    table = Table("rank", "node", "pid", "status", "reports", "latest metrics", "error")
+    table = Table(
+        "rank", "node rank", "node ip", "pid", "status", "reports", "latest metrics", "error"
+    )
     for row in worker_rows(state):
         table.add_row(
             str(row["rank"]),
-            row["node"],
+            str(row["node_rank"]),
+            row["node_ip"],
             str(row["pid"]),
             Text(row["status"], style=WORKER_STYLES.get(row["status"], "")),
             str(row["reports"]),

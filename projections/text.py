@@ -33,8 +33,11 @@ def _number(value: Any) -> str:
 
 
 def metrics_text(metrics: Mapping[str, Any], limit: int = 6) -> str:
-    """``loss=0.1 acc=0.9`` for the first ``limit`` metrics."""
-    items = [f"{key}={_number(value)}" for key, value in list(metrics.items())[:limit]]
+    """``acc=0.9 loss=0.1`` for the first ``limit`` metrics by name.
+
+    By name, not as stored: PostgreSQL's ``jsonb`` reorders keys, so both backends read alike.
+    """
+    items = [f"{key}={_number(value)}" for key, value in sorted(metrics.items())[:limit]]
     if len(metrics) > limit:
         items.append(f"(+{len(metrics) - limit} more)")
     return " ".join(items)

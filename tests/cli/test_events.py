@@ -47,6 +47,25 @@ def test_the_whole_log_comes_out_in_global_order(cli: Any, recorded: Any) -> Non
     }
 
 
+def test_a_group_given_as_an_argument_is_the_same_as_group_option(cli: Any, recorded: Any) -> None:
+    positional = cli("events", recorded.errored_group[:6], "--url", recorded.url, "--json")
+    option = cli("events", "--group", recorded.errored_group[:6], "--url", recorded.url, "--json")
+    assert positional.exit_code == 0, positional.stderr
+    assert [e["type"] for e in _json_lines(positional.stdout)] == GROUP_TYPES
+    assert positional.stdout == option.stdout
+    both = cli("events", "abc", "--group", "abc", "--url", recorded.url)
+    assert both.exit_code == 2
+    assert "give the group once" in both.stderr
+
+
+def test_an_empty_log_says_so(cli: Any, store_url: str) -> None:
+    EventStore.open(store_url).close()
+    result = cli("events", "--url", store_url)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    assert "the log is empty" in result.stderr
+
+
 def test_a_group_given_by_prefix_shows_its_events_with_decoded_data(
     cli: Any, recorded: Any
 ) -> None:

@@ -87,6 +87,7 @@ def test_state_shows_workers_metrics_and_errors_at_the_head(cli: Any, recorded: 
     assert "ValueError: loss is NaN on rank 1" in out
     assert "loss=0.3333 step=2" in out
     assert "7 (3 recorded)" in out
+    assert "node rank" in out and "node ip" in out  # the node column says what it shows
 
 
 def test_state_at_a_version_travels_back_in_time(cli: Any, recorded: Any) -> None:

@@ -67,6 +67,7 @@ def test_polls_table_counts_the_polls_it_stands_for(cli: Any, recorded: Any) -> 
     assert result.exit_code == 0, result.stderr
     assert "rank 1 error (ValueError: loss is NaN on rank 1)" in result.stdout
     assert "3 of 3 recorded polls shown, standing for 7 polls" in result.stdout
+    assert "--all" not in result.stdout  # nothing is hidden, so nothing to suggest
 
 
 def test_polls_hide_recorded_polls_without_a_change_unless_all(
@@ -101,6 +102,7 @@ def test_polls_hide_recorded_polls_without_a_change_unless_all(
     assert [p["polls"] for p in _json_lines(every.stdout)] == [1, 6, 1]
     table = cli("polls", group, "--url", recorded.url)
     assert "2 of 3 recorded polls shown, standing for 8 polls" in table.stdout
+    assert "--all shows every recorded poll" in table.stdout  # one is hidden
 
 
 def test_polls_since_the_future_shows_none(cli: Any, recorded: Any) -> None:
