@@ -85,6 +85,11 @@ def fail(message: str, exit_code: int) -> NoReturn:
 class WgstoreGroup(TyperGroup):
     """The root command group: the one place where errors become a red line and an exit code."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """A Typer group whose ``--help`` (and every subcommand's) shows no Python types."""
+        super().__init__(*args, **kwargs)
+        _plain_help(self)
+
     def invoke(self, ctx: Any) -> Any:
         """Run the chosen command, turning expected errors into a message and an exit code."""
         try:
@@ -104,6 +109,32 @@ class WgstoreGroup(TyperGroup):
         except KeyboardInterrupt:
             err_console().print(Text("interrupted", style="yellow"))
             raise typer.Exit(130) from None
+
+
+def _plain_help(command: Any) -> None:
+    """``--help`` shows what to type, not Python types: no ``<bool>`` after a flag, and a name
+    (``--since SINCE``) instead of ``<str>`` after an option that takes a value."""
+    for param in getattr(command, "params", ()):
+        if getattr(param, "param_type_name", "") == "argument":
+            param.display_type_rich = lambda ctx: None  # its name is already in the first column
+            continue
+        if getattr(param, "param_type_name", "") != "option" or param.metavar is not None:
+            continue
+        param.metavar = "" if param.is_flag else (param.name or "value").upper()
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
+    make_help_option = command.get_help_option
+    if getattr(make_help_option, "_wgstore_plain", False):
+        return
+
+    def plain_help_option(ctx: Any) -> Any:
+        option = make_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    plain_help_option._wgstore_plain = True  # type: ignore[attr-defined]
+    command.get_help_option = plain_help_option
 
 
 def check_url(url: str) -> str:

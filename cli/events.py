@@ -107,9 +107,7 @@ def _follow(
 def events_command(
     group_arg: Annotated[
         str | None,
-        typer.Argument(
-            metavar="[GROUP]", help="A worker group id or unique prefix (like --group)."
-        ),
+        typer.Argument(metavar="GROUP", help="A worker group id or unique prefix (like --group)."),
     ] = None,
     url: UrlOption = DEFAULT_URL,
     group: Annotated[

@@ -61,7 +61,7 @@ def _inspect_hint(group_id: str, url: str) -> str:
             "find out what happened:",
             f"  wgstore state {short}{flag}",
             f"  wgstore polls {short}{flag}",
-            f"  wgstore events --group {short}{flag}",
+            f"  wgstore events {short}{flag}",
             f"  wgstore report {short} -o timeline.html{flag}",
         ]
     )
@@ -91,20 +91,36 @@ def _check_run_inputs(url: str, train_fn: str, config: str | None) -> dict[str, 
 def run_command(
     train_fn: Annotated[str, typer.Argument(help='The train function, "package.module:function".')],
     url: UrlOption = DEFAULT_URL,
-    workers: Annotated[int, typer.Option("--workers", "-n", min=1, help="How many workers.")] = 4,
+    workers: Annotated[
+        int, typer.Option("--workers", "-n", min=1, metavar="N", help="How many workers.")
+    ] = 4,
     config: Annotated[
-        str | None, typer.Option(help="JSON config for the train function, e.g. '{\"steps\": 50}'.")
+        str | None,
+        typer.Option(
+            metavar="JSON", help="JSON config for the train function, e.g. '{\"steps\": 50}'."
+        ),
     ] = None,
     cpus_per_worker: Annotated[
         float | None,
-        typer.Option(min=0, help="CPUs per worker (default: min(1, cluster CPUs / workers))."),
+        typer.Option(
+            min=0, metavar="N", help="CPUs per worker (default: min(1, cluster CPUs / workers))."
+        ),
     ] = None,
-    gpus_per_worker: Annotated[float, typer.Option(min=0, help="GPUs per worker.")] = 0,
-    poll_interval: Annotated[float, typer.Option(min=0.01, help="Seconds between polls.")] = 1.0,
-    run_id: Annotated[str | None, typer.Option(help="The run id (default: the group id).")] = None,
+    gpus_per_worker: Annotated[
+        float, typer.Option(min=0, metavar="N", help="GPUs per worker.")
+    ] = 0,
+    poll_interval: Annotated[
+        float, typer.Option(min=0.01, metavar="SECONDS", help="Seconds between polls.")
+    ] = 1.0,
+    run_id: Annotated[
+        str | None, typer.Option(metavar="ID", help="The run id (default: the group id).")
+    ] = None,
     external_executor: Annotated[
         bool,
-        typer.Option(help="A standalone `wgstore executor` serves the store; do not run one here."),
+        typer.Option(
+            "--external-executor",
+            help="A standalone `wgstore executor` serves the store; do not run one here.",
+        ),
     ] = False,
 ) -> None:
     """Start TRAIN_FN on a worker group on Ray (RAY_ADDRESS, or a local Ray), record every step, and watch it."""
@@ -177,13 +193,20 @@ def executor_command(
     url: UrlOption = DEFAULT_URL,
     ray_address: Annotated[
         str | None,
-        typer.Option(envvar="RAY_ADDRESS", help="The Ray cluster to join (default: a local Ray)."),
+        typer.Option(
+            envvar="RAY_ADDRESS",
+            metavar="ADDRESS",
+            help="The Ray cluster to join (default: a local Ray).",
+        ),
     ] = None,
     release_orphans: Annotated[
         bool, typer.Option(help="Release wgstore-* Ray resources that no live group owns.")
     ] = True,
     stop_after: Annotated[
-        str | None, typer.Option(help="Stop after this long (e.g. 10m); default: SIGINT/SIGTERM.")
+        str | None,
+        typer.Option(
+            metavar="DURATION", help="Stop after this long (e.g. 10m); default: SIGINT/SIGTERM."
+        ),
     ] = None,
 ) -> None:
     """Run a standalone executor: carry out the commands the log asks for, on Ray, until stopped."""

@@ -1,0 +1,45 @@
+"""``--help`` reads well at 80 columns: what to type after each flag (no Python types), and every
+flag's full name."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import typer
+
+from wgstore.cli import app
+
+PYTHON_TYPE = re.compile(r"<(bool|str|int|float|list\[[a-z]+\]|path)>")
+
+
+def _leaves(command: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    if getattr(command, "commands", None):
+        found: list[tuple[str, ...]] = [path]
+        for name, sub in command.commands.items():
+            found += _leaves(sub, (*path, name))
+        return found
+    return [path]
+
+
+COMMANDS = _leaves(typer.main.get_command(app))
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) or "wgstore" for p in COMMANDS])
+def test_help_at_80_columns_shows_no_python_types_and_every_flag_in_full(
+    cli: Any, path: tuple[str, ...]
+) -> None:
+    result = cli(*path, "--help", env={"COLUMNS": "80", "TERM": "dumb"})
+    assert result.exit_code == 0, result.stderr
+    assert not PYTHON_TYPE.findall(result.stdout), result.stdout
+    command: Any = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    for param in command.params:
+        for flag in [*param.opts, *param.secondary_opts]:
+            if flag.startswith("--"):
+                assert re.search(rf"{re.escape(flag)}(?![\w-])", result.stdout), (
+                    flag,
+                    result.stdout,
+                )
