@@ -7,6 +7,7 @@ import typer
 from wgstore.cli import (
     db,
     events,
+    executor,
     export,
     groups,
     history,
@@ -36,7 +37,7 @@ app = typer.Typer(
 )
 
 app.command("run")(run.run_command)
-app.command("executor")(run.executor_command)
+app.command("executor")(executor.executor_command)
 app.add_typer(db.db_app, name="db")
 app.command("events")(events.events_command)
 app.command("verify")(verify.verify_command)

@@ -1,15 +1,12 @@
-"""``wgstore run`` (start a worker group on Ray and watch it) and ``wgstore executor``.
+"""``wgstore run``: start a worker group on Ray and watch it.
 
-``run`` calls :func:`wgstore.orchestration.run_training` and draws its live table from the
-states that function hands back; ``executor`` calls :func:`wgstore.orchestration.run_executor`
-until SIGINT or SIGTERM.
+Calls :func:`wgstore.orchestration.run_training` and draws its live table from the states that
+function hands back (``wgstore executor`` is in :mod:`wgstore.cli.executor`).
 """
 
 from __future__ import annotations
 
 import json
-import signal
-import threading
 import time
 from typing import Annotated, Any
 
@@ -27,7 +24,6 @@ from wgstore.cli.common import (
     err_console,
     opened,
     out_console,
-    parse_duration,
     store_label,
 )
 from wgstore.cli.groups import STATUS_STYLES
@@ -36,7 +32,7 @@ from wgstore.orchestration.quiet_ray import quiet_ray
 from wgstore.projections import WorkerGroupState
 from wgstore.projections.views import first_line
 
-__all__ = ["executor_command", "live_view", "run_command"]
+__all__ = ["live_view", "run_command"]
 
 
 def live_view(state: WorkerGroupState) -> Group:
@@ -187,61 +183,3 @@ def run_command(
             f"(the whole error: wgstore state {result.group_id[:8]} --errors"
             f"{'' if url == DEFAULT_URL else ' --url ...'})"
         )
-
-
-def executor_command(
-    url: UrlOption = DEFAULT_URL,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            envvar="RAY_ADDRESS",
-            metavar="ADDRESS",
-            help="The Ray cluster to join (default: a local Ray).",
-        ),
-    ] = None,
-    release_orphans: Annotated[
-        bool, typer.Option(help="Release wgstore-* Ray resources that no live group owns.")
-    ] = True,
-    stop_after: Annotated[
-        str | None,
-        typer.Option(
-            metavar="DURATION", help="Stop after this long (e.g. 10m); default: SIGINT/SIGTERM."
-        ),
-    ] = None,
-) -> None:
-    """Run a standalone executor: carry out the commands the log asks for, on Ray, until stopped."""
-    from wgstore.orchestration import run_executor
-
-    check_url(url)
-    quiet_ray()
-    limit = parse_duration(stop_after).total_seconds() if stop_after else None
-    stop = threading.Event()
-    outcome: dict[str, Any] = {}
-
-    def serve() -> None:
-        try:
-            run_executor(url, stop, ray_address=ray_address, release_orphans=release_orphans)
-        except BaseException as error:  # noqa: BLE001 - reported by the main thread
-            outcome["error"] = error
-        finally:
-            stop.set()
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            previous[signum] = signal.signal(signum, lambda *_: stop.set())
-    thread = threading.Thread(target=serve, name="wgstore-executor", daemon=True)
-    err_console().print(f"executor serving {store_label(url)}; Ctrl-C or SIGTERM stops it")
-    deadline = None if limit is None else time.monotonic() + limit
-    try:
-        thread.start()
-        while not stop.wait(0.2):
-            if deadline is not None and time.monotonic() >= deadline:
-                stop.set()
-        thread.join(timeout=60)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    if "error" in outcome:
-        raise outcome["error"]
-    err_console().print("executor stopped")
