@@ -36,6 +36,7 @@ __all__ = [
 
 _TRAIN_FN = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+_HEALTH_CHECK_ERRORS = frozenset({"WorkerHealthCheckFailedError", "WorkerHealthCheckTimeoutError"})
 
 
 def stream_id_for_group(group_id: str) -> str:
@@ -117,6 +118,23 @@ class ErrorInfo:
 
     def __str__(self) -> str:
         return f"{self.type}: {self.message}"
+
+    @property
+    def is_health_check_error(self) -> bool:
+        """True for a worker the executor marked dead (its poll raised or hung), not a user error."""
+        return self.type in _HEALTH_CHECK_ERRORS
+
+    def ray_text(self) -> str:
+        """The text Ray Train 2.60 shows for this error (``str()`` of its exception).
+
+        A health-check error shows its message (which names the worker and the failure); an
+        error raised by the train function shows the user's traceback, as Ray's
+        ``UserExceptionWithTraceback`` does; anything without a traceback shows
+        ``Type: message``.
+        """
+        if self.is_health_check_error:
+            return self.message
+        return self.traceback or str(self)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

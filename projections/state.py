@@ -33,6 +33,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -145,8 +146,49 @@ class WorkerGroupPollStatus:
         return sum(1 for status in self.worker_statuses.values() if status.running)
 
     def get_error_string(self) -> str:
-        """Every worker error as ``[Rank i]`` followed by the error, one after the other."""
-        return "\n".join(f"[Rank {rank}]\n{error}" for rank, error in sorted(self.errors.items()))
+        """Every worker error as Ray Train 2.60 prints it (``WorkerGroupPollStatus``).
+
+        Ranks whose errors are the same once numbers are ignored share one
+        ``[Rank 0,2 Error Snippet]:`` entry showing the first rank's text; a train-function
+        error shows the user's traceback. An error of a worker that stopped on its own is cut
+        to its first and last 500 characters when it reaches 1000; a health-check failure or
+        the error of a still-running worker is shown whole. The structured errors stay in
+        :attr:`errors`.
+        """
+        ranks_of: dict[str, list[str]] = {}
+        original: dict[str, str] = {}
+        show_full: set[str] = set()
+        for rank, status in sorted(self.worker_statuses.items()):
+            if status.error is None:
+                continue
+            text = status.error.ray_text()
+            key = _NUMBERS.sub("<NUM>", text)
+            ranks_of.setdefault(key, []).append(str(rank))
+            original.setdefault(key, text)
+            if status.error.type == "WorkerHealthCheckFailedError" or status.running:
+                show_full.add(key)
+        return "\n".join(
+            f"[Rank {','.join(ranks)} Error Snippet]:\n"
+            + (original[key] if key in show_full else _truncate(original[key]))
+            for key, ranks in ranks_of.items()
+        )
+
+
+_NUMBERS = re.compile(r"(\d+|0x[0-9a-fA-F]+)")
+"""Ray's ``ray._private.ray_logging.NUMBERS``: errors that differ only here are grouped."""
+ERROR_CHAR_LIMIT = 1000
+"""Ray's ``ERR_CHAR_LIMIT``: longer errors keep their first and last half of it."""
+
+
+def _truncate(text: str) -> str:
+    if len(text) < ERROR_CHAR_LIMIT:
+        return text
+    half = ERROR_CHAR_LIMIT // 2
+    return (
+        text[:half]
+        + "...\n... (Output truncated. See individual worker logs for full details) ...\n"
+        + text[len(text) - half :]
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -92,7 +92,12 @@ def test_a_train_fn_raising_on_one_rank_records_the_error_with_its_traceback(
     assert "examples/train.py" in error.traceback and "raise RuntimeError" in error.traceback
     assert not status.worker_statuses[1].running
     assert group.poll_status().errors == status.errors
-    assert "[Rank 1]" in group.poll_status().get_error_string()
+    # as Ray prints it: the user's traceback, starting at the train function (no wgstore frame)
+    text = group.poll_status().get_error_string()
+    assert text.startswith("[Rank 1 Error Snippet]:\nTraceback (most recent call last):\n")
+    first_frame = text.splitlines()[2]
+    assert "examples/train.py" in first_frame, first_frame
+    assert text.rstrip().endswith("RuntimeError: rank 1 failed at step 2 (fail_rank)")
 
     state = group.shutdown(reason="worker error")
     assert state.outcome is TrainingOutcome.ERRORED
