@@ -8,6 +8,7 @@ The tree::
          ├─ WorkerGroupTimeoutError        waiting on a group took longer than allowed
          ├─ TrainFnError                   a train function that cannot be named or imported
          ├─ PlacementGroupTimeoutError     no resources for the placement group in time
+         ├─ InsufficientClusterResourcesError  the cluster can never fit the group
          ├─ WorkerHealthCheckFailedError   polling a worker raised (the worker is dead)
          ├─ WorkerHealthCheckTimeoutError  a poll hung longer than health_check_timeout_s
          ├─ ExecutorLostError              the executor stopped in the middle of a start
@@ -26,6 +27,7 @@ from wgstore.events.worker_group import ErrorInfo, StartStage
 __all__ = [
     "ExecutorLostError",
     "FailpointError",
+    "InsufficientClusterResourcesError",
     "NotInWorkerError",
     "OrchestrationError",
     "PlacementGroupTimeoutError",
@@ -79,6 +81,14 @@ class TrainFnError(OrchestrationError):
 
 class PlacementGroupTimeoutError(OrchestrationError):
     """The placement group was not ready within ``placement_timeout_s``."""
+
+
+class InsufficientClusterResourcesError(OrchestrationError):
+    """The cluster can never fit the group (Ray Train's ``InsufficientClusterResourcesError``).
+
+    Raised before any placement group is asked for, so the start fails at once instead of
+    waiting out ``placement_timeout_s``.
+    """
 
 
 class WorkerHealthCheckFailedError(OrchestrationError):

@@ -114,6 +114,9 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
     stage = StartStage.PLACEMENT_GROUP
     try:
         ray_resources.release_group(group_id, wait_s=5.0)  # leftovers nobody recorded
+        ray_resources.check_cluster_can_fit(
+            context.resources_per_worker, context.num_workers, context.placement_strategy
+        )
         bundles = [dict(context.resources_per_worker)] * context.num_workers
         reserve_started = time.monotonic()
         pg = ray_resources.reserve_placement_group(

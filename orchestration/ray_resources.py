@@ -23,12 +23,17 @@ from ray.util.scheduling_strategies import (
     PlacementGroupSchedulingStrategy,
 )
 
-from wgstore.orchestration.errors import PlacementGroupTimeoutError
+from wgstore.orchestration.errors import (
+    InsufficientClusterResourcesError,
+    PlacementGroupTimeoutError,
+)
+from wgstore.orchestration.feasibility import insufficient_resources
 from wgstore.orchestration.ranks import ActorMetadata
 from wgstore.orchestration.worker import SyncActor, WgstoreWorker
 
 __all__ = [
     "NAMESPACE",
+    "check_cluster_can_fit",
     "ensure_ray",
     "find_placement_group",
     "find_sync_actor",
@@ -97,6 +102,40 @@ def _actor_resources(resources: Mapping[str, float]) -> dict[str, Any]:
     if rest:
         options["resources"] = rest
     return options
+
+
+def _max_cluster_resources() -> dict[str, float] | None:
+    try:
+        from ray._private.state import state as ray_state
+
+        result: dict[str, float] | None = ray_state.get_max_resources_from_cluster_config()
+    except Exception:  # noqa: BLE001 - no autoscaler config (a fixed cluster)
+        return None
+    return result
+
+
+def check_cluster_can_fit(
+    resources_per_worker: Mapping[str, float], num_workers: int, strategy: str
+) -> None:
+    """Fail at once when the cluster can never fit the group (see :mod:`.feasibility`).
+
+    Raises:
+        InsufficientClusterResourcesError: with Ray Train's message naming the resource.
+    """
+    nodes = [
+        dict(node.get("Resources") or {})
+        for node in ray.nodes()  # type: ignore[no-untyped-call]
+        if node.get("Alive")
+    ]
+    reason = insufficient_resources(
+        resources_per_worker,
+        num_workers,
+        strategy,
+        max_cluster_resources=_max_cluster_resources(),
+        nodes=nodes,
+    )
+    if reason is not None:
+        raise InsufficientClusterResourcesError(reason)
 
 
 def reserve_placement_group(
