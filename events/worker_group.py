@@ -238,6 +238,8 @@ class WorkerStatusChange:
     world_rank: int
     running: bool
     error: ErrorInfo | None = None
+    return_value: Any = None
+    """What the train function returned (JSON-able), once it finished without error."""
 
 
 @event_type("WorkerGroupPolled", version=1)

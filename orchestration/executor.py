@@ -315,7 +315,9 @@ class RayExecutor:
         known: dict[int, WorkerObservation] = {}
         if state.poll_status is not None:
             known = {
-                rank: WorkerObservation(running=s.running, error=s.error)
+                rank: WorkerObservation(
+                    running=s.running, error=s.error, return_value=s.return_value
+                )
                 for rank, s in state.poll_status.worker_statuses.items()
             }
         else:

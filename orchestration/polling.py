@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # Ray worker processes import this module; keep it light
     from wgstore.events.worker_group import ErrorInfo, WorkerGroupPolled
@@ -25,6 +25,7 @@ class WorkerPoll:
 
     running: bool
     error: ErrorInfo | None = None
+    return_value: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ class WorkerObservation:
 
     running: bool
     error: ErrorInfo | None = None
+    return_value: Any = None
 
 
 class PollRecorder:
@@ -72,7 +74,12 @@ class PollRecorder:
 
         self._seq += 1
         changes = tuple(
-            WorkerStatusChange(world_rank=rank, running=obs.running, error=obs.error)
+            WorkerStatusChange(
+                world_rank=rank,
+                running=obs.running,
+                error=obs.error,
+                return_value=obs.return_value,
+            )
             for rank, obs in sorted(statuses.items())
             if self._last.get(rank) != obs
         )

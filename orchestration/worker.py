@@ -49,6 +49,25 @@ def _error_info(error: BaseException, skip_frames: int = 0) -> ErrorInfo:
     return ErrorInfo(type=type(error).__name__, message=str(error), traceback=text)
 
 
+def _json_able(value: Any) -> Any:
+    """``value`` as it will read back from the log (tuples become lists).
+
+    Raises:
+        TypeError: the value is not JSON-able; naming its type and what to return instead.
+    """
+    import json
+
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"the train function returned a value of type {type(value).__name__!r}, which the "
+            f"log cannot hold "
+            f"({error}); return JSON-able data (dict, list, str, int, float, bool, None), e.g. "
+            "metrics or a checkpoint path, and save anything else to storage"
+        ) from None
+
+
 class WgstoreWorker:
     """One worker of a group: metadata, train context, the train thread, polls.
 
@@ -82,6 +101,7 @@ class WgstoreWorker:
         self._armed = False
         self._start_lock = threading.Lock()
         self._error: ErrorInfo | None = None
+        self._return_value: Any = None
 
     def get_metadata(self) -> ActorMetadata:
         """Node, IP, pid and accelerators of this actor."""
@@ -166,9 +186,14 @@ class WgstoreWorker:
 
         def target() -> None:
             try:
-                fn(config)
+                result = fn(config)
             except BaseException as error:  # noqa: BLE001 - every failure is reported
                 self._error = _error_info(error, skip_frames=1)
+                return
+            try:
+                self._return_value = _json_able(result)
+            except TypeError as error:
+                self._error = _error_info(error)
 
         self._thread = threading.Thread(target=target, name=f"train-{self._name}", daemon=True)
         self._thread.start()
@@ -183,7 +208,11 @@ class WgstoreWorker:
             time.sleep(3600)
         self.start_training()
         running = self._thread is not None and self._thread.is_alive()
-        return WorkerPoll(running=running, error=self._error)
+        return WorkerPoll(
+            running=running,
+            error=self._error,
+            return_value=None if running else self._return_value,
+        )
 
     def ping(self) -> str:
         """Liveness check; returns the actor's name."""

@@ -112,10 +112,12 @@ TRANSITIONS: Mapping[WorkerGroupStatus, frozenset[WorkerGroupStatus]] = {
 
 @dataclass(frozen=True, slots=True)
 class WorkerStatus:
-    """The status of one worker at a poll: still running, and the error it stopped with, if any."""
+    """The status of one worker at a poll: still running, the error it stopped with, if any, and
+    what its train function returned (Ray 2.60's ``WorkerStatus.return_value``)."""
 
     running: bool
     error: ErrorInfo | None = None
+    return_value: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,15 @@ class WorkerGroupPollStatus:
         return bool(self.worker_statuses) and not any(
             status.running for status in self.worker_statuses.values()
         )
+
+    @property
+    def return_values(self) -> dict[int, Any]:
+        """What the train function returned on each rank that finished without error."""
+        return {
+            rank: status.return_value
+            for rank, status in self.worker_statuses.items()
+            if not status.running and status.error is None
+        }
 
     @property
     def num_running(self) -> int:
@@ -285,6 +296,19 @@ class WorkerGroupState:
         return errors[min(errors)] if errors else None
 
     @property
+    def return_values(self) -> dict[int, Any]:
+        """What the train function returned on each rank that finished (latest recorded poll).
+
+        Ray Train keeps rank 0's as the run's return value; here every rank's is kept.
+        """
+        return {} if self.poll_status is None else self.poll_status.return_values
+
+    @property
+    def return_value(self) -> Any:
+        """Rank 0's return value (Ray's ``Result.return_value``), ``None`` until it finished."""
+        return self.return_values.get(0)
+
+    @property
     def reports_total(self) -> int:
         """How many reports every worker made, together."""
         return sum(self.report_counts.values())
@@ -328,7 +352,9 @@ def apply_poll_changes(
     for change in changes:
         if change.world_rank not in statuses:
             raise KeyError(change.world_rank)
-        statuses[change.world_rank] = WorkerStatus(running=change.running, error=change.error)
+        statuses[change.world_rank] = WorkerStatus(
+            running=change.running, error=change.error, return_value=change.return_value
+        )
     return WorkerGroupPollStatus(worker_statuses=statuses)
 
 

@@ -214,3 +214,36 @@ def test_reports_written_by_workers_carry_the_stores_mac_so_a_keyed_verify_passe
         assert report.ok, report.problems
         wrong = keyed.verify(hmac_key=b"another key")
         assert not wrong.ok
+
+
+def test_what_the_train_function_returns_is_recorded_per_rank(store: Any, executor: Any) -> None:
+    context = make_context(2, train_fn="tests.orchestration.parity_fns:returning_fn")
+    group = WorkerGroup.create(store, context, executor=executor)
+    status = group.wait(timeout_s=60)
+
+    assert status.finished and status.errors == {}
+    expected = {r: {"rank": r, "loss": 0.5 / (r + 1), "steps": [1, 2]} for r in (0, 1)}
+    assert status.return_values == expected
+    state = group.shutdown(reason="done")
+    assert state.return_values == expected and state.return_value == expected[0]
+    # read back from the log alone, as another process would
+    from wgstore.projections.state import project_worker_group
+
+    again = project_worker_group(store.read_stream(state.stream_id))
+    assert again.return_values == expected
+    assert again.poll_status is not None
+    assert again.poll_status.worker_statuses[1].return_value == expected[1]
+
+
+def test_a_return_value_the_log_cannot_hold_is_a_clear_worker_error(
+    store: Any, executor: Any
+) -> None:
+    context = make_context(1, train_fn="tests.orchestration.parity_fns:unjsonable_fn")
+    group = WorkerGroup.create(store, context, executor=executor)
+    status = group.wait(timeout_s=60)
+
+    assert list(status.errors) == [0]
+    assert status.errors[0].type == "TypeError"
+    assert "returned a value of type 'object'" in status.errors[0].message
+    assert "JSON-able" in status.errors[0].message
+    assert group.shutdown(reason="done").return_values == {}

@@ -1,0 +1,31 @@
+"""Train functions for the Ray Train parity tests (imported by path in Ray workers)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from wgstore.orchestration import get_context
+
+
+def returning_fn(config: dict[str, Any]) -> dict[str, Any]:
+    """Return a JSON-able value naming the rank (after ``sleep_s``)."""
+    time.sleep(float(config.get("sleep_s", 0)))
+    rank = get_context().world_rank
+    return {"rank": rank, "loss": 0.5 / (rank + 1), "steps": (1, 2)}
+
+
+def unjsonable_fn(config: dict[str, Any]) -> object:
+    """Return something the log cannot hold."""
+    return object()
+
+
+def env_fn(config: dict[str, Any]) -> dict[str, Any]:
+    """Return the environment variables named in ``config["names"]`` and the working dir."""
+    return {
+        "env": {name: os.environ.get(name) for name in config.get("names", [])},
+        "cwd": os.getcwd(),
+        "files": sorted(p.name for p in Path.cwd().iterdir())[:20],
+    }
