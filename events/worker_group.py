@@ -21,6 +21,7 @@ __all__ = [
     "StartStage",
     "SyncActorStarted",
     "TrainingLaunched",
+    "WorkerEnding",
     "WorkerGroupContext",
     "WorkerGroupPolled",
     "WorkerGroupShutDown",
@@ -30,6 +31,7 @@ __all__ = [
     "WorkerGroupStarted",
     "WorkerInfo",
     "WorkerReported",
+    "WorkerShutdown",
     "WorkerStatusChange",
     "stream_id_for_group",
 ]
@@ -58,6 +60,8 @@ class WorkerGroupContext:
         placement_timeout_s: how long to wait for the placement group before failing the start.
         poll_interval_s: seconds between polls of a running group.
         health_check_timeout_s: how long a poll may hang before the worker is marked failed.
+        shutdown_patience_s: how long a shutdown waits for the workers' shutdown hooks before it
+            kills them (Ray Train's ``patience_s``, 5 s); 0 kills at once.
     """
 
     num_workers: int
@@ -69,6 +73,7 @@ class WorkerGroupContext:
     placement_timeout_s: float = 60.0
     poll_interval_s: float = 1.0
     health_check_timeout_s: float = 600.0
+    shutdown_patience_s: float = 5.0
 
     def __post_init__(self) -> None:
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int):
@@ -95,6 +100,12 @@ class WorkerGroupContext:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        patience = self.shutdown_patience_s
+        if not isinstance(patience, int | float) or isinstance(patience, bool) or patience < 0:
+            raise ValueError(
+                f"shutdown_patience_s must be a number >= 0 (0 kills the workers at once), "
+                f"got {patience!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -278,10 +289,37 @@ class WorkerGroupShutdownRequested:
     reason: str
 
 
+class WorkerEnding(enum.StrEnum):
+    """How a worker ended at shutdown."""
+
+    STOPPED = "stopped"
+    """Its shutdown hooks ran to the end within the patience; then its actor was released."""
+    KILLED = "killed"
+    """The patience ran out first: the actor was killed with its hooks unfinished."""
+    DEAD = "dead"
+    """The actor was already gone (it crashed, or another process released it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerShutdown:
+    """How one worker ended at shutdown, and the error of its shutdown hooks, if any."""
+
+    world_rank: int
+    ending: WorkerEnding
+    hook_error: ErrorInfo | None = None
+
+
 @event_type("WorkerGroupShutDown", version=1)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerGroupShutDown:
-    """Every resource of the group is released."""
+    """Every resource of the group is released.
+
+    ``workers`` says, per rank, whether the worker ended on its own (its shutdown hooks ran
+    within ``patience_s``) or was killed; empty for a group whose workers never started, and
+    in events written before graceful shutdown existed.
+    """
 
     duration_s: float
     released: tuple[str, ...] = ()
+    workers: tuple[WorkerShutdown, ...] = ()
+    patience_s: float | None = None

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         StartWorkerGroup,
         derive_commands,
     )
-    from wgstore.orchestration.context import TrainContext, get_context, report
+    from wgstore.orchestration.context import TrainContext, get_context, on_shutdown, report
     from wgstore.orchestration.errors import (
         OrchestrationError,
         ReportNotStoredError,
@@ -53,6 +53,7 @@ __all__ = [
     "WorkerGroupTimeoutError",
     "derive_commands",
     "get_context",
+    "on_shutdown",
     "report",
     "run_executor",
     "run_training",
@@ -68,6 +69,7 @@ _LAZY = {
     "TrainContext": "wgstore.orchestration.context",
     "get_context": "wgstore.orchestration.context",
     "report": "wgstore.orchestration.context",
+    "on_shutdown": "wgstore.orchestration.context",
     "OrchestrationError": "wgstore.orchestration.errors",
     "ReportNotStoredError": "wgstore.orchestration.errors",
     "TrainFnError": "wgstore.orchestration.errors",

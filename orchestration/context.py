@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["ReportSink", "TrainContext", "WorkerSession", "get_context", "report"]
+__all__ = [
+    "ReportSink",
+    "TrainContext",
+    "WorkerSession",
+    "get_context",
+    "on_shutdown",
+    "report",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +64,19 @@ class WorkerSession:
         self._sink = sink
         self._next_index = 0
         self._lock = threading.Lock()
+        self._shutdown_hooks: list[Callable[[], object]] = []
+
+    def add_shutdown_hook(self, hook: Callable[[], object]) -> None:
+        """Run ``hook`` when the group shuts down (see :func:`on_shutdown`)."""
+        if not callable(hook):
+            raise TypeError(f"on_shutdown() takes a callable, got {type(hook).__name__}")
+        with self._lock:
+            self._shutdown_hooks.append(hook)
+
+    def shutdown_hooks(self) -> list[Callable[[], object]]:
+        """The hooks registered so far, in registration order."""
+        with self._lock:
+            return list(self._shutdown_hooks)
 
     @property
     def reports_made(self) -> int:
@@ -132,3 +152,18 @@ def report(metrics: Mapping[str, Any], checkpoint: str | None = None) -> None:
             30 s) or refused the report; the report is not in the log.
     """
     _current_session().report(metrics, checkpoint)
+
+
+def on_shutdown(hook: Callable[[], object]) -> None:
+    """Run ``hook()`` (no arguments) in this worker when its group shuts down.
+
+    Ray Train's ``WorkerCallback.before_worker_shutdown``: hooks run in registration order,
+    before the worker actor is killed; the shutdown waits for them up to the group's
+    ``shutdown_patience_s`` (5 s by default), then kills the worker. Whether each worker ended on
+    its own or was killed, and a hook's error, are recorded in ``WorkerGroupShutDown``.
+
+    Raises:
+        NotInWorkerError: called outside a train function run by wgstore.
+        TypeError: ``hook`` is not callable.
+    """
+    _current_session().add_shutdown_hook(hook)

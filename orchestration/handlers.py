@@ -19,8 +19,10 @@ from wgstore.events import ConcurrencyError, NewEvent
 from wgstore.events.worker_group import (
     ErrorInfo,
     StartStage,
+    WorkerEnding,
     WorkerGroupShutDown,
     WorkerGroupStartFailed,
+    WorkerShutdown,
 )
 from wgstore.orchestration import ray_resources
 from wgstore.orchestration.builder import StartAborted, WorkerGroupStateBuilder
@@ -208,10 +210,23 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
     started = time.monotonic()
     time.sleep(float(ex.failpoints.get("shutdown_pause_s", 0)))  # tests: a window to die in
     events = ex.final_poll_events(state, command)
+    patience_s = float(state.context.shutdown_patience_s)
+    endings = ray_resources.shutdown_workers(
+        {info.world_rank: info.actor_name for info in state.workers}, patience_s
+    )
     released = ray_resources.release_group(command.group_id, extra_actors=ex.detach(state))
+    workers = tuple(
+        WorkerShutdown(world_rank=rank, ending=WorkerEnding(ending), hook_error=error)
+        for rank, (ending, error) in endings.items()
+    )
     events.append(
         NewEvent(
-            WorkerGroupShutDown(duration_s=round(time.monotonic() - started, 6), released=released),
+            WorkerGroupShutDown(
+                duration_s=round(time.monotonic() - started, 6),
+                released=released,
+                workers=workers,
+                patience_s=patience_s if workers else None,
+            ),
             event_id=uuid.uuid5(command.command_id, "WorkerGroupShutDown"),
             metadata=ex.metadata(command),
         )

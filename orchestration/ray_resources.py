@@ -43,6 +43,7 @@ __all__ = [
     "placement_group_name",
     "release_group",
     "reserve_placement_group",
+    "shutdown_workers",
     "start_sync_actor",
     "start_workers",
     "sync_actor_name",
@@ -272,6 +273,48 @@ def list_group_resources() -> dict[str, list[str]]:
 
 def _live_names(group_id: str) -> list[str]:
     return list_group_resources().get(group_id, [])
+
+
+def shutdown_workers(
+    actor_names: Mapping[int, str], patience_s: float
+) -> dict[int, tuple[str, Any]]:
+    """Ask every worker to run its shutdown hooks; wait up to ``patience_s`` for them.
+
+    Ray Train 2.60's ``_shutdown_workers``: ``actor.shutdown.remote()`` on every worker, wait up
+    to ``patience_s``, then (in :func:`release_group`) every worker is killed. With
+    ``patience_s == 0`` nobody is asked and every worker counts as killed.
+
+    Args:
+        actor_names: world rank -> the worker's actor name.
+        patience_s: seconds to wait for the hooks of all workers together.
+
+    Returns:
+        world rank -> (ending, hook error): ``"stopped"`` (hooks done, with the first hook's
+        ``ErrorInfo`` or None), ``"killed"`` (still running when the patience ran out) or
+        ``"dead"`` (the actor was gone or died meanwhile).
+    """
+    result: dict[int, tuple[str, Any]] = {}
+    refs: dict[Any, int] = {}
+    for rank, name in actor_names.items():
+        if patience_s <= 0:
+            result[rank] = ("killed", None)
+            continue
+        try:
+            handle = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            result[rank] = ("dead", None)
+            continue
+        refs[handle.shutdown.remote()] = rank
+    if refs:
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=patience_s)
+        for ref in ready:
+            try:
+                result[refs[ref]] = ("stopped", ray.get(ref))
+            except Exception:  # noqa: BLE001 - the actor died before or while shutting down
+                result[refs[ref]] = ("dead", None)
+        for rank in refs.values():
+            result.setdefault(rank, ("killed", None))
+    return dict(sorted(result.items()))
 
 
 def release_group(

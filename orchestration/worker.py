@@ -214,6 +214,24 @@ class WgstoreWorker:
             return_value=None if running else self._return_value,
         )
 
+    def shutdown(self) -> ErrorInfo | None:
+        """Run the shutdown hooks the train function registered (``on_shutdown``), in order.
+
+        Ray Train's ``RayTrainWorker.shutdown()``: the executor then kills the actor. Every hook
+        runs even if an earlier one raised; returns the first hook error, if any.
+        """
+        if self._failpoints.get("shutdown_hang") == self._bundle_index:
+            time.sleep(3600)
+        first: ErrorInfo | None = None
+        hooks = self._session.shutdown_hooks() if self._session is not None else []
+        for hook in hooks:
+            try:
+                hook()
+            except BaseException as error:  # noqa: BLE001 - recorded, the next hook still runs
+                if first is None:
+                    first = _error_info(error, skip_frames=1)
+        return first
+
     def ping(self) -> str:
         """Liveness check; returns the actor's name."""
         return self._name

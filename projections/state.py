@@ -54,6 +54,7 @@ from wgstore.events.worker_group import (
     WorkerGroupStartRequested,
     WorkerInfo,
     WorkerReported,
+    WorkerShutdown,
     WorkersStarted,
     WorkerStatusChange,
 )
@@ -251,6 +252,8 @@ class WorkerGroupState:
     shutdown_requested_at: datetime | None = None
     shut_down_at: datetime | None = None
     shutdown_duration_s: float | None = None
+    worker_endings: tuple[WorkerShutdown, ...] = ()
+    """Per rank, whether the worker ended on its own at shutdown or was killed."""
     released: tuple[str, ...] = ()
     """Resources released by a failed start or by the shutdown."""
 
@@ -544,6 +547,7 @@ def _shut_down(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]
         "status": WorkerGroupStatus.SHUT_DOWN,
         "shut_down_at": record.recorded_at,
         "shutdown_duration_s": event.duration_s,
+        "worker_endings": tuple(event.workers),
         "released": tuple(event.released),
     }
 

@@ -29,3 +29,22 @@ def env_fn(config: dict[str, Any]) -> dict[str, Any]:
         "cwd": os.getcwd(),
         "files": sorted(p.name for p in Path.cwd().iterdir())[:20],
     }
+
+
+def hooked_fn(config: dict[str, Any]) -> None:
+    """Register a shutdown hook that writes ``<out_dir>/rank<r>.bye`` (after ``hook_sleep_s``),
+    then train until shut down; ``hook_raise`` makes the hook raise after writing."""
+    from wgstore.orchestration import on_shutdown
+
+    rank = get_context().world_rank
+    out = Path(config["out_dir"])
+
+    def goodbye() -> None:
+        time.sleep(float(config.get("hook_sleep_s", 0)))
+        (out / f"rank{rank}.bye").write_text(f"rank {rank} shut down cleanly\n")
+        if config.get("hook_raise"):
+            raise RuntimeError(f"hook of rank {rank} failed")
+
+    on_shutdown(goodbye)
+    (out / f"rank{rank}.ready").write_text("ready\n")
+    time.sleep(600)
