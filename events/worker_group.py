@@ -62,6 +62,10 @@ class WorkerGroupContext:
         health_check_timeout_s: how long a poll may hang before the worker is marked failed.
         shutdown_patience_s: how long a shutdown waits for the workers' shutdown hooks before it
             kills them (Ray Train's ``patience_s``, 5 s); 0 kills at once.
+        runtime_env: the workers' Ray ``runtime_env`` (``env_vars``, ``working_dir``, ``pip``,
+            ...; Ray Train's ``RunConfig.worker_runtime_env``). ``WorkerGroup.create()`` merges
+            the driver's Ray Train variables (``RAY_TRAIN_*``) into ``env_vars``, so the log
+            holds what the workers got.
     """
 
     num_workers: int
@@ -74,6 +78,7 @@ class WorkerGroupContext:
     poll_interval_s: float = 1.0
     health_check_timeout_s: float = 600.0
     shutdown_patience_s: float = 5.0
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int):
@@ -100,12 +105,40 @@ class WorkerGroupContext:
             value = getattr(self, name)
             if not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        _check_runtime_env(self.runtime_env)
         patience = self.shutdown_patience_s
         if not isinstance(patience, int | float) or isinstance(patience, bool) or patience < 0:
             raise ValueError(
                 f"shutdown_patience_s must be a number >= 0 (0 kills the workers at once), "
                 f"got {patience!r}"
             )
+
+
+def _check_runtime_env(runtime_env: Any) -> None:
+    if not isinstance(runtime_env, Mapping):
+        raise ValueError(
+            f"runtime_env must be a mapping like {{'env_vars': {{'NAME': 'value'}}}}, "
+            f"got {type(runtime_env).__name__}"
+        )
+    env_vars = runtime_env.get("env_vars", {})
+    if not isinstance(env_vars, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env_vars.items()
+    ):
+        raise ValueError(
+            f"runtime_env['env_vars'] must map names to string values, got {env_vars!r}; "
+            "quote numbers, e.g. {'OMP_NUM_THREADS': '1'}"
+        )
+    working_dir = runtime_env.get("working_dir")
+    if working_dir is not None and not isinstance(working_dir, str):
+        raise ValueError(
+            f"runtime_env['working_dir'] must be a path or URI string, got {working_dir!r}"
+        )
+    pip = runtime_env.get("pip")
+    if pip is not None and not isinstance(pip, str | list | tuple | Mapping):
+        raise ValueError(
+            f"runtime_env['pip'] must be a list of requirements, a requirements file path or a "
+            f"mapping with 'packages', got {pip!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -143,6 +143,7 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
             context.resources_per_worker,
             failpoints=ex.failpoints,
             timeout_s=ex.actor_timeout_s,
+            runtime_env=context.runtime_env,
         )
         infos = assign_ranks([meta for _, meta in pairs])
         by_name = {meta.actor_name: handle for handle, meta in pairs}

@@ -207,6 +207,7 @@ def start_workers(
     *,
     failpoints: Mapping[str, Any] | None = None,
     timeout_s: float = 60.0,
+    runtime_env: Mapping[str, Any] | None = None,
 ) -> list[tuple[Any, ActorMetadata]]:
     """One worker actor per placement-group bundle; returns (handle, metadata) in bundle order.
 
@@ -215,6 +216,8 @@ def start_workers(
         ray.exceptions.GetTimeoutError: workers did not answer within ``timeout_s``.
     """
     options = _actor_resources(resources_per_worker)
+    if runtime_env:
+        options["runtime_env"] = _uploaded(_json_copy(runtime_env))
     actors = []
     for index in range(num_workers):
         name = worker_actor_name(group_id, index)
@@ -233,6 +236,35 @@ def start_workers(
         )
     metas = ray.get([a.get_metadata.remote() for a in actors], timeout=timeout_s)
     return list(zip(actors, metas, strict=True))
+
+
+def _json_copy(value: Mapping[str, Any]) -> dict[str, Any]:
+    import json
+
+    copied: dict[str, Any] = json.loads(json.dumps(dict(value)))
+    return copied
+
+
+def _uploaded(runtime_env: dict[str, Any]) -> dict[str, Any]:
+    """``runtime_env`` with a local ``working_dir`` uploaded to the cluster (a ``gcs://`` URI).
+
+    Ray uploads local directories only for a job's runtime_env (``ray.init``); an actor's must
+    name a URI. The executor uploads the directory as ``ray.init`` would; it must see the path.
+    """
+    working_dir = runtime_env.get("working_dir")
+    if not isinstance(working_dir, str) or "://" in working_dir:
+        return runtime_env
+    if not os.path.isdir(working_dir):
+        raise FileNotFoundError(
+            f"runtime_env working_dir {working_dir!r} is not a directory on the executor's "
+            "machine; give an absolute path the executor can read, or a URI (s3://, gcs://)"
+        )
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    uploaded: dict[str, Any] = upload_working_dir_if_needed(
+        dict(runtime_env), include_gitignore=True
+    )
+    return uploaded
 
 
 def find_workers(group_id: str, num_workers: int) -> dict[int, Any]:

@@ -253,6 +253,7 @@ class WorkerGroup:
                 f"group_id must be 1-64 letters, digits or '_' (it names Ray resources "
                 f"wgstore-<group_id>-<n>), got {group_id!r}"
             )
+        context = _with_propagated_env(context)
         owned: RayExecutor | None = None
         if executor is None:
             from wgstore.orchestration.executor import RayExecutor
@@ -304,3 +305,15 @@ class WorkerGroup:
                 failure.stage, failure.error, group_id=group_id, released=tuple(failure.released)
             )
         return ActiveWorkerGroup(store, state, executor=owned)
+
+
+def _with_propagated_env(context: WorkerGroupContext) -> WorkerGroupContext:
+    """``context`` with this process's Ray Train variables merged into its ``runtime_env``."""
+    import dataclasses
+
+    from wgstore.orchestration.environment import worker_runtime_env
+
+    runtime_env = worker_runtime_env(context.runtime_env)
+    if runtime_env == dict(context.runtime_env):
+        return context
+    return dataclasses.replace(context, runtime_env=runtime_env)
