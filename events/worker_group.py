@@ -16,6 +16,7 @@ from typing import Any
 from wgstore.events.registry import event_type
 
 __all__ = [
+    "CallbackFailed",
     "ErrorInfo",
     "PlacementGroupReserved",
     "StartStage",
@@ -317,9 +318,22 @@ class WorkerReported:
 @event_type("WorkerGroupShutdownRequested", version=1)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerGroupShutdownRequested:
-    """``shutdown()`` was called (or the controller gave up on the group)."""
+    """``shutdown()`` was called (or the controller gave up on the group); ``abort`` for
+    ``abort()`` (Ray's ``WorkerGroup.abort()``: the abort hooks run instead of the shutdown
+    hooks)."""
 
     reason: str
+    abort: bool = False
+
+
+@event_type("CallbackFailed", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallbackFailed:
+    """A ``WorkerGroupCallback`` hook raised in the executor; the group went on regardless."""
+
+    hook: str
+    callback: str
+    error: ErrorInfo
 
 
 class WorkerEnding(enum.StrEnum):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from wgstore.events.worker_group import WorkerGroupContext
     from wgstore.orchestration.builder import WorkerGroupStateBuilder
+    from wgstore.orchestration.callbacks import WorkerGroupCallback
     from wgstore.orchestration.commands import (
         Command,
         ReleaseResources,
@@ -47,6 +48,7 @@ __all__ = [
     "TrainContext",
     "TrainFnError",
     "WorkerGroup",
+    "WorkerGroupCallback",
     "WorkerGroupContext",
     "WorkerGroupStartError",
     "WorkerGroupStateBuilder",
@@ -80,6 +82,7 @@ _LAZY = {
     "RayExecutor": "wgstore.orchestration.executor",
     "run_executor": "wgstore.orchestration.executor",
     "WorkerGroupStateBuilder": "wgstore.orchestration.builder",
+    "WorkerGroupCallback": "wgstore.orchestration.callbacks",
     "RunResult": "wgstore.orchestration.run",
     "run_training": "wgstore.orchestration.run",
 }

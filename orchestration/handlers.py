@@ -114,6 +114,7 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
         ex.store, state, command_id=command.command_id, metadata=ex.metadata(command)
     )
     stage = StartStage.PLACEMENT_GROUP
+    hook_failures = ex.invoke("before_worker_group_start", context)
     try:
         ray_resources.release_group(group_id, wait_s=5.0)  # leftovers nobody recorded
         ray_resources.check_cluster_can_fit(
@@ -176,15 +177,18 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
             timeout=ex.actor_timeout_s,
         )
         built = builder.build(startup_s=time.monotonic() - started)
+        hook_failures += ex.invoke("after_worker_group_start", builder.state)
         stage = StartStage.LAUNCH
         builder.check_not_aborted()
         ray.get([h.run_train_fn.remote() for h in handles], timeout=ex.actor_timeout_s)
         builder.launched(context.train_fn)  # from here on, failures are the workers'
+        hook_failures += ex.invoke("after_worker_group_training_start", builder.state)
 
     except StartAborted:
         released = builder.release()
         failure = WorkerGroupStartFailed(stage=stage, error=_aborted(), released=released)
         _finish_start_with(ex, command, builder.state, failure, started)
+        ex.record_callback_failures(group_id, hook_failures, ex.metadata(command))
         return
     except Exception as error:  # noqa: BLE001 - every failure of a step fails the start
         released = builder.release()
@@ -192,7 +196,9 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
             stage=stage, error=remote_error_info(error), released=released
         )
         _finish_start_with(ex, command, builder.state, failure, started)
+        ex.record_callback_failures(group_id, hook_failures, ex.metadata(command))
         return
+    ex.record_callback_failures(group_id, hook_failures, ex.metadata(command))
     ex.attach(built, builder.state)
     _start_training(list(built.workers), ex.actor_timeout_s)
 
@@ -211,6 +217,10 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
     started = time.monotonic()
     time.sleep(float(ex.failpoints.get("shutdown_pause_s", 0)))  # tests: a window to die in
     events = ex.final_poll_events(state, command)
+    hooks = "abort" if command.abort else "shutdown"
+    hook_failures = ex.invoke(
+        f"before_worker_group_{hooks}", state.context if command.abort else state
+    )
     patience_s = float(state.context.shutdown_patience_s)
     endings = ray_resources.shutdown_workers(
         {info.world_rank: info.actor_name for info in state.workers}, patience_s
@@ -232,7 +242,10 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
             metadata=ex.metadata(command),
         )
     )
+    events += [NewEvent(f, metadata=ex.metadata(command)) for f in hook_failures]
     ex.store.append(command.stream_id, events)
+    after = ex.invoke(f"after_worker_group_{hooks}", state.context)
+    ex.record_callback_failures(command.group_id, after, ex.metadata(command))
 
 
 def release_resources(command: ReleaseResources, ex: RayExecutor) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 
 from wgstore.events.records import RecordedEvent
 from wgstore.events.worker_group import (
+    CallbackFailed,
     ErrorInfo,
     PlacementGroupReserved,
     SyncActorStarted,
@@ -254,6 +255,10 @@ class WorkerGroupState:
     shutdown_duration_s: float | None = None
     worker_endings: tuple[WorkerShutdown, ...] = ()
     """Per rank, whether the worker ended on its own at shutdown or was killed."""
+    aborted: bool = False
+    """The shutdown was an ``abort()``."""
+    callback_failures: tuple[CallbackFailed, ...] = ()
+    """Executor hooks (``WorkerGroupCallback``) that raised, in log order."""
     released: tuple[str, ...] = ()
     """Resources released by a failed start or by the shutdown."""
 
@@ -536,6 +541,7 @@ def _shutdown_requested(state: WorkerGroupState, record: RecordedEvent) -> dict[
     return {
         "status": WorkerGroupStatus.SHUTTING_DOWN,
         "shutdown_reason": event.reason,
+        "aborted": event.abort,
         "shutdown_requested_at": record.recorded_at,
     }
 
@@ -552,6 +558,10 @@ def _shut_down(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]
     }
 
 
+def _callback_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    return {"callback_failures": (*state.callback_failures, record.event)}
+
+
 _Handler = Callable[[WorkerGroupState, RecordedEvent], dict[str, Any]]
 
 _HANDLERS: dict[type, _Handler] = {
@@ -565,6 +575,7 @@ _HANDLERS: dict[type, _Handler] = {
     WorkerReported: _reported,
     WorkerGroupShutdownRequested: _shutdown_requested,
     WorkerGroupShutDown: _shut_down,
+    CallbackFailed: _callback_failed,
 }
 
 
@@ -611,8 +622,12 @@ def _apply(draft: Any, event: RecordedEvent) -> None:
             f"out of order: the state is at version {draft.version}, so the next event must be "
             f"version {draft.version + 1}",
         )
-    if draft.status in _TERMINAL and not (
-        draft.status is WorkerGroupStatus.SHUT_DOWN and isinstance(payload, WorkerReported)
+    if (
+        draft.status in _TERMINAL
+        and not isinstance(payload, CallbackFailed)  # after_* hooks run after the end
+        and not (
+            draft.status is WorkerGroupStatus.SHUT_DOWN and isinstance(payload, WorkerReported)
+        )
     ):
         raise ProjectionError.at(event, f"group {draft.group_id!r} is already {draft.status.value}")
     handler = _HANDLERS.get(type(payload))
