@@ -7,6 +7,7 @@ tense. Field names are stable: stored events are read back by these names.
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,7 +55,12 @@ class WorkerGroupContext:
     Args:
         num_workers: how many worker actors (one placement-group bundle each).
         resources_per_worker: Ray resources of one worker, e.g. ``{"CPU": 1, "GPU": 1}``.
-        train_fn: the train function as an import path, ``"package.module:function"``.
+        train_fn: the train function: an import path ``"package.module:function"`` (the
+            readable default), or any callable. A module-level function becomes its import
+            path; anything else (a lambda, a closure, a callable object) is pickled with
+            cloudpickle: ``train_fn`` then holds its qualified name, ``train_fn_pickle`` the
+            bytes (stored in the log, so an executor on another machine can start it again)
+            and ``train_fn_digest`` their SHA-256, checked before the bytes are loaded.
         train_fn_config: JSON-able keyword config handed to the train function.
         placement_strategy: ``PACK``, ``SPREAD``, ``STRICT_PACK`` or ``STRICT_SPREAD``.
         resume_checkpoint: a checkpoint path the workers start from, if any.
@@ -72,6 +78,7 @@ class WorkerGroupContext:
     num_workers: int
     resources_per_worker: Mapping[str, float] = field(default_factory=lambda: {"CPU": 1.0})
     train_fn: str
+    """The import path, or the qualified name of a pickled callable (``train_fn_pickle``)."""
     train_fn_config: Mapping[str, Any] = field(default_factory=dict)
     placement_strategy: str = "PACK"
     resume_checkpoint: str | None = None
@@ -80,17 +87,29 @@ class WorkerGroupContext:
     health_check_timeout_s: float = 600.0
     shutdown_patience_s: float = 5.0
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    train_fn_pickle: bytes | None = None
+    train_fn_digest: str | None = None
 
     def __post_init__(self) -> None:
+        if callable(self.train_fn):
+            for name, value in _train_fn_fields(self.train_fn).items():
+                object.__setattr__(self, name, value)
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int):
             raise ValueError(f"num_workers must be an int >= 1, got {self.num_workers!r}")
         if self.num_workers < 1:
             raise ValueError(f"num_workers must be at least 1, got {self.num_workers}")
-        if not isinstance(self.train_fn, str) or not _TRAIN_FN.match(self.train_fn):
+        if self.train_fn_pickle is not None:
+            digest = hashlib.sha256(self.train_fn_pickle).hexdigest()
+            if self.train_fn_digest != digest:
+                raise ValueError(
+                    f"train_fn_digest does not match the pickled train function {self.train_fn!r} "
+                    f"(recorded {self.train_fn_digest!r}, the bytes hash to {digest!r}); the "
+                    "bytes were changed: pass the function again"
+                )
+        elif not isinstance(self.train_fn, str) or not _TRAIN_FN.match(self.train_fn):
             raise ValueError(
-                f"train_fn must be an import path 'package.module:function', got {self.train_fn!r}; "
-                "lambdas and closures cannot be restarted from the log, define the function at "
-                "module level"
+                f"train_fn must be a callable or an import path 'package.module:function', got "
+                f"{self.train_fn!r}"
             )
         if self.placement_strategy not in _STRATEGIES:
             raise ValueError(
@@ -113,6 +132,43 @@ class WorkerGroupContext:
                 f"shutdown_patience_s must be a number >= 0 (0 kills the workers at once), "
                 f"got {patience!r}"
             )
+
+
+def _train_fn_fields(fn: Any) -> dict[str, Any]:
+    """The context fields for callable ``fn``: its import path when it is a module-level
+    function reachable again by that path, else its pickle (cloudpickle), name and digest."""
+    import inspect
+    import sys
+
+    module = getattr(fn, "__module__", None) or "__main__"
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    path = f"{module}:{qualname}"
+    if (
+        inspect.isfunction(fn)
+        and module != "__main__"
+        and _TRAIN_FN.match(path)
+        and getattr(sys.modules.get(module), qualname, None) is fn
+    ):
+        return {"train_fn": path}
+    try:
+        import cloudpickle
+    except ImportError as error:
+        raise ValueError(
+            f"train_fn {path} is not a module-level function, and pickling it needs cloudpickle "
+            "(pip install cloudpickle); or pass a module-level function"
+        ) from error
+    try:
+        data = cloudpickle.dumps(fn)
+    except Exception as error:
+        raise ValueError(
+            f"train_fn {path} cannot be pickled ({type(error).__name__}: {error}); make it a "
+            "module-level function, or keep what it captures picklable"
+        ) from error
+    return {
+        "train_fn": path,
+        "train_fn_pickle": data,
+        "train_fn_digest": hashlib.sha256(data).hexdigest(),
+    }
 
 
 def _check_runtime_env(runtime_env: Any) -> None:

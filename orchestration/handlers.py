@@ -167,6 +167,8 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
                         resume_checkpoint=context.resume_checkpoint,
                     ),
                     train_fn=context.train_fn,
+                    train_fn_pickle=context.train_fn_pickle,
+                    train_fn_digest=context.train_fn_digest,
                     store_url=store_url,
                     hmac_key=ex.store.hmac_key,
                     report_metadata=report_metadata,

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wgstore.orchestration.context import TrainContext, WorkerSession, _set_session
-from wgstore.orchestration.loading import TrainFn, resolve_train_fn
+from wgstore.orchestration.loading import TrainFn, load_pickled_train_fn, resolve_train_fn
 from wgstore.orchestration.polling import WorkerPoll
 from wgstore.orchestration.ranks import ActorMetadata
 from wgstore.orchestration.report_writer import ReportWriter
@@ -128,8 +128,10 @@ class WgstoreWorker:
         hmac_key: bytes | None = None,
         report_metadata: Mapping[str, Any] | None = None,
         extra_sys_path: Sequence[str] = (),
+        train_fn_pickle: bytes | None = None,
+        train_fn_digest: str | None = None,
     ) -> None:
-        """Import the train function and set up ``get_context()``/``report()``.
+        """Import (or unpickle) the train function and set up ``get_context()``/``report()``.
 
         Args:
             context: this worker's ranks and the train config.
@@ -143,7 +145,12 @@ class WgstoreWorker:
             TrainFnError: the train function cannot be imported or is not a plain function.
             ReportNotStoredError: the store is a SQLite file this node cannot see.
         """
-        self._fn = resolve_train_fn(train_fn, extra_sys_path=extra_sys_path)
+        if train_fn_pickle is not None:
+            self._fn = load_pickled_train_fn(
+                train_fn, train_fn_pickle, train_fn_digest, extra_sys_path=extra_sys_path
+            )
+        else:
+            self._fn = resolve_train_fn(train_fn, extra_sys_path=extra_sys_path)
         self._writer = ReportWriter(
             store_url,
             group_id=context.group_id,
