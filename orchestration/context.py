@@ -59,9 +59,15 @@ class WorkerSession:
         sink: stores each report (the worker's :class:`ReportWriter`).
     """
 
-    def __init__(self, context: TrainContext, sink: ReportSink) -> None:
+    def __init__(
+        self,
+        context: TrainContext,
+        sink: ReportSink,
+        checkpoint_guard: Callable[[int, str], None] | None = None,
+    ) -> None:
         self.context = context
         self._sink = sink
+        self._checkpoint_guard = checkpoint_guard
         self._next_index = 0
         self._lock = threading.Lock()
         self._shutdown_hooks: list[Callable[[], object]] = []
@@ -105,6 +111,8 @@ class WorkerSession:
         with self._lock:  # one report at a time per worker, so indexes reach the log in order
             index = self._next_index
             self._next_index += 1
+            if checkpoint is not None and self._checkpoint_guard is not None:
+                self._checkpoint_guard(index, checkpoint)  # raises: the report is refused
             self._sink.append(index, clean, checkpoint)
 
 
@@ -148,6 +156,8 @@ def report(metrics: Mapping[str, Any], checkpoint: str | None = None) -> None:
     Raises:
         NotInWorkerError: called outside a train function run by wgstore.
         TypeError: metrics that are not JSON-able, or a checkpoint that is not a string.
+        CheckpointMismatchError: another rank's report with the same index carries a different
+            checkpoint path (Ray's consolidation refuses that too); nothing is stored.
         ReportNotStoredError: the store could not be reached (transient errors are retried for
             30 s) or refused the report; the report is not in the log.
     """

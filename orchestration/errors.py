@@ -14,6 +14,7 @@ The tree::
          ├─ ExecutorLostError              the executor stopped in the middle of a start
          ├─ FailpointError                 a failure injected on purpose (tests only)
          ├─ ReportNotStoredError           report() could not put the report in the log
+         ├─ CheckpointMismatchError        ranks reported different checkpoints at one index
          └─ NotInWorkerError               get_context()/report() outside a wgstore worker
 
 Every class pickles (``WgstoreError.__reduce__``), so they cross Ray actor boundaries.
@@ -25,6 +26,7 @@ from wgstore.events.errors import WgstoreError
 from wgstore.events.worker_group import ErrorInfo, StartStage
 
 __all__ = [
+    "CheckpointMismatchError",
     "ExecutorLostError",
     "FailpointError",
     "InsufficientClusterResourcesError",
@@ -115,4 +117,13 @@ class ReportNotStoredError(OrchestrationError):
     """``report()`` could not store the report (store unreachable, or it refused the report).
 
     Raised to the train function; the report is not in the log. The cause is chained.
+    """
+
+
+class CheckpointMismatchError(OrchestrationError):
+    """Two ranks reported different checkpoint paths with the same report index.
+
+    Ray Train consolidates the reports of one round into one checkpoint and raises when the
+    ranks' paths differ; wgstore refuses the later report (it is not stored) and raises this to
+    its train function. Ranks reporting no checkpoint at that index are fine.
     """

@@ -68,6 +68,31 @@ def _json_able(value: Any) -> Any:
         ) from None
 
 
+def _checkpoint_guard(context: TrainContext) -> Any:
+    """Checks a checkpoint against the other ranks' at the same report index (the sync actor)."""
+    if context.world_size < 2:
+        return None
+
+    def guard(index: int, path: str) -> None:
+        import ray
+
+        from wgstore.orchestration.ray_resources import NAMESPACE, sync_actor_name
+
+        sync = ray.get_actor(sync_actor_name(context.group_id), namespace=NAMESPACE)
+        first, rank = ray.get(sync.claim_checkpoint.remote(index, path, context.world_rank))
+        if first != path:
+            from wgstore.orchestration.errors import CheckpointMismatchError
+
+            raise CheckpointMismatchError(
+                f"report {index} of rank {context.world_rank} carries checkpoint {path!r}, but "
+                f"rank {rank} reported {first!r} at the same index; all ranks must report the "
+                "same checkpoint path for one report (or none), as in Ray Train. The report "
+                "was not stored"
+            )
+
+    return guard
+
+
 class WgstoreWorker:
     """One worker of a group: metadata, train context, the train thread, polls.
 
@@ -158,7 +183,9 @@ class WgstoreWorker:
             metadata={**dict(report_metadata or {}), "actor": self._name},
             hmac_key=hmac_key,
         )
-        self._session = WorkerSession(context, self._writer)
+        self._session = WorkerSession(
+            context, self._writer, checkpoint_guard=_checkpoint_guard(context)
+        )
         _set_session(self._session)
 
     def run_train_fn(self, timeout_s: float = 120.0) -> None:
@@ -261,6 +288,14 @@ class SyncActor:
     def ping(self) -> str:
         """Liveness check; returns the actor's name."""
         return self._name
+
+    def claim_checkpoint(self, index: int, path: str, world_rank: int) -> tuple[str, int]:
+        """The checkpoint of report ``index``: the first rank's claim wins; returns it and its rank.
+
+        Calls to an actor run one at a time, so two ranks cannot both win.
+        """
+        claims: dict[int, tuple[str, int]] = self.__dict__.setdefault("_claims", {})
+        return claims.setdefault(index, (path, world_rank))
 
     def arrive(self, generation: int, world_rank: int) -> int:
         """Record that ``world_rank`` reached barrier ``generation``; returns how many have."""

@@ -48,3 +48,19 @@ def hooked_fn(config: dict[str, Any]) -> None:
     on_shutdown(goodbye)
     (out / f"rank{rank}.ready").write_text("ready\n")
     time.sleep(600)
+
+
+def checkpoint_fn(config: dict[str, Any]) -> dict[str, Any]:
+    """Report once with a checkpoint (``same``: one path for all ranks, else one per rank);
+    return the refusal, if any. Rank r reports after ``r * stagger_s``."""
+    from wgstore.orchestration import report
+    from wgstore.orchestration.errors import CheckpointMismatchError
+
+    ctx = get_context()
+    time.sleep(ctx.world_rank * float(config.get("stagger_s", 0.3)))
+    path = "memory://ckpt/0" if config.get("same") else f"memory://ckpt/rank{ctx.world_rank}"
+    try:
+        report({"loss": 1.0}, checkpoint=path)
+    except CheckpointMismatchError as error:
+        return {"refused": str(error)}
+    return {"refused": None}
