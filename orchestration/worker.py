@@ -103,7 +103,7 @@ class WgstoreWorker:
             index whose actor process exits in its constructor; ``worker_sigkill_on_init``: one
             that SIGKILLs itself there; ``worker_init_sleep_s``: seconds
             every constructor sleeps; ``launch_raise``; ``poll_hang``: a bundle index whose
-            polls hang).
+            polls hang; ``shutdown_hang``: a bundle index whose shutdown hooks hang).
     """
 
     def __init__(
