@@ -402,7 +402,8 @@ class RayExecutor:
             return []
         from wgstore.orchestration.callbacks import invoke_callbacks
 
-        return invoke_callbacks(self.callbacks, hook, *args)
+        failures: list[Any] = invoke_callbacks(self.callbacks, hook, *args)
+        return failures
 
     def record_callback_failures(
         self, group_id: str, failures: Sequence[Any], metadata: Mapping[str, Any]

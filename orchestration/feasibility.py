@@ -50,10 +50,11 @@ def insufficient_resources(
     if max_cluster_resources:
         limits: Mapping[str, float] = max_cluster_resources
     elif nodes:
-        limits = {}
+        summed: dict[str, float] = {}
         for node in nodes:
             for name, amount in node.items():
-                limits[name] = limits.get(name, 0) + amount  # type: ignore[index]
+                summed[name] = summed.get(name, 0) + amount
+        limits = summed
     else:
         return None
     for name, amount in wanted.items():

@@ -109,7 +109,8 @@ def _max_cluster_resources() -> dict[str, float] | None:
     try:
         from ray._private.state import state as ray_state
 
-        result: dict[str, float] | None = ray_state.get_max_resources_from_cluster_config()
+        found = ray_state.get_max_resources_from_cluster_config()
+        result = None if found is None else {k: float(v) for k, v in found.items()}
     except Exception:  # noqa: BLE001 - no autoscaler config (a fixed cluster)
         return None
     return result

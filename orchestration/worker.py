@@ -79,7 +79,8 @@ def _checkpoint_guard(context: TrainContext) -> Any:
         from wgstore.orchestration.ray_resources import NAMESPACE, sync_actor_name
 
         sync = ray.get_actor(sync_actor_name(context.group_id), namespace=NAMESPACE)
-        first, rank = ray.get(sync.claim_checkpoint.remote(index, path, context.world_rank))
+        claim: Any = ray.get(sync.claim_checkpoint.remote(index, path, context.world_rank))
+        first, rank = str(claim[0]), int(claim[1])
         if first != path:
             from wgstore.orchestration.errors import CheckpointMismatchError
 
