@@ -57,7 +57,7 @@ def train_fn(config: dict[str, Any]) -> None:
         loss = sum((w * x + b - y) ** 2 for x, y in data) / len(data)
         every = int(config.get("checkpoint_every", 0))
         checkpoint = (
-            f"memory://{ctx.group_id}/rank{ctx.world_rank}/step{step}"
+            f"memory://{ctx.group_id}/step{step}"  # one checkpoint per step, all ranks
             if every and step % every == 0
             else None
         )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from wgstore.events.worker_group import WorkerGroupContext
     from wgstore.orchestration.builder import WorkerGroupStateBuilder
+    from wgstore.orchestration.callbacks import WorkerGroupCallback
     from wgstore.orchestration.commands import (
         Command,
         ReleaseResources,
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
         StartWorkerGroup,
         derive_commands,
     )
-    from wgstore.orchestration.context import TrainContext, get_context, report
+    from wgstore.orchestration.context import TrainContext, get_context, on_shutdown, report
     from wgstore.orchestration.errors import (
         OrchestrationError,
         ReportNotStoredError,
@@ -47,12 +48,14 @@ __all__ = [
     "TrainContext",
     "TrainFnError",
     "WorkerGroup",
+    "WorkerGroupCallback",
     "WorkerGroupContext",
     "WorkerGroupStartError",
     "WorkerGroupStateBuilder",
     "WorkerGroupTimeoutError",
     "derive_commands",
     "get_context",
+    "on_shutdown",
     "report",
     "run_executor",
     "run_training",
@@ -68,6 +71,7 @@ _LAZY = {
     "TrainContext": "wgstore.orchestration.context",
     "get_context": "wgstore.orchestration.context",
     "report": "wgstore.orchestration.context",
+    "on_shutdown": "wgstore.orchestration.context",
     "OrchestrationError": "wgstore.orchestration.errors",
     "ReportNotStoredError": "wgstore.orchestration.errors",
     "TrainFnError": "wgstore.orchestration.errors",
@@ -78,6 +82,7 @@ _LAZY = {
     "RayExecutor": "wgstore.orchestration.executor",
     "run_executor": "wgstore.orchestration.executor",
     "WorkerGroupStateBuilder": "wgstore.orchestration.builder",
+    "WorkerGroupCallback": "wgstore.orchestration.callbacks",
     "RunResult": "wgstore.orchestration.run",
     "run_training": "wgstore.orchestration.run",
 }

@@ -72,6 +72,7 @@ class ShutdownWorkerGroup(Command):
     """Poll once more, release every resource of the group, record the shutdown."""
 
     reason: str
+    abort: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +134,7 @@ def derive_commands(event: RecordedEvent, state: WorkerGroupState | None) -> lis
                 group_id=state.group_id,
                 caused_by=event.event_id,
                 reason=payload.reason,
+                abort=payload.abort,
             )
         ]
     stage = _NEXT_STAGE.get(type(payload))

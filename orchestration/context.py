@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["ReportSink", "TrainContext", "WorkerSession", "get_context", "report"]
+__all__ = [
+    "ReportSink",
+    "TrainContext",
+    "WorkerSession",
+    "get_context",
+    "on_shutdown",
+    "report",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,11 +59,30 @@ class WorkerSession:
         sink: stores each report (the worker's :class:`ReportWriter`).
     """
 
-    def __init__(self, context: TrainContext, sink: ReportSink) -> None:
+    def __init__(
+        self,
+        context: TrainContext,
+        sink: ReportSink,
+        checkpoint_guard: Callable[[int, str], None] | None = None,
+    ) -> None:
         self.context = context
         self._sink = sink
+        self._checkpoint_guard = checkpoint_guard
         self._next_index = 0
         self._lock = threading.Lock()
+        self._shutdown_hooks: list[Callable[[], object]] = []
+
+    def add_shutdown_hook(self, hook: Callable[[], object]) -> None:
+        """Run ``hook`` when the group shuts down (see :func:`on_shutdown`)."""
+        if not callable(hook):
+            raise TypeError(f"on_shutdown() takes a callable, got {type(hook).__name__}")
+        with self._lock:
+            self._shutdown_hooks.append(hook)
+
+    def shutdown_hooks(self) -> list[Callable[[], object]]:
+        """The hooks registered so far, in registration order."""
+        with self._lock:
+            return list(self._shutdown_hooks)
 
     @property
     def reports_made(self) -> int:
@@ -85,6 +111,8 @@ class WorkerSession:
         with self._lock:  # one report at a time per worker, so indexes reach the log in order
             index = self._next_index
             self._next_index += 1
+            if checkpoint is not None and self._checkpoint_guard is not None:
+                self._checkpoint_guard(index, checkpoint)  # raises: the report is refused
             self._sink.append(index, clean, checkpoint)
 
 
@@ -128,7 +156,24 @@ def report(metrics: Mapping[str, Any], checkpoint: str | None = None) -> None:
     Raises:
         NotInWorkerError: called outside a train function run by wgstore.
         TypeError: metrics that are not JSON-able, or a checkpoint that is not a string.
+        CheckpointMismatchError: another rank's report with the same index carries a different
+            checkpoint path (Ray's consolidation refuses that too); nothing is stored.
         ReportNotStoredError: the store could not be reached (transient errors are retried for
             30 s) or refused the report; the report is not in the log.
     """
     _current_session().report(metrics, checkpoint)
+
+
+def on_shutdown(hook: Callable[[], object]) -> None:
+    """Run ``hook()`` (no arguments) in this worker when its group shuts down.
+
+    Ray Train's ``WorkerCallback.before_worker_shutdown``: hooks run in registration order,
+    before the worker actor is killed; the shutdown waits for them up to the group's
+    ``shutdown_patience_s`` (5 s by default), then kills the worker. Whether each worker ended on
+    its own or was killed, and a hook's error, are recorded in ``WorkerGroupShutDown``.
+
+    Raises:
+        NotInWorkerError: called outside a train function run by wgstore.
+        TypeError: ``hook`` is not callable.
+    """
+    _current_session().add_shutdown_hook(hook)

@@ -8,11 +8,13 @@ The tree::
          ├─ WorkerGroupTimeoutError        waiting on a group took longer than allowed
          ├─ TrainFnError                   a train function that cannot be named or imported
          ├─ PlacementGroupTimeoutError     no resources for the placement group in time
+         ├─ InsufficientClusterResourcesError  the cluster can never fit the group
          ├─ WorkerHealthCheckFailedError   polling a worker raised (the worker is dead)
          ├─ WorkerHealthCheckTimeoutError  a poll hung longer than health_check_timeout_s
          ├─ ExecutorLostError              the executor stopped in the middle of a start
          ├─ FailpointError                 a failure injected on purpose (tests only)
          ├─ ReportNotStoredError           report() could not put the report in the log
+         ├─ CheckpointMismatchError        ranks reported different checkpoints at one index
          └─ NotInWorkerError               get_context()/report() outside a wgstore worker
 
 Every class pickles (``WgstoreError.__reduce__``), so they cross Ray actor boundaries.
@@ -24,8 +26,10 @@ from wgstore.events.errors import WgstoreError
 from wgstore.events.worker_group import ErrorInfo, StartStage
 
 __all__ = [
+    "CheckpointMismatchError",
     "ExecutorLostError",
     "FailpointError",
+    "InsufficientClusterResourcesError",
     "NotInWorkerError",
     "OrchestrationError",
     "PlacementGroupTimeoutError",
@@ -81,6 +85,14 @@ class PlacementGroupTimeoutError(OrchestrationError):
     """The placement group was not ready within ``placement_timeout_s``."""
 
 
+class InsufficientClusterResourcesError(OrchestrationError):
+    """The cluster can never fit the group (Ray Train's ``InsufficientClusterResourcesError``).
+
+    Raised before any placement group is asked for, so the start fails at once instead of
+    waiting out ``placement_timeout_s``.
+    """
+
+
 class WorkerHealthCheckFailedError(OrchestrationError):
     """Polling a worker raised: the worker actor is dead or unreachable."""
 
@@ -105,4 +117,13 @@ class ReportNotStoredError(OrchestrationError):
     """``report()`` could not store the report (store unreachable, or it refused the report).
 
     Raised to the train function; the report is not in the log. The cause is chained.
+    """
+
+
+class CheckpointMismatchError(OrchestrationError):
+    """Two ranks reported different checkpoint paths with the same report index.
+
+    Ray Train consolidates the reports of one round into one checkpoint and raises when the
+    ranks' paths differ; wgstore refuses the later report (it is not stored) and raises this to
+    its train function. Ranks reporting no checkpoint at that index are fine.
     """

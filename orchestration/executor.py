@@ -34,7 +34,7 @@ import time
 import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -52,6 +52,7 @@ from wgstore.events.worker_group import (
 )
 from wgstore.orchestration import ray_resources
 from wgstore.orchestration.builder import BuiltGroup
+from wgstore.orchestration.callbacks import WorkerGroupCallback
 from wgstore.orchestration.commands import (
     COMMAND_NAMESPACE,
     Command,
@@ -65,7 +66,13 @@ from wgstore.orchestration.handlers import COMMAND_HANDLERS
 from wgstore.orchestration.poller import GroupPoller
 from wgstore.orchestration.polling import PollRecorder, WorkerObservation
 from wgstore.projections import ProjectionError
-from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
+from wgstore.projections.state import (
+    WorkerGroupPollStatus,
+    WorkerGroupState,
+    WorkerGroupStatus,
+    WorkerStatus,
+    evolve,
+)
 
 __all__ = ["RayExecutor", "run_executor"]
 
@@ -148,8 +155,11 @@ class RayExecutor:
         extra_sys_path: Iterable[str] | None = None,
         failpoints: Mapping[str, Any] | None = None,
         read_models_interval_s: float | None = 2.0,
+        callbacks: Sequence[WorkerGroupCallback] = (),
     ) -> None:
         self.store = store
+        self.callbacks: tuple[WorkerGroupCallback, ...] = tuple(callbacks)
+        """``WorkerGroupCallback`` hooks, called in Ray Train's order (see ``callbacks``)."""
         self.executor_id = uuid.uuid4().hex
         self.failpoints: dict[str, Any] = dict(failpoints or {})
         self.actor_timeout_s = actor_timeout_s
@@ -315,7 +325,9 @@ class RayExecutor:
         known: dict[int, WorkerObservation] = {}
         if state.poll_status is not None:
             known = {
-                rank: WorkerObservation(running=s.running, error=s.error)
+                rank: WorkerObservation(
+                    running=s.running, error=s.error, return_value=s.return_value
+                )
                 for rank, s in state.poll_status.worker_statuses.items()
             }
         else:
@@ -384,6 +396,25 @@ class RayExecutor:
             )
         return events
 
+    def invoke(self, hook: str, *args: Any) -> list[Any]:
+        """Call ``hook`` on every callback; returns the ``CallbackFailed`` events to record."""
+        if not self.callbacks:
+            return []
+        from wgstore.orchestration.callbacks import invoke_callbacks
+
+        failures: list[Any] = invoke_callbacks(self.callbacks, hook, *args)
+        return failures
+
+    def record_callback_failures(
+        self, group_id: str, failures: Sequence[Any], metadata: Mapping[str, Any]
+    ) -> None:
+        """Append ``CallbackFailed`` events (any version: they change no lifecycle)."""
+        if failures:
+            self.store.append(
+                group_stream(group_id),
+                [NewEvent(f, metadata=metadata) for f in failures],
+            )
+
     # ------------------------------------------------------------------ polling
 
     def _poll_events(
@@ -399,6 +430,17 @@ class RayExecutor:
                     polled, event_id=_poll_event_id(group_id, polled.poll_seq), metadata=metadata
                 )
             )
+        if self.callbacks:
+            status = WorkerGroupPollStatus(
+                {
+                    rank: WorkerStatus(
+                        running=o.running, error=o.error, return_value=o.return_value
+                    )
+                    for rank, o in sorted(observations.items())
+                }
+            )
+            for failure in self.invoke("after_worker_group_poll_status", group_id, status):
+                events.append(NewEvent(failure, metadata=metadata))
         attached.finished = attached.poller.finished
         return events
 

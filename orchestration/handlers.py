@@ -19,8 +19,10 @@ from wgstore.events import ConcurrencyError, NewEvent
 from wgstore.events.worker_group import (
     ErrorInfo,
     StartStage,
+    WorkerEnding,
     WorkerGroupShutDown,
     WorkerGroupStartFailed,
+    WorkerShutdown,
 )
 from wgstore.orchestration import ray_resources
 from wgstore.orchestration.builder import StartAborted, WorkerGroupStateBuilder
@@ -112,8 +114,12 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
         ex.store, state, command_id=command.command_id, metadata=ex.metadata(command)
     )
     stage = StartStage.PLACEMENT_GROUP
+    hook_failures = ex.invoke("before_worker_group_start", context)
     try:
         ray_resources.release_group(group_id, wait_s=5.0)  # leftovers nobody recorded
+        ray_resources.check_cluster_can_fit(
+            context.resources_per_worker, context.num_workers, context.placement_strategy
+        )
         bundles = [dict(context.resources_per_worker)] * context.num_workers
         reserve_started = time.monotonic()
         pg = ray_resources.reserve_placement_group(
@@ -138,6 +144,7 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
             context.resources_per_worker,
             failpoints=ex.failpoints,
             timeout_s=ex.actor_timeout_s,
+            runtime_env=context.runtime_env,
         )
         infos = assign_ranks([meta for _, meta in pairs])
         by_name = {meta.actor_name: handle for handle, meta in pairs}
@@ -160,6 +167,8 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
                         resume_checkpoint=context.resume_checkpoint,
                     ),
                     train_fn=context.train_fn,
+                    train_fn_pickle=context.train_fn_pickle,
+                    train_fn_digest=context.train_fn_digest,
                     store_url=store_url,
                     hmac_key=ex.store.hmac_key,
                     report_metadata=report_metadata,
@@ -170,15 +179,18 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
             timeout=ex.actor_timeout_s,
         )
         built = builder.build(startup_s=time.monotonic() - started)
+        hook_failures += ex.invoke("after_worker_group_start", builder.state)
         stage = StartStage.LAUNCH
         builder.check_not_aborted()
         ray.get([h.run_train_fn.remote() for h in handles], timeout=ex.actor_timeout_s)
         builder.launched(context.train_fn)  # from here on, failures are the workers'
+        hook_failures += ex.invoke("after_worker_group_training_start", builder.state)
 
     except StartAborted:
         released = builder.release()
         failure = WorkerGroupStartFailed(stage=stage, error=_aborted(), released=released)
         _finish_start_with(ex, command, builder.state, failure, started)
+        ex.record_callback_failures(group_id, hook_failures, ex.metadata(command))
         return
     except Exception as error:  # noqa: BLE001 - every failure of a step fails the start
         released = builder.release()
@@ -186,7 +198,9 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
             stage=stage, error=remote_error_info(error), released=released
         )
         _finish_start_with(ex, command, builder.state, failure, started)
+        ex.record_callback_failures(group_id, hook_failures, ex.metadata(command))
         return
+    ex.record_callback_failures(group_id, hook_failures, ex.metadata(command))
     ex.attach(built, builder.state)
     _start_training(list(built.workers), ex.actor_timeout_s)
 
@@ -205,15 +219,35 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
     started = time.monotonic()
     time.sleep(float(ex.failpoints.get("shutdown_pause_s", 0)))  # tests: a window to die in
     events = ex.final_poll_events(state, command)
+    hooks = "abort" if command.abort else "shutdown"
+    hook_failures = ex.invoke(
+        f"before_worker_group_{hooks}", state.context if command.abort else state
+    )
+    patience_s = float(state.context.shutdown_patience_s)
+    endings = ray_resources.shutdown_workers(
+        {info.world_rank: info.actor_name for info in state.workers}, patience_s
+    )
     released = ray_resources.release_group(command.group_id, extra_actors=ex.detach(state))
+    workers = tuple(
+        WorkerShutdown(world_rank=rank, ending=WorkerEnding(ending), hook_error=error)
+        for rank, (ending, error) in endings.items()
+    )
     events.append(
         NewEvent(
-            WorkerGroupShutDown(duration_s=round(time.monotonic() - started, 6), released=released),
+            WorkerGroupShutDown(
+                duration_s=round(time.monotonic() - started, 6),
+                released=released,
+                workers=workers,
+                patience_s=patience_s if workers else None,
+            ),
             event_id=uuid.uuid5(command.command_id, "WorkerGroupShutDown"),
             metadata=ex.metadata(command),
         )
     )
+    events += [NewEvent(f, metadata=ex.metadata(command)) for f in hook_failures]
     ex.store.append(command.stream_id, events)
+    after = ex.invoke(f"after_worker_group_{hooks}", state.context)
+    ex.record_callback_failures(command.group_id, after, ex.metadata(command))
 
 
 def release_resources(command: ReleaseResources, ex: RayExecutor) -> None:

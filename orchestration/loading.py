@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ["check_train_fn_path", "import_path_of", "resolve_train_fn"]
+__all__ = ["check_train_fn_path", "import_path_of", "load_pickled_train_fn", "resolve_train_fn"]
 
 
 def _fail(message: str, cause: BaseException | None = None) -> NoReturn:
@@ -133,3 +133,39 @@ def resolve_train_fn(path: str, *, extra_sys_path: Sequence[str] = ()) -> TrainF
     _refuse_unnamed(target, f"train_fn {path!r}")
     fn: TrainFn = target
     return fn
+
+
+def load_pickled_train_fn(
+    name: str, data: bytes, digest: str | None, *, extra_sys_path: Sequence[str] = ()
+) -> TrainFn:
+    """Unpickle a train function recorded with its pickle (a lambda, closure, callable object).
+
+    Raises:
+        TrainFnError: the bytes do not hash to ``digest`` (they were changed), or unpickling
+            fails (e.g. a module the function refers to is not importable on this worker).
+    """
+    import hashlib
+    import pickle
+
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        _fail(
+            f"the pickled train function {name} does not match its recorded digest "
+            f"({digest!r} recorded, {actual!r} found); start the group again from the function"
+        )
+    for folder in extra_sys_path:
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)
+    try:
+        fn = pickle.loads(data)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure is the train fn's
+        _fail(
+            f"cannot unpickle train function {name}: {type(error).__name__}: {error}. "
+            "Everything it refers to must be importable on every Ray worker (cloudpickle "
+            "installed, its modules on PYTHONPATH)",
+            error,
+        )
+    if not callable(fn):
+        _fail(f"the pickled train function {name} is a {type(fn).__name__}, not a callable")
+    loaded: TrainFn = fn
+    return loaded

@@ -113,7 +113,9 @@ class GroupPoller:
                         ),
                     )
                     continue
-                self._last[rank] = WorkerObservation(running=result.running, error=result.error)
+                self._last[rank] = WorkerObservation(
+                    running=result.running, error=result.error, return_value=result.return_value
+                )
             elif time.monotonic() - started > self._timeout_s:
                 self._last[rank] = WorkerObservation(
                     running=True, error=_timed_out(self._timeout_s, self._names[rank])

@@ -26,6 +26,7 @@ class WorkerPoll:
 
     running: bool
     error: ErrorInfo | None = None
+    return_value: Any = None
 
 
 def __getattr__(name: str) -> Any:
@@ -76,7 +77,12 @@ class PollRecorder:
 
         self._seq += 1
         changes = tuple(
-            WorkerStatusChange(world_rank=rank, running=obs.running, error=obs.error)
+            WorkerStatusChange(
+                world_rank=rank,
+                running=obs.running,
+                error=obs.error,
+                return_value=obs.return_value,
+            )
             for rank, obs in sorted(statuses.items())
             if self._last.get(rank) != obs
         )

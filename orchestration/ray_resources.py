@@ -23,12 +23,17 @@ from ray.util.scheduling_strategies import (
     PlacementGroupSchedulingStrategy,
 )
 
-from wgstore.orchestration.errors import PlacementGroupTimeoutError
+from wgstore.orchestration.errors import (
+    InsufficientClusterResourcesError,
+    PlacementGroupTimeoutError,
+)
+from wgstore.orchestration.feasibility import insufficient_resources
 from wgstore.orchestration.ranks import ActorMetadata
 from wgstore.orchestration.worker import SyncActor, WgstoreWorker
 
 __all__ = [
     "NAMESPACE",
+    "check_cluster_can_fit",
     "ensure_ray",
     "find_placement_group",
     "find_sync_actor",
@@ -38,6 +43,7 @@ __all__ = [
     "placement_group_name",
     "release_group",
     "reserve_placement_group",
+    "shutdown_workers",
     "start_sync_actor",
     "start_workers",
     "sync_actor_name",
@@ -97,6 +103,41 @@ def _actor_resources(resources: Mapping[str, float]) -> dict[str, Any]:
     if rest:
         options["resources"] = rest
     return options
+
+
+def _max_cluster_resources() -> dict[str, float] | None:
+    try:
+        from ray._private.state import state as ray_state
+
+        found = ray_state.get_max_resources_from_cluster_config()
+        result = None if found is None else {k: float(v) for k, v in found.items()}
+    except Exception:  # noqa: BLE001 - no autoscaler config (a fixed cluster)
+        return None
+    return result
+
+
+def check_cluster_can_fit(
+    resources_per_worker: Mapping[str, float], num_workers: int, strategy: str
+) -> None:
+    """Fail at once when the cluster can never fit the group (see :mod:`.feasibility`).
+
+    Raises:
+        InsufficientClusterResourcesError: with Ray Train's message naming the resource.
+    """
+    nodes = [
+        dict(node.get("Resources") or {})
+        for node in ray.nodes()  # type: ignore[no-untyped-call]
+        if node.get("Alive")
+    ]
+    reason = insufficient_resources(
+        resources_per_worker,
+        num_workers,
+        strategy,
+        max_cluster_resources=_max_cluster_resources(),
+        nodes=nodes,
+    )
+    if reason is not None:
+        raise InsufficientClusterResourcesError(reason)
 
 
 def reserve_placement_group(
@@ -167,6 +208,7 @@ def start_workers(
     *,
     failpoints: Mapping[str, Any] | None = None,
     timeout_s: float = 60.0,
+    runtime_env: Mapping[str, Any] | None = None,
 ) -> list[tuple[Any, ActorMetadata]]:
     """One worker actor per placement-group bundle; returns (handle, metadata) in bundle order.
 
@@ -175,6 +217,8 @@ def start_workers(
         ray.exceptions.GetTimeoutError: workers did not answer within ``timeout_s``.
     """
     options = _actor_resources(resources_per_worker)
+    if runtime_env:
+        options["runtime_env"] = _uploaded(_json_copy(runtime_env))
     actors = []
     for index in range(num_workers):
         name = worker_actor_name(group_id, index)
@@ -193,6 +237,35 @@ def start_workers(
         )
     metas = ray.get([a.get_metadata.remote() for a in actors], timeout=timeout_s)
     return list(zip(actors, metas, strict=True))
+
+
+def _json_copy(value: Mapping[str, Any]) -> dict[str, Any]:
+    import json
+
+    copied: dict[str, Any] = json.loads(json.dumps(dict(value)))
+    return copied
+
+
+def _uploaded(runtime_env: dict[str, Any]) -> dict[str, Any]:
+    """``runtime_env`` with a local ``working_dir`` uploaded to the cluster (a ``gcs://`` URI).
+
+    Ray uploads local directories only for a job's runtime_env (``ray.init``); an actor's must
+    name a URI. The executor uploads the directory as ``ray.init`` would; it must see the path.
+    """
+    working_dir = runtime_env.get("working_dir")
+    if not isinstance(working_dir, str) or "://" in working_dir:
+        return runtime_env
+    if not os.path.isdir(working_dir):
+        raise FileNotFoundError(
+            f"runtime_env working_dir {working_dir!r} is not a directory on the executor's "
+            "machine; give an absolute path the executor can read, or a URI (s3://, gcs://)"
+        )
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    uploaded: dict[str, Any] = upload_working_dir_if_needed(
+        dict(runtime_env), include_gitignore=True
+    )
+    return uploaded
 
 
 def find_workers(group_id: str, num_workers: int) -> dict[int, Any]:
@@ -233,6 +306,48 @@ def list_group_resources() -> dict[str, list[str]]:
 
 def _live_names(group_id: str) -> list[str]:
     return list_group_resources().get(group_id, [])
+
+
+def shutdown_workers(
+    actor_names: Mapping[int, str], patience_s: float
+) -> dict[int, tuple[str, Any]]:
+    """Ask every worker to run its shutdown hooks; wait up to ``patience_s`` for them.
+
+    Ray Train 2.60's ``_shutdown_workers``: ``actor.shutdown.remote()`` on every worker, wait up
+    to ``patience_s``, then (in :func:`release_group`) every worker is killed. With
+    ``patience_s == 0`` nobody is asked and every worker counts as killed.
+
+    Args:
+        actor_names: world rank -> the worker's actor name.
+        patience_s: seconds to wait for the hooks of all workers together.
+
+    Returns:
+        world rank -> (ending, hook error): ``"stopped"`` (hooks done, with the first hook's
+        ``ErrorInfo`` or None), ``"killed"`` (still running when the patience ran out) or
+        ``"dead"`` (the actor was gone or died meanwhile).
+    """
+    result: dict[int, tuple[str, Any]] = {}
+    refs: dict[Any, int] = {}
+    for rank, name in actor_names.items():
+        if patience_s <= 0:
+            result[rank] = ("killed", None)
+            continue
+        try:
+            handle = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            result[rank] = ("dead", None)
+            continue
+        refs[handle.shutdown.remote()] = rank
+    if refs:
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=patience_s)
+        for ref in ready:
+            try:
+                result[refs[ref]] = ("stopped", ray.get(ref))
+            except Exception:  # noqa: BLE001 - the actor died before or while shutting down
+                result[refs[ref]] = ("dead", None)
+        for rank in refs.values():
+            result.setdefault(rank, ("killed", None))
+    return dict(sorted(result.items()))
 
 
 def release_group(

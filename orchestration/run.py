@@ -87,9 +87,10 @@ def run_training(
 
     Raises:
         WorkerGroupStartError: the group failed to start (recorded, everything released).
-        TrainFnError: ``train_fn`` is a lambda, closure or otherwise not importable by path.
+        TrainFnError: ``train_fn`` is a string that is not an import path.
+        ValueError: ``train_fn`` is a callable that cannot be pickled.
     """
-    path = import_path_of(train_fn)
+    path: Any = import_path_of(train_fn) if isinstance(train_fn, str) else train_fn
     with EventStore.open(url) as store:  # before Ray: a bad store fails in a moment
         resources = dict(resources_per_worker or _default_resources(workers, external_executor))
         context = WorkerGroupContext(

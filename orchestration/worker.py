@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wgstore.orchestration.context import TrainContext, WorkerSession, _set_session
-from wgstore.orchestration.loading import TrainFn, resolve_train_fn
+from wgstore.orchestration.loading import TrainFn, load_pickled_train_fn, resolve_train_fn
 from wgstore.orchestration.polling import WorkerPoll
 from wgstore.orchestration.ranks import ActorMetadata
 from wgstore.orchestration.report_writer import ReportWriter
@@ -49,6 +49,51 @@ def _error_info(error: BaseException, skip_frames: int = 0) -> ErrorInfo:
     return ErrorInfo(type=type(error).__name__, message=str(error), traceback=text)
 
 
+def _json_able(value: Any) -> Any:
+    """``value`` as it will read back from the log (tuples become lists).
+
+    Raises:
+        TypeError: the value is not JSON-able; naming its type and what to return instead.
+    """
+    import json
+
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as error:
+        raise TypeError(
+            f"the train function returned a value of type {type(value).__name__!r}, which the "
+            f"log cannot hold "
+            f"({error}); return JSON-able data (dict, list, str, int, float, bool, None), e.g. "
+            "metrics or a checkpoint path, and save anything else to storage"
+        ) from None
+
+
+def _checkpoint_guard(context: TrainContext) -> Any:
+    """Checks a checkpoint against the other ranks' at the same report index (the sync actor)."""
+    if context.world_size < 2:
+        return None
+
+    def guard(index: int, path: str) -> None:
+        import ray
+
+        from wgstore.orchestration.ray_resources import NAMESPACE, sync_actor_name
+
+        sync = ray.get_actor(sync_actor_name(context.group_id), namespace=NAMESPACE)
+        claim: Any = ray.get(sync.claim_checkpoint.remote(index, path, context.world_rank))
+        first, rank = str(claim[0]), int(claim[1])
+        if first != path:
+            from wgstore.orchestration.errors import CheckpointMismatchError
+
+            raise CheckpointMismatchError(
+                f"report {index} of rank {context.world_rank} carries checkpoint {path!r}, but "
+                f"rank {rank} reported {first!r} at the same index; all ranks must report the "
+                "same checkpoint path for one report (or none), as in Ray Train. The report "
+                "was not stored"
+            )
+
+    return guard
+
+
 class WgstoreWorker:
     """One worker of a group: metadata, train context, the train thread, polls.
 
@@ -59,7 +104,7 @@ class WgstoreWorker:
             index whose actor process exits in its constructor; ``worker_sigkill_on_init``: one
             that SIGKILLs itself there; ``worker_init_sleep_s``: seconds
             every constructor sleeps; ``launch_raise``; ``poll_hang``: a bundle index whose
-            polls hang).
+            polls hang; ``shutdown_hang``: a bundle index whose shutdown hooks hang).
     """
 
     def __init__(
@@ -82,6 +127,7 @@ class WgstoreWorker:
         self._armed = False
         self._start_lock = threading.Lock()
         self._error: ErrorInfo | None = None
+        self._return_value: Any = None
 
     def get_metadata(self) -> ActorMetadata:
         """Node, IP, pid and accelerators of this actor."""
@@ -108,8 +154,10 @@ class WgstoreWorker:
         hmac_key: bytes | None = None,
         report_metadata: Mapping[str, Any] | None = None,
         extra_sys_path: Sequence[str] = (),
+        train_fn_pickle: bytes | None = None,
+        train_fn_digest: str | None = None,
     ) -> None:
-        """Import the train function and set up ``get_context()``/``report()``.
+        """Import (or unpickle) the train function and set up ``get_context()``/``report()``.
 
         Args:
             context: this worker's ranks and the train config.
@@ -123,7 +171,12 @@ class WgstoreWorker:
             TrainFnError: the train function cannot be imported or is not a plain function.
             ReportNotStoredError: the store is a SQLite file this node cannot see.
         """
-        self._fn = resolve_train_fn(train_fn, extra_sys_path=extra_sys_path)
+        if train_fn_pickle is not None:
+            self._fn = load_pickled_train_fn(
+                train_fn, train_fn_pickle, train_fn_digest, extra_sys_path=extra_sys_path
+            )
+        else:
+            self._fn = resolve_train_fn(train_fn, extra_sys_path=extra_sys_path)
         self._writer = ReportWriter(
             store_url,
             group_id=context.group_id,
@@ -131,7 +184,9 @@ class WgstoreWorker:
             metadata={**dict(report_metadata or {}), "actor": self._name},
             hmac_key=hmac_key,
         )
-        self._session = WorkerSession(context, self._writer)
+        self._session = WorkerSession(
+            context, self._writer, checkpoint_guard=_checkpoint_guard(context)
+        )
         _set_session(self._session)
 
     def run_train_fn(self, timeout_s: float = 120.0) -> None:
@@ -166,9 +221,14 @@ class WgstoreWorker:
 
         def target() -> None:
             try:
-                fn(config)
+                result = fn(config)
             except BaseException as error:  # noqa: BLE001 - every failure is reported
                 self._error = _error_info(error, skip_frames=1)
+                return
+            try:
+                self._return_value = _json_able(result)
+            except TypeError as error:
+                self._error = _error_info(error)
 
         self._thread = threading.Thread(target=target, name=f"train-{self._name}", daemon=True)
         self._thread.start()
@@ -183,7 +243,29 @@ class WgstoreWorker:
             time.sleep(3600)
         self.start_training()
         running = self._thread is not None and self._thread.is_alive()
-        return WorkerPoll(running=running, error=self._error)
+        return WorkerPoll(
+            running=running,
+            error=self._error,
+            return_value=None if running else self._return_value,
+        )
+
+    def shutdown(self) -> ErrorInfo | None:
+        """Run the shutdown hooks the train function registered (``on_shutdown``), in order.
+
+        Ray Train's ``RayTrainWorker.shutdown()``: the executor then kills the actor. Every hook
+        runs even if an earlier one raised; returns the first hook error, if any.
+        """
+        if self._failpoints.get("shutdown_hang") == self._bundle_index:
+            time.sleep(3600)
+        first: ErrorInfo | None = None
+        hooks = self._session.shutdown_hooks() if self._session is not None else []
+        for hook in hooks:
+            try:
+                hook()
+            except BaseException as error:  # noqa: BLE001 - recorded, the next hook still runs
+                if first is None:
+                    first = _error_info(error, skip_frames=1)
+        return first
 
     def ping(self) -> str:
         """Liveness check; returns the actor's name."""
@@ -207,6 +289,14 @@ class SyncActor:
     def ping(self) -> str:
         """Liveness check; returns the actor's name."""
         return self._name
+
+    def claim_checkpoint(self, index: int, path: str, world_rank: int) -> tuple[str, int]:
+        """The checkpoint of report ``index``: the first rank's claim wins; returns it and its rank.
+
+        Calls to an actor run one at a time, so two ranks cannot both win.
+        """
+        claims: dict[int, tuple[str, int]] = self.__dict__.setdefault("_claims", {})
+        return claims.setdefault(index, (path, world_rank))
 
     def arrive(self, generation: int, world_rank: int) -> int:
         """Record that ``world_rank`` reached barrier ``generation``; returns how many have."""

@@ -173,8 +173,17 @@ class ActiveWorkerGroup:
         )
         return _default_poll_status(self._state)
 
+    def abort(
+        self, reason: str = "aborted", *, timeout_s: float | None = 120.0
+    ) -> WorkerGroupState:
+        """Abort the group, as Ray's ``WorkerGroup.abort()``: a shutdown that runs the
+        executor's ``before_/after_worker_group_abort`` hooks instead of the shutdown hooks
+        (the workers' own ``on_shutdown`` hooks still get their patience). Recorded as
+        ``WorkerGroupShutdownRequested(abort=True)``; returns the final state."""
+        return self.shutdown(reason, timeout_s=timeout_s, _abort=True)
+
     def shutdown(
-        self, reason: str = "done", *, timeout_s: float | None = 120.0
+        self, reason: str = "done", *, timeout_s: float | None = 120.0, _abort: bool = False
     ) -> WorkerGroupState:
         """Ask for shutdown (``WorkerGroupShutdownRequested``) and wait until it is done.
 
@@ -183,7 +192,9 @@ class ActiveWorkerGroup:
         """
         state = self.state
         if state.status is WorkerGroupStatus.RUNNING:
-            self.store.append(state.stream_id, [WorkerGroupShutdownRequested(reason=reason)])
+            self.store.append(
+                state.stream_id, [WorkerGroupShutdownRequested(reason=reason, abort=_abort)]
+            )
         try:
             self._state = follow_group(
                 self.store,
@@ -253,6 +264,7 @@ class WorkerGroup:
                 f"group_id must be 1-64 letters, digits or '_' (it names Ray resources "
                 f"wgstore-<group_id>-<n>), got {group_id!r}"
             )
+        context = _with_propagated_env(context)
         owned: RayExecutor | None = None
         if executor is None:
             from wgstore.orchestration.executor import RayExecutor
@@ -304,3 +316,15 @@ class WorkerGroup:
                 failure.stage, failure.error, group_id=group_id, released=tuple(failure.released)
             )
         return ActiveWorkerGroup(store, state, executor=owned)
+
+
+def _with_propagated_env(context: WorkerGroupContext) -> WorkerGroupContext:
+    """``context`` with this process's Ray Train variables merged into its ``runtime_env``."""
+    import dataclasses
+
+    from wgstore.orchestration.environment import worker_runtime_env
+
+    runtime_env = worker_runtime_env(context.runtime_env)
+    if runtime_env == dict(context.runtime_env):
+        return context
+    return dataclasses.replace(context, runtime_env=runtime_env)

@@ -37,6 +37,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -44,6 +45,7 @@ from typing import Any
 
 from wgstore.events.records import RecordedEvent, UnknownEvent
 from wgstore.events.worker_group import (
+    CallbackFailed,
     ErrorInfo,
     PlacementGroupReserved,
     SyncActorStarted,
@@ -57,6 +59,7 @@ from wgstore.events.worker_group import (
     WorkerGroupStartRequested,
     WorkerInfo,
     WorkerReported,
+    WorkerShutdown,
     WorkersStarted,
     WorkerStatusChange,
 )
@@ -115,10 +118,12 @@ TRANSITIONS: Mapping[WorkerGroupStatus, frozenset[WorkerGroupStatus]] = {
 
 @dataclass(frozen=True, slots=True)
 class WorkerStatus:
-    """The status of one worker at a poll: still running, and the error it stopped with, if any."""
+    """The status of one worker at a poll: still running, the error it stopped with, if any, and
+    what its train function returned (Ray 2.60's ``WorkerStatus.return_value``)."""
 
     running: bool
     error: ErrorInfo | None = None
+    return_value: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +149,63 @@ class WorkerGroupPollStatus:
         )
 
     @property
+    def return_values(self) -> dict[int, Any]:
+        """What the train function returned on each rank that finished without error."""
+        return {
+            rank: status.return_value
+            for rank, status in self.worker_statuses.items()
+            if not status.running and status.error is None
+        }
+
+    @property
     def num_running(self) -> int:
         """How many workers are running."""
         return sum(1 for status in self.worker_statuses.values() if status.running)
 
     def get_error_string(self) -> str:
-        """Every worker error as ``[Rank i]`` followed by the error, one after the other."""
-        return "\n".join(f"[Rank {rank}]\n{error}" for rank, error in sorted(self.errors.items()))
+        """Every worker error as Ray Train 2.60 prints it (``WorkerGroupPollStatus``).
+
+        Ranks whose errors are the same once numbers are ignored share one
+        ``[Rank 0,2 Error Snippet]:`` entry showing the first rank's text; a train-function
+        error shows the user's traceback. An error of a worker that stopped on its own is cut
+        to its first and last 500 characters when it reaches 1000; a health-check failure or
+        the error of a still-running worker is shown whole. The structured errors stay in
+        :attr:`errors`.
+        """
+        ranks_of: dict[str, list[str]] = {}
+        original: dict[str, str] = {}
+        show_full: set[str] = set()
+        for rank, status in sorted(self.worker_statuses.items()):
+            if status.error is None:
+                continue
+            text = status.error.ray_text()
+            key = _NUMBERS.sub("<NUM>", text)
+            ranks_of.setdefault(key, []).append(str(rank))
+            original.setdefault(key, text)
+            if status.error.type == "WorkerHealthCheckFailedError" or status.running:
+                show_full.add(key)
+        return "\n".join(
+            f"[Rank {','.join(ranks)} Error Snippet]:\n"
+            + (original[key] if key in show_full else _truncate(original[key]))
+            for key, ranks in ranks_of.items()
+        )
+
+
+_NUMBERS = re.compile(r"(\d+|0x[0-9a-fA-F]+)")
+"""Ray's ``ray._private.ray_logging.NUMBERS``: errors that differ only here are grouped."""
+ERROR_CHAR_LIMIT = 1000
+"""Ray's ``ERR_CHAR_LIMIT``: longer errors keep their first and last half of it."""
+
+
+def _truncate(text: str) -> str:
+    if len(text) < ERROR_CHAR_LIMIT:
+        return text
+    half = ERROR_CHAR_LIMIT // 2
+    return (
+        text[:half]
+        + "...\n... (Output truncated. See individual worker logs for full details) ...\n"
+        + text[len(text) - half :]
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,6 +257,12 @@ class WorkerGroupState:
     shutdown_requested_at: datetime | None = None
     shut_down_at: datetime | None = None
     shutdown_duration_s: float | None = None
+    worker_endings: tuple[WorkerShutdown, ...] = ()
+    """Per rank, whether the worker ended on its own at shutdown or was killed."""
+    aborted: bool = False
+    """The shutdown was an ``abort()``."""
+    callback_failures: tuple[CallbackFailed, ...] = ()
+    """Executor hooks (``WorkerGroupCallback``) that raised, in log order."""
     released: tuple[str, ...] = ()
     """Resources released by a failed start or by the shutdown."""
 
@@ -240,6 +301,19 @@ class WorkerGroupState:
             return self.start_failure.error
         errors = self.errors
         return errors[min(errors)] if errors else None
+
+    @property
+    def return_values(self) -> dict[int, Any]:
+        """What the train function returned on each rank that finished (latest recorded poll).
+
+        Ray Train keeps rank 0's as the run's return value; here every rank's is kept.
+        """
+        return {} if self.poll_status is None else self.poll_status.return_values
+
+    @property
+    def return_value(self) -> Any:
+        """Rank 0's return value (Ray's ``Result.return_value``), ``None`` until it finished."""
+        return self.return_values.get(0)
 
     @property
     def reports_total(self) -> int:
@@ -285,7 +359,9 @@ def apply_poll_changes(
     for change in changes:
         if change.world_rank not in statuses:
             raise KeyError(change.world_rank)
-        statuses[change.world_rank] = WorkerStatus(running=change.running, error=change.error)
+        statuses[change.world_rank] = WorkerStatus(
+            running=change.running, error=change.error, return_value=change.return_value
+        )
     return WorkerGroupPollStatus(worker_statuses=statuses)
 
 
@@ -464,6 +540,7 @@ def _shutdown_requested(state: WorkerGroupState, record: RecordedEvent) -> dict[
     return {
         "status": WorkerGroupStatus.SHUTTING_DOWN,
         "shutdown_reason": event.reason,
+        "aborted": event.abort,
         "shutdown_requested_at": record.recorded_at,
     }
 
@@ -475,8 +552,13 @@ def _shut_down(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]
         "status": WorkerGroupStatus.SHUT_DOWN,
         "shut_down_at": record.recorded_at,
         "shutdown_duration_s": event.duration_s,
+        "worker_endings": tuple(event.workers),
         "released": tuple(event.released),
     }
+
+
+def _callback_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+    return {"callback_failures": (*state.callback_failures, record.event)}
 
 
 _Handler = Callable[[WorkerGroupState, RecordedEvent], dict[str, Any]]
@@ -492,6 +574,7 @@ _HANDLERS: dict[type, _Handler] = {
     WorkerReported: _reported,
     WorkerGroupShutdownRequested: _shutdown_requested,
     WorkerGroupShutDown: _shut_down,
+    CallbackFailed: _callback_failed,
 }
 
 
@@ -541,9 +624,13 @@ def _apply(draft: Any, event: RecordedEvent) -> None:
     handler = _HANDLERS.get(type(payload))
     if handler is None and isinstance(payload, UnknownEvent):
         changes: dict[str, Any] = {}  # not ours to interpret: step over it
-    elif draft.status in _TERMINAL and not (
-        # a worker's own append can commit while its actor is being killed at shutdown
-        draft.status is WorkerGroupStatus.SHUT_DOWN and isinstance(payload, WorkerReported)
+    elif (
+        draft.status in _TERMINAL
+        and not isinstance(payload, CallbackFailed)  # after_* hooks run after the end
+        and not (
+            # a worker's own append can commit while its actor is being killed at shutdown
+            draft.status is WorkerGroupStatus.SHUT_DOWN and isinstance(payload, WorkerReported)
+        )
     ):
         raise ProjectionError.at(event, f"group {draft.group_id!r} is already {draft.status.value}")
     elif handler is None:

@@ -92,7 +92,12 @@ def test_a_train_fn_raising_on_one_rank_records_the_error_with_its_traceback(
     assert "examples/train.py" in error.traceback and "raise RuntimeError" in error.traceback
     assert not status.worker_statuses[1].running
     assert group.poll_status().errors == status.errors
-    assert "[Rank 1]" in group.poll_status().get_error_string()
+    # as Ray prints it: the user's traceback, starting at the train function (no wgstore frame)
+    text = group.poll_status().get_error_string()
+    assert text.startswith("[Rank 1 Error Snippet]:\nTraceback (most recent call last):\n")
+    first_frame = text.splitlines()[2]
+    assert "examples/train.py" in first_frame, first_frame
+    assert text.rstrip().endswith("RuntimeError: rank 1 failed at step 2 (fail_rank)")
 
     state = group.shutdown(reason="worker error")
     assert state.outcome is TrainingOutcome.ERRORED
@@ -209,3 +214,36 @@ def test_reports_written_by_workers_carry_the_stores_mac_so_a_keyed_verify_passe
         assert report.ok, report.problems
         wrong = keyed.verify(hmac_key=b"another key")
         assert not wrong.ok
+
+
+def test_what_the_train_function_returns_is_recorded_per_rank(store: Any, executor: Any) -> None:
+    context = make_context(2, train_fn="tests.orchestration.parity_fns:returning_fn")
+    group = WorkerGroup.create(store, context, executor=executor)
+    status = group.wait(timeout_s=60)
+
+    assert status.finished and status.errors == {}
+    expected = {r: {"rank": r, "loss": 0.5 / (r + 1), "steps": [1, 2]} for r in (0, 1)}
+    assert status.return_values == expected
+    state = group.shutdown(reason="done")
+    assert state.return_values == expected and state.return_value == expected[0]
+    # read back from the log alone, as another process would
+    from wgstore.projections.state import project_worker_group
+
+    again = project_worker_group(store.read_stream(state.stream_id))
+    assert again.return_values == expected
+    assert again.poll_status is not None
+    assert again.poll_status.worker_statuses[1].return_value == expected[1]
+
+
+def test_a_return_value_the_log_cannot_hold_is_a_clear_worker_error(
+    store: Any, executor: Any
+) -> None:
+    context = make_context(1, train_fn="tests.orchestration.parity_fns:unjsonable_fn")
+    group = WorkerGroup.create(store, context, executor=executor)
+    status = group.wait(timeout_s=60)
+
+    assert list(status.errors) == [0]
+    assert status.errors[0].type == "TypeError"
+    assert "returned a value of type 'object'" in status.errors[0].message
+    assert "JSON-able" in status.errors[0].message
+    assert group.shutdown(reason="done").return_values == {}

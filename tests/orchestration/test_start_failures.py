@@ -7,6 +7,8 @@ against Ray's own actor and placement-group tables.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 CASES = {
     StartStage.PLACEMENT_GROUP: (
-        {"resources_per_worker": {"CPU": 64.0}, "placement_timeout_s": 1.0},
+        {"placement_timeout_s": 1.0},  # the cluster could fit it, but is busy (_busy)
         {},
         "PlacementGroupTimeoutError",
         [],
@@ -51,6 +53,24 @@ CASES = {
 }
 
 
+@contextlib.contextmanager
+def _busy(block: bool) -> Iterator[None]:
+    """Hold every free CPU in a placement group, so a feasible group must wait (and time out)."""
+    if not block:
+        yield
+        return
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    free = ray.available_resources().get("CPU", 0.0)
+    blocker = placement_group([{"CPU": free}])
+    assert blocker.wait(timeout_seconds=30)
+    try:
+        yield
+    finally:
+        remove_placement_group(blocker)
+
+
 @pytest.mark.parametrize("stage", list(CASES), ids=[s.value for s in CASES])
 def test_a_start_failing_at_a_stage_records_it_and_leaves_nothing_in_ray(
     store: Any, ray_up: None, stage: StartStage
@@ -58,7 +78,10 @@ def test_a_start_failing_at_a_stage_records_it_and_leaves_nothing_in_ray(
     overrides, failpoints, error_type, builder_steps = CASES[stage]
     executor = RayExecutor(store, failpoints=failpoints, extra_sys_path=[str(REPO)]).start()
     try:
-        with pytest.raises(WorkerGroupStartError) as caught:
+        with (
+            _busy(stage is StartStage.PLACEMENT_GROUP),
+            pytest.raises(WorkerGroupStartError) as caught,
+        ):
             WorkerGroup.create(store, make_context(2, **overrides), executor=executor, timeout_s=60)
     finally:
         executor.stop()

@@ -410,7 +410,9 @@ class TestPollStatus:
             }
         )
         assert set(status.errors) == {0, 2}
-        assert status.get_error_string() == "[Rank 0]\nValueError: bad\n[Rank 2]\nOSError: disk"
+        assert status.get_error_string() == (
+            "[Rank 0 Error Snippet]:\nValueError: bad\n[Rank 2 Error Snippet]:\nOSError: disk"
+        )
         assert not status.finished
         assert status.num_running == 1
 
