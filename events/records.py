@@ -47,7 +47,7 @@ class NewEvent:
 
     Args:
         event: an instance of a registered event type.
-        event_id: the idempotency key; a new UUID4 when not given.
+        event_id: the idempotency key; a new time-ordered UUID (version 7) when not given.
         metadata: merged over the store's own metadata (host, pid, wgstore version);
             ``causation_id``, ``correlation_id`` and ``command_id`` are the conventional keys.
     """
