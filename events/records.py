@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 __all__ = [
     "ANY",
     "NO_STREAM",
@@ -82,12 +84,14 @@ class UnknownEvent:
         return f"{self.type} (not registered here)"
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedEvent:
+class RecordedEvent(msgspec.Struct, frozen=True, kw_only=True):
     """An event as stored: the typed event plus its place in the log.
 
     ``event`` is an instance of the registered class of ``type``, or an :class:`UnknownEvent`
     when no class is registered under that name in the reading process.
+
+    A frozen ``msgspec.Struct`` (built in C: a fifth of a frozen dataclass's cost, which every
+    append and every read pays per event); construct it with keywords.
     """
 
     position: int

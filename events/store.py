@@ -7,18 +7,18 @@ on Postgres is one call of the ``wg_append`` function (one round trip); on SQLit
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import sqlalchemy as sa
-from uuid_utils.compat import uuid7
+from uuid_utils import uuid7
 
 from wgstore.events._translate import translate_errors
 from wgstore.events.codec import Codec, canonical_json
@@ -33,10 +33,8 @@ from wgstore.events.errors import (
 from wgstore.events.hashing import (
     GENESIS,
     HMAC_KEY_ENV,
-    chain_hash,
     content_mac,
     epoch_us,
-    log_hash,
     normalize_key,
 )
 from wgstore.events.records import (
@@ -69,6 +67,13 @@ _SQLITE_HEADS = (
     "coalesce((SELECT max(position) FROM wg_events), 0))"
 )
 
+# A stdlib UUID from uuid-utils' (Rust) UUIDv7 without uuid.UUID.__init__'s checks, which
+# cost more than making the id: the int is a valid UUID by construction.
+_UUID = uuid.UUID
+_UNKNOWN_SAFETY = uuid.SafeUUID.unknown
+_new_uuid = object.__new__
+_set = object.__setattr__
+
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
 _SQLITE_COLUMNS = (
@@ -81,9 +86,8 @@ _PG_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    """One event, encoded, on its way into the log."""
+class _Pending(msgspec.Struct, frozen=True):
+    """One event, encoded, on its way into the log (a Struct: cheap to build per event)."""
 
     event: Any
     uuid: uuid.UUID
@@ -305,9 +309,12 @@ class EventStore:
             info, data = self.codec.encode(event)
             if fixed_id is None:
                 # Time-ordered (UUIDv7): new ids land at the right edge of the unique index
-                # instead of scattering across it (bench/README.md, W2). Never repeats.
-                event_uuid = uuid7()
-                event_id = str(event_uuid)
+                # instead of scattering across it (bench/README.md, W2).
+                made = uuid7()
+                event_id = str(made)
+                event_uuid = _new_uuid(_UUID)
+                _set(event_uuid, "int", made.int)
+                _set(event_uuid, "is_safe", _UNKNOWN_SAFETY)
             else:
                 event_uuid = fixed_id
                 event_id = str(event_uuid)
@@ -467,16 +474,20 @@ class EventStore:
             recorded_us = epoch_us(now)
             rows = []
             results = []
+            sha256 = hashlib.sha256
+            us = str(recorded_us)
             # One writer at a time (BEGIN IMMEDIATE): positions continue AUTOINCREMENT's count
-            # (never reusing one), and the log chain continues from the log's last row.
+            # (never reusing one), and the log chain continues from the log's last row. The
+            # hash inputs are those of hashing.chain_hash and hashing.log_hash, inlined (the
+            # calls cost more than the hashing); tests/events/test_tamper.py pins them.
             for item, mac in zip(pending, macs, strict=True):
                 version += 1
                 position += 1
-                previous = chain_hash(
-                    previous, stream_id, version, item.event_id, item.type,
-                    item.schema_version, recorded_us, item.data, item.metadata_text,
-                )  # fmt: skip
-                log = log_hash(log, position, previous, mac)
+                previous = sha256(
+                    f"{previous}\n{stream_id}\n{version}\n{item.event_id}\n{item.type}\n"
+                    f"{item.schema_version}\n{us}\n{item.data}\n{item.metadata_text}".encode()
+                ).hexdigest()
+                log = sha256(f"{log}\n{position}\n{previous}\n{mac or ''}".encode()).hexdigest()
                 rows.append(
                     (position, item.event_id, stream_id, version, item.type, item.schema_version,
                      item.data, item.metadata_text, stored_at, previous, log, mac)
