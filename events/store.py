@@ -711,6 +711,7 @@ class EventStore:
         decode_json = msgspec.json.decode
         postgres = self.is_postgres
         last_text, last_time = None, None  # a batch shares one time: parse it once
+        new_uuid, set_attr, uuid_class, unknown_safety = _new_uuid, _set, _UUID, _UNKNOWN_SAFETY
         for row in rows:
             position, stream_id, version, event_id, type_, schema_version, data, meta, at, hash_ = (
                 row
@@ -719,11 +720,14 @@ class EventStore:
                 if at != last_text:
                     last_text, last_time = at, _parse_sqlite_time(at)
                 at = last_time
+            event_uuid = new_uuid(uuid_class)  # stored ids are valid: skip UUID.__init__
+            set_attr(event_uuid, "int", int(event_id.replace("-", ""), 16))
+            set_attr(event_uuid, "is_safe", unknown_safety)
             yield RecordedEvent(
                 position=position,
                 stream_id=stream_id,
                 version=version,
-                event_id=uuid.UUID(event_id),
+                event_id=event_uuid,
                 type=type_,
                 schema_version=schema_version,
                 event=decode(type_, schema_version, data, stream_id=stream_id, position=position),
