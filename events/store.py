@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import sqlite3
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -57,6 +58,14 @@ _SQLITE_INSERT = (
     "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# The cached-heads append: a row goes in only if the log's last position is the one before it.
+_SQLITE_INSERT_AFTER = (
+    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
+    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
+    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+    "WHERE (SELECT max(position) FROM wg_events) IS ?"
+)
+_HEAD_CACHE_SIZE = 10_000
 # Under BEGIN IMMEDIATE: the stream's head, the log's head and the next AUTOINCREMENT position.
 _SQLITE_HEADS = (
     "SELECT (SELECT stream_version FROM wg_events WHERE stream_id = ? "
@@ -133,6 +142,9 @@ class EventStore:
         self._base_metadata_pid = -1
         self._base_metadata: dict[str, Any] = {}
         self._base_metadata_text = ""
+        # SQLite: the heads this store's own appends left (a stale entry is caught, not trusted).
+        self._stream_heads: dict[str, tuple[int, str]] = {}
+        self._log_head: tuple[int, str] | None = None
         from wgstore.events.notifier import Notifier
 
         self._notifier = Notifier(self)
@@ -373,6 +385,12 @@ class EventStore:
                         return self._append_postgres(
                             writer, stream_id, expected, pending, macs, check_ids
                         )
+                    if not check_ids:
+                        done = self._append_sqlite_cached(
+                            writer, stream_id, expected, pending, macs
+                        )
+                        if done is not None:
+                            return done
                     return self._append_sqlite(
                         writer, stream_id, expected, pending, macs, check_ids
                     )
@@ -471,35 +489,15 @@ class EventStore:
                 or (expected == -3 and version == 0)
             ):
                 raise _StreamVersionMismatch(version)
-            now = datetime.now(UTC)
-            stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
-            recorded_us = epoch_us(now)
-            rows = []
-            results = []
-            sha256 = hashlib.sha256
-            us = str(recorded_us)
             # One writer at a time (BEGIN IMMEDIATE): positions continue AUTOINCREMENT's count
-            # (never reusing one), and the log chain continues from the log's last row. The
-            # hash inputs are those of hashing.chain_hash and hashing.log_hash, inlined (the
-            # calls cost more than the hashing); tests/events/test_tamper.py pins them.
-            for item, mac in zip(pending, macs, strict=True):
-                version += 1
-                position += 1
-                previous = sha256(
-                    f"{previous}\n{stream_id}\n{version}\n{item.event_id}\n{item.type}\n"
-                    f"{item.schema_version}\n{us}\n{item.data}\n{item.metadata_text}".encode()
-                ).hexdigest()
-                log = sha256(f"{log}\n{position}\n{previous}\n{mac or ''}".encode()).hexdigest()
-                rows.append(
-                    (position, item.event_id, stream_id, version, item.type, item.schema_version,
-                     item.data, item.metadata_text, stored_at, previous, log, mac)
-                )  # fmt: skip
-                results.append((position, version, now, previous, False))
+            # (never reusing one), and the log chain continues from the log's last row.
+            rows, results = _sqlite_rows(stream_id, pending, macs, version, previous, log, position)
             if len(rows) == 1:
                 cursor.execute(_SQLITE_INSERT, rows[0])
             else:
                 cursor.executemany(_SQLITE_INSERT, rows)
             cursor.execute("COMMIT")
+            self._remember_heads(stream_id, rows[-1])
             return results
         except BaseException:
             if connection.in_transaction:
@@ -507,6 +505,66 @@ class EventStore:
             raise
         finally:
             cursor.close()
+
+    def _remember_heads(self, stream_id: str, last_row: tuple[Any, ...]) -> None:
+        """Cache the heads this writer just made, for :meth:`_append_sqlite_cached`."""
+        if len(self._stream_heads) >= _HEAD_CACHE_SIZE:
+            self._stream_heads.clear()
+        self._stream_heads[stream_id] = (last_row[3], last_row[9])
+        self._log_head = (last_row[0], last_row[10])
+
+    def _append_sqlite_cached(
+        self,
+        writer: Any,
+        stream_id: str,
+        expected: int,
+        pending: list[_Pending],
+        macs: list[str | None],
+    ) -> list[tuple[int, int, datetime, str, bool]] | None:
+        """Append with the heads this writer cached, all Python work before the write lock.
+
+        Under the lock only C runs: one INSERT per row that inserts nothing unless the log's
+        last position is still the one the row follows (so the log chain continues from the
+        cached head), and the ``(stream_id, stream_version)`` unique constraint refuses a row
+        whose stream moved on. When either shows the cache stale, nothing is written and None
+        is returned: the caller takes the locked path, which reads the heads.
+        """
+        stream_head = self._stream_heads.get(stream_id)
+        log_head = self._log_head
+        if stream_head is None or log_head is None:
+            return None
+        version, previous = stream_head
+        if (
+            (expected >= 0 and version != expected)
+            or (expected == -2 and version != 0)
+            or (expected == -3 and version == 0)
+        ):
+            return None  # the locked path reads the true version and raises if it must
+        rows, results = _sqlite_rows(stream_id, pending, macs, version, previous, *log_head[::-1])
+        params = [(*row, row[0] - 1) for row in rows]
+        connection = writer.driver_connection
+        cursor = connection.cursor()
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                cursor.executemany(_SQLITE_INSERT_AFTER, params)
+                written = cursor.rowcount
+            except sqlite3.IntegrityError:
+                written = -1
+            if written != len(rows):
+                cursor.execute("ROLLBACK")
+                self._log_head = None
+                self._stream_heads.pop(stream_id, None)
+                return None
+            cursor.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                cursor.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+        self._remember_heads(stream_id, rows[-1])
+        return results
 
     @staticmethod
     def _sqlite_stored_ids(
@@ -801,6 +859,42 @@ class EventStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailableError("this EventStore is closed; open a new one")
+
+
+def _sqlite_rows(
+    stream_id: str,
+    pending: list[_Pending],
+    macs: list[str | None],
+    version: int,
+    previous: str,
+    log: str,
+    position: int,
+) -> tuple[list[tuple[Any, ...]], list[tuple[int, int, datetime, str, bool]]]:
+    """The rows of a batch that follows the given stream and log heads, and its results.
+
+    The hash inputs are those of hashing.chain_hash and hashing.log_hash, inlined (the calls
+    cost more than the hashing); tests/events/test_tamper.py pins them.
+    """
+    now = datetime.now(UTC)
+    stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
+    us = str(epoch_us(now))
+    sha256 = hashlib.sha256
+    rows = []
+    results = []
+    for item, mac in zip(pending, macs, strict=True):
+        version += 1
+        position += 1
+        previous = sha256(
+            f"{previous}\n{stream_id}\n{version}\n{item.event_id}\n{item.type}\n"
+            f"{item.schema_version}\n{us}\n{item.data}\n{item.metadata_text}".encode()
+        ).hexdigest()
+        log = sha256(f"{log}\n{position}\n{previous}\n{mac or ''}".encode()).hexdigest()
+        rows.append(
+            (position, item.event_id, stream_id, version, item.type, item.schema_version,
+             item.data, item.metadata_text, stored_at, previous, log, mac)
+        )  # fmt: skip
+        results.append((position, version, now, previous, False))
+    return rows, results
 
 
 class _StreamVersionMismatch(Exception):
