@@ -66,6 +66,7 @@ _SQLITE_INSERT_AFTER = (
     "WHERE (SELECT max(position) FROM wg_events) IS ?"
 )
 _HEAD_CACHE_SIZE = 10_000
+_CACHED_SKIPS = 8  # appends that skip the cached path after it found the cache stale
 # Under BEGIN IMMEDIATE: the stream's head, the log's head and the next AUTOINCREMENT position.
 _SQLITE_HEADS = (
     "SELECT (SELECT stream_version FROM wg_events WHERE stream_id = ? "
@@ -145,6 +146,7 @@ class EventStore:
         # SQLite: the heads this store's own appends left (a stale entry is caught, not trusted).
         self._stream_heads: dict[str, tuple[int, str]] = {}
         self._log_head: tuple[int, str] | None = None
+        self._cached_skips = 0
         from wgstore.events.notifier import Notifier
 
         self._notifier = Notifier(self)
@@ -385,7 +387,9 @@ class EventStore:
                         return self._append_postgres(
                             writer, stream_id, expected, pending, macs, check_ids
                         )
-                    if not check_ids:
+                    if self._cached_skips > 0:
+                        self._cached_skips -= 1
+                    elif not check_ids:
                         done = self._append_sqlite_cached(
                             writer, stream_id, expected, pending, macs
                         )
@@ -553,6 +557,9 @@ class EventStore:
                 written = -1
             if written != len(rows):
                 cursor.execute("ROLLBACK")
+                # Other writers are active: take the locked path for the next few appends
+                # rather than pay a wasted attempt (and a second lock) on each.
+                self._cached_skips = _CACHED_SKIPS
                 self._log_head = None
                 self._stream_heads.pop(stream_id, None)
                 return None
