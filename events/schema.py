@@ -90,7 +90,6 @@ wg_events = sa.Table(
     sqlite_autoincrement=True,
 )
 sa.Index("ix_wg_events_event_type_position", wg_events.c.event_type, wg_events.c.position)
-sa.Index("ix_wg_events_recorded_at", wg_events.c.recorded_at)
 
 wg_subscriptions = sa.Table(
     "wg_subscriptions",

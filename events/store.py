@@ -7,17 +7,19 @@ on Postgres is one call of the ``wg_append`` function (one round trip); on SQLit
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
+import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import sqlalchemy as sa
+from uuid_utils import uuid7
 
 from wgstore.events._translate import translate_errors
 from wgstore.events.codec import Codec, canonical_json
@@ -32,10 +34,8 @@ from wgstore.events.errors import (
 from wgstore.events.hashing import (
     GENESIS,
     HMAC_KEY_ENV,
-    chain_hash,
     content_mac,
     epoch_us,
-    log_hash,
     normalize_key,
 )
 from wgstore.events.records import (
@@ -58,6 +58,15 @@ _SQLITE_INSERT = (
     "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# The cached-heads append: a row goes in only if the log's last position is the one before it.
+_SQLITE_INSERT_AFTER = (
+    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
+    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
+    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+    "WHERE (SELECT max(position) FROM wg_events) IS ?"
+)
+_HEAD_CACHE_SIZE = 10_000
+_CACHED_SKIPS = 8  # appends that skip the cached path after it found the cache stale
 # Under BEGIN IMMEDIATE: the stream's head, the log's head and the next AUTOINCREMENT position.
 _SQLITE_HEADS = (
     "SELECT (SELECT stream_version FROM wg_events WHERE stream_id = ? "
@@ -67,6 +76,13 @@ _SQLITE_HEADS = (
     "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'wg_events'), 0), "
     "coalesce((SELECT max(position) FROM wg_events), 0))"
 )
+
+# A stdlib UUID from uuid-utils' (Rust) UUIDv7 without uuid.UUID.__init__'s checks, which
+# cost more than making the id: the int is a valid UUID by construction.
+_UUID = uuid.UUID
+_UNKNOWN_SAFETY = uuid.SafeUUID.unknown
+_new_uuid = object.__new__
+_set = object.__setattr__
 
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
@@ -80,9 +96,8 @@ _PG_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    """One event, encoded, on its way into the log."""
+class _Pending(msgspec.Struct, frozen=True):
+    """One event, encoded, on its way into the log (a Struct: cheap to build per event)."""
 
     event: Any
     uuid: uuid.UUID
@@ -128,6 +143,10 @@ class EventStore:
         self._base_metadata_pid = -1
         self._base_metadata: dict[str, Any] = {}
         self._base_metadata_text = ""
+        # SQLite: the heads this store's own appends left (a stale entry is caught, not trusted).
+        self._stream_heads: dict[str, tuple[int, str]] = {}
+        self._log_head: tuple[int, str] | None = None
+        self._cached_skips = 0
         from wgstore.events.notifier import Notifier
 
         self._notifier = Notifier(self)
@@ -302,11 +321,20 @@ class EventStore:
             else:
                 event = item
             info, data = self.codec.encode(event)
-            event_uuid = fixed_id or uuid.uuid4()
-            event_id = str(event_uuid)
-            if event_id in seen:
-                raise DuplicateEventError(f"event id {event_id} appears twice in one batch")
-            seen.add(event_id)
+            if fixed_id is None:
+                # Time-ordered (UUIDv7): new ids land at the right edge of the unique index
+                # instead of scattering across it (bench/README.md, W2).
+                made = uuid7()
+                event_id = str(made)
+                event_uuid = _new_uuid(_UUID)
+                _set(event_uuid, "int", made.int)
+                _set(event_uuid, "is_safe", _UNKNOWN_SAFETY)
+            else:
+                event_uuid = fixed_id
+                event_id = str(event_uuid)
+                if event_id in seen:
+                    raise DuplicateEventError(f"event id {event_id} appears twice in one batch")
+                seen.add(event_id)
             pending.append(
                 _Pending(
                     event,
@@ -359,6 +387,14 @@ class EventStore:
                         return self._append_postgres(
                             writer, stream_id, expected, pending, macs, check_ids
                         )
+                    if self._cached_skips > 0:
+                        self._cached_skips -= 1
+                    elif not check_ids:
+                        done = self._append_sqlite_cached(
+                            writer, stream_id, expected, pending, macs
+                        )
+                        if done is not None:
+                            return done
                     return self._append_sqlite(
                         writer, stream_id, expected, pending, macs, check_ids
                     )
@@ -404,8 +440,10 @@ class EventStore:
         cursor = writer.driver_connection.cursor()
         try:
             cursor.execute(
-                "SELECT * FROM wg_append(%s, %s, %s::uuid[], %s, %s::smallint[], %s::jsonb[], "
-                "%s::jsonb[], %s::text[], %s)",
+                # The arrays go in binary (%b): psycopg's text format escapes every quote of
+                # the JSON with a regex callback, which cost more than the append itself.
+                "SELECT * FROM wg_append(%s, %s, %b::uuid[], %b::text[], %b::smallint[], "
+                "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %s)",
                 (
                     stream_id,
                     expected,
@@ -455,31 +493,15 @@ class EventStore:
                 or (expected == -3 and version == 0)
             ):
                 raise _StreamVersionMismatch(version)
-            now = datetime.now(UTC)
-            stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
-            recorded_us = epoch_us(now)
-            rows = []
-            results = []
             # One writer at a time (BEGIN IMMEDIATE): positions continue AUTOINCREMENT's count
             # (never reusing one), and the log chain continues from the log's last row.
-            for item, mac in zip(pending, macs, strict=True):
-                version += 1
-                position += 1
-                previous = chain_hash(
-                    previous, stream_id, version, item.event_id, item.type,
-                    item.schema_version, recorded_us, item.data, item.metadata_text,
-                )  # fmt: skip
-                log = log_hash(log, position, previous, mac)
-                rows.append(
-                    (position, item.event_id, stream_id, version, item.type, item.schema_version,
-                     item.data, item.metadata_text, stored_at, previous, log, mac)
-                )  # fmt: skip
-                results.append((position, version, now, previous, False))
+            rows, results = _sqlite_rows(stream_id, pending, macs, version, previous, log, position)
             if len(rows) == 1:
                 cursor.execute(_SQLITE_INSERT, rows[0])
             else:
                 cursor.executemany(_SQLITE_INSERT, rows)
             cursor.execute("COMMIT")
+            self._remember_heads(stream_id, rows[-1])
             return results
         except BaseException:
             if connection.in_transaction:
@@ -487,6 +509,69 @@ class EventStore:
             raise
         finally:
             cursor.close()
+
+    def _remember_heads(self, stream_id: str, last_row: tuple[Any, ...]) -> None:
+        """Cache the heads this writer just made, for :meth:`_append_sqlite_cached`."""
+        if len(self._stream_heads) >= _HEAD_CACHE_SIZE:
+            self._stream_heads.clear()
+        self._stream_heads[stream_id] = (last_row[3], last_row[9])
+        self._log_head = (last_row[0], last_row[10])
+
+    def _append_sqlite_cached(
+        self,
+        writer: Any,
+        stream_id: str,
+        expected: int,
+        pending: list[_Pending],
+        macs: list[str | None],
+    ) -> list[tuple[int, int, datetime, str, bool]] | None:
+        """Append with the heads this writer cached, all Python work before the write lock.
+
+        Under the lock only C runs: one INSERT per row that inserts nothing unless the log's
+        last position is still the one the row follows (so the log chain continues from the
+        cached head), and the ``(stream_id, stream_version)`` unique constraint refuses a row
+        whose stream moved on. When either shows the cache stale, nothing is written and None
+        is returned: the caller takes the locked path, which reads the heads.
+        """
+        stream_head = self._stream_heads.get(stream_id)
+        log_head = self._log_head
+        if stream_head is None or log_head is None:
+            return None
+        version, previous = stream_head
+        if (
+            (expected >= 0 and version != expected)
+            or (expected == -2 and version != 0)
+            or (expected == -3 and version == 0)
+        ):
+            return None  # the locked path reads the true version and raises if it must
+        rows, results = _sqlite_rows(stream_id, pending, macs, version, previous, *log_head[::-1])
+        params = [(*row, row[0] - 1) for row in rows]
+        connection = writer.driver_connection
+        cursor = connection.cursor()
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                cursor.executemany(_SQLITE_INSERT_AFTER, params)
+                written = cursor.rowcount
+            except sqlite3.IntegrityError:
+                written = -1
+            if written != len(rows):
+                cursor.execute("ROLLBACK")
+                # Other writers are active: take the locked path for the next few appends
+                # rather than pay a wasted attempt (and a second lock) on each.
+                self._cached_skips = _CACHED_SKIPS
+                self._log_head = None
+                self._stream_heads.pop(stream_id, None)
+                return None
+            cursor.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                cursor.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+        self._remember_heads(stream_id, rows[-1])
+        return results
 
     @staticmethod
     def _sqlite_stored_ids(
@@ -691,6 +776,7 @@ class EventStore:
         decode_json = msgspec.json.decode
         postgres = self.is_postgres
         last_text, last_time = None, None  # a batch shares one time: parse it once
+        new_uuid, set_attr, uuid_class, unknown_safety = _new_uuid, _set, _UUID, _UNKNOWN_SAFETY
         for row in rows:
             position, stream_id, version, event_id, type_, schema_version, data, meta, at, hash_ = (
                 row
@@ -699,11 +785,14 @@ class EventStore:
                 if at != last_text:
                     last_text, last_time = at, _parse_sqlite_time(at)
                 at = last_time
+            event_uuid = new_uuid(uuid_class)  # stored ids are valid: skip UUID.__init__
+            set_attr(event_uuid, "int", int(event_id.replace("-", ""), 16))
+            set_attr(event_uuid, "is_safe", unknown_safety)
             yield RecordedEvent(
                 position=position,
                 stream_id=stream_id,
                 version=version,
-                event_id=uuid.UUID(event_id),
+                event_id=event_uuid,
                 type=type_,
                 schema_version=schema_version,
                 event=decode(type_, schema_version, data, stream_id=stream_id, position=position),
@@ -777,6 +866,42 @@ class EventStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailableError("this EventStore is closed; open a new one")
+
+
+def _sqlite_rows(
+    stream_id: str,
+    pending: list[_Pending],
+    macs: list[str | None],
+    version: int,
+    previous: str,
+    log: str,
+    position: int,
+) -> tuple[list[tuple[Any, ...]], list[tuple[int, int, datetime, str, bool]]]:
+    """The rows of a batch that follows the given stream and log heads, and its results.
+
+    The hash inputs are those of hashing.chain_hash and hashing.log_hash, inlined (the calls
+    cost more than the hashing); tests/events/test_tamper.py pins them.
+    """
+    now = datetime.now(UTC)
+    stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
+    us = str(epoch_us(now))
+    sha256 = hashlib.sha256
+    rows = []
+    results = []
+    for item, mac in zip(pending, macs, strict=True):
+        version += 1
+        position += 1
+        previous = sha256(
+            f"{previous}\n{stream_id}\n{version}\n{item.event_id}\n{item.type}\n"
+            f"{item.schema_version}\n{us}\n{item.data}\n{item.metadata_text}".encode()
+        ).hexdigest()
+        log = sha256(f"{log}\n{position}\n{previous}\n{mac or ''}".encode()).hexdigest()
+        rows.append(
+            (position, item.event_id, stream_id, version, item.type, item.schema_version,
+             item.data, item.metadata_text, stored_at, previous, log, mac)
+        )  # fmt: skip
+        results.append((position, version, now, previous, False))
+    return rows, results
 
 
 class _StreamVersionMismatch(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import pytest
+from msgspec import structs
 from projection_builders import T0, Stream, error, record, stopped
 
 from wgstore.events.worker_group import (
@@ -58,7 +59,7 @@ class TestStart:
         shuffled = replace(
             stream.events[-1].event, workers=tuple(reversed(stream.events[-1].event.workers))
         )
-        stream.events[-1] = replace(stream.events[-1], event=shuffled)
+        stream.events[-1] = structs.replace(stream.events[-1], event=shuffled)
         state = project_worker_group(stream.events)
         assert [w.world_rank for w in state.workers] == [0, 1, 2, 3]
         assert state.num_workers == 4
@@ -69,7 +70,7 @@ class TestStart:
         stream = Stream(num_workers=2).requested().workers()
         event = stream.events[-1].event
         bad = replace(event, workers=(event.workers[0], replace(event.workers[1], world_rank=5)))
-        stream.events[-1] = replace(stream.events[-1], event=bad)
+        stream.events[-1] = structs.replace(stream.events[-1], event=bad)
         with pytest.raises(ProjectionError, match=r"world ranks must be 0\.\.n-1"):
             project_worker_group(stream.events)
 
@@ -330,7 +331,7 @@ class TestStreamIntegrity:
     def test_a_start_request_that_is_not_version_one_is_an_error(self) -> None:
         event = Stream().requested().events[0]
         with pytest.raises(ProjectionError, match="must be version 1"):
-            evolve(None, replace(event, version=3))
+            evolve(None, structs.replace(event, version=3))
 
     def test_a_second_start_request_is_an_error(self) -> None:
         stream = Stream().requested().requested()
