@@ -48,9 +48,15 @@ def executor_command(
 ) -> None:
     """Run a standalone executor: carry out the commands the log asks for, on Ray, until stopped."""
     from wgstore.orchestration import run_executor
+    from wgstore.orchestration.ray_resources import ensure_ray
 
     check_url(url)
     quiet_ray()
+    # Join Ray here, in the main thread, before our signal handlers go in. Ray's core worker
+    # installs a native (absl) failure handler for SIGTERM; installed after ours, it takes the
+    # signal first and symbolizes a stack trace inside the handler, which aborted the process
+    # ("corrupted size vs. prev_size") instead of letting the executor stop cleanly.
+    ensure_ray(ray_address)
     limit = parse_duration(stop_after).total_seconds() if stop_after else None
     stop = threading.Event()
     outcome: dict[str, Any] = {}
