@@ -284,7 +284,7 @@ class SyncActor:
         if (failpoints or {}).get("sync_actor_exit_on_init"):
             os._exit(1)
         self._name = name
-        self._arrived: dict[int, set[int]] = {}
+        self._claims: dict[int, tuple[str, int]] = {}
 
     def ping(self) -> str:
         """Liveness check; returns the actor's name."""
@@ -295,11 +295,4 @@ class SyncActor:
 
         Calls to an actor run one at a time, so two ranks cannot both win.
         """
-        claims: dict[int, tuple[str, int]] = self.__dict__.setdefault("_claims", {})
-        return claims.setdefault(index, (path, world_rank))
-
-    def arrive(self, generation: int, world_rank: int) -> int:
-        """Record that ``world_rank`` reached barrier ``generation``; returns how many have."""
-        ranks = self._arrived.setdefault(generation, set())
-        ranks.add(world_rank)
-        return len(ranks)
+        return self._claims.setdefault(index, (path, world_rank))
