@@ -210,6 +210,24 @@ class RayExecutor:
         """Block until the catch-up read of the log is done."""
         return self._caught_up.wait(timeout_s)
 
+    def wait_idle(self, timeout_s: float = 60.0) -> bool:
+        """Block until caught up with no command or poll queued or running; False on timeout.
+
+        Only a moment's idleness: a new event in the log can give the executor work again.
+        """
+        deadline = time.monotonic() + timeout_s
+        if not self._caught_up.wait(timeout_s):
+            return False
+        while True:
+            with self._lock:
+                busy = bool(self._drainers) or any(g.busy for g in self._groups.values())
+            if not busy:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._join_drainers(remaining)
+
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop the loop; a command in progress finishes, queued ones are left to the next executor."""
         self._stop.set()
