@@ -63,8 +63,8 @@ from wgstore.orchestration.commands import (
     derive_commands,
 )
 from wgstore.orchestration.handlers import COMMAND_HANDLERS
+from wgstore.orchestration.poll_recorder import PollRecorder, WorkerObservation
 from wgstore.orchestration.poller import GroupPoller
-from wgstore.orchestration.polling import PollRecorder, WorkerObservation
 from wgstore.projections import ProjectionError
 from wgstore.projections.state import (
     WorkerGroupPollStatus,

@@ -24,11 +24,11 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wgstore.orchestration.context import TrainContext, WorkerSession, _set_session
 from wgstore.orchestration.loading import TrainFn, load_pickled_train_fn, resolve_train_fn
-from wgstore.orchestration.polling import WorkerPoll
+from wgstore.orchestration.poll_recorder import WorkerPoll
 from wgstore.orchestration.ranks import ActorMetadata
 from wgstore.orchestration.report_writer import ReportWriter
+from wgstore.orchestration.train_context import TrainContext, WorkerSession, _set_session
 
 if TYPE_CHECKING:
     from wgstore.events.worker_group import ErrorInfo
