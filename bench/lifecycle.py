@@ -54,7 +54,7 @@ from wgstore.events.worker_group import (  # noqa: E402
     WorkerGroupPolled,
     WorkerStatusChange,
 )
-from wgstore.orchestration.polling import PollRecorder, WorkerObservation  # noqa: E402
+from wgstore.orchestration.poll_recorder import PollRecorder, WorkerObservation  # noqa: E402
 
 PG_URL = os.environ.get("WGSTORE_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -156,7 +156,7 @@ def _plain_start(
         ray.get([a.init.remote() for a in actors])
         ray.get([a.run.remote() for a in actors])
     else:
-        from wgstore.orchestration.context import TrainContext
+        from wgstore.orchestration.train_context import TrainContext
 
         ray.get([a.get_metadata.remote() for a in actors])
         ray.get(

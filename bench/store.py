@@ -45,7 +45,6 @@ from sides import PG_CONNINFO, PG_URL, REFERENCES, SIDES, Side, Target, create_t
 __all__ = ["BenchPolled", "main", "make_event", "make_payload"]
 
 # Goals (DESIGN.md): wgstore / reference, per workload.
-GOALS = {"eventsourcing": 1.0, "minimal": 0.8}
 MINIMAL_GOAL = {"W2": 0.5}
 PG_MINIMAL_GOAL = {"W2": 0.5, "W5": 0.5}
 

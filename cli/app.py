@@ -18,7 +18,7 @@ from wgstore.cli import (
     state,
     verify,
 )
-from wgstore.cli.common import WgstoreGroup
+from wgstore.cli.root import WgstoreGroup
 
 __all__ = ["app", "main"]
 

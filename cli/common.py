@@ -1,14 +1,6 @@
-"""What every ``wgstore`` command shares: the store URL, opening the store, errors, time, output.
+"""What every ``wgstore`` command shares: the store URL, opening the store, time, output.
 
-Errors are handled in one place, :class:`WgstoreGroup`: a :class:`CliError`, any
-:class:`~wgstore.events.WgstoreError` and a ``ValueError`` from parsing become one red line on
-stderr and a non-zero exit, never a traceback. Exit codes:
-
-- 0: done (for ``verify`` / ``db check``: no problem found);
-- 1: the store or its data is not as expected (database missing, unreachable, not migrated,
-  a broken hash chain, a refused SQL statement);
-- 2: the command line is wrong (bad URL, bad time, unknown or ambiguous group id, bad option);
-- 130: interrupted with Ctrl-C.
+Errors become one red line and an exit code in :class:`wgstore.cli.root.WgstoreGroup`.
 """
 
 from __future__ import annotations
@@ -17,19 +9,17 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.text import Text
-from typer.core import TyperGroup
 
 from wgstore.cli.errors import CliError, UsageProblem
 from wgstore.cli.parsing import json_default, json_line, parse_duration, parse_time
-from wgstore.events import EventStore, InvalidArgumentError, StoreUnavailableError, WgstoreError
+from wgstore.events import EventStore, InvalidArgumentError, StoreUnavailableError
 from wgstore.events.engine import mask_url, parse_url
-from wgstore.events.streams import group_id_of, group_stream
 from wgstore.projections.text import format_time
+from wgstore.projections.views import resolve_group_id
 
 __all__ = [
     "DEFAULT_URL",
@@ -37,7 +27,6 @@ __all__ = [
     "CliError",
     "UrlOption",
     "UsageProblem",
-    "WgstoreGroup",
     "err_console",
     "format_time",
     "json_default",
@@ -74,67 +63,6 @@ def out_console() -> Console:
     if sys.stdout.isatty():
         return Console(highlight=False)
     return Console(highlight=False, width=int(os.environ.get("COLUMNS", "0") or 0) or 200)
-
-
-def fail(message: str, exit_code: int) -> NoReturn:
-    """Print ``message`` as one red line on stderr and exit with ``exit_code``."""
-    err_console().print(Text(f"error: {message}", style="bold red"))
-    raise typer.Exit(exit_code)
-
-
-class WgstoreGroup(TyperGroup):
-    """The root command group: the one place where errors become a red line and an exit code."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """A Typer group whose ``--help`` (and every subcommand's) shows no Python types."""
-        super().__init__(*args, **kwargs)
-        _plain_help(self)
-
-    def invoke(self, ctx: Any) -> Any:
-        """Run the chosen command, turning expected errors into a message and an exit code."""
-        try:
-            return super().invoke(ctx)
-        except CliError as error:
-            fail(str(error), error.exit_code)
-        except InvalidArgumentError as error:  # a version, position or id from the command line
-            fail(str(error), 2)
-        except WgstoreError as error:
-            fail(str(error), 1)
-        except ValueError as error:
-            fail(str(error), 2)
-        except OverflowError as error:  # a number too large for a date or a database integer
-            fail(f"a number on the command line is too large ({error})", 2)
-        except ConnectionError as error:  # e.g. Ray is not at RAY_ADDRESS
-            fail(f"cannot connect: {error}", 1)
-        except KeyboardInterrupt:
-            err_console().print(Text("interrupted", style="yellow"))
-            raise typer.Exit(130) from None
-
-
-def _plain_help(command: Any) -> None:
-    """``--help`` shows what to type, not Python types: no ``<bool>`` after a flag, and a name
-    (``--since SINCE``) instead of ``<str>`` after an option that takes a value."""
-    for param in getattr(command, "params", ()):
-        if getattr(param, "param_type_name", "") == "argument":
-            param.display_type_rich = lambda ctx: None  # its name is already in the first column
-            continue
-        if getattr(param, "param_type_name", "") != "option" or param.metavar is not None:
-            continue
-        param.metavar = "" if param.is_flag else (param.name or "value").upper()
-    for sub in getattr(command, "commands", {}).values():
-        _plain_help(sub)
-    make_help_option = command.get_help_option
-    if getattr(make_help_option, "_wgstore_plain", False):
-        return
-
-    def plain_help_option(ctx: Any) -> Any:
-        option = make_help_option(ctx)
-        if option is not None:
-            option.metavar = ""
-        return option
-
-    plain_help_option._wgstore_plain = True  # type: ignore[attr-defined]
-    command.get_help_option = plain_help_option
 
 
 def check_url(url: str) -> str:
@@ -194,23 +122,10 @@ def resolve_group(store: EventStore, group: str) -> str:
     """The full id of the worker group whose id is ``group`` or starts with it.
 
     Raises:
-        UsageProblem: no group, or more than one, matches.
+        UsageProblem: no group, or more than one, matches
+            (:func:`wgstore.projections.views.resolve_group_id`).
     """
-    group = group.strip()
-    group = group_id_of(group) or group
-    if not group:
-        raise UsageProblem("give a worker group id (or a unique prefix of one)")
-    found = [group_id_of(sid) or sid for sid, _ in store.streams(group_stream(group))]
-    if group in found:
-        return group
-    if not found:
-        raise UsageProblem(
-            f"no worker group id starts with {group!r} in {store_label(store.url)}; "
-            "run `wgstore groups` (or `wgstore events`) to list them"
-        )
-    if len(found) > 1:
-        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
-        raise UsageProblem(
-            f"{group!r} matches {len(found)} worker groups ({shown}); give more of the id"
-        )
-    return found[0]
+    try:
+        return resolve_group_id(store, group)
+    except InvalidArgumentError as error:
+        raise UsageProblem(str(error)) from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Annotated
@@ -23,34 +22,18 @@ from wgstore.cli.common import (
     resolve_group,
 )
 from wgstore.cli.render import event_json, event_line
-from wgstore.events import REGISTRY, EventStore, RecordedEvent
+from wgstore.events import EventStore, RecordedEvent
 from wgstore.events.streams import group_stream
 from wgstore.projections import StreamNotFoundError, views
+from wgstore.projections.follow import follow_events
 
 __all__ = ["check_types", "events_command", "run_streams"]
 
 Filter = Callable[[RecordedEvent], bool]
 
 
-def check_types(types: list[str], store: EventStore | None = None) -> list[str]:
-    """``types`` if each is registered (or, given ``store``, stored in its log), else a usage error.
-
-    A type this process does not know but the log holds (another program's own event type) is
-    accepted: its events are shown raw.
-    """
-    known = REGISTRY.names()
-    for name in types:
-        if name not in known and (store is None or not _stored_type(store, name)):
-            close = [k for k in known if name.lower() in k.lower()]
-            hint = (
-                f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}"
-            )
-            raise UsageProblem(f"{name!r} is not an event type{hint}")
-    return types
-
-
-def _stored_type(store: EventStore, name: str) -> bool:
-    return any(True for _ in store.read_all(types=[name], limit=1))
+check_types = views.check_event_types
+"""The event types given, checked: :func:`wgstore.projections.views.check_event_types`."""
 
 
 def run_streams(store: EventStore, run_id: str) -> set[str]:
@@ -73,35 +56,6 @@ def _emit(records: Iterable[RecordedEvent], keep: Filter, as_json: bool) -> int:
         else:
             console.print(event_line(record), soft_wrap=True)
     return count
-
-
-def _follow(
-    store: EventStore,
-    after: int,
-    streams: set[str] | None,
-    types: list[str],
-    keep: Filter,
-    as_json: bool,
-    stop_after: float | None,
-) -> None:
-    """Print new events as they are appended, until Ctrl-C or ``stop_after`` seconds pass."""
-    deadline = None if stop_after is None else time.monotonic() + stop_after
-    while deadline is None or time.monotonic() < deadline:
-        wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-        head = store.wait_for_new(after, timeout_s=wait)
-        if head <= after:
-            continue
-        fresh = [
-            record
-            for record in store.read_all(after=after, types=types or None)
-            if record.position <= head
-        ]
-        after = head
-        _emit(
-            (r for r in fresh if streams is None or r.stream_id in streams),
-            keep,
-            as_json,
-        )
 
 
 def events_command(
@@ -183,4 +137,7 @@ def events_command(
             filtered = streams is not None or type_names or start or end
             err_console().print("no events match" if filtered else "the log is empty")
         if follow:
-            _follow(store, head, streams, type_names, keep, as_json, limit_s)
+            fresh = follow_events(
+                store, head, streams=streams, types=type_names, stop_after_s=limit_s
+            )
+            _emit(fresh, keep, as_json)

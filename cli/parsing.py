@@ -1,16 +1,12 @@
-"""Reading times and durations from the command line, and writing ``--json`` output."""
+"""Reading times and durations from the command line (``--json`` output: :mod:`wgstore.projections.text`)."""
 
 from __future__ import annotations
 
-import json
 import re
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
-from enum import Enum
-from typing import Any
-from uuid import UUID
+from datetime import UTC, datetime, timedelta
 
 from wgstore.cli.errors import UsageProblem
+from wgstore.projections.text import json_default, json_line
 
 __all__ = ["json_default", "json_line", "parse_duration", "parse_time"]
 
@@ -83,39 +79,3 @@ def parse_time(text: str, *, now: datetime | None = None) -> datetime:
             f"{text!r} is outside the years 1 to 9999 once converted to UTC; give a time "
             "within them"
         ) from None
-
-
-# ---------------------------------------------------------------------- JSON
-
-
-def json_default(value: Any) -> Any:
-    """Turn the values databases and events hold into JSON: times, ids, bytes, enums, decimals."""
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return value.isoformat()
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, UUID):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).hex()
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, set | frozenset | tuple):
-        return list(value)
-    import msgspec
-
-    try:
-        return msgspec.to_builtins(value)
-    except TypeError:
-        return str(value)
-
-
-def json_line(value: Any) -> str:
-    """One JSON document on one line (sorted keys), for ``--json`` output."""
-    return json.dumps(value, default=json_default, sort_keys=True, ensure_ascii=False)

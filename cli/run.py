@@ -11,7 +11,6 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.console import Group
 from rich.live import Live
 from rich.text import Text
 
@@ -26,41 +25,12 @@ from wgstore.cli.common import (
     out_console,
     store_label,
 )
-from wgstore.cli.groups import STATUS_STYLES
-from wgstore.cli.state import workers_table
+from wgstore.cli.group_view import inspect_hint, live_view
 from wgstore.orchestration.quiet_ray import quiet_ray
 from wgstore.projections import WorkerGroupState
 from wgstore.projections.views import first_line
 
-__all__ = ["live_view", "run_command"]
-
-
-def live_view(state: WorkerGroupState) -> Group:
-    """The live picture of a group: its status line and one row per worker."""
-    outcome = state.outcome
-    head = Text()
-    head.append("worker group ", style="dim")
-    head.append(state.group_id, style="bold")
-    head.append("  ")
-    head.append(state.status.value, style=STATUS_STYLES.get(state.status.value, ""))
-    if outcome is not None:
-        head.append(f" ({outcome.value})")
-    head.append(f"  polls {state.polls_total}  reports {state.reports_total}", style="dim")
-    return Group(head, workers_table(state))
-
-
-def _inspect_hint(group_id: str, url: str) -> str:
-    flag = "" if url == DEFAULT_URL else f" --url '{store_label(url)}'"
-    short = group_id[:8]
-    return "\n".join(
-        [
-            "find out what happened:",
-            f"  wgstore state {short}{flag}",
-            f"  wgstore polls {short}{flag}",
-            f"  wgstore events {short}{flag}",
-            f"  wgstore report {short} -o timeline.html{flag}",
-        ]
-    )
+__all__ = ["run_command"]
 
 
 def _check_run_inputs(url: str, train_fn: str, config: str | None) -> dict[str, Any]:
@@ -122,13 +92,10 @@ def run_command(
     """Start TRAIN_FN on a worker group on Ray (RAY_ADDRESS, or a local Ray), record every step, and watch it."""
     train_config = _check_run_inputs(url, train_fn, config)
     from wgstore.orchestration import WorkerGroupStartError, run_training
+    from wgstore.orchestration.training import worker_resources
 
     quiet_ray()
-    resources: dict[str, float] | None = None
-    if cpus_per_worker is not None or gpus_per_worker:
-        resources = {"CPU": 1.0 if cpus_per_worker is None else cpus_per_worker}
-        if gpus_per_worker:
-            resources["GPU"] = gpus_per_worker
+    resources = worker_resources(cpus_per_worker, gpus_per_worker)
     err_console().print(
         Text(
             f"starting {workers} worker(s) of {train_fn}, recording into {store_label(url)}",
@@ -161,7 +128,7 @@ def run_command(
             live.stop()
             group_id = getattr(error, "group_id", None)
             if group_id:
-                err_console().print(_inspect_hint(group_id, url))
+                err_console().print(inspect_hint(group_id, url))
             raise
         live.update(live_view(result.state))
     if not console.is_terminal:
@@ -172,7 +139,7 @@ def run_command(
         f"{'was interrupted and shut down' if result.interrupted else 'ended'}: "
         f"{outcome.value if outcome else result.state.status.value}"
     )
-    console.print(_inspect_hint(result.group_id, url), highlight=False, markup=False)
+    console.print(inspect_hint(result.group_id, url), highlight=False, markup=False)
     if result.interrupted:
         raise typer.Exit(130)
     if result.state.error is not None:

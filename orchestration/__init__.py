@@ -23,7 +23,6 @@ if TYPE_CHECKING:
         StartWorkerGroup,
         derive_commands,
     )
-    from wgstore.orchestration.context import TrainContext, get_context, on_shutdown, report
     from wgstore.orchestration.errors import (
         OrchestrationError,
         ReportNotStoredError,
@@ -32,7 +31,8 @@ if TYPE_CHECKING:
         WorkerGroupTimeoutError,
     )
     from wgstore.orchestration.executor import RayExecutor, run_executor
-    from wgstore.orchestration.run import RunResult, run_training
+    from wgstore.orchestration.train_context import TrainContext, get_context, on_shutdown, report
+    from wgstore.orchestration.training import RunResult, run_training
     from wgstore.orchestration.worker_group import ActiveWorkerGroup, WorkerGroup
 
 __all__ = [
@@ -68,10 +68,10 @@ _LAZY = {
     "ShutdownWorkerGroup": "wgstore.orchestration.commands",
     "StartWorkerGroup": "wgstore.orchestration.commands",
     "derive_commands": "wgstore.orchestration.commands",
-    "TrainContext": "wgstore.orchestration.context",
-    "get_context": "wgstore.orchestration.context",
-    "report": "wgstore.orchestration.context",
-    "on_shutdown": "wgstore.orchestration.context",
+    "TrainContext": "wgstore.orchestration.train_context",
+    "get_context": "wgstore.orchestration.train_context",
+    "report": "wgstore.orchestration.train_context",
+    "on_shutdown": "wgstore.orchestration.train_context",
     "OrchestrationError": "wgstore.orchestration.errors",
     "ReportNotStoredError": "wgstore.orchestration.errors",
     "TrainFnError": "wgstore.orchestration.errors",
@@ -83,8 +83,8 @@ _LAZY = {
     "run_executor": "wgstore.orchestration.executor",
     "WorkerGroupStateBuilder": "wgstore.orchestration.builder",
     "WorkerGroupCallback": "wgstore.orchestration.callbacks",
-    "RunResult": "wgstore.orchestration.run",
-    "run_training": "wgstore.orchestration.run",
+    "RunResult": "wgstore.orchestration.training",
+    "run_training": "wgstore.orchestration.training",
 }
 
 

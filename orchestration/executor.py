@@ -63,8 +63,8 @@ from wgstore.orchestration.commands import (
     derive_commands,
 )
 from wgstore.orchestration.handlers import COMMAND_HANDLERS
+from wgstore.orchestration.poll_recorder import PollRecorder, WorkerObservation
 from wgstore.orchestration.poller import GroupPoller
-from wgstore.orchestration.polling import PollRecorder, WorkerObservation
 from wgstore.projections import ProjectionError
 from wgstore.projections.state import (
     WorkerGroupPollStatus,
@@ -209,6 +209,24 @@ class RayExecutor:
     def wait_caught_up(self, timeout_s: float = 60.0) -> bool:
         """Block until the catch-up read of the log is done."""
         return self._caught_up.wait(timeout_s)
+
+    def wait_idle(self, timeout_s: float = 60.0) -> bool:
+        """Block until caught up with no command or poll queued or running; False on timeout.
+
+        Only a moment's idleness: a new event in the log can give the executor work again.
+        """
+        deadline = time.monotonic() + timeout_s
+        if not self._caught_up.wait(timeout_s):
+            return False
+        while True:
+            with self._lock:
+                busy = bool(self._drainers) or any(g.busy for g in self._groups.values())
+            if not busy:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._join_drainers(remaining)
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop the loop; a command in progress finishes, queued ones are left to the next executor."""

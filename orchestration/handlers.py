@@ -33,10 +33,10 @@ from wgstore.orchestration.commands import (
     StartWorkerGroup,
     command_needed,
 )
-from wgstore.orchestration.context import TrainContext
 from wgstore.orchestration.poller import remote_error_info
 from wgstore.orchestration.ranks import assign_ranks
 from wgstore.orchestration.report_writer import absolute_store_url
+from wgstore.orchestration.train_context import TrainContext
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from wgstore.events.worker_group import ErrorInfo
-from wgstore.orchestration.polling import WorkerObservation, WorkerPoll
+from wgstore.orchestration.poll_recorder import WorkerObservation, WorkerPoll
 
 __all__ = ["GroupPoller", "health_check_failed", "remote_error_info"]
 

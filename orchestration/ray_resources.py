@@ -35,9 +35,6 @@ __all__ = [
     "NAMESPACE",
     "check_cluster_can_fit",
     "ensure_ray",
-    "find_placement_group",
-    "find_sync_actor",
-    "find_workers",
     "group_id_of",
     "list_group_resources",
     "placement_group_name",
@@ -171,16 +168,6 @@ def reserve_placement_group(
     return result
 
 
-def find_placement_group(group_id: str) -> PlacementGroup | None:
-    """The group's live placement group, found by name in the GCS table."""
-    from ray._raylet import PlacementGroupID
-
-    for pg_id, info in ray.util.placement_group_table().items():
-        if info.get("name") == placement_group_name(group_id) and info.get("state") != "REMOVED":
-            return PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
-    return None
-
-
 def start_sync_actor(
     group_id: str, *, failpoints: Mapping[str, Any] | None = None, timeout_s: float = 60.0
 ) -> Any:
@@ -266,25 +253,6 @@ def _uploaded(runtime_env: dict[str, Any]) -> dict[str, Any]:
         dict(runtime_env), include_gitignore=True
     )
     return uploaded
-
-
-def find_workers(group_id: str, num_workers: int) -> dict[int, Any]:
-    """The group's live worker actors by bundle index (missing ones are left out)."""
-    found: dict[int, Any] = {}
-    for index in range(num_workers):
-        try:
-            found[index] = ray.get_actor(worker_actor_name(group_id, index), namespace=NAMESPACE)
-        except ValueError:
-            continue
-    return found
-
-
-def find_sync_actor(group_id: str) -> Any | None:
-    """The group's live sync actor, or None."""
-    try:
-        return ray.get_actor(sync_actor_name(group_id), namespace=NAMESPACE)
-    except ValueError:
-        return None
 
 
 def list_group_resources() -> dict[str, list[str]]:

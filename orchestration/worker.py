@@ -24,11 +24,11 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wgstore.orchestration.context import TrainContext, WorkerSession, _set_session
 from wgstore.orchestration.loading import TrainFn, load_pickled_train_fn, resolve_train_fn
-from wgstore.orchestration.polling import WorkerPoll
+from wgstore.orchestration.poll_recorder import WorkerPoll
 from wgstore.orchestration.ranks import ActorMetadata
 from wgstore.orchestration.report_writer import ReportWriter
+from wgstore.orchestration.train_context import TrainContext, WorkerSession, _set_session
 
 if TYPE_CHECKING:
     from wgstore.events.worker_group import ErrorInfo
@@ -284,7 +284,7 @@ class SyncActor:
         if (failpoints or {}).get("sync_actor_exit_on_init"):
             os._exit(1)
         self._name = name
-        self._arrived: dict[int, set[int]] = {}
+        self._claims: dict[int, tuple[str, int]] = {}
 
     def ping(self) -> str:
         """Liveness check; returns the actor's name."""
@@ -295,11 +295,4 @@ class SyncActor:
 
         Calls to an actor run one at a time, so two ranks cannot both win.
         """
-        claims: dict[int, tuple[str, int]] = self.__dict__.setdefault("_claims", {})
-        return claims.setdefault(index, (path, world_rank))
-
-    def arrive(self, generation: int, world_rank: int) -> int:
-        """Record that ``world_rank`` reached barrier ``generation``; returns how many have."""
-        ranks = self._arrived.setdefault(generation, set())
-        ranks.add(world_rank)
-        return len(ranks)
+        return self._claims.setdefault(index, (path, world_rank))

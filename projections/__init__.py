@@ -19,7 +19,7 @@ from wgstore.projections.projector import (
     rebuild_read_models,
 )
 from wgstore.projections.queries import poll_history, run_state, worker_group_state
-from wgstore.projections.run import (
+from wgstore.projections.run_state import (
     ControllerTransition,
     FailureDecision,
     RunState,

@@ -25,7 +25,7 @@ from wgstore.events.worker_group import (
 from wgstore.projections._db import fetch, is_postgres, param, sql_time, to_utc
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.poll_history import PollRecord, iter_poll_history
-from wgstore.projections.run import RunState, project_run
+from wgstore.projections.run_state import RunState, project_run
 from wgstore.projections.snapshots import (
     fingerprint,
     load_row,

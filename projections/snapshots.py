@@ -31,7 +31,6 @@ __all__ = [
     "STATE_SCHEMA",
     "WORKER_GROUP_SNAPSHOT",
     "decode_state",
-    "delete_snapshot",
     "encode_state",
     "fingerprint",
     "load_row",
@@ -196,17 +195,3 @@ def load_snapshot(
     if state.version != version or state.stream_id != stream_id:
         return None
     return state
-
-
-def delete_snapshot(
-    target: EventStore | sa.Connection, stream_id: str, *, name: str = WORKER_GROUP_SNAPSHOT
-) -> None:
-    """Remove the snapshot ``name`` of ``stream_id``, if there is one."""
-    statement = wg_snapshots.delete().where(
-        wg_snapshots.c.name == name, wg_snapshots.c.stream_id == stream_id
-    )
-    if isinstance(target, sa.Connection):
-        target.execute(statement)
-        return
-    with target.engine.begin() as connection:
-        connection.execute(statement)

@@ -6,15 +6,26 @@ report page) and open to any caller: nothing here prints.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from enum import Enum
 from typing import Any
+from uuid import UUID
 
 import msgspec
 
 from wgstore.events import RecordedEvent, UnknownEvent
 
-__all__ = ["describe", "event_json", "format_time", "metrics_text"]
+__all__ = [
+    "describe",
+    "event_json",
+    "format_time",
+    "json_default",
+    "json_line",
+    "metrics_text",
+]
 
 
 def format_time(moment: datetime | None) -> str:
@@ -129,3 +140,34 @@ def event_json(record: RecordedEvent) -> dict[str, Any]:
         "metadata": dict(record.metadata),
         "hash": record.hash,
     }
+
+
+def json_default(value: Any) -> Any:
+    """Turn the values databases and events hold into JSON: times, ids, bytes, enums, decimals."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    try:
+        return msgspec.to_builtins(value)
+    except TypeError:
+        return str(value)
+
+
+def json_line(value: Any) -> str:
+    """One JSON document on one line (sorted keys), for ``--json`` output."""
+    return json.dumps(value, default=json_default, sort_keys=True, ensure_ascii=False)

@@ -27,8 +27,9 @@ import msgspec
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from wgstore.events import REGISTRY, EventStore, RecordedEvent
+from wgstore.events import REGISTRY, EventStore, InvalidArgumentError, RecordedEvent
 from wgstore.events._translate import translate_errors
+from wgstore.events.engine import mask_url
 from wgstore.events.schema import READ_MODEL_TABLES, wg_events, wg_worker_groups
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream, run_stream
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
@@ -43,11 +44,13 @@ from wgstore.projections.state import WorkerGroupState
 __all__ = [
     "SUMMARY_KEYS",
     "ReadModelStatus",
+    "check_event_types",
     "first_line",
     "group_summaries",
     "iter_groups",
     "read_model_problems",
     "read_model_status",
+    "resolve_group_id",
     "run_streams",
     "state_json",
     "stored_events",
@@ -241,6 +244,58 @@ def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------ events
+
+
+def resolve_group_id(store: EventStore, group: str) -> str:
+    """The full id of the worker group whose id is ``group`` or starts with it.
+
+    ``group`` may also be the group's stream id (``worker-group-<id>``).
+
+    Raises:
+        InvalidArgumentError: no group, or more than one, matches.
+    """
+    group = group.strip()
+    group = group_id_of(group) or group
+    if not group:
+        raise InvalidArgumentError("give a worker group id (or a unique prefix of one)")
+    found = [group_id_of(sid) or sid for sid, _ in store.streams(group_stream(group))]
+    if group in found:
+        return group
+    if not found:
+        raise InvalidArgumentError(
+            f"no worker group id starts with {group!r} in {mask_url(store.url)}; "
+            "run `wgstore groups` (or `wgstore events`) to list them"
+        )
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        raise InvalidArgumentError(
+            f"{group!r} matches {len(found)} worker groups ({shown}); give more of the id"
+        )
+    return found[0]
+
+
+def check_event_types(types: list[str], store: EventStore | None = None) -> list[str]:
+    """``types`` if each is registered (or, given ``store``, stored in its log).
+
+    A type this process does not know but the log holds (another program's own event type) is
+    accepted: its events are shown raw.
+
+    Raises:
+        InvalidArgumentError: a name that is neither, with the names it may have meant.
+    """
+    known = REGISTRY.names()
+    for name in types:
+        if name not in known and (store is None or not _stored_type(store, name)):
+            close = [k for k in known if name.lower() in k.lower()]
+            hint = (
+                f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}"
+            )
+            raise InvalidArgumentError(f"{name!r} is not an event type{hint}")
+    return types
+
+
+def _stored_type(store: EventStore, name: str) -> bool:
+    return any(True for _ in store.read_all(types=[name], limit=1))
 
 
 def run_streams(store: EventStore, run_id: str) -> set[str]:

@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from wgstore.events.worker_group import (
 )
 from wgstore.orchestration import RayExecutor, WorkerGroup
 from wgstore.orchestration.commands import command_id_for
+from wgstore.orchestration.ray_resources import list_group_resources
 from wgstore.orchestration.worker_group import follow_group
 from wgstore.projections import WorkerGroupStatus
 
@@ -52,6 +53,15 @@ url, address, failpoints = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 print("executor up", flush=True)
 run_executor(url, threading.Event(), ray_address=address, failpoints=failpoints)
 """
+
+
+def wait_until(condition: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+    """Return once ``condition()`` holds; fail the test if it does not within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.05)
 
 
 class ExecutorProcess:
@@ -140,8 +150,8 @@ def test_an_executor_killed_mid_run_is_replaced_without_repeating_a_command_or_l
 
     third = RayExecutor(store, extra_sys_path=[str(REPO)]).start()  # re-derives, repeats nothing
     try:
-        assert third.wait_caught_up(30)
-        time.sleep(0.5)
+        # idle: every command it derived from the log has run (and appended what it appends)
+        assert third.wait_idle(30)
     finally:
         third.stop()
     assert store.stream_version(stream_id_for_group(group.group_id)) == len(events)
@@ -159,7 +169,11 @@ def test_a_start_left_half_done_by_a_killed_executor_is_released_by_the_next_one
         expected_version=NO_STREAM,
     )
     follow_group(store, None, group_id, lambda s: s.sync_actor is not None, timeout_s=60)
-    time.sleep(1.0)  # the workers are being created (their constructors sleep)
+    wait_until(  # the workers are being created (their constructors sleep)
+        lambda: f"actor:wgstore-{group_id}-0" in list_group_resources().get(group_id, []),
+        timeout_s=60,
+        what="the first worker actor to be created",
+    )
     first.kill()
 
     second = RayExecutor(store, extra_sys_path=[str(REPO)]).start()
@@ -233,15 +247,14 @@ def test_ctrl_c_during_create_shuts_the_half_started_group_down_and_releases_it(
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 90
         db = Path(sqlite_url.removeprefix("sqlite:///"))
-        while not db.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(db.exists, timeout_s=90, what=f"{db} to be created")
         with EventStore.open(sqlite_url) as store:
-            while time.monotonic() < deadline:
-                if any(e.type == "SyncActorStarted" for e in store.read_all()):
-                    break
-                time.sleep(0.05)
+            wait_until(
+                lambda: any(e.type == "SyncActorStarted" for e in store.read_all()),
+                timeout_s=90,
+                what="SyncActorStarted in the log",
+            )
             proc.send_signal(signal.SIGINT)  # Ctrl-C while the workers are being started
             assert proc.wait(timeout=90) == 130, (tmp_path / "create.log").read_text()
             events = list(store.read_all())

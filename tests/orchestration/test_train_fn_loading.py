@@ -10,10 +10,10 @@ import pytest
 
 from examples.train import train_fn
 from wgstore.orchestration import TrainFnError, get_context, report
-from wgstore.orchestration.context import TrainContext, WorkerSession
 from wgstore.orchestration.errors import NotInWorkerError, ReportNotStoredError
 from wgstore.orchestration.loading import import_path_of, resolve_train_fn
 from wgstore.orchestration.report_writer import ReportWriter, absolute_store_url, report_event_id
+from wgstore.orchestration.train_context import TrainContext, WorkerSession
 
 
 def test_a_module_level_function_is_named_by_its_import_path_and_resolves_back() -> None:

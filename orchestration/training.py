@@ -17,7 +17,7 @@ from wgstore.orchestration.worker_group import WorkerGroup
 from wgstore.projections.projector import catch_up_read_models
 from wgstore.projections.state import TrainingOutcome, WorkerGroupState
 
-__all__ = ["RunResult", "run_training"]
+__all__ = ["RunResult", "run_training", "worker_resources"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,3 +118,14 @@ def run_training(
         # So plain SQL on wg_worker_groups & co. shows this run as soon as the command ends.
         catch_up_read_models(store)
         return RunResult(group_id=group.group_id, state=state, interrupted=interrupted)
+
+
+def worker_resources(cpus: float | None, gpus: float = 0) -> dict[str, float] | None:
+    """``resources_per_worker`` from CPU and GPU counts; ``None`` (let :func:`run_training`
+    choose) when neither is given. GPUs without CPUs ask for one CPU per worker."""
+    if cpus is None and not gpus:
+        return None
+    resources = {"CPU": 1.0 if cpus is None else cpus}
+    if gpus:
+        resources["GPU"] = gpus
+    return resources

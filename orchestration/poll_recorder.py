@@ -64,11 +64,6 @@ class PollRecorder:
         """How many polls so far, recorded or not."""
         return self._seq
 
-    @property
-    def pending_unchanged(self) -> int:
-        """Unchanged polls not yet stored on any event."""
-        return self._unchanged
-
     def observe(
         self, statuses: Mapping[int, WorkerObservation], polled_at: datetime
     ) -> WorkerGroupPolled | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from wgstore.events.worker_group import ErrorInfo
-from wgstore.orchestration.polling import PollRecorder, WorkerObservation
+from wgstore.orchestration.poll_recorder import PollRecorder, WorkerObservation
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RUN = WorkerObservation(running=True)
