@@ -69,10 +69,6 @@ def executor_command(
         finally:
             stop.set()
 
-    # Ray is joined here, on the main thread before our handlers replace Ray's SIGTERM one
-    from wgstore.orchestration.ray_resources import ensure_ray
-
-    ensure_ray(ray_address)
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
