@@ -273,27 +273,29 @@ _VECTOR_METADATA = {"host": "h", "pid": 1, "wgstore": "0"}
 # The stream hash covers data and metadata as stored: SQLite keeps the client's canonical JSON,
 # Postgres hashes jsonb's rendering (its own key order and spacing), so the stream and log hashes
 # are pinned per backend; the MAC, over a canonical form of the JSON, is one value on both.
+# The event carries WorkerGroupShutdownRequested's `abort` field (added with its default for
+# Ray's abort()), so its stored text and every pinned value include it.
 _VECTORS = {
     "sqlite": (
-        '{"reason":"pinned"}',
+        '{"abort":false,"reason":"pinned"}',
         '{"host":"h","pid":1,"wgstore":"0"}',
     ),
     "postgresql": (
-        '{"reason": "pinned"}',
+        '{"abort": false, "reason": "pinned"}',
         '{"pid": 1, "host": "h", "wgstore": "0"}',  # jsonb: shorter keys first
     ),
 }
 _PINNED = {
     "sqlite": (
-        "0d6da16b03003bdde6f51ba442089fa1b7aca750456cf33af522b97d94d40409",
-        "f0636c9f46316bce449919551e50dabc84fc9c4e4539b56f68aef11a63d6ace9",
+        "4ce8cd429d8ab8ee02892021398b520be87d3bade3599c79eaa0db7b1b370c6e",
+        "0ccce0a901c094c3da796d8ab7e31cf592b60881c88411a3854f46b5516cd9f2",
     ),
     "postgresql": (
-        "1878562a2bec61fc2de2bbc627e7f8682adf38d488ab81be02efbdb5780240f8",
-        "9e9a331c7ce94e70977b6d4b599ce990c6f7cc7187e4acdf43d2e7eb9afd635b",
+        "76297d8ea81518e3b1434c3bceaaeb73cd2d8b1c6e11f763d022f7499c8681f4",
+        "68676656112c509554409e3faa98031fc088831d06dbc820258cc015baab1889",
     ),
 }
-_PINNED_MAC = "b610e7bb46711e7c9372cccba7c2c539483320dd668c7359cce56053249a1791"
+_PINNED_MAC = "82f5ec6c56ffb299df5d078838852f7a61f13266ee14075232e6909a64609f30"
 
 
 @pytest.fixture
