@@ -228,6 +228,9 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
         {info.world_rank: info.actor_name for info in state.workers}, patience_s
     )
     released = ray_resources.release_group(command.group_id, extra_actors=ex.detach(state))
+    # after_* hooks run before the end is appended, so shutdown()/abort() return once they ran
+    # (Ray calls them synchronously); their failures go in the same batch as the end
+    hook_failures += ex.invoke(f"after_worker_group_{hooks}", state.context)
     workers = tuple(
         WorkerShutdown(world_rank=rank, ending=WorkerEnding(ending), hook_error=error)
         for rank, (ending, error) in endings.items()
@@ -246,8 +249,6 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
     )
     events += [NewEvent(f, metadata=ex.metadata(command)) for f in hook_failures]
     ex.store.append(command.stream_id, events)
-    after = ex.invoke(f"after_worker_group_{hooks}", state.context)
-    ex.record_callback_failures(command.group_id, after, ex.metadata(command))
 
 
 def release_resources(command: ReleaseResources, ex: RayExecutor) -> None:
