@@ -67,6 +67,18 @@ class ProjectionError(WgstoreError):
         )
 
     @classmethod
+    def check_follows(cls, record: RecordedEvent, stream_id: str, version: int) -> None:
+        """Raise unless ``record`` is the next event of ``stream_id`` after ``version``."""
+        if record.stream_id != stream_id:
+            raise cls.at(record, f"belongs to another stream than {stream_id!r}")
+        if record.version != version + 1:
+            raise cls.at(
+                record,
+                f"out of order: the state is at version {version}, so the next event must be "
+                f"version {version + 1}",
+            )
+
+    @classmethod
     def nothing_to_fold(cls) -> ProjectionError:
         """The error for a fold given no events and no state to start from."""
         return cls(

@@ -269,14 +269,7 @@ def evolve_run(state: RunState | None, record: RecordedEvent) -> RunState:
     if state is None:
         return _first(record)
     event = record.event
-    if record.stream_id != state.stream_id:
-        raise ProjectionError.at(record, f"belongs to another stream than {state.stream_id!r}")
-    if record.version != state.version + 1:
-        raise ProjectionError.at(
-            record,
-            f"out of order: the state is at version {state.version}, so the next event must be "
-            f"version {state.version + 1}",
-        )
+    ProjectionError.check_follows(record, state.stream_id, state.version)
     handler = _HANDLERS.get(type(event))
     if handler is None and isinstance(event, UnknownEvent):
         changes: dict[str, Any] = {}  # not ours to interpret: step over it

@@ -613,14 +613,7 @@ def _first(event: RecordedEvent) -> WorkerGroupState:
 
 def _apply(draft: Any, event: RecordedEvent) -> None:
     payload = event.event
-    if event.stream_id != draft.stream_id:
-        raise ProjectionError.at(event, f"belongs to another stream than {draft.stream_id!r}")
-    if event.version != draft.version + 1:
-        raise ProjectionError.at(
-            event,
-            f"out of order: the state is at version {draft.version}, so the next event must be "
-            f"version {draft.version + 1}",
-        )
+    ProjectionError.check_follows(event, draft.stream_id, draft.version)
     handler = _HANDLERS.get(type(payload))
     if handler is None and isinstance(payload, UnknownEvent):
         changes: dict[str, Any] = {}  # not ours to interpret: step over it
