@@ -181,7 +181,8 @@ class ReportWriter:
                 f"stored: the store could not be opened: {self._open_error}"
             ) from self._open_error
         from wgstore.events import NewEvent
-        from wgstore.events.worker_group import WorkerReported, stream_id_for_group
+        from wgstore.events.streams import group_stream
+        from wgstore.events.worker_group import WorkerReported
 
         event = NewEvent(
             WorkerReported(
@@ -190,7 +191,7 @@ class ReportWriter:
             event_id=report_event_id(self.group_id, self.world_rank, index),
             metadata=self.metadata,
         )
-        stream = stream_id_for_group(self.group_id)
+        stream = group_stream(self.group_id)
         deadline = time.monotonic() + self.retry_s
         pause = 0.05
         while True:

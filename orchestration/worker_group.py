@@ -17,12 +17,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from wgstore.events import NO_STREAM, EventStore
+from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import (
     WorkerGroupContext,
     WorkerGroupShutdownRequested,
     WorkerGroupStartRequested,
     WorkerInfo,
-    stream_id_for_group,
 )
 from wgstore.orchestration.errors import WorkerGroupStartError, WorkerGroupTimeoutError
 from wgstore.projections.state import (
@@ -57,7 +57,7 @@ def follow_group(
     Raises:
         WorkerGroupTimeoutError: ``until`` did not hold within ``timeout_s``.
     """
-    stream = stream_id_for_group(group_id)
+    stream = group_stream(group_id)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         head = store.head()
@@ -274,7 +274,7 @@ class WorkerGroup:
             executor.start()
         try:
             store.append(
-                stream_id_for_group(group_id),
+                group_stream(group_id),
                 [
                     WorkerGroupStartRequested(
                         group_id=group_id,

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from wgstore.events.records import RecordedEvent
-from wgstore.events.run import stream_id_for_run
+from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import (
     WorkerGroupPolled,
     WorkersStarted,
     WorkerStatusChange,
-    stream_id_for_group,
 )
 from wgstore.projections._db import fetch, is_postgres, param, sql_time, to_utc
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
@@ -121,7 +120,7 @@ def worker_group_state(
     if version is not None and version < 1:
         raise ValueError(f"version must be 1 or more, got {version}")
     at = None if at is None else to_utc(at)
-    stream_id = stream_id_for_group(group_id)
+    stream_id = group_stream(group_id)
     state: WorkerGroupState | None = None
     if use_snapshots:
         state = load_snapshot(store, stream_id, max_version=version)
@@ -181,7 +180,7 @@ def poll_history(
         StreamNotFoundError: no such group.
         ProjectionError: a poll names an unknown rank or its sequence does not rise.
     """
-    stream_id = stream_id_for_group(group_id)
+    stream_id = group_stream(group_id)
     since = None if since is None else to_utc(since)
     until = None if until is None else to_utc(until)
     if since is None:
@@ -363,7 +362,7 @@ def run_state(store: EventStore, run_id: str, version: int | None = None) -> Run
         StreamNotFoundError: no such run.
         ProjectionError: the stream cannot be folded.
     """
-    stream_id = stream_id_for_run(run_id)
+    stream_id = run_stream(run_id)
     events = list(store.read_stream(stream_id, to_version=version))
     if not events:
         raise StreamNotFoundError(f"run {run_id!r} has no events (stream {stream_id!r})")
