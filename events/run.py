@@ -1,20 +1,37 @@
-"""Event types of the stream ``run-<run_id>``: the controller's view of a training run."""
+"""Event types of the stream ``run-<run_id>``: the controller's view of a training run.
+
+A run is attempts of a worker group under a failure policy. ``RunCreated`` holds the run's
+configuration (Ray Train's names: :class:`ScalingConfig`, :class:`FailureConfig`, and the
+worker-group context every attempt starts from); ``ControllerStarted`` records each controller
+process that took the run (a resumed run shows more than one); ``ControllerStateChanged`` uses Ray
+Train's controller state names; ``FailureDecisionMade`` answers one failure (RETRY or RAISE) with
+the failures of its kind counted so far; the run ends with exactly one of ``RunFinished``,
+``RunErrored`` or ``RunAborted``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from wgstore.events.registry import event_type
 from wgstore.events.streams import run_stream
-from wgstore.events.worker_group import ErrorInfo
+from wgstore.events.worker_group import ErrorInfo, WorkerGroupContext
 
 __all__ = [
+    "CONTROLLER_STATES",
+    "FAILURE_KINDS",
+    "ControllerStarted",
     "ControllerStateChanged",
+    "FailureConfig",
     "FailureDecisionMade",
+    "RankError",
     "RunAborted",
     "RunCreated",
     "RunErrored",
     "RunFinished",
+    "ScalingConfig",
     "stream_id_for_run",
 ]
 
@@ -22,14 +39,131 @@ __all__ = [
 stream_id_for_run = run_stream
 """The stream of a run: :func:`wgstore.events.streams.run_stream` (kept name)."""
 
+CONTROLLER_STATES = (
+    "INITIALIZING",
+    "SCHEDULING",
+    "RESCHEDULING",
+    "RUNNING",
+    "RESTARTING",
+    "RESIZING",
+    "SHUTTING_DOWN",
+    "FINISHED",
+    "ERRORED",
+    "ABORTED",
+)
+"""Ray Train 2.60's controller state names, in the order a run usually meets them."""
+
+FAILURE_KINDS = ("worker_group", "start", "preemption")
+"""What failed, as Ray Train 2.60 counts failures: a running worker group (against
+``max_failures``), a start (placement group timeout, a worker that died while starting; against
+``controller_failure_limit``), a node lost under the workers (against ``max_preemption_failures``)."""
+
+
+def _check_limit(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(f"{name} must be an int >= 0, or -1 for unlimited; got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingConfig:
+    """How many workers a run's every attempt gets, and what each one reserves (Ray Train's names).
+
+    Args:
+        num_workers: worker actors per attempt (one placement-group bundle each).
+        resources_per_worker: Ray resources of one worker; ``None`` is ``{"CPU": 1}``.
+        placement_strategy: ``PACK``, ``SPREAD``, ``STRICT_PACK`` or ``STRICT_SPREAD``.
+    """
+
+    num_workers: int = 1
+    resources_per_worker: Mapping[str, float] | None = None
+    placement_strategy: str = "PACK"
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.num_workers, bool)
+            or not isinstance(self.num_workers, int)
+            or self.num_workers < 1
+        ):
+            raise ValueError(f"num_workers must be an int >= 1, got {self.num_workers!r}")
+
+    @property
+    def resources(self) -> dict[str, float]:
+        """``resources_per_worker``, with Ray Train's default ``{"CPU": 1}`` for ``None``."""
+        return dict(self.resources_per_worker or {"CPU": 1.0})
+
+
+@dataclass(frozen=True, slots=True)
+class FailureConfig:
+    """How many failures of each kind a run survives (Ray Train 2.60's names; ``-1``: unlimited).
+
+    Args:
+        max_failures: failures of a running worker group (a worker raised or died) retried from
+            the latest checkpoint before the run errors; Ray's default 0 (no retry).
+        controller_failure_limit: failed starts (placement group timeout, a worker that died
+            while starting) retried; unlimited by default, as in Ray Train.
+        max_preemption_failures: attempts lost to a node going away; unlimited by default.
+    """
+
+    max_failures: int = 0
+    controller_failure_limit: int = -1
+    max_preemption_failures: int = -1
+
+    def __post_init__(self) -> None:
+        _check_limit("max_failures", self.max_failures)
+        _check_limit("controller_failure_limit", self.controller_failure_limit)
+        _check_limit("max_preemption_failures", self.max_preemption_failures)
+
+    def limit_of(self, kind: str) -> int:
+        """The limit for failures of ``kind`` (one of :data:`FAILURE_KINDS`)."""
+        limits = {
+            "worker_group": self.max_failures,
+            "start": self.controller_failure_limit,
+            "preemption": self.max_preemption_failures,
+        }
+        if kind not in limits:
+            raise ValueError(f"unknown failure kind {kind!r}; known: {', '.join(FAILURE_KINDS)}")
+        return limits[kind]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankError:
+    """The error of one worker, by its world rank."""
+
+    world_rank: int
+    error: ErrorInfo
+
 
 @event_type("RunCreated", version=1)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunCreated:
-    """A controller started a run."""
+    """A run was created with its configuration.
+
+    ``context`` is what every attempt's worker group starts from (its ``num_workers`` and
+    ``resources_per_worker`` are the scaling config's; a retry adds ``resume_checkpoint``);
+    ``None`` for a run recorded from Ray Train, which keeps its train function itself.
+    ``lease_s``: a controller that has not renewed its lease for this long is gone, and the run is
+    orphaned. ``ray`` holds what Ray Train itself says about a recorded run (job id, controller
+    actor id, log path, run settings), empty for wgstore's own runs.
+    """
 
     run_id: str
     name: str = ""
+    scaling_config: ScalingConfig | None = None
+    failure_config: FailureConfig = field(default_factory=FailureConfig)
+    context: WorkerGroupContext | None = None
+    lease_s: float = 60.0
+    ray: Mapping[str, Any] = field(default_factory=dict)
+
+
+@event_type("ControllerStarted", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerStarted:
+    """A controller process took the run (holds its lease); ``resumed`` when the run had one before."""
+
+    controller_id: str
+    host: str = ""
+    pid: int = 0
+    resumed: bool = False
 
 
 @event_type("ControllerStateChanged", version=1)
@@ -46,12 +180,20 @@ class ControllerStateChanged:
 @event_type("FailureDecisionMade", version=1)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailureDecisionMade:
-    """The failure policy decided what to do about a failed group: RETRY, RAISE or NOOP."""
+    """The failure policy answered one failure of ``group_id``: RETRY or RAISE (Ray's NOOP too).
+
+    ``failure_kind`` is one of :data:`FAILURE_KINDS`; ``failures_so_far`` counts the failures of
+    that kind including this one, against ``limit`` (-1: unlimited); ``errors`` are the failed
+    ranks' errors (a start failure: rank -1 with the start's error).
+    """
 
     decision: str
     group_id: str
     reason: str = ""
     failures_so_far: int = 0
+    failure_kind: str = "worker_group"
+    limit: int = 0
+    errors: tuple[RankError, ...] = ()
 
 
 @event_type("RunFinished", version=1)
@@ -65,15 +207,16 @@ class RunFinished:
 @event_type("RunErrored", version=1)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunErrored:
-    """The run ended with an error."""
+    """The run ended with an error: ``error`` the first, ``errors`` every failed rank's."""
 
     error: ErrorInfo
     group_id: str | None = None
+    errors: tuple[RankError, ...] = ()
 
 
 @event_type("RunAborted", version=1)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunAborted:
-    """The run was stopped by a person or a signal before it finished."""
+    """The run was stopped by a person, a signal or ``wgstore gc`` before it finished."""
 
     reason: str

@@ -13,24 +13,29 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from wgstore.events.records import RecordedEvent, UnknownEvent
 from wgstore.events.run import (
+    ControllerStarted,
     ControllerStateChanged,
+    FailureConfig,
     FailureDecisionMade,
+    RankError,
     RunAborted,
     RunCreated,
     RunErrored,
     RunFinished,
+    ScalingConfig,
 )
-from wgstore.events.worker_group import ErrorInfo
+from wgstore.events.worker_group import ErrorInfo, WorkerGroupContext
 from wgstore.projections.errors import ProjectionError
 
 __all__ = [
     "CONTROLLER_TO_RUN_STATUS",
+    "ControllerSession",
     "ControllerTransition",
     "FailureDecision",
     "RunState",
@@ -95,6 +100,21 @@ class FailureDecision:
     failures_so_far: int
     at: datetime
     version: int
+    failure_kind: str = "worker_group"
+    limit: int = 0
+    errors: tuple[RankError, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerSession:
+    """One controller process that took the run (``ControllerStarted``)."""
+
+    controller_id: str
+    host: str
+    pid: int
+    resumed: bool
+    at: datetime
+    version: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +130,14 @@ class RunState:
     position: int
     created_at: datetime
     updated_at: datetime
+    scaling_config: ScalingConfig | None = None
+    failure_config: FailureConfig = field(default_factory=FailureConfig)
+    context: WorkerGroupContext | None = None
+    """What every attempt starts from (``None`` for a run recorded from Ray Train)."""
+    lease_s: float = 60.0
+    ray: Mapping[str, Any] = field(default_factory=dict)
+    controllers: tuple[ControllerSession, ...] = ()
+    """Every controller process that took the run, in order."""
     groups: tuple[str, ...] = ()
     """Every worker group the controller used, in the order it first named them."""
     transitions: tuple[ControllerTransition, ...] = ()
@@ -118,6 +146,8 @@ class RunState:
     """True once RunFinished, RunErrored or RunAborted is folded in: nothing may follow."""
     ended_at: datetime | None = None
     error: ErrorInfo | None = None
+    errors: tuple[RankError, ...] = ()
+    """Every failed rank's error, when the run errored."""
     abort_reason: str | None = None
     final_group_id: str | None = None
 
@@ -135,6 +165,10 @@ class RunState:
     def failures(self) -> int:
         """How many failures the policy decided about."""
         return len(self.decisions)
+
+    def failures_of(self, kind: str) -> int:
+        """How many failures of ``kind`` (``worker_group``, ``start``, ``preemption``) were decided."""
+        return sum(1 for decision in self.decisions if decision.failure_kind == kind)
 
     @property
     def is_terminal(self) -> bool:
@@ -206,6 +240,9 @@ def _failure_decision_made(state: RunState, record: RecordedEvent) -> dict[str, 
         failures_so_far=event.failures_so_far,
         at=record.recorded_at,
         version=record.version,
+        failure_kind=event.failure_kind,
+        limit=event.limit,
+        errors=event.errors,
     )
     return {
         "decisions": (*state.decisions, decision),
@@ -220,7 +257,14 @@ def _finished(state: RunState, record: RecordedEvent) -> dict[str, Any]:
 
 def _errored(state: RunState, record: RecordedEvent) -> dict[str, Any]:
     event: RunErrored = record.event
-    return _end(state, record, RunStatus.ERRORED, error=event.error, final_group_id=event.group_id)
+    return _end(
+        state,
+        record,
+        RunStatus.ERRORED,
+        error=event.error,
+        errors=event.errors,
+        final_group_id=event.group_id,
+    )
 
 
 def _aborted(state: RunState, record: RecordedEvent) -> dict[str, Any]:
@@ -228,9 +272,23 @@ def _aborted(state: RunState, record: RecordedEvent) -> dict[str, Any]:
     return _end(state, record, RunStatus.ABORTED, abort_reason=event.reason)
 
 
+def _controller_started(state: RunState, record: RecordedEvent) -> dict[str, Any]:
+    event: ControllerStarted = record.event
+    session = ControllerSession(
+        controller_id=event.controller_id,
+        host=event.host,
+        pid=event.pid,
+        resumed=event.resumed,
+        at=record.recorded_at,
+        version=record.version,
+    )
+    return {"controllers": (*state.controllers, session)}
+
+
 _Handler = Callable[[RunState, RecordedEvent], dict[str, Any]]
 
 _HANDLERS: dict[type, _Handler] = {
+    ControllerStarted: _controller_started,
     ControllerStateChanged: _controller_state_changed,
     FailureDecisionMade: _failure_decision_made,
     RunFinished: _finished,
@@ -255,6 +313,11 @@ def _first(record: RecordedEvent) -> RunState:
         position=record.position,
         created_at=record.recorded_at,
         updated_at=record.recorded_at,
+        scaling_config=event.scaling_config,
+        failure_config=event.failure_config,
+        context=event.context,
+        lease_s=event.lease_s,
+        ray=event.ray,
     )
 
 
