@@ -26,6 +26,7 @@ __all__ = [
     "wg_events",
     "wg_poll_history",
     "wg_reports",
+    "wg_run_leases",
     "wg_snapshots",
     "wg_subscriptions",
     "wg_worker_groups",
@@ -119,6 +120,21 @@ wg_snapshots = sa.Table(
     ),
     sa.Column("state", _Json, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+wg_run_leases = sa.Table(
+    "wg_run_leases",
+    metadata,
+    sa.Column("run_id", sa.Text(), primary_key=True),
+    sa.Column("holder", sa.Text(), nullable=False, comment="the controller that holds the run"),
+    sa.Column("acquired_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("renewed_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column(
+        "expires_at",
+        sa.DateTime(timezone=True),
+        nullable=False,
+        comment="the holder's clock; past it the run is orphaned (coordination, not history)",
+    ),
 )
 
 # ---------------------------------------------------------------- read models
