@@ -41,6 +41,7 @@ __all__ = [
     "RunState",
     "RunStatus",
     "evolve_run",
+    "is_orphaned",
     "project_run",
 ]
 
@@ -372,3 +373,15 @@ def project_run(events: Iterable[RecordedEvent], state: RunState | None = None) 
     if state is None:
         raise ProjectionError.nothing_to_fold()
     return state
+
+
+def is_orphaned(state: RunState, lease_expires_at: datetime | None, now: datetime) -> bool:
+    """True when a wgstore run has not ended and no controller holds a live lease on it.
+
+    ``lease_expires_at`` is the run's lease (``wg_run_leases.expires_at``; ``None`` when no row).
+    A run recorded from Ray Train (no ``context``: Ray's own controller runs it) is never
+    orphaned here, nor is a run that no wgstore controller ever took (no ``ControllerStarted``).
+    """
+    if state.ended or state.context is None or not state.controllers:
+        return False
+    return lease_expires_at is None or now >= lease_expires_at
