@@ -42,6 +42,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from wgstore.events import EventStore
 from wgstore.events.worker_group import (
     ErrorInfo,
@@ -199,6 +201,7 @@ class Backend:
     store: EventStore
     plain: Any
     param: str
+    url: str
 
 
 @contextmanager
@@ -206,10 +209,11 @@ def _backend(name: str) -> Iterator[Backend]:
     if name == "sqlite":
         with tempfile.TemporaryDirectory() as directory:
             path = Path(directory) / "bench.db"
-            store = EventStore.open(f"sqlite:///{path}", synchronous="NORMAL")
+            url = f"sqlite:///{path}"
+            store = EventStore.open(url, synchronous="NORMAL")
             plain = sqlite3.connect(path, isolation_level=None)
             try:
-                yield Backend("sqlite", store, plain, "?")
+                yield Backend("sqlite", store, plain, "?", url)
             finally:
                 plain.close()
                 store.close()
@@ -221,10 +225,11 @@ def _backend(name: str) -> Iterator[Backend]:
     with psycopg.connect(conninfo, autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {schema}")
     sep = "&" if "?" in PG_URL else "?"
-    store = EventStore.open(f"{PG_URL}{sep}options=-csearch_path%3D{schema}")
+    url = f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    store = EventStore.open(url)
     plain = psycopg.connect(conninfo, autocommit=True, options=f"-csearch_path={schema}")
     try:
-        yield Backend("postgres", store, plain, "%s")
+        yield Backend("postgres", store, plain, "%s", url)
     finally:
         plain.close()
         store.close()
@@ -291,6 +296,46 @@ def _timed(fn: Callable[[], Any]) -> float:
     return (time.perf_counter() - start) * 1000
 
 
+_MEMORY_PROBE = """
+import sys, time
+from wgstore.events import EventStore
+from wgstore.projections import catch_up_read_models
+
+def status(key):
+    with open("/proc/self/status") as lines:
+        return next(int(l.split()[1]) * 1024 for l in lines if l.startswith(key))
+
+url, what = sys.argv[1], sys.argv[2]
+store = EventStore.open(url)
+store.head()  # connected, migrated, caches warm: the baseline
+with open("/proc/self/clear_refs", "w") as clear:
+    clear.write("5")  # reset the peak (VmHWM) to the current RSS
+base = status("VmRSS:")
+start = time.perf_counter()
+if what == "read_all":
+    count = sum(1 for _ in store.read_all())
+else:
+    count = catch_up_read_models(store)
+ms = (time.perf_counter() - start) * 1000
+print(ms, max(0, status("VmHWM:") - base), count)
+"""
+
+
+def _memory_probe(url: str, what: str) -> tuple[float, int]:
+    """Run ``read_all`` or a projector catch-up in a fresh interpreter on ``url``: its wall time
+    in ms and its peak RSS above the RSS it had with the store open (Linux's ``VmHWM``, reset
+    just before), so nothing this process allocated before hides or inflates the growth."""
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", _MEMORY_PROBE, url, what],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return float(out[0]), int(out[1])
+
+
 def _median_pair(
     wg: Callable[[], Any], plain: Callable[[], Any] | None, repeat: int
 ) -> tuple[float, float | None]:
@@ -336,8 +381,13 @@ def bench_long(backend: Backend, events: int, repeat: int) -> list[Result]:
     group = "long"
     stream = f"worker-group-{group}"
     now = datetime.now(UTC)
-    batch = _mixed(group, events, 8, now)
-    _bulk_load(backend, stream, [(e, now + timedelta(microseconds=i)) for i, e in enumerate(batch)])
+    batch = _mixed(group, events + 100, 8, now)
+    tail = batch[events:]  # appended later, after the projector caught up
+    _bulk_load(
+        backend,
+        stream,
+        [(e, now + timedelta(microseconds=i)) for i, e in enumerate(batch[:events])],
+    )
     del batch
     store = backend.store
     data = "data::text" if backend.name == "postgres" else "data"
@@ -355,6 +405,16 @@ def bench_long(backend: Backend, events: int, repeat: int) -> list[Result]:
     with_snapshot, _ = _median_pair(
         lambda: worker_group_state(store, group, snapshot_every=10**9), None, repeat * 4
     )
+    read_all_ms, read_all_rss = _memory_probe(backend.url, "read_all")
+    # No snapshot by hand: the projector (the executor runs it every few seconds) saves one per
+    # batch, and worker_group_state starts from the newest snapshot it finds.
+    with store.engine.begin() as connection:
+        connection.execute(sa.text("DELETE FROM wg_snapshots"))
+    catch_up_ms, catch_up_rss = _memory_probe(backend.url, "catch_up")
+    store.append(stream, tail)
+    automatic, _ = _median_pair(
+        lambda: worker_group_state(store, group, snapshot_every=10**9), None, repeat * 4
+    )
     return [
         Result(backend.name, f"P2 latest of {events:,}: no snapshot", events, full, plain),
         Result(
@@ -364,6 +424,30 @@ def bench_long(backend: Backend, events: int, repeat: int) -> list[Result]:
             with_snapshot,
             None,
             "goal < 50 ms",
+        ),
+        Result(
+            backend.name,
+            "P2 same, projector caught up, +100 appended",
+            100,
+            automatic,
+            None,
+            "goal < 50 ms; no snapshot call",
+        ),
+        Result(
+            backend.name,
+            f"P4 read_all over {events:,}",
+            events,
+            read_all_ms,
+            None,
+            f"peak RSS growth {read_all_rss / 2**20:.1f} MB (goal < 100)",
+        ),
+        Result(
+            backend.name,
+            f"P4 projector catch-up of {events:,}",
+            events,
+            catch_up_ms,
+            None,
+            f"peak RSS growth {catch_up_rss / 2**20:.1f} MB (goal < 100)",
         ),
     ]
 

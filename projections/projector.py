@@ -53,7 +53,7 @@ from wgstore.projections.read_models import (
     wg_worker_groups,
     wg_workers,
 )
-from wgstore.projections.snapshots import load_snapshot, save_snapshot
+from wgstore.projections.snapshots import READ_MODELS_SNAPSHOT, load_snapshot, save_snapshot
 from wgstore.projections.state import WorkerGroupFold, WorkerGroupState, project_worker_group
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ __all__ = [
 
 READ_MODELS_SUBSCRIPTION = "read-models"
 """The name of the projector's subscription (``wg_subscriptions.name``)."""
-PROJECTOR_SNAPSHOT = "read-models"
+PROJECTOR_SNAPSHOT = READ_MODELS_SNAPSHOT
 """The ``wg_snapshots.name`` of the states the projector continues from."""
 
 

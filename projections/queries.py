@@ -27,8 +27,8 @@ from wgstore.projections.poll_history import PollRecord, iter_poll_history
 from wgstore.projections.run_state import RunState, project_run
 from wgstore.projections.snapshots import (
     fingerprint,
+    load_latest_snapshot,
     load_row,
-    load_snapshot,
     save_row,
     save_snapshot,
 )
@@ -123,7 +123,7 @@ def worker_group_state(
     stream_id = group_stream(group_id)
     state: WorkerGroupState | None = None
     if use_snapshots:
-        state = load_snapshot(store, stream_id, max_version=version)
+        state = load_latest_snapshot(store, stream_id, max_version=version)
         if state is not None and at is not None and state.updated_at > at:
             state = None
     start = 1 if state is None else state.version + 1

@@ -27,12 +27,14 @@ if TYPE_CHECKING:
     from wgstore.events.store import EventStore
 
 __all__ = [
+    "READ_MODELS_SNAPSHOT",
     "SNAPSHOT_FORMAT",
     "STATE_SCHEMA",
     "WORKER_GROUP_SNAPSHOT",
     "decode_state",
     "encode_state",
     "fingerprint",
+    "load_latest_snapshot",
     "load_row",
     "load_snapshot",
     "save_row",
@@ -44,6 +46,11 @@ SNAPSHOT_FORMAT = 1
 
 WORKER_GROUP_SNAPSHOT = "worker_group"
 """The ``wg_snapshots.name`` of worker-group state snapshots."""
+
+READ_MODELS_SNAPSHOT = "read-models"
+"""The ``wg_snapshots.name`` of the states the projector continues from: it saves one with every
+batch it folds (the executor keeps the projector caught up every few seconds), so the latest
+state of a live group always has a recent snapshot without anyone asking for one."""
 
 
 def fingerprint(cls: type) -> str:
@@ -195,3 +202,24 @@ def load_snapshot(
     if state.version != version or state.stream_id != stream_id:
         return None
     return state
+
+
+def load_latest_snapshot(
+    target: EventStore | sa.Connection,
+    stream_id: str,
+    *,
+    names: tuple[str, ...] = (WORKER_GROUP_SNAPSHOT, READ_MODELS_SNAPSHOT),
+    max_version: int | None = None,
+) -> WorkerGroupState | None:
+    """The most advanced valid snapshot of ``stream_id`` among ``names``, or ``None``.
+
+    Every snapshot of a ``WorkerGroupState`` is the exact fold of its stream up to its version,
+    whoever saved it, so the newest usable one is the best base. Invalid ones are skipped as
+    :func:`load_snapshot` does.
+    """
+    best: WorkerGroupState | None = None
+    for name in names:
+        state = load_snapshot(target, stream_id, name=name, max_version=max_version)
+        if state is not None and (best is None or state.version > best.version):
+            best = state
+    return best

@@ -248,3 +248,43 @@ def test_sliding_windows_start_from_a_saved_base_and_match_the_full_history(stor
     with store.engine.connect() as connection:
         names = connection.execute(sa.select(wg_snapshots.c.name)).scalars().all()
     assert "poll_history" in names
+
+
+class TestAutomaticSnapshots:
+    """The projector's per-batch snapshots serve ``worker_group_state`` too: no snapshot call."""
+
+    def test_the_latest_state_starts_from_the_projectors_snapshot_and_stays_exact(
+        self, store: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from wgstore.projections import catch_up_read_models
+
+        stream = _now_stream().running().polled(stopped(0)).reported(1, loss=0.1)
+        recorded = append_stream(store, stream)
+        catch_up_read_models(store)
+        assert load_snapshot(store, "worker-group-g1") is None  # nobody saved one by hand
+        tail = store.append("worker-group-g1", [stream.reported(1, loss=0.05).events[-1].event])
+        read_from: list[int] = []
+        read_stream = store.read_stream
+
+        def spy(stream_id: str, from_version: int = 1, to_version: int | None = None) -> Any:
+            read_from.append(from_version)  # a spy on the real reader, not a stand-in for it
+            return read_stream(stream_id, from_version, to_version)
+
+        monkeypatch.setattr(store, "read_stream", spy)
+        state = worker_group_state(store, "g1")
+        assert read_from == [len(recorded) + 1]
+        assert state == project_worker_group([*recorded, *tail])
+
+    def test_the_newer_of_the_two_snapshots_wins(self, store: Any) -> None:
+        from wgstore.projections import catch_up_read_models
+
+        recorded = append_stream(store, _now_stream().running().polled(stopped(0)))
+        save_snapshot(store, project_worker_group(recorded[:2]))  # an old hand-made snapshot
+        catch_up_read_models(store)  # the projector's, at the head
+        from wgstore.projections.snapshots import load_latest_snapshot
+
+        latest = load_latest_snapshot(store, "worker-group-g1")
+        assert latest is not None and latest.version == len(recorded)
+        assert load_latest_snapshot(store, "worker-group-g1", max_version=2) == (
+            project_worker_group(recorded[:2])
+        )
