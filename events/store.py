@@ -7,14 +7,12 @@ on Postgres is one call of the ``wg_append`` function (one round trip); on SQLit
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
-import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -32,12 +30,11 @@ from wgstore.events.errors import (
     StoreUnavailableError,
 )
 from wgstore.events.hashing import (
-    GENESIS,
     HMAC_KEY_ENV,
     content_mac,
-    epoch_us,
     normalize_key,
 )
+from wgstore.events.recorder import Pending, Recorder, StreamVersionMismatch, recorder_for
 from wgstore.events.records import (
     ANY,
     NO_STREAM,
@@ -48,35 +45,12 @@ from wgstore.events.records import (
     _StreamState,
 )
 from wgstore.events.registry import REGISTRY, EventRegistry
+from wgstore.events.sqlite_recorder import parse_time
 from wgstore.events.verify import VerifyReport, head_digest, verify_log
 
 __all__ = ["EventStore", "VerifyReport"]
 
 _PAGE = 1000
-_SQLITE_INSERT = (
-    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
-    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-# The cached-heads append: a row goes in only if the log's last position is the one before it.
-_SQLITE_INSERT_AFTER = (
-    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
-    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
-    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
-    "WHERE (SELECT max(position) FROM wg_events) IS ?"
-)
-_HEAD_CACHE_SIZE = 10_000
-_CACHED_SKIPS = 8  # appends that skip the cached path after it found the cache stale
-# Under BEGIN IMMEDIATE: the stream's head, the log's head and the next AUTOINCREMENT position.
-_SQLITE_HEADS = (
-    "SELECT (SELECT stream_version FROM wg_events WHERE stream_id = ? "
-    "ORDER BY stream_version DESC LIMIT 1), "
-    "(SELECT hash FROM wg_events WHERE stream_id = ? ORDER BY stream_version DESC LIMIT 1), "
-    "(SELECT log_hash FROM wg_events ORDER BY position DESC LIMIT 1), "
-    "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'wg_events'), 0), "
-    "coalesce((SELECT max(position) FROM wg_events), 0))"
-)
-
 # A stdlib UUID from uuid-utils' (Rust) UUIDv7 without uuid.UUID.__init__'s checks, which
 # cost more than making the id: the int is a valid UUID by construction.
 _UUID = uuid.UUID
@@ -85,28 +59,6 @@ _new_uuid = object.__new__
 _set = object.__setattr__
 
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
-
-_SQLITE_COLUMNS = (
-    "position, stream_id, stream_version, event_id, event_type, schema_version, data, metadata, "
-    "recorded_at, hash"
-)
-_PG_COLUMNS = (
-    "position, stream_id, stream_version, event_id::text, event_type, schema_version, data::text, "
-    "metadata::text, recorded_at, hash"
-)
-
-
-class _Pending(msgspec.Struct, frozen=True):
-    """One event, encoded, on its way into the log (a Struct: cheap to build per event)."""
-
-    event: Any
-    uuid: uuid.UUID
-    event_id: str
-    type: str
-    schema_version: int
-    data: str
-    metadata: dict[str, Any]
-    metadata_text: str
 
 
 class EventStore:
@@ -138,15 +90,13 @@ class EventStore:
         self._write_lock = threading.Lock()
         self._writer: Any = None
         self._closed = False
-        self._columns = _PG_COLUMNS if self.is_postgres else _SQLITE_COLUMNS
-        self._param = "%s" if self.is_postgres else "?"
+        self.recorder: Recorder = recorder_for(self.backend)
+        """This database's recorder: how batches are appended and rows read."""
+        self._columns = self.recorder.columns
+        self._param = self.recorder.param
         self._base_metadata_pid = -1
         self._base_metadata: dict[str, Any] = {}
         self._base_metadata_text = ""
-        # SQLite: the heads this store's own appends left (a stale entry is caught, not trusted).
-        self._stream_heads: dict[str, tuple[int, str]] = {}
-        self._log_head: tuple[int, str] | None = None
-        self._cached_skips = 0
         from wgstore.events.notifier import Notifier
 
         self._notifier = Notifier(self)
@@ -295,11 +245,11 @@ class EventStore:
             for item, row in zip(pending, rows, strict=True)
         ]
 
-    def _encode_batch(self, events: Sequence[Any]) -> tuple[list[_Pending], bool]:
+    def _encode_batch(self, events: Sequence[Any]) -> tuple[list[Pending], bool]:
         if isinstance(events, NewEvent) or not isinstance(events, Sequence | Iterable):
             raise TypeError("append() takes a list of events, e.g. store.append(sid, [event])")
         base, base_text = self._metadata_defaults()
-        pending: list[_Pending] = []
+        pending: list[Pending] = []
         check_ids = False
         seen: set[str] = set()
         for item in events:
@@ -336,7 +286,7 @@ class EventStore:
                     raise DuplicateEventError(f"event id {event_id} appears twice in one batch")
                 seen.add(event_id)
             pending.append(
-                _Pending(
+                Pending(
                     event,
                     event_uuid,
                     event_id,
@@ -349,7 +299,7 @@ class EventStore:
             )
         return pending, check_ids
 
-    def _macs(self, stream_id: str, pending: list[_Pending]) -> list[str | None]:
+    def _macs(self, stream_id: str, pending: list[Pending]) -> list[str | None]:
         key = self._hmac_key
         if key is None:
             return [None] * len(pending)
@@ -375,7 +325,7 @@ class EventStore:
         stream_id: str,
         expected: int,
         expected_version: ExpectedVersion,
-        pending: list[_Pending],
+        pending: list[Pending],
         macs: list[str | None],
         check_ids: bool,
     ) -> list[tuple[int, int, datetime, str, bool]]:
@@ -383,22 +333,10 @@ class EventStore:
             for attempt in (1, 2):
                 writer = self._writer_connection()
                 try:
-                    if self.is_postgres:
-                        return self._append_postgres(
-                            writer, stream_id, expected, pending, macs, check_ids
-                        )
-                    if self._cached_skips > 0:
-                        self._cached_skips -= 1
-                    elif not check_ids:
-                        done = self._append_sqlite_cached(
-                            writer, stream_id, expected, pending, macs
-                        )
-                        if done is not None:
-                            return done
-                    return self._append_sqlite(
+                    return self.recorder.append(
                         writer, stream_id, expected, pending, macs, check_ids
                     )
-                except _StreamVersionMismatch as mismatch:
+                except StreamVersionMismatch as mismatch:
                     raise ConcurrencyError(stream_id, expected_version, mismatch.actual) from None
                 except Exception as error:
                     if not self._connection_died(writer, error):
@@ -415,8 +353,7 @@ class EventStore:
     def _writer_connection(self) -> Any:
         if self._writer is None:
             self._writer = self.engine.raw_connection()
-            if self.is_postgres:
-                self._writer.driver_connection.autocommit = True
+            self.recorder.prepare_writer(self._writer)
         return self._writer
 
     def _drop_writer(self) -> None:
@@ -425,183 +362,6 @@ class EventStore:
                 self._writer.invalidate()
             finally:
                 self._writer = None
-
-    def _append_postgres(
-        self,
-        writer: Any,
-        stream_id: str,
-        expected: int,
-        pending: list[_Pending],
-        macs: list[str | None],
-        check_ids: bool,
-    ) -> list[tuple[int, int, datetime, str, bool]]:
-        import psycopg
-
-        cursor = writer.driver_connection.cursor()
-        try:
-            cursor.execute(
-                # The arrays go in binary (%b): psycopg's text format escapes every quote of
-                # the JSON with a regex callback, which cost more than the append itself.
-                "SELECT * FROM wg_append(%s, %s, %b::uuid[], %b::text[], %b::smallint[], "
-                "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %s)",
-                (
-                    stream_id,
-                    expected,
-                    [p.event_id for p in pending],
-                    [p.type for p in pending],
-                    [p.schema_version for p in pending],
-                    [p.data for p in pending],
-                    [p.metadata_text for p in pending],
-                    macs,
-                    check_ids,
-                ),
-            )
-            return cursor.fetchall()
-        except psycopg.Error as error:
-            if error.sqlstate == "WG001":
-                actual = int(error.diag.message_detail or 0)
-                raise _StreamVersionMismatch(actual) from None
-            raise
-        finally:
-            cursor.close()
-
-    def _append_sqlite(
-        self,
-        writer: Any,
-        stream_id: str,
-        expected: int,
-        pending: list[_Pending],
-        macs: list[str | None],
-        check_ids: bool,
-    ) -> list[tuple[int, int, datetime, str, bool]]:
-        connection = writer.driver_connection
-        cursor = connection.cursor()
-        cursor.execute("BEGIN IMMEDIATE")
-        try:
-            if check_ids:
-                stored = self._sqlite_stored_ids(cursor, stream_id, pending)
-                if stored is not None:
-                    cursor.execute("ROLLBACK")
-                    return stored
-            version, previous, log, position = cursor.execute(
-                _SQLITE_HEADS, (stream_id, stream_id)
-            ).fetchone()
-            version, previous, log = version or 0, previous or "", log or GENESIS
-            if (
-                (expected >= 0 and version != expected)
-                or (expected == -2 and version != 0)
-                or (expected == -3 and version == 0)
-            ):
-                raise _StreamVersionMismatch(version)
-            # One writer at a time (BEGIN IMMEDIATE): positions continue AUTOINCREMENT's count
-            # (never reusing one), and the log chain continues from the log's last row.
-            rows, results = _sqlite_rows(stream_id, pending, macs, version, previous, log, position)
-            if len(rows) == 1:
-                cursor.execute(_SQLITE_INSERT, rows[0])
-            else:
-                cursor.executemany(_SQLITE_INSERT, rows)
-            cursor.execute("COMMIT")
-            self._remember_heads(stream_id, rows[-1])
-            return results
-        except BaseException:
-            if connection.in_transaction:
-                cursor.execute("ROLLBACK")
-            raise
-        finally:
-            cursor.close()
-
-    def _remember_heads(self, stream_id: str, last_row: tuple[Any, ...]) -> None:
-        """Cache the heads this writer just made, for :meth:`_append_sqlite_cached`."""
-        if len(self._stream_heads) >= _HEAD_CACHE_SIZE:
-            self._stream_heads.clear()
-        self._stream_heads[stream_id] = (last_row[3], last_row[9])
-        self._log_head = (last_row[0], last_row[10])
-
-    def _append_sqlite_cached(
-        self,
-        writer: Any,
-        stream_id: str,
-        expected: int,
-        pending: list[_Pending],
-        macs: list[str | None],
-    ) -> list[tuple[int, int, datetime, str, bool]] | None:
-        """Append with the heads this writer cached, all Python work before the write lock.
-
-        Under the lock only C runs: one INSERT per row that inserts nothing unless the log's
-        last position is still the one the row follows (so the log chain continues from the
-        cached head), and the ``(stream_id, stream_version)`` unique constraint refuses a row
-        whose stream moved on. When either shows the cache stale, nothing is written and None
-        is returned: the caller takes the locked path, which reads the heads.
-        """
-        stream_head = self._stream_heads.get(stream_id)
-        log_head = self._log_head
-        if stream_head is None or log_head is None:
-            return None
-        version, previous = stream_head
-        if (
-            (expected >= 0 and version != expected)
-            or (expected == -2 and version != 0)
-            or (expected == -3 and version == 0)
-        ):
-            return None  # the locked path reads the true version and raises if it must
-        rows, results = _sqlite_rows(stream_id, pending, macs, version, previous, *log_head[::-1])
-        params = [(*row, row[0] - 1) for row in rows]
-        connection = writer.driver_connection
-        cursor = connection.cursor()
-        try:
-            cursor.execute("BEGIN IMMEDIATE")
-            try:
-                cursor.executemany(_SQLITE_INSERT_AFTER, params)
-                written = cursor.rowcount
-            except sqlite3.IntegrityError:
-                written = -1
-            if written != len(rows):
-                cursor.execute("ROLLBACK")
-                # Other writers are active: take the locked path for the next few appends
-                # rather than pay a wasted attempt (and a second lock) on each.
-                self._cached_skips = _CACHED_SKIPS
-                self._log_head = None
-                self._stream_heads.pop(stream_id, None)
-                return None
-            cursor.execute("COMMIT")
-        except BaseException:
-            if connection.in_transaction:
-                cursor.execute("ROLLBACK")
-            raise
-        finally:
-            cursor.close()
-        self._remember_heads(stream_id, rows[-1])
-        return results
-
-    @staticmethod
-    def _sqlite_stored_ids(
-        cursor: Any, stream_id: str, pending: list[_Pending]
-    ) -> list[tuple[int, int, datetime, str, bool]] | None:
-        ids = [p.event_id for p in pending]
-        marks = ",".join("?" * len(ids))
-        found = {
-            row[0]: row[1:]
-            for row in cursor.execute(
-                f"SELECT event_id, stream_id, stream_version, position, recorded_at, hash "
-                f"FROM wg_events WHERE event_id IN ({marks})",
-                ids,
-            )
-        }
-        if not found:
-            return None
-        in_order = [found.get(event_id) for event_id in ids]
-        if all(in_order) and all(row[0] == stream_id for row in in_order):  # type: ignore[index]
-            offsets = {row[1] - index for index, row in enumerate(in_order)}  # type: ignore[index]
-            if len(offsets) == 1:
-                return [
-                    (row[2], row[1], _parse_sqlite_time(row[3]), row[4], True)  # type: ignore[index]
-                    for row in in_order
-                ]
-        raise DuplicateEventError(
-            f"{len(found)} of {len(ids)} event ids are already stored, but not as this exact "
-            "batch in this stream: give each new event a new id, or retry the whole original "
-            "batch unchanged"
-        )
 
     # ------------------------------------------------------------------ reading
 
@@ -747,8 +507,7 @@ class EventStore:
         raise AssertionError("unreachable")
 
     def _fetch_on(self, connection: Any, sql: str, params: Sequence[Any]) -> list[Any]:
-        if self.is_postgres:  # one round trip: no BEGIN/COMMIT around a single SELECT
-            connection.driver_connection.autocommit = True
+        self.recorder.prepare_read(connection)
         cursor = connection.cursor()
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -757,33 +516,25 @@ class EventStore:
         return rows
 
     def _release(self, connection: Any) -> None:
-        if self.is_postgres and not connection.driver_connection.closed:
-            connection.driver_connection.autocommit = False
+        self.recorder.release(connection)
         connection.close()
 
     def _connection_died(self, connection: Any, error: BaseException) -> bool:
-        """True when ``error`` came from a Postgres connection the server closed."""
-        if not self.is_postgres:
-            return False
-        import psycopg
-
-        return isinstance(error, psycopg.OperationalError) and bool(
-            connection.driver_connection is None or connection.driver_connection.closed
-        )
+        return self.recorder.connection_died(connection, error)
 
     def _decode_rows(self, rows: Iterable[Sequence[Any]]) -> Iterator[RecordedEvent]:
         decode = self.codec.decode
         decode_json = msgspec.json.decode
-        postgres = self.is_postgres
+        text_times = self.recorder.times_are_text
         last_text, last_time = None, None  # a batch shares one time: parse it once
         new_uuid, set_attr, uuid_class, unknown_safety = _new_uuid, _set, _UUID, _UNKNOWN_SAFETY
         for row in rows:
             position, stream_id, version, event_id, type_, schema_version, data, meta, at, hash_ = (
                 row
             )
-            if not postgres:
+            if text_times:
                 if at != last_text:
-                    last_text, last_time = at, _parse_sqlite_time(at)
+                    last_text, last_time = at, parse_time(at)
                 at = last_time
             event_uuid = new_uuid(uuid_class)  # stored ids are valid: skip UUID.__init__
             set_attr(event_uuid, "int", int(event_id.replace("-", ""), 16))
@@ -868,55 +619,10 @@ class EventStore:
             raise StoreUnavailableError("this EventStore is closed; open a new one")
 
 
-def _sqlite_rows(
-    stream_id: str,
-    pending: list[_Pending],
-    macs: list[str | None],
-    version: int,
-    previous: str,
-    log: str,
-    position: int,
-) -> tuple[list[tuple[Any, ...]], list[tuple[int, int, datetime, str, bool]]]:
-    """The rows of a batch that follows the given stream and log heads, and its results.
-
-    The hash inputs are those of hashing.chain_hash and hashing.log_hash, inlined (the calls
-    cost more than the hashing); tests/events/test_tamper.py pins them.
-    """
-    now = datetime.now(UTC)
-    stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
-    us = str(epoch_us(now))
-    sha256 = hashlib.sha256
-    rows = []
-    results = []
-    for item, mac in zip(pending, macs, strict=True):
-        version += 1
-        position += 1
-        previous = sha256(
-            f"{previous}\n{stream_id}\n{version}\n{item.event_id}\n{item.type}\n"
-            f"{item.schema_version}\n{us}\n{item.data}\n{item.metadata_text}".encode()
-        ).hexdigest()
-        log = sha256(f"{log}\n{position}\n{previous}\n{mac or ''}".encode()).hexdigest()
-        rows.append(
-            (position, item.event_id, stream_id, version, item.type, item.schema_version,
-             item.data, item.metadata_text, stored_at, previous, log, mac)
-        )  # fmt: skip
-        results.append((position, version, now, previous, False))
-    return rows, results
-
-
-class _StreamVersionMismatch(Exception):
-    def __init__(self, actual: int) -> None:
-        self.actual = actual
-
-
 def _like_prefix(prefix: str) -> str:
     """A LIKE pattern (escape character ``\\``) matching ids that start with ``prefix``."""
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return escaped + "%"
-
-
-def _parse_sqlite_time(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 def _check_stream_id(stream_id: object) -> None:

@@ -53,15 +53,29 @@ def _backends(app_name: str) -> int:
 
 
 def _kill_every_connection(app_name: str) -> int:
-    """Terminate every backend of ``app_name``; wait until they are gone; return how many."""
+    """Terminate every backend of ``app_name``; wait until those are gone; return how many.
+
+    Waits for the terminated pids, not for no backend at all: a follower that reconnects at once
+    (as it should) would otherwise make the wait race its reconnects.
+    """
     with psycopg.connect(ADMIN, autocommit=True) as admin:
-        killed = admin.execute(
-            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = %s AND pid <> pg_backend_pid()) AS t",
-            (app_name,),
-        ).fetchone()
-    _wait_for(lambda: _backends(app_name) == 0, "the terminated backends to go away")
-    return int(killed[0]) if killed else 0
+        pids = [
+            row[0]
+            for row in admin.execute(
+                "SELECT pid FROM (SELECT pid FROM pg_stat_activity WHERE application_name = %s "
+                "AND pid <> pg_backend_pid() OFFSET 0) AS t WHERE pg_terminate_backend(pid)",
+                (app_name,),
+            )
+        ]
+
+        def gone() -> bool:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
+            ).fetchone()
+            return row is not None and row[0] == 0
+
+        _wait_for(gone, "the terminated backends to go away")
+    return len(pids)
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:

@@ -316,7 +316,7 @@ def frozen_store(store_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ev
             engine.dispose()
         url = store_url + "%2Cpg_catalog"
     else:
-        import wgstore.events.store as store_module
+        import wgstore.events.sqlite_recorder as store_module
 
         class Frozen(datetime):
             @classmethod

@@ -1,0 +1,107 @@
+"""What a backend's recorder does for :class:`~wgstore.events.store.EventStore`.
+
+The store is backend-neutral: it checks input, encodes events, computes MACs, decodes rows and
+follows the log. A recorder holds all that differs per database: how a batch is appended (one
+``BEGIN IMMEDIATE`` transaction on SQLite, one ``wg_append`` call on Postgres), the columns and
+placeholder of its reads, how its connections are prepared and how a dropped one is recognised.
+The eventsourcing library's split into an application and one recorder per backend is the model.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Protocol
+
+import msgspec
+
+__all__ = ["AppendResult", "Pending", "Recorder", "StreamVersionMismatch", "recorder_for"]
+
+AppendResult = tuple[int, int, datetime, str, bool]
+"""One appended (or, with ``True`` last, already stored) event: position, version, recorded
+at, hash, already stored."""
+
+
+class Pending(msgspec.Struct, frozen=True):
+    """One event, encoded, on its way into the log (a Struct: cheap to build per event)."""
+
+    event: Any
+    uuid: uuid.UUID
+    event_id: str
+    type: str
+    schema_version: int
+    data: str
+    metadata: dict[str, Any]
+    metadata_text: str
+
+
+class StreamVersionMismatch(Exception):
+    """The stream is not at the expected version (the store raises ``ConcurrencyError``)."""
+
+    def __init__(self, actual: int) -> None:
+        super().__init__(actual)
+        self.actual = actual
+
+
+class Recorder(Protocol):
+    """One database's way of writing and reading the log's rows."""
+
+    columns: str
+    """The SELECT list of a record: position, stream_id, stream_version, event_id, event_type,
+    schema_version, data, metadata, recorded_at, hash (all as the driver returns text)."""
+    param: str
+    """The driver's placeholder (``?`` or ``%s``)."""
+    times_are_text: bool
+    """True when ``recorded_at`` comes back as text to parse (SQLite)."""
+
+    def append(
+        self,
+        writer: Any,
+        stream_id: str,
+        expected: int,
+        pending: list[Pending],
+        macs: list[str | None],
+        check_ids: bool,
+    ) -> list[AppendResult]:
+        """Append one batch on ``writer`` (a pooled DBAPI connection) all-or-nothing.
+
+        ``expected``: a version >= 0, or -1 any, -2 no stream, -3 stream exists. With
+        ``check_ids``, a batch whose ids are already stored in this stream in this order is
+        returned as stored (last field ``True``) and nothing is written.
+
+        Raises:
+            StreamVersionMismatch: the stream is not at ``expected``.
+            DuplicateEventError: an id is stored, but not as this exact batch.
+        """
+        ...
+
+    def prepare_writer(self, connection: Any) -> None:
+        """Set up a new writer connection."""
+        ...
+
+    def prepare_read(self, connection: Any) -> None:
+        """Set up a connection for one SELECT."""
+        ...
+
+    def release(self, connection: Any) -> None:
+        """Undo :meth:`prepare_read` before the connection goes back to the pool."""
+        ...
+
+    def connection_died(self, connection: Any, error: BaseException) -> bool:
+        """True when ``error`` means the server dropped ``connection`` (retry on a new one)."""
+        ...
+
+
+def recorder_for(backend: str) -> Recorder:
+    """The recorder of SQLAlchemy dialect ``backend`` (``sqlite`` or ``postgresql``)."""
+    if backend == "postgresql":
+        from wgstore.events.postgres_recorder import PostgresRecorder
+
+        return PostgresRecorder()
+    if backend == "sqlite":
+        from wgstore.events.sqlite_recorder import SqliteRecorder
+
+        return SqliteRecorder()
+    raise ValueError(
+        f"no recorder for database {backend!r}; wgstore stores to sqlite or postgresql"
+    )

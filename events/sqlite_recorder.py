@@ -1,0 +1,270 @@
+"""The SQLite recorder: one ``BEGIN IMMEDIATE`` transaction per append on the store's writer.
+
+Positions, stream versions and both hash chains are computed here, in Python, while the
+database's write lock is held (one writer at a time); with the heads of this writer's last append
+cached, all Python work happens before the lock and only C runs under it (see
+:meth:`SqliteRecorder._append_cached`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from datetime import UTC, datetime
+from typing import Any
+
+from wgstore.events.errors import DuplicateEventError
+from wgstore.events.hashing import GENESIS, epoch_us
+from wgstore.events.recorder import AppendResult, Pending, StreamVersionMismatch
+
+__all__ = ["SqliteRecorder", "parse_time"]
+
+_INSERT = (
+    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
+    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# The cached-heads append: a row goes in only if the log's last position is the one before it.
+_INSERT_AFTER = (
+    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
+    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
+    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+    "WHERE (SELECT max(position) FROM wg_events) IS ?"
+)
+_HEAD_CACHE_SIZE = 10_000
+_CACHED_SKIPS = 8  # appends that skip the cached path after it found the cache stale
+# Under BEGIN IMMEDIATE: the stream's head, the log's head and the next AUTOINCREMENT position.
+_HEADS = (
+    "SELECT (SELECT stream_version FROM wg_events WHERE stream_id = ? "
+    "ORDER BY stream_version DESC LIMIT 1), "
+    "(SELECT hash FROM wg_events WHERE stream_id = ? ORDER BY stream_version DESC LIMIT 1), "
+    "(SELECT log_hash FROM wg_events ORDER BY position DESC LIMIT 1), "
+    "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'wg_events'), 0), "
+    "coalesce((SELECT max(position) FROM wg_events), 0))"
+)
+_COLUMNS = (
+    "position, stream_id, stream_version, event_id, event_type, schema_version, data, metadata, "
+    "recorded_at, hash"
+)
+
+
+def parse_time(text: str) -> datetime:
+    """A ``recorded_at`` as SQLite stores it (UTC text) as an aware datetime."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def _mismatch(expected: int, version: int) -> bool:
+    return (
+        (expected >= 0 and version != expected)
+        or (expected == -2 and version != 0)
+        or (expected == -3 and version == 0)
+    )
+
+
+class SqliteRecorder:
+    """Appends and reads on SQLite (see the module docstring)."""
+
+    columns = _COLUMNS
+    param = "?"
+    times_are_text = True
+
+    def __init__(self) -> None:
+        # The heads this store's own appends left (a stale entry is caught, not trusted).
+        self._stream_heads: dict[str, tuple[int, str]] = {}
+        self._log_head: tuple[int, str] | None = None
+        self._cached_skips = 0
+
+    def prepare_writer(self, connection: Any) -> None:
+        """Nothing to set: the engine configured the connection."""
+
+    def prepare_read(self, connection: Any) -> None:
+        """Nothing to set."""
+
+    def release(self, connection: Any) -> None:
+        """Nothing to undo."""
+
+    def connection_died(self, connection: Any, error: BaseException) -> bool:
+        """A file database does not drop connections."""
+        return False
+
+    def append(
+        self,
+        writer: Any,
+        stream_id: str,
+        expected: int,
+        pending: list[Pending],
+        macs: list[str | None],
+        check_ids: bool,
+    ) -> list[AppendResult]:
+        """Append one batch (see :meth:`wgstore.events.recorder.Recorder.append`)."""
+        if self._cached_skips > 0:
+            self._cached_skips -= 1
+        elif not check_ids:
+            done = self._append_cached(writer, stream_id, expected, pending, macs)
+            if done is not None:
+                return done
+        return self._append_locked(writer, stream_id, expected, pending, macs, check_ids)
+
+    def _append_locked(
+        self,
+        writer: Any,
+        stream_id: str,
+        expected: int,
+        pending: list[Pending],
+        macs: list[str | None],
+        check_ids: bool,
+    ) -> list[AppendResult]:
+        connection = writer.driver_connection
+        cursor = connection.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            if check_ids:
+                stored = _stored_ids(cursor, stream_id, pending)
+                if stored is not None:
+                    cursor.execute("ROLLBACK")
+                    return stored
+            version, previous, log, position = cursor.execute(
+                _HEADS, (stream_id, stream_id)
+            ).fetchone()
+            version, previous, log = version or 0, previous or "", log or GENESIS
+            if _mismatch(expected, version):
+                raise StreamVersionMismatch(version)
+            # One writer at a time (BEGIN IMMEDIATE): positions continue AUTOINCREMENT's count
+            # (never reusing one), and the log chain continues from the log's last row.
+            rows, results = _rows(stream_id, pending, macs, version, previous, log, position)
+            if len(rows) == 1:
+                cursor.execute(_INSERT, rows[0])
+            else:
+                cursor.executemany(_INSERT, rows)
+            cursor.execute("COMMIT")
+            self._remember_heads(stream_id, rows[-1])
+            return results
+        except BaseException:
+            if connection.in_transaction:
+                cursor.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+
+    def _remember_heads(self, stream_id: str, last_row: tuple[Any, ...]) -> None:
+        """Cache the heads this writer just made, for :meth:`_append_cached`."""
+        if len(self._stream_heads) >= _HEAD_CACHE_SIZE:
+            self._stream_heads.clear()
+        self._stream_heads[stream_id] = (last_row[3], last_row[9])
+        self._log_head = (last_row[0], last_row[10])
+
+    def _append_cached(
+        self,
+        writer: Any,
+        stream_id: str,
+        expected: int,
+        pending: list[Pending],
+        macs: list[str | None],
+    ) -> list[AppendResult] | None:
+        """Append with the heads this writer cached, all Python work before the write lock.
+
+        Under the lock only C runs: one INSERT per row that inserts nothing unless the log's
+        last position is still the one the row follows (so the log chain continues from the
+        cached head), and the ``(stream_id, stream_version)`` unique constraint refuses a row
+        whose stream moved on. When either shows the cache stale, nothing is written and None
+        is returned: the caller takes the locked path, which reads the heads.
+        """
+        stream_head = self._stream_heads.get(stream_id)
+        log_head = self._log_head
+        if stream_head is None or log_head is None:
+            return None
+        version, previous = stream_head
+        if _mismatch(expected, version):
+            return None  # the locked path reads the true version and raises if it must
+        rows, results = _rows(stream_id, pending, macs, version, previous, *log_head[::-1])
+        params = [(*row, row[0] - 1) for row in rows]
+        connection = writer.driver_connection
+        cursor = connection.cursor()
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                cursor.executemany(_INSERT_AFTER, params)
+                written = cursor.rowcount
+            except sqlite3.IntegrityError:
+                written = -1
+            if written != len(rows):
+                cursor.execute("ROLLBACK")
+                # Other writers are active: take the locked path for the next few appends
+                # rather than pay a wasted attempt (and a second lock) on each.
+                self._cached_skips = _CACHED_SKIPS
+                self._log_head = None
+                self._stream_heads.pop(stream_id, None)
+                return None
+            cursor.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                cursor.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+        self._remember_heads(stream_id, rows[-1])
+        return results
+
+
+def _stored_ids(cursor: Any, stream_id: str, pending: list[Pending]) -> list[AppendResult] | None:
+    ids = [p.event_id for p in pending]
+    marks = ",".join("?" * len(ids))
+    found = {
+        row[0]: row[1:]
+        for row in cursor.execute(
+            f"SELECT event_id, stream_id, stream_version, position, recorded_at, hash "
+            f"FROM wg_events WHERE event_id IN ({marks})",
+            ids,
+        )
+    }
+    if not found:
+        return None
+    in_order = [found.get(event_id) for event_id in ids]
+    if all(in_order) and all(row[0] == stream_id for row in in_order):  # type: ignore[index]
+        offsets = {row[1] - index for index, row in enumerate(in_order)}  # type: ignore[index]
+        if len(offsets) == 1:
+            return [
+                (row[2], row[1], parse_time(row[3]), row[4], True)  # type: ignore[index]
+                for row in in_order
+            ]
+    raise DuplicateEventError(
+        f"{len(found)} of {len(ids)} event ids are already stored, but not as this exact "
+        "batch in this stream: give each new event a new id, or retry the whole original "
+        "batch unchanged"
+    )
+
+
+def _rows(
+    stream_id: str,
+    pending: list[Pending],
+    macs: list[str | None],
+    version: int,
+    previous: str,
+    log: str,
+    position: int,
+) -> tuple[list[tuple[Any, ...]], list[AppendResult]]:
+    """The rows of a batch that follows the given stream and log heads, and its results.
+
+    The hash inputs are those of hashing.chain_hash and hashing.log_hash, inlined (the calls
+    cost more than the hashing); tests/events/test_tamper.py pins them.
+    """
+    now = datetime.now(UTC)
+    stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
+    us = str(epoch_us(now))
+    sha256 = hashlib.sha256
+    rows = []
+    results = []
+    for item, mac in zip(pending, macs, strict=True):
+        version += 1
+        position += 1
+        previous = sha256(
+            f"{previous}\n{stream_id}\n{version}\n{item.event_id}\n{item.type}\n"
+            f"{item.schema_version}\n{us}\n{item.data}\n{item.metadata_text}".encode()
+        ).hexdigest()
+        log = sha256(f"{log}\n{position}\n{previous}\n{mac or ''}".encode()).hexdigest()
+        rows.append(
+            (position, item.event_id, stream_id, version, item.type, item.schema_version,
+             item.data, item.metadata_text, stored_at, previous, log, mac)
+        )  # fmt: skip
+        results.append((position, version, now, previous, False))
+    return rows, results
