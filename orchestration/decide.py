@@ -422,14 +422,10 @@ def decide(run: RunState, group: WorkerGroupState | None, now: datetime) -> Deci
             WorkerGroupStatus.SHUT_DOWN,
         ):
             verdict = classify_failure(run, group)
-            if verdict is None:  # shut down while starting, with nothing to say why
-                verdict = _verdict(
-                    run,
-                    "start",
-                    True,
-                    "the group was shut down while starting",
-                    [RankError(world_rank=-1, error=ErrorInfo(type="StartAborted", message=""))],
-                )
+            if group.status is not WorkerGroupStatus.START_FAILED or verdict is None:
+                why = f"the group was shut down while starting ({group.shutdown_reason})"
+                error = ErrorInfo(type="StartAborted", message=why)
+                verdict = _verdict(run, "start", True, why, [RankError(world_rank=-1, error=error)])
             return _on_failure(run, group, verdict)
         return Decision()  # starting: wait
     if group is None:
