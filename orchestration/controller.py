@@ -193,20 +193,30 @@ class RunController:
         if now < self._renew_at:
             return
         renewed = False
-        with contextlib.suppress(Exception):  # a store hiccup: try again until the lease ends
+        with contextlib.suppress(Exception):  # a store hiccup: retried below, within the lease
             renewed = renew_lease(self.store, self.run_id, self.controller_id, self.lease_s)
         if renewed:
             self._leased()
             return
-        lease = lease_of(self.store, self.run_id) if now < self._lease_until else None
-        if now < self._lease_until and (lease is None or lease.holder == self.controller_id):
-            self._renew_at = now + min(1.0, self.lease_s / 10)
+        lease = None
+        with contextlib.suppress(Exception):
+            lease = lease_of(self.store, self.run_id)
+        ours = lease is not None and lease.holder == self.controller_id
+        if now < self._lease_until and (ours or (lease is None and self._store_down())):
+            self._renew_at = now + min(1.0, self.lease_s / 10)  # a hiccup: try again soon
             return
         raise RunLeaseLostError(
             f"controller {self.controller_id} lost the lease of run {self.run_id}"
-            + (f" to {lease.holder}" if lease else "")
+            + (f" to {lease.holder}" if lease is not None and not ours else "")
             + "; it stopped without acting further"
         )
+
+    def _store_down(self) -> bool:
+        try:
+            self.store.head()
+        except Exception:  # noqa: BLE001 - any failure to read means the store is unreachable
+            return True
+        return False
 
     # ------------------------------------------------------------------ lifecycle
 
