@@ -65,8 +65,8 @@ def read_run(store: EventStore, run_id: str, state: RunState | None = None) -> R
         state = evolve_run(state, record)
     if state is None:
         raise RunNotFoundError(
-            f"no run {run_id!r} in this store (no stream {run_stream(run_id)}); list runs with "
-            "`wgstore runs`, or start one with `wgstore run`"
+            f"no run {run_id!r} in this store (no stream {run_stream(run_id)}); `wgstore groups` "
+            "lists the worker groups with their runs, `wgstore run` starts one"
         )
     return state
 
@@ -346,7 +346,8 @@ class RunController:
                     if remaining <= 0:
                         raise WorkerGroupTimeoutError(
                             f"run {self.run_id} did not end within {timeout_s}s (controller "
-                            f"state {self._run.controller_state}); see `wgstore runs`"
+                            f"state {self._run.controller_state}); it goes on: resume it with "
+                            f"`wgstore run --resume {self.run_id}`"
                         )
                     wait_s = min(wait_s, remaining)
                 self.store.wait_for_new(head, wait_s)
