@@ -15,7 +15,8 @@ States and steps (Ray Train 2.60's controller state names)::
             └─► SHUTTING_DOWN (a worker failed, budget exhausted: RAISE)
     RESTARTING ─► RESCHEDULING (the failed attempt released: next attempt requested, from the
                   latest checkpoint any attempt reported)
-    SHUTTING_DOWN ─► FINISHED + RunFinished, or ERRORED + RunErrored (every failed rank's error)
+    SHUTTING_DOWN ─► FINISHED + RunFinished, or ERRORED + RunErrored (every failed rank's error:
+                     those the decision saw and those the shutdown's last poll found)
 
 Decisions worth knowing:
 
@@ -336,6 +337,12 @@ def _end(run: RunState, group: WorkerGroupState) -> Decision:
         ]
         to_state = "FINISHED"
     else:
+        # every failed rank: those the decision saw, and those the shutdown's last poll found
+        by_rank = {e.world_rank: e for e in errors}
+        by_rank.update(
+            {rank: RankError(world_rank=rank, error=error) for rank, error in group.errors.items()}
+        )
+        errors = tuple(by_rank[rank] for rank in sorted(by_rank))
         first = errors[0].error if errors else ErrorInfo(type="RunErrored", message="")
         events = [
             _transition(run, "ERRORED", "the failure policy raised", group.group_id),

@@ -183,6 +183,17 @@ class TestTransitions:
         assert errored.error.message == "rank 0"
         assert log.run().status.value == "ERRORED"
 
+    def test_the_errored_run_names_ranks_that_failed_after_the_decision_too(self) -> None:
+        log = _new(FailureConfig(max_failures=0))
+        world = _running(log)
+        world.fail(_current(log), [1])
+        step(log)  # RAISE, seeing rank 1 only
+        world.fail(_current(log), [0])  # the shutdown's last poll finds rank 0 failed too
+        world.shut_down(_current(log))
+        errored = step(log).run_events[1].event
+        assert [e.world_rank for e in errored.errors] == [0, 1]
+        assert errored.error.message == "rank 0"
+
     def test_a_preempted_worker_counts_against_the_preemption_budget(self) -> None:
         log = _new(FailureConfig(max_failures=0, max_preemption_failures=1))
         world = _running(log)
