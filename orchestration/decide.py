@@ -181,7 +181,8 @@ def is_retryable_start_failure(stage: StartStage, error: ErrorInfo) -> bool:
 def latest_checkpoint(group: WorkerGroupState) -> str | None:
     """The latest checkpoint of any attempt up to ``group``: its own latest report's, else the one
     it started from (which was the latest before it)."""
-    return group.latest_checkpoint or group.context.resume_checkpoint
+    checkpoint: str | None = group.latest_checkpoint or group.context.resume_checkpoint
+    return checkpoint
 
 
 def _verdict(run: RunState, kind: str, retryable: bool, reason: str, errors: Any) -> FailureVerdict:
@@ -293,9 +294,11 @@ def _scheduled_checkpoint(run: RunState, group_id: str) -> str | None:
             "SCHEDULING",
             "RESCHEDULING",
         ):
-            return transition.resume_checkpoint
+            scheduled: str | None = transition.resume_checkpoint
+            return scheduled
     assert run.context is not None
-    return run.context.resume_checkpoint
+    initial: str | None = run.context.resume_checkpoint
+    return initial
 
 
 def _on_failure(run: RunState, group: WorkerGroupState, verdict: FailureVerdict) -> Decision:

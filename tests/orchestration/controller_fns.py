@@ -3,8 +3,8 @@
 ``resumable_fn`` counts steps from the checkpoint it resumes from (``get_context().checkpoint``,
 ``memory://ckpt/step<N>``) to ``steps``, reporting a checkpoint every step. Config:
 ``kill_rank`` / ``kill_at``: on a fresh start (no checkpoint) that rank SIGKILLs its own process
-after reporting step ``kill_at``; ``fail``: every rank raises after its first report, on every
-attempt; ``wait_for``: before the last step, wait for this file to exist (so a test can act
+after reporting step ``kill_at``; ``fail`` (a folder): every rank raises after its first report,
+on every attempt, once every rank of its group got there (so all fail at one moment); ``wait_for``: before the last step, wait for this file to exist (so a test can act
 while training runs); ``step_sleep_s``.
 """
 
@@ -33,6 +33,7 @@ def resumable_fn(config: dict[str, Any]) -> dict[str, Any]:
                 time.sleep(0.02)
         report({"step": step, "resumed_from": resumed}, checkpoint=f"memory://ckpt/step{step}")
         if config.get("fail"):
+            _all_ranks_here(ctx, Path(config["fail"]))
             raise RuntimeError(f"rank {ctx.world_rank} fails on purpose at step {step}")
         if (
             resumed is None
@@ -42,3 +43,13 @@ def resumable_fn(config: dict[str, Any]) -> dict[str, Any]:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(float(config.get("step_sleep_s", 0.02)))
     return {"start": start, "end": steps}
+
+
+def _all_ranks_here(ctx: Any, folder: Path) -> None:
+    """Mark this rank as here, then wait (up to 60 s) until every rank of the group is."""
+    (folder / f"{ctx.group_id}-{ctx.world_rank}").touch()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if all((folder / f"{ctx.group_id}-{r}").exists() for r in range(ctx.world_size)):
+            return
+        time.sleep(0.01)

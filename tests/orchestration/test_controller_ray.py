@@ -101,14 +101,14 @@ def test_a_worker_sigkilled_mid_training_is_retried_from_the_latest_checkpoint(
 
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
 def test_an_exhausted_budget_errors_the_run_naming_every_failed_rank(
-    store: EventStore, in_repo: None
+    store: EventStore, in_repo: None, tmp_path: Path
 ) -> None:
     result = start_run(
         store,
         FN,
         scaling_config=SCALING,
         failure_config=FailureConfig(max_failures=1),
-        train_fn_config={"steps": 3, "fail": True},
+        train_fn_config={"steps": 3, "fail": str(tmp_path)},
         **FAST,
     )
     run = result.run_state
