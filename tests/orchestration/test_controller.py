@@ -36,7 +36,9 @@ class StoreLog:
         self.store.append(stream_id, events)
 
 
-def _create(store: Any, run_id: str = "r1", config: FailureConfig | None = None) -> None:
+def _create(
+    store: Any, run_id: str = "r1", config: FailureConfig | None = None, lease_s: float = 30.0
+) -> None:
     context = WorkerGroupContext(num_workers=2, train_fn="examples.train:train_fn")
     store.append(
         run_stream(run_id),
@@ -46,7 +48,7 @@ def _create(store: Any, run_id: str = "r1", config: FailureConfig | None = None)
                 scaling_config=ScalingConfig(num_workers=2),
                 failure_config=config or FailureConfig(max_failures=1),
                 context=context,
-                lease_s=30.0,
+                lease_s=lease_s,
             )
         ],
         expected_version=NO_STREAM,
