@@ -264,7 +264,7 @@ class RunController:
         if choice is None:
             from wgstore.orchestration.executor import RayExecutor
 
-            resumed = len(self._run.controllers) > 1 or bool(self._run.groups)
+            resumed = bool(self._run.controllers) or bool(self._run.groups)  # before ours
             self._owned = RayExecutor(
                 self.store,
                 run_ids={self.run_id},

@@ -182,3 +182,75 @@ def test_a_controller_that_lost_its_lease_stops_without_acting(store: Any) -> No
 def test_an_unknown_run_is_refused_with_how_to_find_one(store: Any) -> None:
     with pytest.raises(RunNotFoundError, match="wgstore groups"):
         RunController(store, "nope", executor="external")
+
+
+def _world_acts(store: Any, world: World, run_id: str) -> None:
+    """The executor and workers move the current group on: attempt 1 fails, attempt 2 finishes."""
+    run = read_run(store, run_id)
+    group = _group(store, run.current_group_id)  # type: ignore[arg-type]
+    if group.status.value == "REQUESTED":
+        world.start(group)
+        group = _group(store, group.group_id)
+        world.report(group, f"/ckpt/{group.attempt}")
+        group = _group(store, group.group_id)
+        if group.attempt == 1:
+            world.fail(group, [1])
+        else:
+            world.finish(group)
+    elif group.status.value == "SHUTTING_DOWN":
+        world.shut_down(group)
+    else:
+        raise AssertionError(f"stuck: {run.controller_state}, group {group.status.value}")
+
+
+@pytest.mark.parametrize(
+    "dies_moving_to",
+    ["SCHEDULING", "RUNNING", "RESTARTING", "RESCHEDULING", "SHUTTING_DOWN", "FINISHED"],
+)
+def test_a_controller_abandoned_mid_step_in_any_state_is_resumed_without_repeats(
+    store: Any, dies_moving_to: str
+) -> None:
+    _create(store)
+    world = World(StoreLog(store))  # type: ignore[arg-type]
+    controller = RunController(store, "r1", executor="external").start()
+    while True:  # drive until the step that moves to the state the controller dies in
+        run = read_run(store, "r1")
+        current = run.current_group_id
+        group = (
+            _group(store, current)
+            if current and store.stream_version(group_stream(current))
+            else None
+        )
+        decision = decide(run, group, datetime.now(UTC))
+        if decision.to_state == dies_moving_to:
+            store.append(run.stream_id, list(decision.run_events), expected_version=run.version)
+            break  # dies here: run events appended, group events not
+        if controller.step().empty:
+            _world_acts(store, world, "r1")
+    controller.close()
+    resumed = RunController(store, "r1", executor="external").start()
+    while not read_run(store, "r1").ended:
+        if resumed.step().empty:
+            _world_acts(store, world, "r1")
+    resumed.close()
+    run = read_run(store, "r1")
+    g1, g2 = attempt_group_id("r1", 1), attempt_group_id("r1", 2)
+    assert (run.status.value, run.groups, run.failures) == ("FINISHED", (g1, g2), 1)
+    # a run that ended in the dying append leaves the next controller nothing to take
+    ended_already = dies_moving_to == "FINISHED"
+    assert [c.resumed for c in run.controllers] == [False] + ([] if ended_already else [True])
+    for group_id in (g1, g2):
+        types = _types(store, group_stream(group_id))
+        assert types.count("WorkerGroupStartRequested") == 1
+        assert types.count("WorkerGroupShutdownRequested") == 1
+    moves = [t.to_state for t in run.transitions]
+    assert moves == [
+        "SCHEDULING",
+        "RUNNING",
+        "RESTARTING",
+        "RESCHEDULING",
+        "RUNNING",
+        "SHUTTING_DOWN",
+        "FINISHED",
+    ]
+    assert _group(store, g2).context.resume_checkpoint == "/ckpt/1"
