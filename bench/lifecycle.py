@@ -22,6 +22,15 @@ Numbers, not pass/fail. Workloads:
   time from the ``report()`` call to the report being in the log (``recorded_at``) p50/p99, and
   the rate sustained (reports per second per worker).
 
+- L5 the run controller (issue 10), on real Ray, per backend: from a worker's death (SIGKILL
+  right after its report, so that report's ``recorded_at``) to the next attempt running
+  (``ControllerStateChanged(→RUNNING)`` of attempt 2), with the steps between; from a new
+  controller starting on a run whose controller died (its lease expired) to its executor
+  re-attached to the running group (lease taken, ``ControllerStarted``, log caught up, actors
+  found by name); and the controller's overhead: a one-attempt run through ``start_run`` beside
+  the same group through ``WorkerGroup.create`` + ``wait`` + ``shutdown``, interleaved, median
+  of ``--repeat``.
+
 Run ``python bench/lifecycle.py --help``; ``--json`` prints the results as JSON.
 """
 
@@ -412,6 +421,151 @@ def bench_poll_bytes(backend: str, workers: int, polls: int, change_every: int) 
 # ---------------------------------------------------------------------------------- main
 
 
+L5_FN = "tests.orchestration.controller_fns:resumable_fn"
+
+
+def _at(store: EventStore, stream_id: str, predicate: Any) -> datetime:
+    for record in store.read_stream(stream_id):
+        if predicate(record):
+            return record.recorded_at
+    raise LookupError(f"no such event in {stream_id}")
+
+
+def bench_controller(backend: str, repeat: int) -> dict[str, Any]:
+    """L5: worker death -> next attempt running; controller restart -> re-attached; overhead."""
+    from wgstore.events.leases import lease_of
+    from wgstore.events.streams import group_stream, run_stream
+    from wgstore.orchestration import FailureConfig, ScalingConfig, WorkerGroup, start_run
+    from wgstore.orchestration.controller import RunController
+    from wgstore.orchestration.training import NO_RETRY
+
+    scaling = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.25})
+    fast = {"poll_interval_s": 0.2, "placement_timeout_s": 30.0}
+    result: dict[str, Any] = {"backend": backend}
+    with open_backend(backend) as (store, _url):
+        # worker death -> next attempt running
+        run = start_run(
+            store,
+            L5_FN,
+            scaling_config=scaling,
+            failure_config=FailureConfig(max_failures=1),
+            train_fn_config={"steps": 6, "kill_rank": 1, "kill_at": 2, "step_sleep_s": 0.3},
+            **fast,
+        ).run_state
+        assert run is not None and run.attempts == 2, run
+        first, second = run.groups
+        died = _at(
+            store,
+            group_stream(first),
+            lambda r: r.type == "WorkerReported" and r.event.world_rank == 1,
+        )
+        rs = run_stream(run.run_id)
+        steps = {
+            "failure_decided": _at(store, rs, lambda r: r.type == "FailureDecisionMade"),
+            "failed_group_released": _at(
+                store, group_stream(first), lambda r: r.type == "WorkerGroupShutDown"
+            ),
+            "next_attempt_requested": _at(
+                store, group_stream(second), lambda r: r.type == "WorkerGroupStartRequested"
+            ),
+            "next_attempt_running": _at(
+                store,
+                rs,
+                lambda r: (
+                    r.type == "ControllerStateChanged"
+                    and r.event.to_state == "RUNNING"
+                    and r.event.group_id == second
+                ),
+            ),
+        }
+        result["death_to_next_running_s"] = {
+            name: round((at - died).total_seconds(), 3) for name, at in steps.items()
+        }
+
+        # controller restart -> re-attached
+        go = Path(tempfile.mkdtemp()) / "go"
+        run_id = f"l5r{uuid.uuid4().hex[:8]}"
+        from wgstore.events import NO_STREAM
+        from wgstore.events.run import RunCreated
+
+        context = WorkerGroupContext(
+            num_workers=2,
+            resources_per_worker={"CPU": 0.25},
+            train_fn=L5_FN,
+            train_fn_config={"steps": 2, "wait_for": str(go)},
+            **fast,
+        )
+        store.append(
+            run_stream(run_id),
+            [RunCreated(run_id=run_id, scaling_config=scaling, context=context, lease_s=1.0)],
+            expected_version=NO_STREAM,
+        )
+        dead = RunController(store, run_id).start()
+        while dead.run_state.controller_state != "RUNNING":
+            if dead.step().empty:
+                store.wait_for_new(store.head(), 0.5)
+        assert dead._owned is not None
+        dead._owned.stop()  # the controller and its executor die; the lease is not given up
+        while not lease_of(store, run_id).expired():  # type: ignore[union-attr]
+            time.sleep(0.02)
+        group_id = dead.run_state.current_group_id
+        started = time.perf_counter()
+        resumed = RunController(store, run_id).start()
+        taken = time.perf_counter() - started
+        executor = resumed._owned
+        assert executor is not None
+        executor.wait_caught_up()
+        caught_up = time.perf_counter() - started
+        while group_id not in executor._attached:  # found its actors by name at its first poll
+            time.sleep(0.005)
+        attached = time.perf_counter() - started
+        go.touch()
+        final = resumed.run(timeout_s=120)
+        resumed.close()
+        assert final.status.value == "FINISHED", final
+        result["restart_to_reattached_s"] = {
+            "lease_and_controller_started": round(taken, 3),
+            "executor_caught_up": round(caught_up, 3),
+            "actors_reattached": round(attached, 3),
+        }
+
+        # overhead of the controller against a single attempt
+        times: dict[str, list[float]] = {"group_only": [], "controller": []}
+        config = {"steps": 3, "step_sleep_s": 0.02}
+        for _ in range(repeat):
+            started = time.perf_counter()
+            group = WorkerGroup.create(
+                store,
+                WorkerGroupContext(
+                    num_workers=2,
+                    resources_per_worker={"CPU": 0.25},
+                    train_fn=L5_FN,
+                    train_fn_config=config,
+                    **fast,
+                ),
+            )
+            group.wait()
+            group.shutdown()
+            times["group_only"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            start_run(
+                store,
+                L5_FN,
+                scaling_config=scaling,
+                failure_config=NO_RETRY,
+                train_fn_config=config,
+                **fast,
+            )
+            times["controller"].append(time.perf_counter() - started)
+        medians = {k: statistics.median(v) for k, v in times.items()}
+        result["one_attempt_s"] = {
+            "median": {k: round(v, 3) for k, v in medians.items()},
+            "all": {k: [round(t, 3) for t in v] for k, v in times.items()},
+            "overhead_s": round(medians["controller"] - medians["group_only"], 3),
+        }
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="L1 repetitions (median)")
@@ -424,6 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reports", type=int, default=100, help="L4 reports per worker")
     parser.add_argument("--skip-ray", action="store_true", help="skip L1 and L4 (need Ray)")
     parser.add_argument("--only-l4", action="store_true", help="run only L4 (report cost)")
+    parser.add_argument("--only-l5", action="store_true", help="run only L5 (run controller)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
 
@@ -437,6 +592,11 @@ def main(argv: list[str] | None = None) -> int:
 
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
         try:
+            if args.only_l5:
+                os.chdir(REPO)  # the workers import the L5 train function from here
+                results["L5_controller"] = [bench_controller(b, args.repeat) for b in backends]
+                print(json.dumps(results, indent=2, default=str))
+                return 0
             if not args.only_l4:
                 results["L1_start_to_running"] = bench_start(args.repeat, args.workers)
             results["L4_report_cost"] = [

@@ -9,6 +9,7 @@ from wgstore.cli import (
     events,
     executor,
     export,
+    gc,
     groups,
     history,
     projections,
@@ -49,6 +50,7 @@ app.command("polls")(history.polls_command)
 app.add_typer(projections.projections_app, name="projections")
 app.command("export")(export.export_command)
 app.command("report")(report.report_command)
+app.command("gc")(gc.gc_command)
 
 
 def main() -> None:

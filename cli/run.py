@@ -7,6 +7,7 @@ function hands back (``wgstore executor`` is in :mod:`wgstore.cli.executor`).
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Annotated, Any
 
@@ -55,7 +56,10 @@ def _check_run_inputs(url: str, train_fn: str, config: str | None) -> dict[str, 
 
 
 def run_command(
-    train_fn: Annotated[str, typer.Argument(help='The train function, "package.module:function".')],
+    train_fn: Annotated[
+        str | None,
+        typer.Argument(help='The train function, "package.module:function" (not with --resume).'),
+    ] = None,
     url: UrlOption = DEFAULT_URL,
     workers: Annotated[
         int, typer.Option("--workers", "-n", min=1, metavar="N", help="How many workers.")
@@ -79,7 +83,23 @@ def run_command(
         float, typer.Option(min=0.01, metavar="SECONDS", help="Seconds between polls.")
     ] = 1.0,
     run_id: Annotated[
-        str | None, typer.Option(metavar="ID", help="The run id (default: the group id).")
+        str | None, typer.Option(metavar="ID", help="The run id (default: a new random id).")
+    ] = None,
+    max_failures: Annotated[
+        int | None,
+        typer.Option(
+            min=-1,
+            metavar="N",
+            help="Retry a failed attempt from the latest checkpoint up to N times (-1: no limit; "
+            "default: no retry).",
+        ),
+    ] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            metavar="RUN_ID",
+            help="Continue this run from its log (its controller died); takes no TRAIN_FN.",
+        ),
     ] = None,
     external_executor: Annotated[
         bool,
@@ -89,9 +109,28 @@ def run_command(
         ),
     ] = False,
 ) -> None:
-    """Start TRAIN_FN on a worker group on Ray (RAY_ADDRESS, or a local Ray), record every step, and watch it."""
+    """Start TRAIN_FN on a worker group on Ray (RAY_ADDRESS, or a local Ray), record every step, and watch it.
+
+    With --max-failures N a failed attempt is retried on a new group from the latest checkpoint
+    (Ray Train's FailureConfig); --resume RUN_ID continues a run whose controller died.
+    """
+    if resume is not None and train_fn is not None:
+        raise UsageProblem(
+            f"--resume continues run {resume} with its own train function; drop TRAIN_FN"
+        )
+    if resume is None and train_fn is None:
+        raise UsageProblem(
+            "missing TRAIN_FN, e.g. `wgstore run examples.train:train_fn` (or --resume RUN_ID)"
+        )
+    if resume is not None:
+        check_url(url)
+        _resume(url, resume)
+        return
+    assert train_fn is not None
     train_config = _check_run_inputs(url, train_fn, config)
-    from wgstore.orchestration import WorkerGroupStartError, run_training
+    if run_id is not None:
+        _check_new_run_id(url, run_id)
+    from wgstore.orchestration import FailureConfig, WorkerGroupStartError, run_training
     from wgstore.orchestration.training import worker_resources
 
     quiet_ray()
@@ -102,6 +141,48 @@ def run_command(
             style="dim",
         )
     )
+    failure_config = None if max_failures is None else FailureConfig(max_failures=max_failures)
+    try:
+        result = _follow(
+            url,
+            lambda on_update: run_training(
+                url,
+                train_fn,
+                workers=workers,
+                config=train_config,
+                resources_per_worker=resources,
+                poll_interval_s=poll_interval,
+                run_id=run_id,
+                external_executor=external_executor,
+                on_update=on_update,
+                failure_config=failure_config,
+            ),
+        )
+    except WorkerGroupStartError as error:
+        group_id = getattr(error, "group_id", None)
+        if group_id:
+            err_console().print(inspect_hint(group_id, url))
+        raise
+    _show_result(result, url, out_console())
+
+
+def _check_new_run_id(url: str, run_id: str) -> None:
+    from wgstore.events.streams import run_stream
+
+    if not re.match(r"^[A-Za-z0-9_.-]{1,128}$", run_id):
+        raise UsageProblem(
+            f"--run-id must be 1-128 letters, digits, '_', '.' or '-', got {run_id!r}"
+        )
+    with opened(url) as store:
+        if store.stream_version(run_stream(run_id)):
+            raise UsageProblem(
+                f"run {run_id} exists already; continue it with `wgstore run --resume {run_id}`, "
+                "or choose another --run-id"
+            )
+
+
+def _follow(url: str, call: Any) -> Any:
+    """Run ``call(on_update)`` under a live table of the current group; returns its result."""
     console = out_console()
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         last = [0.0]
@@ -112,25 +193,25 @@ def run_command(
                 live.update(live_view(state))
                 last[0] = now
 
-        try:
-            result = run_training(
-                url,
-                train_fn,
-                workers=workers,
-                config=train_config,
-                resources_per_worker=resources,
-                poll_interval_s=poll_interval,
-                run_id=run_id,
-                external_executor=external_executor,
-                on_update=on_update,
-            )
-        except WorkerGroupStartError as error:
-            live.stop()
-            group_id = getattr(error, "group_id", None)
-            if group_id:
-                err_console().print(inspect_hint(group_id, url))
-            raise
+        result = call(on_update)
         live.update(live_view(result.state))
+    return result
+
+
+def _resume(url: str, run_id: str) -> None:
+    from wgstore.orchestration import resume_run
+    from wgstore.orchestration.errors import RunLeaseHeldError, RunNotFoundError
+
+    quiet_ray()
+    err_console().print(Text(f"resuming run {run_id} from {store_label(url)}", style="dim"))
+    try:
+        result = _follow(url, lambda on_update: resume_run(url, run_id, on_update=on_update))
+    except (RunNotFoundError, RunLeaseHeldError) as error:
+        raise CliError(str(error)) from None
+    _show_result(result, url, out_console())
+
+
+def _show_result(result: Any, url: str, console: Any) -> None:
     if not console.is_terminal:
         console.line()  # Live leaves the cursor at the end of its last line in a pipe
     outcome = result.outcome
@@ -140,6 +221,15 @@ def run_command(
         f"{outcome.value if outcome else result.state.status.value}"
     )
     console.print(inspect_hint(result.group_id, url), highlight=False, markup=False)
+    if result.run_id:
+        run = result.run_state
+        attempts = len(result.attempts)
+        used = f", {run.failures} failure(s) retried or raised" if run and run.failures else ""
+        console.print(
+            f"run {result.run_id}: {run.status.value if run else ''}, {attempts} attempt(s){used}",
+            highlight=False,
+            markup=False,
+        )
     if result.interrupted:
         raise typer.Exit(130)
     if result.state.error is not None:

@@ -175,6 +175,9 @@ class ControllerStateChanged:
     to_state: str
     reason: str = ""
     group_id: str | None = None
+    resume_checkpoint: str | None = None
+    """On a move to SCHEDULING/RESCHEDULING: the checkpoint the attempt ``group_id`` starts from
+    (so a controller that died before requesting the group can request it again)."""
 
 
 @event_type("FailureDecisionMade", version=1)

@@ -13,6 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from wgstore.events.run import FailureConfig, ScalingConfig
     from wgstore.events.worker_group import WorkerGroupContext
     from wgstore.orchestration.builder import WorkerGroupStateBuilder
     from wgstore.orchestration.callbacks import WorkerGroupCallback
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
         StartWorkerGroup,
         derive_commands,
     )
+    from wgstore.orchestration.controller import RunController
     from wgstore.orchestration.errors import (
         OrchestrationError,
         ReportNotStoredError,
@@ -32,17 +34,20 @@ if TYPE_CHECKING:
     )
     from wgstore.orchestration.executor import RayExecutor, run_executor
     from wgstore.orchestration.train_context import TrainContext, get_context, on_shutdown, report
-    from wgstore.orchestration.training import RunResult, run_training
+    from wgstore.orchestration.training import RunResult, resume_run, run_training, start_run
     from wgstore.orchestration.worker_group import ActiveWorkerGroup, WorkerGroup
 
 __all__ = [
     "ActiveWorkerGroup",
     "Command",
+    "FailureConfig",
     "OrchestrationError",
     "RayExecutor",
     "ReleaseResources",
     "ReportNotStoredError",
+    "RunController",
     "RunResult",
+    "ScalingConfig",
     "ShutdownWorkerGroup",
     "StartWorkerGroup",
     "TrainContext",
@@ -57,12 +62,17 @@ __all__ = [
     "get_context",
     "on_shutdown",
     "report",
+    "resume_run",
     "run_executor",
     "run_training",
+    "start_run",
 ]
 
 _LAZY = {
     "WorkerGroupContext": "wgstore.events.worker_group",
+    "FailureConfig": "wgstore.events.run",
+    "ScalingConfig": "wgstore.events.run",
+    "RunController": "wgstore.orchestration.controller",
     "Command": "wgstore.orchestration.commands",
     "ReleaseResources": "wgstore.orchestration.commands",
     "ShutdownWorkerGroup": "wgstore.orchestration.commands",
@@ -85,6 +95,8 @@ _LAZY = {
     "WorkerGroupCallback": "wgstore.orchestration.callbacks",
     "RunResult": "wgstore.orchestration.training",
     "run_training": "wgstore.orchestration.training",
+    "start_run": "wgstore.orchestration.training",
+    "resume_run": "wgstore.orchestration.training",
 }
 
 

@@ -15,7 +15,10 @@ The tree::
          ├─ FailpointError                 a failure injected on purpose (tests only)
          ├─ ReportNotStoredError           report() could not put the report in the log
          ├─ CheckpointMismatchError        ranks reported different checkpoints at one index
-         └─ NotInWorkerError               get_context()/report() outside a wgstore worker
+         ├─ NotInWorkerError               get_context()/report() outside a wgstore worker
+         ├─ RunLeaseHeldError              another live controller holds the run's lease
+         ├─ RunLeaseLostError              a controller lost its run's lease while working
+         └─ RunNotFoundError               no run stream with that id
 
 Every class pickles (``WgstoreError.__reduce__``), so they cross Ray actor boundaries.
 """
@@ -34,6 +37,9 @@ __all__ = [
     "OrchestrationError",
     "PlacementGroupTimeoutError",
     "ReportNotStoredError",
+    "RunLeaseHeldError",
+    "RunLeaseLostError",
+    "RunNotFoundError",
     "TrainFnError",
     "WorkerGroupStartError",
     "WorkerGroupTimeoutError",
@@ -127,3 +133,16 @@ class CheckpointMismatchError(OrchestrationError):
     ranks' paths differ; wgstore refuses the later report (it is not stored) and raises this to
     its train function. Ranks reporting no checkpoint at that index are fine.
     """
+
+
+class RunLeaseHeldError(OrchestrationError):
+    """Another controller holds the run's lease and it has not expired: it is still working."""
+
+
+class RunLeaseLostError(OrchestrationError):
+    """The controller could not renew its lease (it expired and another took the run): it
+    stopped without acting further."""
+
+
+class RunNotFoundError(OrchestrationError):
+    """No run stream ``run-<run_id>`` in the store."""

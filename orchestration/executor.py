@@ -124,6 +124,8 @@ class RayExecutor:
         store: the event store to follow and append to.
         group_ids: only these groups (an in-process executor made by ``WorkerGroup.create``);
             ``None`` for every group in the store.
+        run_ids: only groups whose ``WorkerGroupStartRequested`` names one of these runs (an
+            in-process executor made by a run controller); ``None``: any run.
         from_position: start reading after this position instead of catching up from 0 (only
             sensible with ``group_ids`` naming groups not yet requested).
         release_orphans: release ``wgstore-*`` resources that no live group owns, at start and
@@ -147,6 +149,7 @@ class RayExecutor:
         store: EventStore,
         *,
         group_ids: Collection[str] | None = None,
+        run_ids: Collection[str] | None = None,
         from_position: int = 0,
         release_orphans: bool = False,
         sweep_interval_s: float = 60.0,
@@ -169,6 +172,7 @@ class RayExecutor:
         self.release_orphans = release_orphans
         self.sweep_interval_s = sweep_interval_s
         self._scope = set(group_ids) if group_ids is not None else None
+        self._run_scope = set(run_ids) if run_ids is not None else None
         self._position = from_position
         self._groups: dict[str, _Group] = {}
         self._attached: dict[str, _Attached] = {}
@@ -561,6 +565,8 @@ class RayExecutor:
         if group is None:
             if not isinstance(record.event, WorkerGroupStartRequested):
                 return  # a group whose beginning this executor never read
+            if self._run_scope is not None and record.event.run_id not in self._run_scope:
+                return  # another run's group
             group = self._groups[group_id] = _Group(group_id)
         if group.broken:
             return
@@ -678,6 +684,8 @@ class RayExecutor:
         for group_id in found:
             if self._scope is not None and group_id not in self._scope:
                 continue
+            if self._run_scope is not None and group_id not in self._groups:
+                continue  # maybe another run's: not ours to judge
             group = self._groups.get(group_id)
             if group is not None and group.state is not None and not group.state.is_terminal:
                 continue

@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from wgstore.events.worker_group import ErrorInfo
+from wgstore.orchestration.decide import PREEMPTED_NOTE
 from wgstore.orchestration.poll_recorder import WorkerObservation, WorkerPoll
 
 __all__ = ["GroupPoller", "health_check_failed", "remote_error_info"]
@@ -106,11 +107,11 @@ class GroupPoller:
                     result: WorkerPoll = ray.get(ref)
                 except Exception as error:  # noqa: BLE001 - the actor died or the call failed
                     info = remote_error_info(error)
+                    detail = f"Worker: {self._names[rank]}\n{info}"
+                    if getattr(error, "preempted", False):  # Ray's RayActorError.preempted
+                        detail += f"\n{PREEMPTED_NOTE}"
                     self._last[rank] = WorkerObservation(
-                        running=False,
-                        error=health_check_failed(
-                            f"Worker: {self._names[rank]}\n{info}", info.traceback
-                        ),
+                        running=False, error=health_check_failed(detail, info.traceback)
                     )
                     continue
                 self._last[rank] = WorkerObservation(

@@ -43,6 +43,13 @@ class TrainContext:
     config: Mapping[str, Any] = field(default_factory=dict)
     resume_checkpoint: str | None = None
 
+    @property
+    def checkpoint(self) -> str | None:
+        """The checkpoint this attempt resumes from (``resume_checkpoint``): the latest one any
+        earlier attempt of the run reported, or ``None`` on a fresh start (Ray Train's
+        ``get_checkpoint()``)."""
+        return self.resume_checkpoint
+
 
 class ReportSink(Protocol):
     """Where a session's reports go: ``append`` returns once report ``index`` is stored."""

@@ -89,6 +89,7 @@ class ControllerTransition:
     group_id: str | None
     at: datetime
     version: int
+    resume_checkpoint: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,6 +224,7 @@ def _controller_state_changed(state: RunState, record: RecordedEvent) -> dict[st
         group_id=event.group_id,
         at=record.recorded_at,
         version=record.version,
+        resume_checkpoint=event.resume_checkpoint,
     )
     return {
         "status": CONTROLLER_TO_RUN_STATUS[event.to_state] or state.status,

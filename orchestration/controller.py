@@ -1,0 +1,407 @@
+"""``RunController``: the thin loop around :func:`~wgstore.orchestration.decide.decide`.
+
+It takes the run's lease, records itself (``ControllerStarted``), then repeats: read the run
+stream and the stream of the run's current worker group, decide, append the run events with
+``expected_version`` = the run's version (a ``ConcurrencyError`` means another controller acted
+first: re-read, decide again, and usually find nothing to do), then the group events (their ids
+are derived, so appending them again is harmless). When a step finds nothing to do it waits for
+the next event (``store.wait_for_new``). It renews the lease every ``lease_s / 3``; a controller
+that cannot renew stops at once (:class:`RunLeaseLostError`) without appending anything more.
+
+Worker groups are carried out by an executor: by default a :class:`RayExecutor` in this process
+scoped to the run (``run_ids={run_id}``), or ``"external"`` when a standalone
+``wgstore executor`` serves the store. Ctrl-C (``KeyboardInterrupt``) in :meth:`RunController.run`
+aborts the run: ``ControllerStateChanged(→ABORTED)`` and ``RunAborted(reason="interrupted")``,
+and the live group is aborted and waited for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Collection
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from wgstore.events import ConcurrencyError, EventStore, NewEvent
+from wgstore.events.leases import acquire_lease, lease_of, release_lease, renew_lease
+from wgstore.events.run import ControllerStarted, ControllerStateChanged, RunAborted
+from wgstore.events.streams import group_stream, run_stream
+from wgstore.events.worker_group import WorkerGroupShutdownRequested
+from wgstore.orchestration.decide import Decision, decide
+from wgstore.orchestration.errors import (
+    RunLeaseHeldError,
+    RunLeaseLostError,
+    RunNotFoundError,
+    WorkerGroupTimeoutError,
+)
+from wgstore.projections.run_state import RunState, evolve_run
+from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
+
+if TYPE_CHECKING:
+    from wgstore.orchestration.executor import RayExecutor
+
+__all__ = ["RunController", "abort_events", "read_run"]
+
+log = logging.getLogger("wgstore.controller")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def read_run(store: EventStore, run_id: str, state: RunState | None = None) -> RunState:
+    """The run's state, folding only what is new after ``state``.
+
+    Raises:
+        RunNotFoundError: no stream ``run-<run_id>``.
+    """
+    start = state.version + 1 if state is not None else 1
+    for record in store.read_stream(run_stream(run_id), from_version=start):
+        state = evolve_run(state, record)
+    if state is None:
+        raise RunNotFoundError(
+            f"no run {run_id!r} in this store (no stream {run_stream(run_id)}); `wgstore groups` "
+            "lists the worker groups with their runs, `wgstore run` starts one"
+        )
+    return state
+
+
+def abort_events(run: RunState, reason: str) -> list[NewEvent]:
+    """The run events that abort ``run``: the controller moves to ABORTED, then ``RunAborted``."""
+    ids = [
+        uuid.uuid5(uuid.NAMESPACE_URL, f"{run.stream_id}:{run.version + n}:abort") for n in (1, 2)
+    ]
+    return [
+        NewEvent(
+            ControllerStateChanged(
+                from_state=run.controller_state,
+                to_state="ABORTED",
+                reason=reason,
+                group_id=run.current_group_id,
+            ),
+            event_id=ids[0],
+        ),
+        NewEvent(RunAborted(reason=reason), event_id=ids[1]),
+    ]
+
+
+class RunController:
+    """Drives one run from its log to the end: lease, decide, append, wait.
+
+    Args:
+        store: the store holding the run (its stream ``run-<run_id>`` must exist).
+        run_id: the run.
+        executor: ``None`` runs a :class:`RayExecutor` in this process for this run's groups
+            (connecting to Ray: ``RAY_ADDRESS`` or a local instance); a ``RayExecutor`` to use
+            (started if it is not); ``"external"`` when another process serves the store.
+        lease_s: the lease length (default: the run's ``lease_s``).
+        on_update: called with the current group's state whenever it changed.
+        extra_sys_path: for the in-process executor (see :class:`RayExecutor`).
+        clock: the wall clock (UTC), for tests.
+    """
+
+    def __init__(
+        self,
+        store: EventStore,
+        run_id: str,
+        *,
+        executor: RayExecutor | Literal["external"] | None = None,
+        lease_s: float | None = None,
+        on_update: Callable[[WorkerGroupState], None] | None = None,
+        extra_sys_path: Collection[str] | None = None,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.controller_id = uuid.uuid4().hex
+        self.on_update = on_update
+        self._clock = clock
+        self._executor_choice = executor
+        self._extra_sys_path = extra_sys_path
+        self._owned: RayExecutor | None = None
+        self._run = read_run(store, run_id)
+        self.lease_s = float(lease_s if lease_s is not None else self._run.lease_s)
+        self._groups: dict[str, WorkerGroupState] = {}
+        self._renew_at = 0.0
+        self._lease_until = 0.0
+        self._started = False
+        self.steps: list[Decision] = []
+        """Every non-empty decision this controller appended, in order (for tests and audit)."""
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def run_state(self) -> RunState:
+        """The run as this controller last read it."""
+        return self._run
+
+    @property
+    def group_state(self) -> WorkerGroupState | None:
+        """The current group as this controller last read it (``None`` before its stream)."""
+        current = self._run.current_group_id
+        return self._groups.get(current) if current else None
+
+    def refresh(self) -> tuple[RunState, WorkerGroupState | None]:
+        """Read what is new in the run stream and the current group's stream."""
+        self._run = read_run(self.store, self.run_id, self._run)
+        current = self._run.current_group_id
+        if current is None:
+            return self._run, None
+        state = self._groups.get(current)
+        changed = False
+        start = state.version + 1 if state is not None else 1
+        for record in self.store.read_stream(group_stream(current), from_version=start):
+            state = evolve(state, record)
+            changed = True
+        if state is not None:
+            self._groups[current] = state
+            if changed and self.on_update is not None:
+                self.on_update(state)
+        return self._run, state
+
+    # ------------------------------------------------------------------ lease
+
+    def _take_lease(self) -> None:
+        if not acquire_lease(self.store, self.run_id, self.controller_id, self.lease_s):
+            lease = lease_of(self.store, self.run_id)
+            holder = lease.holder if lease else "another controller"
+            until = lease.expires_at.isoformat(timespec="seconds") if lease else "soon"
+            raise RunLeaseHeldError(
+                f"run {self.run_id} is held by controller {holder}, whose lease expires at "
+                f"{until}; it is still working on the run. Wait for it to end, or resume the "
+                "run after that time if that controller is gone"
+            )
+        self._leased()
+
+    def _leased(self) -> None:
+        now = time.monotonic()
+        self._renew_at = now + self.lease_s / 3
+        self._lease_until = now + self.lease_s
+
+    def keep_lease(self) -> None:
+        """Renew the lease if a third of it has passed.
+
+        Raises:
+            RunLeaseLostError: the lease could not be renewed (another controller took it).
+        """
+        now = time.monotonic()
+        if now < self._renew_at:
+            return
+        renewed = False
+        with contextlib.suppress(Exception):  # a store hiccup: retried below, within the lease
+            renewed = renew_lease(self.store, self.run_id, self.controller_id, self.lease_s)
+        if renewed:
+            self._leased()
+            return
+        lease = None
+        with contextlib.suppress(Exception):
+            lease = lease_of(self.store, self.run_id)
+        ours = lease is not None and lease.holder == self.controller_id
+        if now < self._lease_until and (ours or (lease is None and self._store_down())):
+            self._renew_at = now + min(1.0, self.lease_s / 10)  # a hiccup: try again soon
+            return
+        raise RunLeaseLostError(
+            f"controller {self.controller_id} lost the lease of run {self.run_id}"
+            + (f" to {lease.holder}" if lease is not None and not ours else "")
+            + "; it stopped without acting further"
+        )
+
+    def _store_down(self) -> bool:
+        try:
+            self.store.head()
+        except Exception:  # noqa: BLE001 - any failure to read means the store is unreachable
+            return True
+        return False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> RunController:
+        """Take the lease, record ``ControllerStarted``, start the executor; returns self.
+
+        Raises:
+            RunLeaseHeldError: another live controller holds the run.
+        """
+        if self._started:
+            return self
+        run = self._run
+        if run.ended:
+            self._started = True
+            return self
+        self._take_lease()
+        try:
+            while True:
+                run = self._run = read_run(self.store, self.run_id, self._run)
+                if run.ended:
+                    break
+                started = ControllerStarted(
+                    controller_id=self.controller_id,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    resumed=bool(run.controllers),
+                )
+                try:
+                    self.store.append(run.stream_id, [started], expected_version=run.version)
+                    break
+                except ConcurrencyError:
+                    continue
+            if not self._run.ended:
+                self._start_executor()
+        except BaseException:
+            release_lease(self.store, self.run_id, self.controller_id)
+            raise
+        self._started = True
+        return self
+
+    def _start_executor(self) -> None:
+        choice = self._executor_choice
+        if choice == "external":
+            return
+        if choice is None:
+            from wgstore.orchestration.executor import RayExecutor
+
+            resumed = bool(self._run.controllers) or bool(self._run.groups)  # before ours
+            self._owned = RayExecutor(
+                self.store,
+                run_ids={self.run_id},
+                from_position=0 if resumed else self.store.head(),
+                extra_sys_path=self._extra_sys_path,
+            ).start()
+        else:
+            choice.start()
+
+    def close(self) -> None:
+        """Stop the executor this controller started and give up the lease."""
+        if self._owned is not None:
+            self._owned.stop()
+            self._owned = None
+        if self._started:
+            with contextlib.suppress(Exception):
+                release_lease(self.store, self.run_id, self.controller_id)
+
+    def __enter__(self) -> RunController:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ the loop
+
+    def step(self) -> Decision:
+        """Read, decide, append once; returns what was appended (empty: nothing, or another
+        controller acted first)."""
+        run, group = self.refresh()
+        decision = decide(run, group, self._clock())
+        if decision.empty:
+            return decision
+        if decision.run_events:
+            try:
+                self.store.append(
+                    run.stream_id, list(decision.run_events), expected_version=run.version
+                )
+            except ConcurrencyError:
+                log.info(
+                    "run %s moved under controller %s: re-reading", run.run_id, self.controller_id
+                )
+                return Decision()
+        if decision.group_events and decision.group_id is not None:
+            options: dict[str, Any] = {}
+            if decision.group_expected_version is not None:
+                options["expected_version"] = decision.group_expected_version
+            self.store.append(
+                group_stream(decision.group_id), list(decision.group_events), **options
+            )
+        self.steps.append(decision)
+        return decision
+
+    def run(self, timeout_s: float | None = None) -> RunState:
+        """Drive the run until it ends; returns its final state.
+
+        Ctrl-C aborts the run (see :meth:`abort`) and re-raises ``KeyboardInterrupt``.
+
+        Raises:
+            RunLeaseHeldError: another live controller holds the run.
+            RunLeaseLostError: the lease was lost while working.
+            WorkerGroupTimeoutError: the run did not end within ``timeout_s``.
+        """
+        self.start()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            while not self._run.ended:
+                self.keep_lease()
+                head = self.store.head()
+                decision = self.step()
+                if self._run.ended or not decision.empty:
+                    continue
+                self.refresh()
+                if self._run.ended:
+                    break
+                wait_s = max(0.01, self._renew_at - time.monotonic())
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise WorkerGroupTimeoutError(
+                            f"run {self.run_id} did not end within {timeout_s}s (controller "
+                            f"state {self._run.controller_state}); it goes on: resume it with "
+                            f"`wgstore run --resume {self.run_id}`"
+                        )
+                    wait_s = min(wait_s, remaining)
+                self.store.wait_for_new(head, wait_s)
+            self.refresh()
+        except KeyboardInterrupt:
+            self.abort("interrupted")
+            raise
+        return self._run
+
+    def abort(self, reason: str, *, timeout_s: float = 120.0) -> RunState:
+        """End the run as aborted and abort its live group; returns the run's final state."""
+        while True:
+            run, group = self.refresh()
+            if run.ended:
+                break
+            try:
+                self.store.append(
+                    run.stream_id, abort_events(run, reason), expected_version=run.version
+                )
+            except ConcurrencyError:
+                continue
+        self._run, group = self.refresh()
+        if group is not None and group.status in (
+            WorkerGroupStatus.REQUESTED,
+            WorkerGroupStatus.STARTING,
+            WorkerGroupStatus.RUNNING,
+        ):
+            self.store.append(
+                group.stream_id, [WorkerGroupShutdownRequested(reason=reason, abort=True)]
+            )
+        if group is not None:
+            try:
+                self.wait_group_ended(timeout_s)
+            except WorkerGroupTimeoutError:
+                log.warning(
+                    "run %s aborted; its group %s is not shut down yet (is an executor running?)",
+                    self.run_id,
+                    group.group_id,
+                )
+        return self._run
+
+    def wait_group_ended(self, timeout_s: float) -> WorkerGroupState | None:
+        """Wait until the current group (if any) is shut down or failed to start."""
+        from wgstore.orchestration.worker_group import follow_group
+
+        current = self._run.current_group_id
+        if current is None or not self.store.stream_version(group_stream(current)):
+            return None
+        state = follow_group(
+            self.store,
+            self._groups.get(current),
+            current,
+            lambda s: s.status.is_terminal,
+            timeout_s=timeout_s,
+        )
+        self._groups[current] = state
+        return state

@@ -1,0 +1,474 @@
+"""The run controller's decisions, as a pure function: ``decide(run, group, now) -> Decision``.
+
+No I/O, no clock of its own, no Ray. The controller loop (:mod:`wgstore.orchestration.controller`)
+reads the run stream and the stream of the run's current worker group, calls :func:`decide`, and
+appends what it returns; then it waits for the log to move and calls it again. One call makes
+one step (Ray Train's ``_step``); a step that finds nothing to do returns an empty decision.
+
+States and steps (Ray Train 2.60's controller state names)::
+
+    INITIALIZING ──► SCHEDULING (attempt 1 requested)
+    (RE)SCHEDULING ─► RUNNING          once the attempt's training launched
+                   └► RESTARTING / SHUTTING_DOWN   its start failed (FailureDecisionMade)
+    RUNNING ──► SHUTTING_DOWN (every worker finished: the group is shut down)
+            └─► RESTARTING  (a worker failed, budget left: RETRY, the group is shut down)
+            └─► SHUTTING_DOWN (a worker failed, budget exhausted: RAISE)
+    RESTARTING ─► RESCHEDULING (the failed attempt released: next attempt requested, from the
+                  latest checkpoint any attempt reported)
+    SHUTTING_DOWN ─► FINISHED + RunFinished, or ERRORED + RunErrored (every failed rank's error:
+                     those the decision saw and those the shutdown's last poll found)
+
+Decisions worth knowing:
+
+- Ids are derived, never random: an attempt's group id from (run id, attempt), every event id
+  from the run's stream version and the event's place in the batch, or from the group and what
+  the event asks. Deciding again on the same log gives the same events with the same ids, so a
+  controller restarted after a crash between its two appends (run stream, then group stream)
+  re-issues the group event with its old id (the store takes it once), and two controllers on
+  one run cannot both act (the second's run append fails with ``ConcurrencyError``).
+- The group stream may not exist yet (``group`` is ``None``): the run stream names the attempt
+  (``ControllerStateChanged.group_id``, with the checkpoint it starts from), so its start request
+  is re-issued from the run stream alone.
+- Failures are counted as Ray Train 2.60's ``DefaultFailurePolicy`` counts them, one counter
+  per kind (:data:`~wgstore.events.run.FAILURE_KINDS`): a running group whose workers erred or
+  died is a ``worker_group`` failure against ``max_failures``; if any failed worker died because
+  its node was preempted (Ray's ``RayActorError.preempted``, recorded by the poller as
+  :data:`PREEMPTED_NOTE` in the health-check error) it is a ``preemption`` failure against
+  ``max_preemption_failures`` instead; a failed start is a ``start`` failure against
+  ``controller_failure_limit`` when Ray would retry it (a placement group timeout, a worker or
+  the executor lost while starting) and RAISE at once otherwise (the train function cannot be
+  loaded or launched, the cluster can never fit the group). ``failures_so_far`` counts the
+  failures of that kind including this one; RETRY while it is within the limit (-1: unlimited).
+- A group shut down under a running controller by someone else (not finished, no worker error)
+  is a ``worker_group`` failure: the controller did not ask for it and cannot tell why.
+- wgstore's ``WorkerGroupCallback`` errors never fail a start (they are recorded as
+  ``CallbackFailed`` and the group goes on), so unlike Ray they are not a RAISE here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from wgstore.events import NO_STREAM, NewEvent
+from wgstore.events.run import (
+    ControllerStateChanged,
+    FailureDecisionMade,
+    RankError,
+    RunErrored,
+    RunFinished,
+)
+from wgstore.events.streams import run_stream
+from wgstore.events.worker_group import (
+    ErrorInfo,
+    StartStage,
+    WorkerGroupShutdownRequested,
+    WorkerGroupStartRequested,
+)
+from wgstore.projections.run_state import RunState
+from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
+
+__all__ = [
+    "CONTROLLER_NAMESPACE",
+    "PREEMPTED_NOTE",
+    "Decision",
+    "FailureVerdict",
+    "attempt_group_id",
+    "classify_failure",
+    "decide",
+    "is_preemption",
+    "is_retryable_start_failure",
+    "latest_checkpoint",
+]
+
+CONTROLLER_NAMESPACE = uuid.UUID("0c7a4f0e-2d8b-4b7e-9a1f-5e3c6d2b8a40")
+"""The uuid5 namespace of the controller's group ids and event ids."""
+
+PREEMPTED_NOTE = "The actor's node was preempted."
+"""The line the poller adds to a worker's health-check error when Ray says its actor died
+because its node was preempted (``RayActorError.preempted``)."""
+
+_NOT_RETRYABLE_START_ERRORS = frozenset(
+    {
+        "TrainFnError",
+        "InsufficientClusterResourcesError",
+        "ImportError",
+        "ModuleNotFoundError",
+        "AttributeError",
+        "TypeError",
+        "ValueError",
+        "FailpointError",
+    }
+)
+"""Start errors that a new attempt would meet again (Ray raises these at once)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one step of the controller appends.
+
+    ``run_events`` go to the run stream with ``expected_version`` = the run's version;
+    ``group_events`` to the stream of ``group_id`` with ``group_expected_version`` (``NO_STREAM``
+    for a start request, otherwise ``None``: any version, the ids make it idempotent).
+    ``to_state`` is the controller state after the run events (``None``: unchanged).
+    """
+
+    run_events: tuple[NewEvent, ...] = ()
+    group_id: str | None = None
+    group_events: tuple[NewEvent, ...] = ()
+    group_expected_version: Any = None
+    to_state: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        """True when there is nothing to append."""
+        return not self.run_events and not self.group_events
+
+
+@dataclass(frozen=True, slots=True)
+class FailureVerdict:
+    """How the failure policy answers one failure (before it is recorded)."""
+
+    kind: str
+    decision: str
+    failures_so_far: int
+    limit: int
+    reason: str
+    errors: tuple[RankError, ...]
+
+
+def attempt_group_id(run_id: str, attempt: int) -> str:
+    """The group id of attempt ``attempt`` of run ``run_id``: 16 hex digits, the same every time."""
+    return uuid.uuid5(CONTROLLER_NAMESPACE, f"{run_id}:attempt:{attempt}").hex[:16]
+
+
+def _group_event_id(group_id: str, what: str) -> uuid.UUID:
+    return uuid.uuid5(CONTROLLER_NAMESPACE, f"{group_id}:{what}")
+
+
+def _run_event_ids(run: RunState, events: list[Any]) -> tuple[NewEvent, ...]:
+    return tuple(
+        NewEvent(
+            event,
+            event_id=uuid.uuid5(
+                CONTROLLER_NAMESPACE,
+                f"{run_stream(run.run_id)}:{run.version + index + 1}:{type(event).__name__}",
+            ),
+        )
+        for index, event in enumerate(events)
+    )
+
+
+def is_preemption(error: ErrorInfo) -> bool:
+    """True when a worker's error says its node was preempted (see :data:`PREEMPTED_NOTE`)."""
+    return error.is_health_check_error and PREEMPTED_NOTE in error.message
+
+
+def is_retryable_start_failure(stage: StartStage, error: ErrorInfo) -> bool:
+    """True for a failed start Ray Train would retry (``WorkerGroupStartupFailedError`` /
+    ``WorkerGroupStartupTimeoutError``): a placement group timeout, or a worker, the sync actor
+    or the executor lost while starting. Launching (user code) and errors a retry would meet
+    again (the train function cannot be loaded, the cluster can never fit the group) are not."""
+    if stage is StartStage.LAUNCH or error.type in _NOT_RETRYABLE_START_ERRORS:
+        return False
+    if stage is StartStage.PLACEMENT_GROUP:
+        return error.type in ("PlacementGroupTimeoutError", "ExecutorLostError", "GetTimeoutError")
+    return True
+
+
+def latest_checkpoint(group: WorkerGroupState) -> str | None:
+    """The latest checkpoint of any attempt up to ``group``: its own latest report's, else the one
+    it started from (which was the latest before it)."""
+    checkpoint: str | None = group.latest_checkpoint or group.context.resume_checkpoint
+    return checkpoint
+
+
+def _verdict(run: RunState, kind: str, retryable: bool, reason: str, errors: Any) -> FailureVerdict:
+    count = run.failures_of(kind) + 1
+    limit = run.failure_config.limit_of(kind)
+    retry = retryable and (limit == -1 or count <= limit)
+    if not retryable:
+        why = f"{reason}; not retryable"
+    else:
+        budget = "unlimited" if limit == -1 else str(limit)
+        why = f"{reason}; {kind} failure {count} of {budget}"
+    return FailureVerdict(
+        kind=kind,
+        decision="RETRY" if retry else "RAISE",
+        failures_so_far=count,
+        limit=limit,
+        reason=why,
+        errors=tuple(errors),
+    )
+
+
+def classify_failure(run: RunState, group: WorkerGroupState) -> FailureVerdict | None:
+    """The failure policy's answer to what ``group`` shows, or ``None`` when it did not fail."""
+    if group.status is WorkerGroupStatus.START_FAILED:
+        failure = group.start_failure
+        assert failure is not None
+        retryable = is_retryable_start_failure(failure.stage, failure.error)
+        reason = f"the start failed at {failure.stage.value}: {failure.error}"
+        return _verdict(
+            run, "start", retryable, reason, [RankError(world_rank=-1, error=failure.error)]
+        )
+    errors = group.errors
+    if errors:
+        ranked = [RankError(world_rank=rank, error=errors[rank]) for rank in sorted(errors)]
+        kind = "preemption" if any(is_preemption(e) for e in errors.values()) else "worker_group"
+        first = min(errors)
+        what = "rank" if len(errors) == 1 else "ranks"
+        ranks = ",".join(str(rank) for rank in sorted(errors))
+        reason = f"{what} {ranks} failed: {errors[first].type}"
+        return _verdict(run, kind, True, reason, ranked)
+    status = group.poll_status
+    if status is not None and status.finished:
+        return None
+    if group.status in (WorkerGroupStatus.SHUTTING_DOWN, WorkerGroupStatus.SHUT_DOWN):
+        error = ErrorInfo(
+            type="WorkerGroupShutDown",
+            message=(
+                f"worker group {group.group_id} was shut down outside the controller "
+                f"({group.shutdown_reason or 'no reason given'})"
+            ),
+        )
+        return _verdict(
+            run, "worker_group", True, str(error), [RankError(world_rank=-1, error=error)]
+        )
+    return None
+
+
+def _transition(
+    run: RunState,
+    to_state: str,
+    reason: str,
+    group_id: str | None,
+    resume_checkpoint: str | None = None,
+) -> ControllerStateChanged:
+    return ControllerStateChanged(
+        from_state=run.controller_state,
+        to_state=to_state,
+        reason=reason,
+        group_id=group_id,
+        resume_checkpoint=resume_checkpoint,
+    )
+
+
+def _start_request(
+    run: RunState, group_id: str, attempt: int, checkpoint: str | None
+) -> tuple[NewEvent, ...]:
+    context = run.context
+    assert context is not None
+    if checkpoint != context.resume_checkpoint:
+        context = replace(context, resume_checkpoint=checkpoint)
+    event = WorkerGroupStartRequested(
+        group_id=group_id, run_id=run.run_id, attempt=attempt, context=context
+    )
+    return (NewEvent(event, event_id=_group_event_id(group_id, "start")),)
+
+
+def _shutdown_request(group_id: str, reason: str) -> tuple[NewEvent, ...]:
+    event = WorkerGroupShutdownRequested(reason=reason)
+    return (NewEvent(event, event_id=_group_event_id(group_id, "shutdown")),)
+
+
+def _schedule(
+    run: RunState, to_state: str, attempt: int, checkpoint: str | None, why: str
+) -> Decision:
+    group_id = attempt_group_id(run.run_id, attempt)
+    moved = _transition(run, to_state, why, group_id, checkpoint)
+    return Decision(
+        run_events=_run_event_ids(run, [moved]),
+        group_id=group_id,
+        group_events=_start_request(run, group_id, attempt, checkpoint),
+        group_expected_version=NO_STREAM,
+        to_state=to_state,
+    )
+
+
+def _scheduled_checkpoint(run: RunState, group_id: str) -> str | None:
+    for transition in reversed(run.transitions):
+        if transition.group_id == group_id and transition.to_state in (
+            "SCHEDULING",
+            "RESCHEDULING",
+        ):
+            scheduled: str | None = transition.resume_checkpoint
+            return scheduled
+    assert run.context is not None
+    initial: str | None = run.context.resume_checkpoint
+    return initial
+
+
+def _on_failure(run: RunState, group: WorkerGroupState, verdict: FailureVerdict) -> Decision:
+    decided = FailureDecisionMade(
+        decision=verdict.decision,
+        group_id=group.group_id,
+        reason=verdict.reason,
+        failures_so_far=verdict.failures_so_far,
+        failure_kind=verdict.kind,
+        limit=verdict.limit,
+        errors=verdict.errors,
+    )
+    to_state = "RESTARTING" if verdict.decision == "RETRY" else "SHUTTING_DOWN"
+    moved = _transition(run, to_state, verdict.reason, group.group_id)
+    shutdown: tuple[NewEvent, ...] = ()
+    if group.status is WorkerGroupStatus.RUNNING:
+        shutdown = _shutdown_request(group.group_id, f"{verdict.kind} failure")
+    return Decision(
+        run_events=_run_event_ids(run, [decided, moved]),
+        group_id=group.group_id,
+        group_events=shutdown,
+        to_state=to_state,
+    )
+
+
+def _raised(run: RunState, group_id: str) -> tuple[RankError, ...] | None:
+    for decision in reversed(run.decisions):
+        if decision.group_id == group_id:
+            return decision.errors if decision.decision == "RAISE" else None
+    return None
+
+
+def _end(run: RunState, group: WorkerGroupState) -> Decision:
+    errors = _raised(run, group.group_id)
+    if errors is None:
+        events: list[Any] = [
+            _transition(run, "FINISHED", "training finished", group.group_id),
+            RunFinished(group_id=group.group_id),
+        ]
+        to_state = "FINISHED"
+    else:
+        # every failed rank: those the decision saw, and those the shutdown's last poll found
+        by_rank = {e.world_rank: e for e in errors}
+        by_rank.update(
+            {rank: RankError(world_rank=rank, error=error) for rank, error in group.errors.items()}
+        )
+        errors = tuple(by_rank[rank] for rank in sorted(by_rank))
+        first = errors[0].error if errors else ErrorInfo(type="RunErrored", message="")
+        events = [
+            _transition(run, "ERRORED", "the failure policy raised", group.group_id),
+            RunErrored(error=first, group_id=group.group_id, errors=errors),
+        ]
+        to_state = "ERRORED"
+    return Decision(run_events=_run_event_ids(run, events), to_state=to_state)
+
+
+def _shutdown_reason(run: RunState, group_id: str) -> str:
+    for decision in reversed(run.decisions):
+        if decision.group_id == group_id:
+            return f"{decision.failure_kind} failure"
+    return "finished"
+
+
+def _reissue_shutdown(run: RunState, group: WorkerGroupState) -> Decision:
+    """Wait for the group's shutdown; ask for it again (same id, same reason) if the controller
+    died after its run append and before the group got the request."""
+    if group.status in (
+        WorkerGroupStatus.REQUESTED,
+        WorkerGroupStatus.STARTING,
+        WorkerGroupStatus.RUNNING,
+    ):
+        reason = _shutdown_reason(run, group.group_id)
+        return Decision(
+            group_id=group.group_id, group_events=_shutdown_request(group.group_id, reason)
+        )
+    return Decision()  # shutting down: wait for the executor
+
+
+def decide(run: RunState, group: WorkerGroupState | None, now: datetime) -> Decision:
+    """One step of the run controller: what to append, given the log.
+
+    Args:
+        run: the run's state, folded from its stream.
+        group: the state of the run's current worker group (``run.current_group_id``), or
+            ``None`` when it has none yet or its stream does not exist yet.
+        now: the caller's clock (UTC). No rule depends on it today; it is part of the contract
+            so timeouts can be decided here without a clock of the function's own.
+
+    Returns:
+        A :class:`Decision`; empty when the controller must wait for the log to move.
+
+    Raises:
+        ValueError: the run was not made by a wgstore controller (no ``context``), or ``group``
+            is not the run's current group.
+    """
+    del now  # see Args
+    if run.ended:
+        return Decision()
+    if run.context is None:
+        raise ValueError(
+            f"run {run.run_id!r} has no worker-group context (recorded from Ray Train?); a "
+            "wgstore controller can only drive runs it created"
+        )
+    current = run.current_group_id
+    if group is not None and group.group_id != current:
+        raise ValueError(
+            f"group {group.group_id!r} is not the current group {current!r} of the run"
+        )
+    state = run.controller_state
+    if state == "INITIALIZING":
+        return _schedule(run, "SCHEDULING", 1, run.context.resume_checkpoint, "attempt 1")
+    if current is None:
+        raise ValueError(f"run {run.run_id!r} is {state} but names no worker group")
+    if state in ("SCHEDULING", "RESCHEDULING"):
+        if group is None:
+            attempt = run.groups.index(current) + 1
+            checkpoint = _scheduled_checkpoint(run, current)
+            return Decision(
+                group_id=current,
+                group_events=_start_request(run, current, attempt, checkpoint),
+                group_expected_version=NO_STREAM,
+            )
+        if group.status is WorkerGroupStatus.RUNNING and group.training_launched:
+            moved = _transition(
+                run, "RUNNING", f"training launched on attempt {group.attempt}", current
+            )
+            return Decision(run_events=_run_event_ids(run, [moved]), to_state="RUNNING")
+        if group.status in (
+            WorkerGroupStatus.START_FAILED,
+            WorkerGroupStatus.SHUTTING_DOWN,
+            WorkerGroupStatus.SHUT_DOWN,
+        ):
+            verdict = classify_failure(run, group)
+            if group.status is not WorkerGroupStatus.START_FAILED or verdict is None:
+                why = f"the group was shut down while starting ({group.shutdown_reason})"
+                error = ErrorInfo(type="StartAborted", message=why)
+                verdict = _verdict(run, "start", True, why, [RankError(world_rank=-1, error=error)])
+            return _on_failure(run, group, verdict)
+        return Decision()  # starting: wait
+    if group is None:
+        raise ValueError(
+            f"run {run.run_id!r} is {state} but the stream of its group {current!r} is missing"
+        )
+    if state == "RUNNING":
+        verdict = classify_failure(run, group)
+        if verdict is not None:
+            return _on_failure(run, group, verdict)
+        status = group.poll_status
+        if status is not None and status.finished:
+            moved = _transition(run, "SHUTTING_DOWN", "every worker finished", current)
+            return Decision(
+                run_events=_run_event_ids(run, [moved]),
+                group_id=current,
+                group_events=(
+                    _shutdown_request(current, "finished")
+                    if group.status is WorkerGroupStatus.RUNNING
+                    else ()
+                ),
+                to_state="SHUTTING_DOWN",
+            )
+        return Decision()
+    if state == "RESTARTING":
+        if not group.status.is_terminal:
+            return _reissue_shutdown(run, group)
+        attempt = group.attempt + 1
+        checkpoint = latest_checkpoint(group)
+        why = f"attempt {attempt}" + (f" from {checkpoint}" if checkpoint else "")
+        return _schedule(run, "RESCHEDULING", attempt, checkpoint, why)
+    if state == "SHUTTING_DOWN":
+        if not group.status.is_terminal:
+            return _reissue_shutdown(run, group)
+        return _end(run, group)
+    raise ValueError(f"unexpected controller state {state!r} of run {run.run_id!r}")

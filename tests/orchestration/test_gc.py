@@ -1,0 +1,126 @@
+"""``collect_garbage`` and ``wgstore gc`` on a real store (SQLite and Postgres), without Ray.
+
+Runs whose group never started or already ended need no executor; a live group with nobody to
+release it shows that gc records nothing it could not carry out. The release of a live group on
+Ray is in ``test_controller_ray.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from typer.testing import CliRunner
+
+from tests.orchestration.decide_sim import World
+from tests.orchestration.test_controller import StoreLog, _create
+from wgstore.cli.app import app
+from wgstore.events.leases import acquire_lease, lease_of
+from wgstore.events.run import RunCreated
+from wgstore.events.streams import group_stream, run_stream
+from wgstore.orchestration.controller import RunController, read_run
+from wgstore.orchestration.decide import attempt_group_id, decide
+from wgstore.orchestration.gc import collect_garbage, orphaned_runs
+from wgstore.projections.state import project_worker_group
+
+LATER = datetime.now(UTC) + timedelta(minutes=10)  # every 30 s lease made now has expired
+
+
+def _abandoned(
+    store: Any, run_id: str, *, group_events: bool, lease_s: float = 30.0
+) -> RunController:
+    """A run whose controller took it, decided attempt 1 and died (its lease left to expire)."""
+    _create(store, run_id, lease_s=lease_s)
+    controller = RunController(store, run_id, executor="external").start()
+    run = read_run(store, run_id)
+    decision = decide(run, None, datetime.now(UTC))
+    store.append(run.stream_id, list(decision.run_events), expected_version=run.version)
+    if group_events:
+        store.append(group_stream(decision.group_id), list(decision.group_events))  # type: ignore[arg-type]
+    return controller
+
+
+def test_a_run_whose_controller_holds_its_lease_is_never_touched(store: Any) -> None:
+    _abandoned(store, "r1", group_events=False)
+    version = store.stream_version(run_stream("r1"))
+    assert orphaned_runs(store) == []
+    assert collect_garbage(store) == []
+    assert store.stream_version(run_stream("r1")) == version
+
+
+def test_an_orphaned_run_is_aborted_and_its_lease_given_up(store: Any) -> None:
+    controller = _abandoned(store, "r1", group_events=False)
+    ((run, expired),) = orphaned_runs(store, now=LATER)
+    assert run.run_id == "r1" and expired is not None and expired < LATER
+    (dry,) = collect_garbage(store, dry_run=True, now=LATER)
+    assert (dry.action, dry.group_id, dry.group_status) == (
+        "would abort",
+        attempt_group_id("r1", 1),
+        None,  # the controller died before requesting the group: nothing on Ray
+    )
+    assert not read_run(store, "r1").ended
+    (outcome,) = collect_garbage(store, now=LATER)
+    assert outcome.action == "aborted"
+    run = read_run(store, "r1")
+    assert (run.status.value, run.abort_reason, run.controller_state) == (
+        "ABORTED",
+        "controller lost",
+        "ABORTED",
+    )
+    assert lease_of(store, "r1") is None
+    assert orphaned_runs(store, now=LATER) == []
+    assert controller.run_state.run_id == "r1"
+    assert read_run(store, "r1").controllers[0].controller_id == controller.controller_id
+
+
+def test_a_run_another_gc_holds_is_skipped(store: Any) -> None:
+    _abandoned(store, "r1", group_events=False)
+    assert acquire_lease(store, "r1", "gc-someone", 60.0, now=LATER)
+    outcomes = collect_garbage(store, now=LATER + timedelta(seconds=1))
+    assert outcomes == []  # held (by gc elsewhere): not orphaned
+
+
+def test_a_live_group_nobody_releases_is_left_unrecorded(store: Any) -> None:
+    _abandoned(store, "r1", group_events=True)
+    World(StoreLog(store)).start(  # type: ignore[arg-type]
+        project_worker_group(store.read_stream(group_stream(attempt_group_id("r1", 1))))
+    )
+    started = time.monotonic()
+    (outcome,) = collect_garbage(store, executor="external", now=LATER, timeout_s=0.5)
+    assert time.monotonic() - started < 10
+    assert outcome.action == "not released"
+    assert outcome.group_status == "RUNNING"
+    assert not read_run(store, "r1").ended  # nothing recorded: gc can run again
+    assert lease_of(store, "r1") is None  # gc gave its lease up
+    group = project_worker_group(store.read_stream(group_stream(attempt_group_id("r1", 1))))
+    assert (group.status.value, group.shutdown_reason) == ("SHUTTING_DOWN", "controller lost")
+
+
+def test_runs_that_ended_or_came_from_ray_train_are_not_orphaned(store: Any) -> None:
+    store.append(run_stream("ray"), [RunCreated(run_id="ray")])
+    _create(store, "never")  # no controller ever took it
+    assert orphaned_runs(store, now=LATER) == []
+
+
+def test_the_gc_command_lists_with_json_and_aborts(store_url: str, store: Any) -> None:
+    _abandoned(store, "r1", group_events=False, lease_s=1.0)
+    runner = CliRunner()
+    live = runner.invoke(app, ["gc", "--url", store_url, "--dry-run"], catch_exceptions=False)
+    assert (live.exit_code, live.stdout.strip()) == (0, "no orphaned runs")  # lease still live
+    lease = lease_of(store, "r1")
+    assert lease is not None
+    deadline = time.monotonic() + 30
+    while not lease.expired():  # the 1 s lease of the dead controller
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    listed = runner.invoke(
+        app, ["gc", "--url", store_url, "--dry-run", "--json"], catch_exceptions=False
+    )
+    assert listed.exit_code == 0, listed.stdout
+    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert (row["run_id"], row["action"]) == ("r1", "would abort")
+    done = runner.invoke(app, ["gc", "--url", store_url], catch_exceptions=False)
+    assert done.exit_code == 0, done.stdout
+    assert "aborted" in done.stdout
