@@ -34,6 +34,7 @@ from wgstore.events.schema import READ_MODEL_TABLES, wg_events, wg_worker_groups
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream, run_stream
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import (
+    PROJECTED_STREAMS,
     READ_MODELS_SUBSCRIPTION,
     apply_read_model_batch,
     read_model_rows,
@@ -456,7 +457,7 @@ def read_model_problems(store: EventStore) -> tuple[list[str], int]:
         try:
             with scratch.engine.begin() as connection:
                 batch: list[Any] = []
-                for record in store.read_all(streams=GROUP_STREAM_PREFIX):
+                for record in store.read_all(streams=PROJECTED_STREAMS):
                     if record.position > checkpoint:
                         break
                     batch.append(record)
