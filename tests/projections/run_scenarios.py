@@ -78,7 +78,7 @@ class Run:
         else:
             stream.polled(stopped(0), stopped(1), unchanged=2)
         stream.shutdown_requested("failure" if fail else "done").shut_down()
-        append_stream(self.store, stream)
+        append_stream(self.store, stream, one_by_one=True)  # each event its own time
         return stream
 
     def decided(self, decision: str, group_id: str, failures: int, limit: int) -> Run:
