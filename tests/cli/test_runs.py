@@ -159,3 +159,17 @@ def test_bad_listing_options_exit_2(cli: Any, sqlite_url: str) -> None:
     assert mixed.exit_code == 2 and "filter the listing" in mixed.stderr
     empty = cli("runs", "--url", sqlite_url)
     assert (empty.exit_code, empty.stdout.strip()) == (0, "no runs in the log")
+
+
+def test_the_sql_reader_reads_the_run_read_models(cli: Any, runs_url: str) -> None:
+    result = cli(
+        "sql",
+        "SELECT r.run_id, d.decision FROM wg_runs AS r "
+        "JOIN wg_run_decisions AS d ON d.run_id = r.run_id ORDER BY r.run_id, d.stream_version",
+        "--url",
+        runs_url,
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    rows = [(r["run_id"], r["decision"]) for r in _json_lines(result.stdout)]
+    assert rows == [("err", "RETRY"), ("err", "RAISE"), ("fin", "RETRY")]
