@@ -591,10 +591,13 @@ def _apply_runs(
         if known is not None and known.projection_error is not None:
             continue  # refused earlier: left out until a rebuild
         new = runs.get(run_id, [])
-        if not new and known is None:
+        if new:
+            first = new[0].version
+        elif known is not None:
+            first = known.stream_version + 1  # only its groups changed: the stream as it was
+        else:
             continue  # a group of a run with no run stream (yet)
         stream_id = run_stream(run_id)
-        first = new[0].version if new else known.stream_version + 1
         earlier = list(store.read_stream(stream_id, to_version=first - 1)) if first > 1 else []
         records = earlier + new
         if not isinstance(records[0].event, RunCreated):
