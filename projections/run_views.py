@@ -86,8 +86,6 @@ def _summary(row: Mapping[str, Any], lease: Lease | None, now: datetime) -> dict
     summary["error"] = (
         f"{row['error_type']}: {row['error_message']}" if row.get("error_type") else None
     )
-    if row.get("projection_error"):
-        summary["error"] = row["projection_error"]
     summary["orphaned"] = orphaned(
         bool(row.get("needs_controller")), None if lease is None else lease.expires_at, now
     )
@@ -155,7 +153,12 @@ def summaries_from_read_models(store: EventStore, now: datetime) -> list[dict[st
         rows = [dict(row) for row in connection.execute(sa.select(wg_runs)).mappings()]
         connection.rollback()
     held = leases(store)
-    return [_summary(row, held.get(row["run_id"]), now) for row in rows]
+    return [
+        _unreadable(row["run_id"], row["projection_error"])
+        if row["projection_error"] is not None
+        else _summary(row, held.get(row["run_id"]), now)
+        for row in rows
+    ]
 
 
 def run_summaries(
