@@ -50,6 +50,8 @@ def status_command(url: UrlOption = DEFAULT_URL) -> None:
     console.print(table)
     for group_id, error in status.broken:
         console.print(Text(f"refused: group {group_id}: {error}", style="red"))
+    for run_id, error in status.broken_runs:
+        console.print(Text(f"refused: run {run_id}: {error}", style="red"))
 
 
 def _with_progress(store: EventStore, label: str, work: Callable[[], int]) -> int:

@@ -28,7 +28,7 @@ from wgstore.projections.run_rows import (
 )
 from wgstore.projections.run_state import is_orphaned, project_run
 from wgstore.projections.run_views import run_summaries
-from wgstore.projections.views import read_model_problems
+from wgstore.projections.views import read_model_problems, read_model_status
 
 OTHER_PROGRAM = EventRegistry()
 
@@ -186,6 +186,8 @@ def test_a_run_stream_the_fold_refuses_keeps_its_last_good_state(store: Any) -> 
     row = _rows(store, wg_runs, "bad")[0]
     assert row["status"] == "FINISHED"
     assert "already ended" in row["projection_error"]
+    (refused,) = read_model_status(store).broken_runs
+    assert refused[0] == "bad" and "already ended" in refused[1]
     from_read_model = run_summaries(store)
     (bad,) = from_read_model
     assert bad["status"] == "UNREADABLE" and "already ended" in bad["error"]
@@ -205,3 +207,17 @@ def test_a_rebuild_gives_the_same_rows_as_catching_up_event_by_event(store: Any)
     with store.engine.connect() as connection:
         rebuilt = read_model_rows(connection)
     assert {k: len(v) for k, v in rebuilt.items()} == {k: len(v) for k, v in caught_up.items()}
+
+
+def test_a_ray_train_run_finds_its_attempts_by_run_id_when_no_transition_names_them(
+    store: Any,
+) -> None:
+    run = scenarios.Run(store, "rt", context=None, ray=scenarios.RAY_FIELDS)
+    run.to("SCHEDULING").to("RUNNING")  # Ray's controller states, no group named
+    run.group("rt-g1", checkpoint="/ckpt/rt/1")
+    catch_up_read_models(store)
+    row = _rows(store, wg_runs, "rt")[0]
+    assert (row["source"], row["attempts"], row["current_group_id"]) == ("ray_train", 1, "rt-g1")
+    assert row["latest_checkpoint"] == "/ckpt/rt/1"
+    assert row["num_workers"] is None  # no scaling config recorded
+    assert row == _expected(store, run)[0]
