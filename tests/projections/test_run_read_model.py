@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import run_scenarios as scenarios
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from wgstore.events import EventRegistry, EventStore, UnknownEvent, event_type
 from wgstore.events.run import RunAborted, RunFinished
@@ -221,3 +223,24 @@ def test_a_ray_train_run_finds_its_attempts_by_run_id_when_no_transition_names_t
     assert row["latest_checkpoint"] == "/ckpt/rt/1"
     assert row["num_workers"] is None  # no scaling config recorded
     assert row == _expected(store, run)[0]
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    chosen=st.lists(st.sampled_from(scenarios.ALL), min_size=1, max_size=3, unique=True),
+    batch_size=st.integers(1, 40),
+)
+def test_any_batch_boundaries_give_the_rows_of_the_folds(
+    tmp_path_factory: pytest.TempPathFactory, chosen: list[Any], batch_size: int
+) -> None:
+    """SQLite only (a fresh file per example): where batches end never changes a run's rows."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('runs') / 'wgstore.db'}"
+    with EventStore.open(url) as store:
+        runs = [scenario(store) for scenario in chosen]
+        catch_up_read_models(store, batch_size=batch_size)
+        for run in runs:
+            expected, decisions = _expected(store, run)
+            assert _rows(store, wg_runs, run.run_id) == [expected]
+            assert _rows(store, wg_run_decisions, run.run_id) == decisions
