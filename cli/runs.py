@@ -32,7 +32,7 @@ from wgstore.projections.run_rows import RUN_SOURCES
 from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
 from wgstore.projections.views import first_line
 
-__all__ = ["RUN_STYLES", "budget_text", "runs_command"]
+__all__ = ["DECISION_STYLES", "RUN_STYLES", "budget_text", "print_run", "runs_command"]
 
 RUN_STYLES = {
     "INITIALIZING": "dim",
