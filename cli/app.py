@@ -15,6 +15,7 @@ from wgstore.cli import (
     projections,
     report,
     run,
+    runs,
     sql,
     state,
     verify,
@@ -45,6 +46,7 @@ app.command("verify")(verify.verify_command)
 app.command("sql")(sql.sql_command)
 app.command("groups")(groups.groups_command)
 app.command("state")(state.state_command)
+app.command("runs")(runs.runs_command)
 app.command("replay")(history.replay_command)
 app.command("polls")(history.polls_command)
 app.add_typer(projections.projections_app, name="projections")

@@ -50,6 +50,8 @@ def status_command(url: UrlOption = DEFAULT_URL) -> None:
     console.print(table)
     for group_id, error in status.broken:
         console.print(Text(f"refused: group {group_id}: {error}", style="red"))
+    for run_id, error in status.broken_runs:
+        console.print(Text(f"refused: run {run_id}: {error}", style="red"))
 
 
 def _with_progress(store: EventStore, label: str, work: Callable[[], int]) -> int:
@@ -90,7 +92,7 @@ def catch_up_command(url: UrlOption = DEFAULT_URL) -> None:
         handled = _with_progress(store, "catching up", lambda: catch_up_read_models(store))
         checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
     out_console().print(
-        f"applied {handled} worker-group event(s); the read models are up to date "
+        f"applied {handled} worker-group and run event(s); the read models are up to date "
         f"(position {checkpoint}; other streams are not read)"
     )
 
@@ -102,5 +104,6 @@ def rebuild_command(url: UrlOption = DEFAULT_URL) -> None:
         handled = _with_progress(store, "rebuilding", lambda: rebuild_read_models(store))
         checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
     out_console().print(
-        f"rebuilt the read models from {handled} worker-group event(s), up to position {checkpoint}"
+        f"rebuilt the read models from {handled} worker-group and run event(s), up to position "
+        f"{checkpoint}"
     )

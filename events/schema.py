@@ -4,7 +4,8 @@ The Alembic migrations are written against this one ``metadata`` (``migrations/e
 only this module) and a test checks drift. Every table carries the prefix ``wg_`` so the store
 can share a database with other software.
 
-The read models (``wg_worker_groups``, ``wg_workers``, ``wg_poll_history``, ``wg_reports``) are
+The read models (``wg_worker_groups``, ``wg_workers``, ``wg_poll_history``, ``wg_reports``,
+``wg_runs``, ``wg_run_decisions``) are
 kept from the log by the projector (``wgstore.projections.projector``), for people who query with
 SQL; ``docs/sql.md`` explains every column. The view ``wg_event_log`` is created by the migration
 (its SQL differs per backend), not declared here. Times are UTC (``timestamptz`` on Postgres;
@@ -26,7 +27,9 @@ __all__ = [
     "wg_events",
     "wg_poll_history",
     "wg_reports",
+    "wg_run_decisions",
     "wg_run_leases",
+    "wg_runs",
     "wg_snapshots",
     "wg_subscriptions",
     "wg_worker_groups",
@@ -244,5 +247,68 @@ wg_reports = sa.Table(
 )
 sa.Index("ix_wg_reports_reported_at", wg_reports.c.reported_at)
 
-READ_MODEL_TABLES = (wg_worker_groups, wg_workers, wg_poll_history, wg_reports)
+wg_runs = sa.Table(
+    "wg_runs",
+    metadata,
+    sa.Column("run_id", sa.Text(), primary_key=True),
+    sa.Column("stream_id", sa.Text(), nullable=False),
+    sa.Column("name", sa.Text()),
+    sa.Column("source", sa.Text()),
+    sa.Column("status", sa.Text()),
+    sa.Column("controller_state", sa.Text()),
+    sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("current_group_id", sa.Text()),
+    sa.Column("final_group_id", sa.Text()),
+    sa.Column("worker_group_failures", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("start_failures", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("preemption_failures", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("max_failures", sa.Integer()),
+    sa.Column("controller_failure_limit", sa.Integer()),
+    sa.Column("max_preemption_failures", sa.Integer()),
+    sa.Column("last_decision", sa.Text()),
+    sa.Column("latest_checkpoint", sa.Text()),
+    sa.Column("num_workers", sa.Integer()),
+    sa.Column("resources_per_worker", _Json),
+    sa.Column("train_fn", sa.Text()),
+    sa.Column("controllers", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("needs_controller", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column("lease_s", sa.Float()),
+    sa.Column("created_at", _Time),
+    sa.Column("ended_at", _Time),
+    sa.Column("error_type", sa.Text()),
+    sa.Column("error_message", sa.Text()),
+    sa.Column("failed_ranks", _Json),
+    sa.Column("abort_reason", sa.Text()),
+    sa.Column("ray", _Json),
+    sa.Column("stream_version", sa.Integer(), nullable=False),
+    sa.Column("last_position", sa.BigInteger(), nullable=False),
+    sa.Column("updated_at", _Time, nullable=False),
+    sa.Column("projection_error", sa.Text()),
+)
+sa.Index("ix_wg_runs_status", wg_runs.c.status, wg_runs.c.updated_at)
+
+wg_run_decisions = sa.Table(
+    "wg_run_decisions",
+    metadata,
+    sa.Column("run_id", sa.Text(), primary_key=True),
+    sa.Column("stream_version", sa.Integer(), primary_key=True),
+    sa.Column("group_id", sa.Text(), nullable=False),
+    sa.Column("decision", sa.Text(), nullable=False),
+    sa.Column("failure_kind", sa.Text(), nullable=False),
+    sa.Column("failures_so_far", sa.Integer(), nullable=False),
+    sa.Column("failure_limit", sa.Integer(), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("errors", _Json, nullable=False),
+    sa.Column("decided_at", _Time, nullable=False),
+)
+sa.Index("ix_wg_run_decisions_group_id", wg_run_decisions.c.group_id)
+
+READ_MODEL_TABLES = (
+    wg_worker_groups,
+    wg_workers,
+    wg_poll_history,
+    wg_reports,
+    wg_runs,
+    wg_run_decisions,
+)
 """Every read-model table, in the order a rebuild clears them."""

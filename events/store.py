@@ -397,7 +397,7 @@ class EventStore:
         limit: int | None = None,
         types: Iterable[str | type] | None = None,
         *,
-        streams: str | None = None,
+        streams: str | tuple[str, ...] | None = None,
     ) -> Iterator[RecordedEvent]:
         """Every event after position ``after``, in global order.
 
@@ -405,8 +405,9 @@ class EventStore:
             after: a position (a checkpoint); 0 reads from the start.
             limit: the most events to return.
             types: only events of these types (names or registered classes).
-            streams: only events of streams whose id starts with this prefix, e.g.
-                ``"worker-group-"``; the others are skipped before they are decoded.
+            streams: only events of streams whose id starts with this prefix (or one of these
+                prefixes), e.g. ``"worker-group-"``; the others are skipped before they are
+                decoded.
 
         Raises:
             InvalidArgumentError: ``after`` or ``limit`` is not an int in the 64-bit range (or
@@ -564,7 +565,11 @@ class EventStore:
         return self._notifier.wait(after, timeout_s)
 
     def subscription(
-        self, name: str, *, types: Iterable[str | type] | None = None, streams: str | None = None
+        self,
+        name: str,
+        *,
+        types: Iterable[str | type] | None = None,
+        streams: str | tuple[str, ...] | None = None,
     ) -> Any:
         """A named, durable reader of the log; see :class:`~wgstore.events.Subscription`."""
         from wgstore.events.subscriptions import Subscription

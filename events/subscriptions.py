@@ -47,9 +47,9 @@ class Subscription:
         name: str,
         *,
         types: Iterable[str | type] | None = None,
-        streams: str | None = None,
+        streams: str | tuple[str, ...] | None = None,
     ) -> None:
-        """A reader named ``name``; ``types`` and ``streams`` (a stream id prefix) narrow it.
+        """A reader named ``name``; ``types`` and ``streams`` (stream id prefixes) narrow it.
 
         With ``streams``, events of other streams are never read (nor decoded), and the
         checkpoint still moves past them: once caught up, it is at the log's head.

@@ -8,10 +8,16 @@ Each batch is folded with :func:`~wgstore.projections.state.evolve`, starting fr
 state as of the previous batch, kept in ``wg_snapshots`` under the name ``read-models`` and saved
 in the same transaction. The read models therefore always say what the pure fold says.
 
-The projector reads only the streams it owns (``worker-group-*``): events of other streams
-(``run-*``, or any stream a program added with its own event types) are never read nor decoded;
-the checkpoint moves past them. Inside a worker-group stream, an event of a type the process does
-not know (:class:`~wgstore.events.UnknownEvent`) is stepped over by the fold.
+The projector reads only the streams it owns (``worker-group-*`` and ``run-*``): events of other
+streams (any stream a program added with its own event types) are never read nor decoded; the
+checkpoint moves past them. Inside those streams, an event of a type the process does not know
+(:class:`~wgstore.events.UnknownEvent`) is stepped over by the folds.
+
+Runs (``wg_runs``, ``wg_run_decisions``): a run's row is rebuilt whenever its stream or one of its
+worker groups changes in a batch, from :func:`~wgstore.projections.run_state.project_run` over its
+stream and the run's groups as ``wg_worker_groups`` holds them after the batch
+(:mod:`wgstore.projections.run_rows`). A ``run-*`` stream that does not begin with ``RunCreated``
+is not a run (a program's own stream of that name): it gets no row.
 
 A worker-group stream the fold refuses (an event out of order, a known event that breaks the
 lifecycle, ...) does not stop the projector for every other group: its ``wg_worker_groups`` row
@@ -41,8 +47,9 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from wgstore.events._translate import translate_errors
 from wgstore.events.records import RecordedEvent
-from wgstore.events.schema import wg_snapshots, wg_subscriptions
-from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of
+from wgstore.events.run import RunCreated
+from wgstore.events.schema import wg_run_decisions, wg_runs, wg_snapshots, wg_subscriptions
+from wgstore.events.streams import GROUP_STREAM_PREFIX, RUN_STREAM_PREFIX, group_id_of, run_stream
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
 from wgstore.projections._db import to_utc
 from wgstore.projections.errors import ProjectionError, ReadModelsBusyError
@@ -53,6 +60,8 @@ from wgstore.projections.read_models import (
     wg_worker_groups,
     wg_workers,
 )
+from wgstore.projections.run_rows import Attempt, decision_rows, order_attempts, run_row
+from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.snapshots import READ_MODELS_SNAPSHOT, load_snapshot, save_snapshot
 from wgstore.projections.state import WorkerGroupFold, WorkerGroupState, project_worker_group
 
@@ -62,6 +71,7 @@ if TYPE_CHECKING:
     from wgstore.events.store import EventStore
 
 __all__ = [
+    "PROJECTED_STREAMS",
     "PROJECTOR_SNAPSHOT",
     "READ_MODELS_SUBSCRIPTION",
     "apply_read_model_batch",
@@ -75,10 +85,12 @@ READ_MODELS_SUBSCRIPTION = "read-models"
 """The name of the projector's subscription (``wg_subscriptions.name``)."""
 PROJECTOR_SNAPSHOT = READ_MODELS_SNAPSHOT
 """The ``wg_snapshots.name`` of the states the projector continues from."""
+PROJECTED_STREAMS = (GROUP_STREAM_PREFIX, RUN_STREAM_PREFIX)
+"""The stream id prefixes the projector reads (a ``streams`` filter of ``read_all``)."""
 
 
 def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
-    """Apply every worker-group event the read models have not seen yet; return how many.
+    """Apply every worker-group and run event the read models have not seen yet; return how many.
 
     Events of other streams are not read; the checkpoint moves past them (to the log's head once
     caught up).
@@ -88,7 +100,7 @@ def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
     """
     from wgstore.events.subscriptions import SubscriptionConflictError
 
-    subscription = store.subscription(READ_MODELS_SUBSCRIPTION, streams=GROUP_STREAM_PREFIX)
+    subscription = store.subscription(READ_MODELS_SUBSCRIPTION, streams=PROJECTED_STREAMS)
     handled = 0
     for _ in range(50):
         try:
@@ -128,7 +140,8 @@ def rebuild_read_models(store: EventStore, *, batch_size: int = 500) -> int:
     on meanwhile). On SQLite, where a writing transaction would hold up every append, the read
     models are built beside the live ones, in a scratch file, then swapped in by one short
     transaction; a failure before the swap leaves the live read models untouched. Either way,
-    only ``worker-group-*`` streams are read, and events appended meanwhile are caught up after.
+    only ``worker-group-*`` and ``run-*`` streams are read, and events appended meanwhile are
+    caught up after.
     """
     with translate_errors(store.url):
         if store.is_postgres:
@@ -156,11 +169,11 @@ def _rebuild_in_place(store: EventStore, batch_size: int) -> int:
 
 
 def _fold_log(store: EventStore, connection: sa.Connection, batch_size: int) -> tuple[int, int]:
-    """Fold every worker-group event into empty read models; return (events, position reached)."""
+    """Fold every projected event into empty read models; return (events, position reached)."""
     handled = after = 0
     while True:
         head = store.head()  # read before the batch: everything up to it is committed
-        batch = list(store.read_all(after=after, limit=batch_size, streams=GROUP_STREAM_PREFIX))
+        batch = list(store.read_all(after=after, limit=batch_size, streams=PROJECTED_STREAMS))
         if batch:
             apply_read_model_batch(store, connection, batch)
             handled += len(batch)
@@ -254,11 +267,23 @@ def apply_read_model_batch(
     """Write the read-model rows of ``batch`` through ``connection`` (the caller commits)."""
     _lock_checkpoint(connection, batch)
     streams: dict[str, list[RecordedEvent]] = {}
+    runs: dict[str, list[RecordedEvent]] = {}
     for event in batch:
         if event.stream_id.startswith(GROUP_STREAM_PREFIX):
             streams.setdefault(event.stream_id, []).append(event)
+        elif event.stream_id.startswith(RUN_STREAM_PREFIX):
+            runs.setdefault(event.stream_id[len(RUN_STREAM_PREFIX) :], []).append(event)
+    touched = _apply_groups(store, connection, streams)
+    _apply_runs(store, connection, runs, touched)
+
+
+def _apply_groups(
+    store: EventStore, connection: sa.Connection, streams: dict[str, list[RecordedEvent]]
+) -> set[str]:
+    """Write the group rows of a batch; return the runs of the groups it changed."""
+    touched: set[str] = set()
     if not streams:
-        return
+        return touched
     group_ids = [group_id_of(stream_id) for stream_id in streams]
     existing = {
         row.group_id: row.projection_error
@@ -274,6 +299,9 @@ def apply_read_model_batch(
         known = group_id in existing
         work = _fold_group(store, connection, stream_id, events, known)
         _write_group(connection, group_id, stream_id, work)
+        if work.state is not None and work.state.run_id:
+            touched.add(work.state.run_id)
+    return touched
 
 
 def _lock_checkpoint(connection: sa.Connection, batch: list[RecordedEvent]) -> None:
@@ -535,6 +563,103 @@ def _write_group(
     if work.reports:
         _json_columns(connection, work.reports, "metrics")
         connection.execute(wg_reports.insert(), work.reports)
+
+
+# ------------------------------------------------------------------------------------ runs
+
+
+def _apply_runs(
+    store: EventStore,
+    connection: sa.Connection,
+    runs: dict[str, list[RecordedEvent]],
+    touched: set[str],
+) -> None:
+    """Rewrite the rows of every run whose stream (``runs``) or groups (``touched``) changed."""
+    run_ids = sorted(set(runs) | touched)
+    if not run_ids:
+        return
+    existing = {
+        row.run_id: row
+        for row in connection.execute(
+            sa.select(wg_runs.c.run_id, wg_runs.c.stream_version, wg_runs.c.projection_error).where(
+                wg_runs.c.run_id.in_(run_ids)
+            )
+        )
+    }
+    for run_id in run_ids:
+        known = existing.get(run_id)
+        if known is not None and known.projection_error is not None:
+            continue  # refused earlier: left out until a rebuild
+        new = runs.get(run_id, [])
+        if new:
+            first = new[0].version
+        elif known is not None:
+            first = known.stream_version + 1  # only its groups changed: the stream as it was
+        else:
+            continue  # a group of a run with no run stream (yet)
+        stream_id = run_stream(run_id)
+        earlier = list(store.read_stream(stream_id, to_version=first - 1)) if first > 1 else []
+        records = earlier + new
+        if not isinstance(records[0].event, RunCreated):
+            continue  # not a run: a program's own stream named run-*
+        state, error = _fold_run(records)
+        row = run_row(state, _attempts(connection, state))
+        row["projection_error"] = error
+        rows = [row]
+        _json_columns(connection, rows, "resources_per_worker", "failed_ranks", "ray")
+        _upsert(connection, wg_runs, rows)
+        connection.execute(wg_run_decisions.delete().where(wg_run_decisions.c.run_id == run_id))
+        decisions = decision_rows(state)
+        if decisions:
+            _json_columns(connection, decisions, "errors")
+            connection.execute(wg_run_decisions.insert(), decisions)
+
+
+def _fold_run(records: list[RecordedEvent]) -> tuple[RunState, str | None]:
+    """Fold a run stream (it begins with RunCreated): the state as of its last good event, and
+    why the fold stopped there (``None`` when it did not)."""
+    state = evolve_run(None, records[0])
+    for record in records[1:]:
+        try:
+            state = evolve_run(state, record)
+        except ProjectionError as error:
+            return state, str(error)
+    return state, None
+
+
+def _attempts(connection: sa.Connection, run: RunState) -> list[Attempt]:
+    """The run's attempts as ``wg_worker_groups`` holds them (this batch's rows included)."""
+    table = wg_worker_groups
+    query = sa.select(
+        table.c.group_id,
+        table.c.attempt,
+        table.c.status,
+        table.c.outcome,
+        table.c.requested_at,
+        table.c.latest_checkpoint,
+        table.c.error_type,
+        table.c.error_message,
+    ).where(
+        sa.or_(table.c.run_id == run.run_id, table.c.group_id.in_(run.groups)),
+        table.c.projection_error.is_(None),
+    )
+    attempts = [
+        Attempt(
+            group_id=row.group_id,
+            attempt=row.attempt,
+            status=row.status,
+            outcome=row.outcome,
+            requested_at=None if row.requested_at is None else _time(row.requested_at),
+            latest_checkpoint=row.latest_checkpoint,
+            error=None if row.error_type is None else f"{row.error_type}: {row.error_message}",
+        )
+        for row in connection.execute(query)
+    ]
+    return order_attempts(run, attempts)
+
+
+def _time(value: Any) -> datetime:
+    return to_utc(datetime.fromisoformat(value) if isinstance(value, str) else value)
 
 
 def read_model_rows(connection: sa.Connection) -> Mapping[str, list[tuple[Any, ...]]]:

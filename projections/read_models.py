@@ -12,6 +12,8 @@ from wgstore.events.schema import (
     READ_MODEL_TABLES,
     wg_poll_history,
     wg_reports,
+    wg_run_decisions,
+    wg_runs,
     wg_worker_groups,
     wg_workers,
 )
@@ -21,6 +23,8 @@ __all__ = [
     "READ_MODEL_TABLES",
     "wg_poll_history",
     "wg_reports",
+    "wg_run_decisions",
+    "wg_runs",
     "wg_worker_groups",
     "wg_workers",
 ]

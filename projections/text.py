@@ -73,6 +73,20 @@ def _polled(event: Any) -> str:
     return text
 
 
+def _run_created(event: Any) -> str:
+    text = f"run {event.run_id}" + (f" {event.name!r}" if event.name else "")
+    if event.scaling_config is not None:
+        scaling = event.scaling_config
+        text += f": {scaling.num_workers} workers x {_resources(scaling.resources)}"
+    budget = event.failure_config.max_failures
+    text += f", max_failures {'unlimited' if budget < 0 else budget}"
+    if event.context is not None:
+        text += f", {event.context.train_fn}"
+    else:
+        text += ", recorded from Ray Train"
+    return text
+
+
 def describe(event: Any) -> str:
     """A one-line, human summary of an event's fields."""
     if isinstance(event, UnknownEvent):
@@ -114,7 +128,24 @@ def describe(event: Any) -> str:
         text = f"{event.from_state} -> {event.to_state}"
         return text + (f" ({event.reason})" if event.reason else "")
     if name == "RunErrored":
-        return str(event.error)
+        ranks = ", ".join(str(e.world_rank) for e in event.errors)
+        return str(event.error) + (f" (failed ranks {ranks})" if ranks else "")
+    if name == "RunCreated":
+        return _run_created(event)
+    if name == "ControllerStarted":
+        text = f"controller {event.controller_id} on {event.host or '?'} pid {event.pid}"
+        return text + (" (resumed)" if event.resumed else "")
+    if name == "FailureDecisionMade":
+        limit = "unlimited" if event.limit < 0 else str(event.limit)
+        text = (
+            f"{event.decision} after {event.failure_kind} failure {event.failures_so_far} of "
+            f"{limit}, group {event.group_id}"
+        )
+        return text + (f": {event.reason}" if event.reason else "")
+    if name == "RunFinished":
+        return "finished" + (f" (group {event.group_id})" if event.group_id else "")
+    if name == "RunAborted":
+        return f"reason: {event.reason}"
     data = msgspec.to_builtins(event)
     if isinstance(data, dict):
         return " ".join(f"{key}={value}" for key, value in data.items() if value not in ("", None))

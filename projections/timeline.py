@@ -1,4 +1,5 @@
-"""A worker group's timeline as data: lifecycle phases, a lane per worker, errors, metrics.
+"""A worker group's timeline as data: lifecycle phases, a lane per worker, errors, metrics; and
+a run's: the controller's states, a lane per attempt with its failures, the decisions.
 
 What ``wgstore report`` draws (the page itself, a template, is the CLI's): built by folding the
 group's stream once, with every time the moment the store recorded the event (epoch ms), so one
@@ -8,15 +9,17 @@ clock orders everything. Long histories are thinned to :data:`MAX_EVENTS` events
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from wgstore.events import EventStore, RecordedEvent
-from wgstore.events.streams import group_stream
+from wgstore.events.streams import group_stream, run_stream
 from wgstore.projections.errors import StreamNotFoundError
+from wgstore.projections.run_views import run_detail
 from wgstore.projections.state import WorkerGroupState, evolve
 from wgstore.projections.text import describe, format_time
 
-__all__ = ["MAX_EVENTS", "MAX_POINTS", "timeline_data"]
+__all__ = ["MAX_EVENTS", "MAX_POINTS", "run_timeline_data", "timeline_data"]
 
 
 def _ms(record: RecordedEvent) -> float:
@@ -194,4 +197,88 @@ def timeline_data(store: EventStore, group_id: str) -> dict[str, Any]:
             name: {rank: _thin(points) for rank, points in series.items()}
             for name, series in metrics.items()
         },
+    }
+
+
+# ------------------------------------------------------------------------------------ runs
+
+
+def _at_ms(moment: datetime) -> float:
+    return moment.timestamp() * 1000.0
+
+
+def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
+    """Everything the run report shows: the controller's states, one lane per attempt with its
+    phases and failures, and each decision of the failure policy, on one clock (epoch ms).
+
+    Raises:
+        StreamNotFoundError: no run ``run_id``.
+        ProjectionError: the run stream cannot be folded.
+    """
+    detail = run_detail(store, run_id)
+    run_records = list(store.read_stream(run_stream(run_id)))
+    events = [
+        {
+            "t": _ms(record),
+            "stream": "run",
+            "version": record.version,
+            "type": record.type,
+            "summary": describe(record.event),
+            "time": format_time(record.recorded_at),
+        }
+        for record in run_records
+    ]
+    times = [_ms(run_records[0]), _ms(run_records[-1])]
+    lanes = []
+    for attempt in detail["attempts"]:
+        lane: dict[str, Any] = {
+            "number": attempt["number"],
+            "group_id": attempt["group_id"],
+            "label": f"attempt {attempt['number']}",
+            "status": attempt["status"],
+            "outcome": attempt["outcome"],
+            "error": attempt["error"],
+            "phases": [],
+            "failures": [],
+        }
+        if attempt["status"] not in (None, "UNREADABLE"):
+            group = timeline_data(store, attempt["group_id"])
+            lane["phases"] = group["phases"]
+            times += [group["t0"], group["t1"]]
+            for worker in group["workers"]:
+                for error in worker["errors"]:
+                    lane["failures"].append(
+                        {"t": error["t"], "rank": worker["rank"], "kind": "worker", **error}
+                    )
+            failure = group["start_failure"]
+            if failure is not None:
+                lane["failures"].append({**failure, "rank": -1, "kind": "start"})
+            events += [{**e, "stream": f"attempt {attempt['number']}"} for e in group["events"]]
+        lanes.append(lane)
+    decisions = []
+    for decision in detail["decisions"]:
+        number = next(
+            (a["number"] for a in detail["attempts"] if a["group_id"] == decision["group_id"]),
+            None,
+        )
+        decisions.append({**decision, "t": _at_ms(decision["at"]), "attempt": number})
+    end = max(times)
+    controller = [{"name": "INITIALIZING", "start": times[0], "end": times[0]}]
+    for transition in detail["transitions"]:
+        t = _at_ms(transition["at"])
+        if controller:
+            controller[-1]["end"] = t
+        controller.append({"name": transition["to_state"], "start": t, "end": t})
+    controller[-1]["end"] = end
+    controller[-1]["open"] = not detail["run"]["ended_at"]
+    events.sort(key=lambda e: e["t"])
+    return {
+        "run": detail["run"],
+        "t0": min(times),
+        "t1": end,
+        "controller": controller,
+        "attempts": lanes,
+        "decisions": decisions,
+        "events": _thin_events(events),
+        "events_total": len(events),
     }

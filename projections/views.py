@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,11 @@ from sqlalchemy.dialects import postgresql
 from wgstore.events import REGISTRY, EventStore, InvalidArgumentError, RecordedEvent
 from wgstore.events._translate import translate_errors
 from wgstore.events.engine import mask_url
-from wgstore.events.schema import READ_MODEL_TABLES, wg_events, wg_worker_groups
+from wgstore.events.schema import READ_MODEL_TABLES, wg_events, wg_runs, wg_worker_groups
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream, run_stream
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import (
+    PROJECTED_STREAMS,
     READ_MODELS_SUBSCRIPTION,
     apply_read_model_batch,
     read_model_rows,
@@ -345,6 +346,8 @@ class ReadModelStatus:
     """Rows per read-model table."""
     broken: list[tuple[str, str]]
     """``(group_id, reason)`` of each group whose stream the projector refused."""
+    broken_runs: list[tuple[str, str]] = field(default_factory=list)
+    """``(run_id, reason)`` of each run whose stream the projector refused."""
 
 
 def _events_after(connection: sa.Connection, checkpoint: int) -> int:
@@ -367,8 +370,12 @@ def read_model_status(store: EventStore) -> ReadModelStatus:
             table.c.projection_error.is_not(None)
         )
         broken = [(row.group_id, row.projection_error) for row in connection.execute(refused)]
+        refused_runs = sa.select(wg_runs.c.run_id, wg_runs.c.projection_error).where(
+            wg_runs.c.projection_error.is_not(None)
+        )
+        broken_runs = [(r.run_id, r.projection_error) for r in connection.execute(refused_runs)]
         connection.rollback()
-    return ReadModelStatus(checkpoint, head, behind, rows, broken)
+    return ReadModelStatus(checkpoint, head, behind, rows, broken, broken_runs)
 
 
 def _normalizers(table: sa.Table) -> list[Callable[[Any], Any]]:
@@ -456,7 +463,7 @@ def read_model_problems(store: EventStore) -> tuple[list[str], int]:
         try:
             with scratch.engine.begin() as connection:
                 batch: list[Any] = []
-                for record in store.read_all(streams=GROUP_STREAM_PREFIX):
+                for record in store.read_all(streams=PROJECTED_STREAMS):
                     if record.position > checkpoint:
                         break
                     batch.append(record)

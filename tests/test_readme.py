@@ -100,6 +100,7 @@ def test_the_readme_snippets_the_demo_and_every_audit_command_work_on_one_databa
 
     for args in [
         ("groups",),
+        ("runs",),
         ("state", group),
         ("replay", group),
         ("polls", group),

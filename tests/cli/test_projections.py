@@ -26,7 +26,7 @@ def test_status_says_how_far_behind_the_read_models_are(cli: Any, recorded: Any)
 def test_catch_up_then_status_is_up_to_date_with_the_rows_counted(cli: Any, recorded: Any) -> None:
     caught = cli("projections", "catch-up", "--url", recorded.url)
     assert caught.exit_code == 0, caught.stderr
-    assert "applied 26 worker-group event(s)" in caught.stdout  # + 2 of the run, not read
+    assert "applied 28 worker-group and run event(s)" in caught.stdout  # 26 + 2 of the run
     assert "(position 28;" in caught.stdout
     status = cli("projections", "status", "--url", recorded.url)
     assert "up to date" in status.stdout
@@ -35,6 +35,7 @@ def test_catch_up_then_status_is_up_to_date_with_the_rows_counted(cli: Any, reco
         ("wg_workers", 4),
         ("wg_poll_history", 3),
         ("wg_reports", 12),
+        ("wg_runs", 1),
     ):
         assert re.search(rf"{table}\s+│ {rows}\s", status.stdout), table
 
@@ -43,7 +44,8 @@ def test_rebuild_refills_the_read_models_and_sql_sees_them(cli: Any, recorded: A
     result = cli("projections", "rebuild", "--url", recorded.url)
     assert result.exit_code == 0, result.stderr
     assert (
-        "rebuilt the read models from 26 worker-group event(s), up to position 28" in result.stdout
+        "rebuilt the read models from 28 worker-group and run event(s), up to position 28"
+        in result.stdout
     )
     assert "rebuilding" in result.stdout
     rows = cli(

@@ -217,3 +217,90 @@ def test_a_long_group_is_thinned_so_the_page_stays_small(
     assert loss[0][0] == 0 and loss[-1][0] == 4999
     assert [p[0] for p in loss] == sorted(p[0] for p in loss)
     assert f"5006 events (the first and last {MAX_EVENTS // 2} shown)" in page.read_text()
+
+
+# ------------------------------------------------------------------------------------ runs
+
+
+@pytest.fixture
+def run_recorded(store_url: str) -> str:
+    """A run whose budget ran out (RETRY, then RAISE) and one that finished after a retry."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
+    import run_scenarios
+
+    from wgstore.events import EventStore
+
+    with EventStore.open(store_url) as store:
+        run_scenarios.errored_budget_exhausted(store)
+        run_scenarios.finished_after_a_retry(store)
+    return store_url
+
+
+def _run_report(cli: Any, url: str, run: str, path: Path) -> str:
+    result = cli("report", "--run", run, "--url", url, "-o", str(path))
+    assert result.exit_code == 0, result.stderr
+    assert f"wrote {path} (run " in result.stderr
+    return path.read_text(encoding="utf-8")
+
+
+def test_the_run_report_holds_every_attempt_failure_and_decision(
+    cli: Any, run_recorded: str, tmp_path: Path
+) -> None:
+    page = _run_report(cli, run_recorded, "er", tmp_path / "run.html")  # a prefix of "err"
+    data = _embedded_data(page)
+    assert data["run"]["run_id"] == "err"
+    assert [(a["number"], a["group_id"], a["outcome"]) for a in data["attempts"]] == [
+        (1, "err-g1", "errored"),
+        (2, "err-g2", "errored"),
+    ]
+    assert [[(f["rank"], f["message"]) for f in a["failures"]] for a in data["attempts"]] == [
+        [(1, "rank 1 died in err-g1")],
+        [(1, "rank 1 died in err-g2")],
+    ]
+    assert [(d["attempt"], d["decision"], d["failures_so_far"]) for d in data["decisions"]] == [
+        (1, "RETRY", 1),
+        (2, "RAISE", 2),
+    ]
+    assert [s["name"] for s in data["controller"]][-1] == "ERRORED"
+    assert all(data["t0"] <= f["t"] <= data["t1"] for a in data["attempts"] for f in a["failures"])
+    assert page.count("class=attempt-row") == 2
+    assert "worker_group failure 2 of 1" in page
+    assert "run errored:" in page
+    external = re.findall(r'(?:src|href)\s*=\s*["\'](?!#)([^"\']+)', page)
+    assert external == []
+
+
+def test_the_run_report_renders_in_headless_chromium_with_no_console_errors(
+    cli: Any, run_recorded: str, tmp_path: Path
+) -> None:
+    chromium()
+    page = tmp_path / "run.html"
+    _run_report(cli, run_recorded, "fin", page)
+    backend = "postgres" if run_recorded.startswith("postgresql") else "sqlite"
+    screenshot = ARTIFACTS / f"run-report-{backend}.png"
+    dom, console = open_in_chromium(page, screenshot)
+    assert console == "", f"the page wrote to the console:\n{console}"
+    assert not re.search(r"<html[^>]*data-js-error", dom), "a script raised on the page"
+    assert 'data-rendered="true"' in dom
+    assert len(re.findall(r'<g class="attempt"', dom)) == 2
+    assert len(re.findall(r'class="error-marker"', dom)) == 1  # attempt 1's rank 1
+    assert len(re.findall(r'class="decision-marker decision-RETRY"', dom)) == 1
+    assert len(re.findall(r'class="state state-', dom)) >= 5
+    assert screenshot.stat().st_size > 10_000
+    shutil.copy(page, ARTIFACTS / f"run-report-{backend}.html")
+
+
+def test_report_needs_a_group_or_a_run_and_refuses_an_unknown_run(
+    cli: Any, recorded_sqlite: Any, tmp_path: Path
+) -> None:
+    neither = cli("report", "--url", recorded_sqlite.url, "-o", str(tmp_path / "x.html"))
+    assert neither.exit_code == 2 and "--run" in neither.stderr
+    both = cli("report", "a1", "--run", "r", "--url", recorded_sqlite.url)
+    assert both.exit_code == 2 and "not both" in both.stderr
+    target = tmp_path / "nope.html"
+    unknown = cli("report", "--run", "zzz", "--url", recorded_sqlite.url, "-o", str(target))
+    assert unknown.exit_code == 2
+    assert "no run id starts with 'zzz'" in unknown.stderr
+    assert not target.exists()

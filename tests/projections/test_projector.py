@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 from projection_builders import RunStream, Stream, append_stream, error, stopped
 
-from wgstore.events.schema import wg_snapshots
+from wgstore.events.schema import wg_runs, wg_snapshots
 from wgstore.projections import (
     catch_up_read_models,
     project_worker_group,
@@ -161,11 +161,12 @@ def test_a_stream_that_does_not_begin_with_a_request_gets_a_row_naming_the_probl
     assert "must begin with WorkerGroupStartRequested" in row["projection_error"]
 
 
-def test_run_streams_only_move_the_checkpoint(store: Any) -> None:
+def test_run_streams_make_run_rows_and_no_group_rows(store: Any) -> None:
     run = RunStream().created().to("SCHEDULING")
     store.append(run.stream_id, [e.event for e in run.events])
-    assert catch_up_read_models(store) == 0  # not read: the projector owns worker-group-* only
+    assert catch_up_read_models(store) == 2
     assert _rows(store, wg_worker_groups) == []
+    assert [(r["run_id"], r["status"]) for r in _rows(store, wg_runs)] == [("r1", "SCHEDULING")]
     assert store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() == store.head()
 
 

@@ -172,3 +172,46 @@ def test_query_11_shows_how_far_the_read_models_are_behind(scenario: Any) -> Non
     assert [r["events_behind"] for r in _run(scenario, 11)] == [0]
     scenario.append("worker-group-g2", [WorkerReported(world_rank=1, index=2)])
     assert [r["events_behind"] for r in _run(scenario, 11)] == [1]
+
+
+@pytest.fixture
+def runs(store: Any) -> Any:
+    """Runs: finished after a retry, errored (budget exhausted), live, orphaned, from Ray Train."""
+    import run_scenarios
+
+    run_scenarios.finished_after_a_retry(store)
+    run_scenarios.errored_budget_exhausted(store)
+    run_scenarios.running(store, "live")
+    run_scenarios.running(store, "orph", lease_expired=True)
+    run_scenarios.from_ray_train(store)
+    catch_up_read_models(store)
+    return store
+
+
+def test_query_12_finds_the_orphaned_runs(runs: Any) -> None:
+    rows = _run(runs, 12)
+    assert [(r["run_id"], r["status"], r["holder"]) for r in rows] == [("orph", "RUNNING", "c1")]
+
+
+def test_query_13_lists_the_attempts_of_a_run_with_their_decisions(runs: Any) -> None:
+    rows = _run(runs, 13, run_id="err")
+    assert [
+        (r["attempt"], r["outcome"], r["decision"], r["failures_so_far"], r["failure_limit"])
+        for r in rows
+    ] == [(1, "errored", "RETRY", 1, 1), (2, "errored", "RAISE", 2, 1)]
+    assert rows[1]["error_message"] == "rank 1 died in err-g2"
+
+
+def test_query_14_lists_the_failures_used_against_the_budget(runs: Any) -> None:
+    rows = _run(runs, 14)
+    assert [
+        (r["run_id"], r["status"], r["attempts"], r["worker_group_failures"], r["max_failures"])
+        for r in rows
+    ] == [
+        ("fin", "FINISHED", 2, 1, 2),
+        ("err", "ERRORED", 2, 2, 1),
+        ("live", "RUNNING", 1, 0, 2),
+        ("orph", "RUNNING", 1, 0, 2),
+        ("ray", "FINISHED", 1, 0, 0),
+    ]
+    assert rows[0]["latest_checkpoint"] == "/ckpt/fin/2"

@@ -177,7 +177,8 @@ def test_the_projector_never_reads_streams_it_does_not_own(store: EventStore) ->
     with EventStore.open(store.url, registry=OTHER_PROGRAM) as other:
         other.append("run-42", [CheckpointPinned(path="/ckpt/3")])
         other.append("worker-group-g0", [CheckpointPinned(path="/ckpt/g0")])
-    assert catch_up_read_models(store) == appended + 1  # the groups' events and the pinned one
+    # the groups' events and the pinned ones (run-42 is read, and is not a run: no row)
+    assert catch_up_read_models(store) == appended + 2
     assert store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() == store.head()
     caught_up = _read_models(store)
     assert [row[0] for row in caught_up["wg_worker_groups"]] == ["g0", "g1"]

@@ -1,0 +1,217 @@
+"""A run as rows: its ``wg_runs`` row and ``wg_run_decisions`` rows, from its state and attempts.
+
+Pure: no I/O, no clock. The projector, the CLI and the tests all build a run's summary here, so
+the SQL read model, ``wgstore runs`` and ``project_run`` cannot disagree.
+
+A run's attempts are the worker groups of the run: those whose ``WorkerGroupStartRequested``
+names the run (``run_id``) and those the run's controller named (:attr:`RunState.groups`), ordered
+by when they were requested. The run's latest checkpoint is the latest one reported over its
+attempts (a retry's context carries it as ``resume_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from wgstore.projections.run_state import RunState, is_orphaned
+from wgstore.projections.state import WorkerGroupState
+
+__all__ = [
+    "RUN_SOURCES",
+    "Attempt",
+    "attempt_of",
+    "decision_rows",
+    "latest_checkpoint",
+    "needs_controller",
+    "order_attempts",
+    "orphaned",
+    "run_row",
+    "run_source",
+]
+
+RUN_SOURCES = ("wgstore", "ray_train")
+"""Who ran a run: wgstore's own controller, or Ray Train's (recorded by ``RecordingCallback``)."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One attempt of a run: one worker group, as far as the run's listings need it.
+
+    ``status`` is ``None`` for a group the controller named whose stream holds no events (yet).
+    """
+
+    group_id: str
+    attempt: int | None = None
+    status: str | None = None
+    outcome: str | None = None
+    requested_at: datetime | None = None
+    latest_checkpoint: str | None = None
+    error: str | None = None
+
+
+def attempt_of(state: WorkerGroupState) -> Attempt:
+    """The attempt that a worker group's folded state is."""
+    outcome = state.outcome
+    error = state.error
+    return Attempt(
+        group_id=state.group_id,
+        attempt=state.attempt,
+        status=state.status.value,
+        outcome=None if outcome is None else outcome.value,
+        requested_at=_utc(state.requested_at),
+        latest_checkpoint=state.latest_checkpoint,
+        error=None if error is None else str(error),
+    )
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def order_attempts(run: RunState, attempts: Iterable[Attempt]) -> list[Attempt]:
+    """Every attempt of ``run``: ``attempts`` plus the groups the run named without one, in order.
+
+    Ordered by request time, then by the order the controller named them, then by id; a group
+    with no events (no request time) goes last.
+    """
+    found = {attempt.group_id: attempt for attempt in attempts}
+    for group_id in run.groups:
+        found.setdefault(group_id, Attempt(group_id=group_id))
+    named = {group_id: index for index, group_id in enumerate(run.groups)}
+
+    def key(attempt: Attempt) -> tuple[bool, datetime, float, str]:
+        at = _utc(attempt.requested_at)
+        return (
+            at is None,
+            at or _EPOCH,
+            named.get(attempt.group_id, math.inf),
+            attempt.group_id,
+        )
+
+    return sorted(found.values(), key=key)
+
+
+def latest_checkpoint(attempts: Sequence[Attempt]) -> str | None:
+    """The latest checkpoint reported over ``attempts`` (in order): the last one that has one."""
+    for attempt in reversed(attempts):
+        if attempt.latest_checkpoint is not None:
+            return attempt.latest_checkpoint
+    return None
+
+
+def run_source(run: RunState) -> str:
+    """``wgstore`` for a run of wgstore's controller, ``ray_train`` for one recorded from Ray Train."""
+    return "ray_train" if run.context is None else "wgstore"
+
+
+def needs_controller(run: RunState) -> bool:
+    """True while a wgstore controller must hold the run's lease (else the run is orphaned).
+
+    :func:`~wgstore.projections.run_state.is_orphaned` with no lease at all: the run has not
+    ended, wgstore's controller runs it, and a controller took it at least once.
+    """
+    return is_orphaned(run, None, run.updated_at)
+
+
+def orphaned(needs: bool, lease_expires_at: datetime | None, now: datetime) -> bool:
+    """:func:`~wgstore.projections.run_state.is_orphaned` for a summary row.
+
+    ``needs`` is the row's ``needs_controller`` (:func:`needs_controller` of the run);
+    ``lease_expires_at`` the run's ``wg_run_leases.expires_at`` (``None`` when no row).
+    """
+    return needs and (lease_expires_at is None or now >= lease_expires_at)
+
+
+def _plain(value: Any) -> Any:
+    return msgspec.json.decode(msgspec.json.encode(value))
+
+
+def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
+    """The ``wg_runs`` row of ``run`` (JSON columns as plain data), given its ordered attempts.
+
+    ``attempts`` come from :func:`order_attempts`. The row has every column but
+    ``projection_error``.
+    """
+    scaling = run.scaling_config
+    context = run.context
+    failure = run.failure_config
+    if scaling is not None:
+        num_workers: int | None = scaling.num_workers
+        resources: dict[str, float] | None = scaling.resources
+    elif context is not None:
+        num_workers, resources = context.num_workers, dict(context.resources_per_worker)
+    else:
+        num_workers, resources = None, None
+    error = run.error
+    last = run.decisions[-1] if run.decisions else None
+    current = run.current_group_id or (attempts[-1].group_id if attempts else None)
+    return {
+        "run_id": run.run_id,
+        "stream_id": run.stream_id,
+        "name": run.name,
+        "source": run_source(run),
+        "status": run.status.value,
+        "controller_state": run.controller_state,
+        "attempts": len(attempts),
+        "current_group_id": current,
+        "final_group_id": run.final_group_id,
+        "worker_group_failures": run.failures_of("worker_group"),
+        "start_failures": run.failures_of("start"),
+        "preemption_failures": run.failures_of("preemption"),
+        "max_failures": failure.max_failures,
+        "controller_failure_limit": failure.controller_failure_limit,
+        "max_preemption_failures": failure.max_preemption_failures,
+        "last_decision": None if last is None else last.decision,
+        "latest_checkpoint": latest_checkpoint(attempts),
+        "num_workers": num_workers,
+        "resources_per_worker": None if resources is None else _plain(resources),
+        "train_fn": None if context is None else context.train_fn,
+        "controllers": len(run.controllers),
+        "needs_controller": needs_controller(run),
+        "lease_s": run.lease_s,
+        "created_at": _utc(run.created_at),
+        "ended_at": _utc(run.ended_at),
+        "error_type": None if error is None else error.type,
+        "error_message": None if error is None else error.message,
+        "failed_ranks": [
+            {"world_rank": e.world_rank, "type": e.error.type, "message": e.error.message}
+            for e in run.errors
+        ],
+        "abort_reason": run.abort_reason,
+        "ray": _plain(dict(run.ray)),
+        "stream_version": run.version,
+        "last_position": run.position,
+        "updated_at": _utc(run.updated_at),
+    }
+
+
+def decision_rows(run: RunState) -> list[dict[str, Any]]:
+    """The ``wg_run_decisions`` rows of ``run``: one per ``FailureDecisionMade``, in order."""
+    return [
+        {
+            "run_id": run.run_id,
+            "stream_version": decision.version,
+            "group_id": decision.group_id,
+            "decision": decision.decision,
+            "failure_kind": decision.failure_kind,
+            "failures_so_far": decision.failures_so_far,
+            "failure_limit": decision.limit,
+            "reason": decision.reason,
+            "errors": [
+                {"world_rank": e.world_rank, "type": e.error.type, "message": e.error.message}
+                for e in decision.errors
+            ],
+            "decided_at": _utc(decision.at),
+        }
+        for decision in run.decisions
+    ]

@@ -1,0 +1,175 @@
+"""``wgstore runs`` (the listing, filters, ``--json``) and ``wgstore runs RUN`` on both backends.
+
+The runs are appended by hand (tests/projections/run_scenarios.py), as the controller and the Ray
+Train recorder write them: no Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
+
+import run_scenarios as scenarios
+
+from wgstore.events import EventStore
+from wgstore.projections import catch_up_read_models
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _fill(url: str, *, caught_up: bool) -> None:
+    with EventStore.open(url) as store:
+        for scenario in scenarios.ALL:
+            scenario(store)
+        scenarios.running(store, "orph", lease_expired=True)
+        if caught_up:
+            catch_up_read_models(store)
+
+
+@pytest.fixture
+def runs_url(store_url: str) -> str:
+    """Every run scenario, with the read models caught up (the listing reads ``wg_runs``)."""
+    _fill(store_url, caught_up=True)
+    return store_url
+
+
+def test_runs_lists_each_run_with_state_attempts_failures_checkpoint_and_orphaned(
+    cli: Any, runs_url: str
+) -> None:
+    result = cli("runs", "--url", runs_url, "--json")
+    assert result.exit_code == 0, result.stderr
+    runs = {r["run_id"]: r for r in _json_lines(result.stdout)}
+    assert list(runs) == ["fin", "err", "abt", "live", "ray", "orph"]
+    assert {k: (r["status"], r["attempts"]) for k, r in runs.items()} == {
+        "fin": ("FINISHED", 2),
+        "err": ("ERRORED", 2),
+        "abt": ("ABORTED", 1),
+        "live": ("RUNNING", 1),
+        "ray": ("FINISHED", 1),
+        "orph": ("RUNNING", 1),
+    }
+    assert (runs["err"]["worker_group_failures"], runs["err"]["max_failures"]) == (2, 1)
+    assert runs["err"]["error"] == "RuntimeError: rank 1 died in err-g2"
+    assert runs["fin"]["latest_checkpoint"] == "/ckpt/fin/2"
+    assert [k for k, r in runs.items() if r["orphaned"]] == ["orph"]
+    assert runs["live"]["lease_holder"] == "c1"
+    assert runs["ray"]["source"] == "ray_train"
+
+
+def test_runs_table_shows_failures_against_the_budget_and_orphaned(cli: Any, runs_url: str) -> None:
+    result = cli("runs", "--url", runs_url, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.stderr
+    lines = {line.split()[1]: line for line in result.stdout.splitlines() if "│" in line}
+    assert "ERRORED" in lines["err"] and "2/1" in lines["err"]
+    assert "1/2" in lines["fin"] and "/ckpt/fin/2" in lines["fin"]
+    assert "ORPHANED" in lines["orph"]
+    assert "ORPHANED" not in lines["live"]
+
+
+def test_the_listing_is_the_same_from_the_log_before_a_catch_up(
+    cli: Any, sqlite_url: str, tmp_path: Path
+) -> None:
+    _fill(sqlite_url, caught_up=False)
+    from_log = _json_lines(cli("runs", "--url", sqlite_url, "--json").stdout)
+    with EventStore.open(sqlite_url) as store:
+        catch_up_read_models(store)
+    from_read_model = _json_lines(cli("runs", "--url", sqlite_url, "--json").stdout)
+    strip = [{k: v for k, v in r.items() if k != "lease_expires_at"} for r in from_log]
+    assert [{k: v for k, v in r.items() if k != "lease_expires_at"} for r in from_read_model] == (
+        strip
+    )
+    assert len(from_log) == 6
+
+
+def test_runs_filters_by_status_source_orphaned_and_time(cli: Any, runs_url: str) -> None:
+    def ids(*args: str) -> list[str]:
+        result = cli("runs", "--url", runs_url, "--json", *args)
+        assert result.exit_code == 0, result.stderr
+        return [r["run_id"] for r in _json_lines(result.stdout)]
+
+    assert ids("--status", "running") == ["live", "orph"]
+    assert ids("--status", "ERRORED", "--status", "ABORTED") == ["err", "abt"]
+    assert ids("--source", "ray_train") == ["ray"]
+    assert ids("--orphaned") == ["orph"]
+    assert ids("--since", "1h") == ["fin", "err", "abt", "live", "ray", "orph"]
+    assert ids("--since", "2999-01-01") == []
+    none = cli("runs", "--url", runs_url, "--status", "RESIZING")
+    assert (none.exit_code, none.stdout.strip()) == (0, "no runs match")
+
+
+def test_one_run_shows_every_attempt_with_its_failure_and_decision(cli: Any, runs_url: str) -> None:
+    result = cli("runs", "er", "--url", runs_url, "--json")  # a prefix of "err"
+    assert result.exit_code == 0, result.stderr
+    detail = json.loads(result.stdout)
+    assert detail["run"]["run_id"] == "err"
+    attempts = detail["attempts"]
+    assert [(a["group_id"], a["attempt"], a["status"], a["outcome"]) for a in attempts] == [
+        ("err-g1", 1, "SHUT_DOWN", "errored"),
+        ("err-g2", 2, "SHUT_DOWN", "errored"),
+    ]
+    assert attempts[0]["error"] == "RuntimeError: rank 1 died in err-g1"
+    assert [
+        (d["decision"], d["failure_kind"], d["failures_so_far"], d["limit"])
+        for a in attempts
+        for d in a["decisions"]
+    ] == [("RETRY", "worker_group", 1, 1), ("RAISE", "worker_group", 2, 1)]
+    assert [t["to_state"] for t in detail["transitions"]][-1] == "ERRORED"
+    assert [c["controller_id"] for c in detail["controllers"]] == ["c1"]
+    table = cli("runs", "err", "--url", runs_url, env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.stderr
+    assert "RETRY worker_group 1/1" in table.stdout
+    assert "RAISE worker_group 2/1" in table.stdout
+    assert "rank 1: RuntimeError: rank 1 died in err-g2" in table.stdout
+
+
+def test_one_orphaned_run_says_how_to_continue_or_release_it(cli: Any, runs_url: str) -> None:
+    result = cli("runs", "orph", "--url", runs_url, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.stderr
+    assert "orphaned" in result.stdout and "wgstore gc" in result.stdout
+
+
+def test_an_unknown_or_ambiguous_run_id_exits_2_naming_the_problem(cli: Any, runs_url: str) -> None:
+    unknown = cli("runs", "zzz", "--url", runs_url)
+    assert unknown.exit_code == 2
+    assert "no run id starts with 'zzz'" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    with EventStore.open(runs_url) as store:
+        scenarios.aborted(store, "abt2")
+    ambiguous = cli("runs", "ab", "--url", runs_url)
+    assert ambiguous.exit_code == 2
+    assert "matches 2 runs (abt, abt2)" in ambiguous.stderr
+
+
+def test_bad_listing_options_exit_2(cli: Any, sqlite_url: str) -> None:
+    EventStore.open(sqlite_url).close()
+    status = cli("runs", "--url", sqlite_url, "--status", "DONE")
+    assert status.exit_code == 2 and "unknown status DONE" in status.stderr
+    assert "ERRORED" in status.stderr
+    source = cli("runs", "--url", sqlite_url, "--source", "slurm")
+    assert source.exit_code == 2 and "wgstore, ray_train" in source.stderr
+    mixed = cli("runs", "r1", "--url", sqlite_url, "--orphaned")
+    assert mixed.exit_code == 2 and "filter the listing" in mixed.stderr
+    empty = cli("runs", "--url", sqlite_url)
+    assert (empty.exit_code, empty.stdout.strip()) == (0, "no runs in the log")
+
+
+def test_the_sql_reader_reads_the_run_read_models(cli: Any, runs_url: str) -> None:
+    result = cli(
+        "sql",
+        "SELECT r.run_id, d.decision FROM wg_runs AS r "
+        "JOIN wg_run_decisions AS d ON d.run_id = r.run_id ORDER BY r.run_id, d.stream_version",
+        "--url",
+        runs_url,
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    rows = [(r["run_id"], r["decision"]) for r in _json_lines(result.stdout)]
+    assert rows == [("err", "RETRY"), ("err", "RAISE"), ("fin", "RETRY")]
