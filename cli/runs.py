@@ -236,8 +236,8 @@ def print_run(detail: dict[str, Any]) -> None:
         facts.add_row(
             "orphaned",
             Text(
-                "yes: no controller holds a live lease; resume it (wgstore run --resume "
-                f"{run['run_id']}) or release its Ray resources (wgstore gc)",
+                "yes: no controller holds a live lease; resume it (`wgstore run --resume "
+                f"{run['run_id']}`) or release its Ray resources (`wgstore gc`)",
                 style="bold red",
             ),
         )

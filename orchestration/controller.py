@@ -65,8 +65,8 @@ def read_run(store: EventStore, run_id: str, state: RunState | None = None) -> R
         state = evolve_run(state, record)
     if state is None:
         raise RunNotFoundError(
-            f"no run {run_id!r} in this store (no stream {run_stream(run_id)}); `wgstore groups` "
-            "lists the worker groups with their runs, `wgstore run` starts one"
+            f"no run {run_id!r} in this store (no stream {run_stream(run_id)}); `wgstore runs` "
+            "lists the runs, `wgstore run` starts one"
         )
     return state
 

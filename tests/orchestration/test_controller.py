@@ -180,7 +180,7 @@ def test_a_controller_that_lost_its_lease_stops_without_acting(store: Any) -> No
 
 
 def test_an_unknown_run_is_refused_with_how_to_find_one(store: Any) -> None:
-    with pytest.raises(RunNotFoundError, match="wgstore groups"):
+    with pytest.raises(RunNotFoundError, match="wgstore runs"):
         RunController(store, "nope", executor="external")
 
 
