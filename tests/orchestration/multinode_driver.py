@@ -3,7 +3,8 @@
 ``python -m tests.orchestration.multinode_driver STORE_URL OUT_JSON TOUCH_DIR`` starts a
 ``ray.cluster_utils.Cluster`` of 3 nodes (1 CPU each; custom resources ``head``, ``n2``, ``n3``;
 the two added nodes on their own loopback IPs 127.0.0.2 and 127.0.0.3, so Ray Train's per-IP
-ranks see 3 machines), connects to it, and records into ``STORE_URL``:
+ranks see 3 machines), connects to it (the driver is on the head node), and records into
+``STORE_URL``:
 
 1. run ``spread``: 3 workers of 1 CPU, ``SPREAD`` (one per node), to its end;
 2. run ``node-lost``: 3 workers of 0.5 CPU, ``SPREAD``, ``max_failures=1``; once attempt 1
@@ -13,7 +14,7 @@ ranks see 3 machines), connects to it, and records into ``STORE_URL``:
 It cannot share the pytest session's local Ray (one Ray per process), hence the subprocess.
 ``OUT_JSON`` gets what only this process can see: the cluster's node ids, the removed node, and
 what Ray's own tables still hold of wgstore (actors not DEAD, placement groups not REMOVED) once
-both runs ended. ``TOUCH_DIR`` gets the file the train function waits for before its last step
+both runs ended, and the node each group's sync actor ran on. ``TOUCH_DIR`` gets the file the train function waits for before its last step
 (so attempt 1 cannot finish before its node is gone).
 """
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 FN = "tests.orchestration.controller_fns:resumable_fn"
-FAST = {"poll_interval_s": 0.2, "placement_timeout_s": 60.0}
+FAST = {"poll_interval_s": 0.2, "placement_timeout_s": 60.0, "timeout_s": 120.0}
 ADDED = {"n2": "127.0.0.2", "n3": "127.0.0.3"}
 
 
@@ -63,6 +64,17 @@ def wgstore_left_in_ray() -> list[str]:
         if info.get("state") != "REMOVED"
     ]
     return left
+
+
+def sync_actor_nodes() -> dict[str, str]:
+    """Each group's sync actor (alive or dead) -> the node id it ran on, from Ray's actor table."""
+    from ray._private import state as ray_state
+
+    return {
+        info["Name"]: (info.get("Address") or {}).get("NodeID", "")
+        for info in ray_state.actors().values()
+        if (info.get("Name") or "").startswith("wgstore-") and info["Name"].endswith("-sync")
+    }
 
 
 def wait_left_in_ray(within_s: float = 15.0) -> list[str]:
@@ -156,13 +168,15 @@ def main(url: str, out: Path, touch_dir: Path) -> None:
         remover.join(timeout=60)
         result = {
             "nodes": {name: node.node_id for name, node in nodes.items()},
+            "driver_node": ray.get_runtime_context().get_node_id(),
             "removed": removed,
             "left_in_ray": wait_left_in_ray(),
+            "sync_actor_nodes": sync_actor_nodes(),
             "timings": timings,
         }
         out.write_text(json.dumps(result))
     finally:
-        ray.shutdown()  # type: ignore[no-untyped-call]
+        ray.shutdown()
         cluster.shutdown()
 
 

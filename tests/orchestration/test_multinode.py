@@ -21,7 +21,6 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,8 +41,10 @@ class ClusterRuns:
 
     url: str
     nodes: dict[str, str]  # "head"/"n2"/"n3" -> node id
+    driver_node: str  # the node id the driver (controller + executor) is connected to
     removed: dict[str, str]  # node_id, node, checkpoint_seen (or error)
     left_in_ray: list[str]
+    sync_actor_nodes: dict[str, str]  # actor name -> node id
     timings: dict[str, float]
 
     def group(self, store: EventStore, group_id: str) -> WorkerGroupState:
@@ -61,7 +62,14 @@ def cluster_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterRu
     env.pop("RAY_ADDRESS", None)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "tests.orchestration.multinode_driver", url, str(out), str(work)],
+            [
+                sys.executable,
+                "-m",
+                "tests.orchestration.multinode_driver",
+                url,
+                str(out),
+                str(work),
+            ],
             cwd=REPO,
             env=env,
             capture_output=True,
@@ -152,3 +160,11 @@ def test_a_node_removed_mid_training_fails_the_attempt_and_the_run_finishes_on_t
     assert_ranks_per_node(second.workers)
 
     assert cluster_runs.left_in_ray == []  # 0 wgstore actors, 0 placement groups
+
+
+def test_every_sync_actor_runs_on_the_drivers_node(cluster_runs: ClusterRuns) -> None:
+    # As Ray Train pins its SynchronizationActor: elsewhere, losing that node would fail every
+    # rank of the group (their reports could not reach it), not only the ranks on it.
+    assert cluster_runs.driver_node == cluster_runs.nodes["head"]
+    assert len(cluster_runs.sync_actor_nodes) == 3  # spread, node-lost x 2 attempts
+    assert set(cluster_runs.sync_actor_nodes.values()) == {cluster_runs.driver_node}
