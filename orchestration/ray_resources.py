@@ -171,7 +171,11 @@ def reserve_placement_group(
 def start_sync_actor(
     group_id: str, *, failpoints: Mapping[str, Any] | None = None, timeout_s: float = 60.0
 ) -> Any:
-    """Start the sync actor on this driver's node and wait until it answers."""
+    """Start the sync actor on this driver's node and wait until it answers.
+
+    Pinned there (a hard node affinity, as Ray Train's label selector on the node id): with a
+    soft one Ray may place it on another node, and that node's loss then fails every rank.
+    """
     name = sync_actor_name(group_id)
     actor = _SyncActor.options(
         name=name,
@@ -180,7 +184,7 @@ def start_sync_actor(
         num_cpus=0,
         max_restarts=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node_id=ray.get_runtime_context().get_node_id(), soft=True
+            node_id=ray.get_runtime_context().get_node_id(), soft=False
         ),
     ).remote(name, dict(failpoints or {}))
     ray.get(actor.ping.remote(), timeout=timeout_s)
