@@ -271,6 +271,20 @@ class TestStartFailures:
                 "WorkerGroupStartFailed",
             ], case
             assert runtime.list_group_resources() == {}, case
+            acquired = [
+                f"actor:wgstore-{group_id}-{part}"
+                for part, since in (
+                    ("0", StartStage.INIT_TRAIN_CONTEXT),
+                    ("1", StartStage.INIT_TRAIN_CONTEXT),
+                    ("sync", StartStage.WORKERS),
+                )
+                if STEPS_BEFORE[stage] >= STEPS_BEFORE[since]
+            ]
+            if STEPS_BEFORE[stage] >= 1:
+                assert raised.value.released == (
+                    *acquired,
+                    f"placement_group:wgstore-{group_id}",
+                ), case
             if case == "placement_never_ready":  # the pending placement group is released too
                 assert raised.value.released == (f"placement_group:wgstore-{group_id}",)
 
