@@ -42,7 +42,6 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import wgstore
@@ -53,20 +52,17 @@ from wgstore.orchestration import executor_step as step
 from wgstore.orchestration.builder import BuiltGroup
 from wgstore.orchestration.callbacks import WorkerGroupCallback
 from wgstore.orchestration.commands import (
-    COMMAND_NAMESPACE,
     Command,
     StartWorkerGroup,
     command_id_for,
 )
 from wgstore.orchestration.handlers import COMMAND_HANDLERS
-from wgstore.orchestration.poll_recorder import PollRecorder, WorkerObservation
-from wgstore.orchestration.runtime import WorkerGroupRuntime, WorkerPoller
+from wgstore.orchestration.polling import GroupPolls
+from wgstore.orchestration.runtime import WorkerGroupRuntime
 from wgstore.projections import ProjectionError
 from wgstore.projections.state import (
     WorkerGroupPollStatus,
     WorkerGroupState,
-    WorkerGroupStatus,
-    WorkerStatus,
     evolve,
 )
 
@@ -80,26 +76,11 @@ _EXECUTOR_FAILPOINTS = frozenset({"shutdown_pause_s"})
 
 
 @dataclass
-class _Attached:
-    """A running group's live worker handles and poll bookkeeping."""
-
-    workers: dict[int, Any]
-    poller: WorkerPoller
-    recorder: PollRecorder
-    causation_id: str
-    finished: bool = False
-
-
-@dataclass
 class _Lane:
     """One group's work queue: commands and polls, carried out one at a time."""
 
     queue: deque[Any] = field(default_factory=deque)
     busy: bool = False
-
-
-def _poll_event_id(group_id: str, poll_seq: int) -> uuid.UUID:
-    return uuid.uuid5(COMMAND_NAMESPACE, f"{group_id}:poll:{poll_seq}")
 
 
 def _runtime_for(
@@ -187,7 +168,12 @@ class RayExecutor:
         self._position = from_position
         self._books: dict[str, step.GroupBook] = {}
         self._lanes: dict[str, _Lane] = {}
-        self._attached: dict[str, _Attached] = {}
+        self._polls = GroupPolls(
+            store,
+            self.runtime,
+            executor_id=self.executor_id,
+            poll_hook=self._poll_hook if self.callbacks else None,
+        )
         self._lock = threading.RLock()
         self._slots = threading.BoundedSemaphore(max_threads)
         self._drainers: set[threading.Thread] = set()
@@ -351,39 +337,17 @@ class RayExecutor:
 
     def attach(self, built: BuiltGroup, state: WorkerGroupState) -> None:
         """Keep a freshly started group's handles for polling."""
-        workers = dict(enumerate(built.workers))
-        self._attach(state, workers)
+        self._polls.attach(state, dict(enumerate(built.workers)), self._start_causation(state))
 
-    def _attach(self, state: WorkerGroupState, workers: dict[int, Any]) -> _Attached:
-        names = {info.world_rank: info.actor_name for info in state.workers}
-        known: dict[int, WorkerObservation] = {}
-        if state.poll_status is not None:
-            known = {
-                rank: WorkerObservation(
-                    running=s.running, error=s.error, return_value=s.return_value
-                )
-                for rank, s in state.poll_status.worker_statuses.items()
-            }
-        else:
-            known = {rank: WorkerObservation(running=True) for rank in names}
-        start_id = self._start_causation(state)
-        attached = _Attached(
-            workers=workers,
-            poller=self.runtime.poller(workers, names, state.context.health_check_timeout_s, known),
-            recorder=PollRecorder(known, state.last_poll_seq),
-            causation_id=start_id,
-        )
-        attached.finished = attached.poller.finished
-        with self._lock:
-            self._attached[state.group_id] = attached
-        return attached
+    def detach(self, state: WorkerGroupState) -> list[Any]:
+        """Forget a group's handles (it is being released); returns them."""
+        return self._polls.detach(state.group_id)
 
-    def _reattach(self, state: WorkerGroupState) -> _Attached:
-        """Find a running group's workers again by name (after an executor restart)."""
-        workers = self.runtime.find_workers(
-            {info.world_rank: info.actor_name for info in state.workers}
+    def final_poll_events(self, state: WorkerGroupState, command: Command) -> list[NewEvent]:
+        """The last poll before a shutdown (reports and changes) plus the trailing unchanged polls."""
+        return self._polls.final_events(
+            state, self.metadata(command), lambda: self._start_causation(state)
         )
-        return self._attach(state, workers)
 
     def _start_causation(self, state: WorkerGroupState) -> str:
         with self._lock:
@@ -392,34 +356,6 @@ class RayExecutor:
             return book.start_causation
         first = next(iter(self.store.read_stream(state.stream_id, 1, 1)))
         return str(command_id_for("StartWorkerGroup", first.event_id))
-
-    def detach(self, state: WorkerGroupState) -> list[Any]:
-        """Forget a group's handles (it is being released); returns them."""
-        with self._lock:
-            attached = self._attached.pop(state.group_id, None)
-        return [h for h in attached.workers.values() if h is not None] if attached else []
-
-    def final_poll_events(self, state: WorkerGroupState, command: Command) -> list[NewEvent]:
-        """The last poll before a shutdown (reports and changes) plus the trailing unchanged polls."""
-        if not state.training_launched:
-            return []
-        with self._lock:
-            attached = self._attached.get(state.group_id)
-        if attached is None:
-            attached = self._reattach(state)
-        events: list[NewEvent] = []
-        if not attached.finished:
-            events = self._poll_events(state.group_id, attached, self.metadata(command))
-        flushed = attached.recorder.flush()
-        if flushed is not None:
-            events.append(
-                NewEvent(
-                    flushed,
-                    event_id=_poll_event_id(state.group_id, flushed.poll_seq),
-                    metadata=self.metadata(command),
-                )
-            )
-        return events
 
     def invoke(self, hook: str, *args: Any) -> list[Any]:
         """Call ``hook`` on every callback; returns the ``CallbackFailed`` events to record."""
@@ -440,54 +376,17 @@ class RayExecutor:
                 [NewEvent(f, metadata=metadata) for f in failures],
             )
 
-    # ------------------------------------------------------------------ polling
-
-    def _poll_events(
-        self, group_id: str, attached: _Attached, metadata: Mapping[str, Any]
-    ) -> list[NewEvent]:
-        wait_s = 1.0
-        observations = attached.poller.poll(wait_s)
-        polled = attached.recorder.observe(observations, datetime.now(UTC))
-        events: list[NewEvent] = []
-        if polled is not None:
-            events.append(
-                NewEvent(
-                    polled, event_id=_poll_event_id(group_id, polled.poll_seq), metadata=metadata
-                )
-            )
-        if self.callbacks:
-            status = WorkerGroupPollStatus(
-                {
-                    rank: WorkerStatus(
-                        running=o.running, error=o.error, return_value=o.return_value
-                    )
-                    for rank, o in sorted(observations.items())
-                }
-            )
-            for failure in self.invoke("after_worker_group_poll_status", group_id, status):
-                events.append(NewEvent(failure, metadata=metadata))
-        attached.finished = attached.poller.finished
-        return events
+    def _poll_hook(self, group_id: str, status: WorkerGroupPollStatus) -> list[Any]:
+        return self.invoke("after_worker_group_poll_status", group_id, status)
 
     def _poll_group(self, group_id: str) -> None:
-        with self._lock:
-            attached = self._attached.get(group_id)
-        if attached is None:
-            state, _ = self.load(group_id)
-            if state.status is not WorkerGroupStatus.RUNNING or not state.training_launched:
-                return
-            attached = self._reattach(state)
-        if not attached.finished:
-            metadata = {"causation_id": attached.causation_id, "executor_id": self.executor_id}
-            events = self._poll_events(group_id, attached, metadata)
-            if events:
-                try:
-                    self.store.append(group_stream(group_id), events)
-                except Exception:
-                    with self._lock:  # rebuild the bookkeeping from the log on the next poll
-                        self._attached.pop(group_id, None)
-                    raise
-        if attached.finished:
+        def load() -> WorkerGroupState:
+            return self.load(group_id)[0]
+
+        def causation_id() -> str:
+            return self._start_causation(load())
+
+        if self._polls.poll(group_id, load, causation_id):
             self._update(group_id, step.polls_done)
 
     # ------------------------------------------------------------------ the loop
@@ -589,7 +488,7 @@ class RayExecutor:
                 target=self._drain, args=(group_id, lane), name=f"wgstore-{group_id}", daemon=True
             )
             self._drainers.add(thread)
-        thread.start()
+            thread.start()  # under the lock: wait_idle never sees a drainer not yet started
 
     def _drain(self, group_id: str, lane: _Lane) -> None:
         while True:

@@ -132,6 +132,7 @@ class Gate:
         self._open.set()
 
     def pass_through(self, timeout_s: float) -> None:
+        """Arrive (set :attr:`reached`) and wait until the test opens the gate."""
         self.reached.set()
         if not self._open.wait(timeout_s):
             raise FakeStartError(f"the test did not open the gate within {timeout_s}s")
