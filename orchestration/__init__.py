@@ -33,6 +33,9 @@ if TYPE_CHECKING:
         WorkerGroupTimeoutError,
     )
     from wgstore.orchestration.executor import RayExecutor, run_executor
+    from wgstore.orchestration.fake_runtime import FakeRuntime
+    from wgstore.orchestration.ray_runtime import RayRuntime
+    from wgstore.orchestration.runtime import WorkerGroupRuntime
     from wgstore.orchestration.train_context import TrainContext, get_context, on_shutdown, report
     from wgstore.orchestration.training import RunResult, resume_run, run_training, start_run
     from wgstore.orchestration.worker_group import ActiveWorkerGroup, WorkerGroup
@@ -41,8 +44,10 @@ __all__ = [
     "ActiveWorkerGroup",
     "Command",
     "FailureConfig",
+    "FakeRuntime",
     "OrchestrationError",
     "RayExecutor",
+    "RayRuntime",
     "ReleaseResources",
     "ReportNotStoredError",
     "RunController",
@@ -55,6 +60,7 @@ __all__ = [
     "WorkerGroup",
     "WorkerGroupCallback",
     "WorkerGroupContext",
+    "WorkerGroupRuntime",
     "WorkerGroupStartError",
     "WorkerGroupStateBuilder",
     "WorkerGroupTimeoutError",
@@ -91,6 +97,9 @@ _LAZY = {
     "WorkerGroup": "wgstore.orchestration.worker_group",
     "RayExecutor": "wgstore.orchestration.executor",
     "run_executor": "wgstore.orchestration.executor",
+    "FakeRuntime": "wgstore.orchestration.fake_runtime",
+    "RayRuntime": "wgstore.orchestration.ray_runtime",
+    "WorkerGroupRuntime": "wgstore.orchestration.runtime",
     "WorkerGroupStateBuilder": "wgstore.orchestration.builder",
     "WorkerGroupCallback": "wgstore.orchestration.callbacks",
     "RunResult": "wgstore.orchestration.training",

@@ -26,8 +26,12 @@ from wgstore.events.worker_group import (
     WorkerInfo,
     WorkersStarted,
 )
-from wgstore.orchestration import ray_resources
 from wgstore.orchestration.errors import OrchestrationError
+from wgstore.orchestration.runtime import (
+    ReservedPlacementGroup,
+    StartedActor,
+    WorkerGroupRuntime,
+)
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
 __all__ = ["BuiltGroup", "StartAborted", "WorkerGroupStateBuilder"]
@@ -53,6 +57,7 @@ class WorkerGroupStateBuilder:
 
     Args:
         store: the event store.
+        runtime: the cluster the resources live on (``release()`` goes through it).
         state: the group's state as read just before the start (status ``REQUESTED``).
         command_id: the ``StartWorkerGroup`` command; event ids derive from it, so a retried
             append after a lost reply is idempotent.
@@ -62,12 +67,14 @@ class WorkerGroupStateBuilder:
     def __init__(
         self,
         store: EventStore,
+        runtime: WorkerGroupRuntime,
         state: WorkerGroupState,
         *,
         command_id: uuid.UUID,
         metadata: Mapping[str, Any],
     ) -> None:
         self.store = store
+        self.runtime = runtime
         self.state = state
         self._command_id = command_id
         self._metadata = dict(metadata)
@@ -118,18 +125,18 @@ class WorkerGroupStateBuilder:
 
     def with_placement_group(
         self,
-        placement_group: Any,
+        placement_group: ReservedPlacementGroup,
         *,
         bundles: Sequence[Mapping[str, float]],
         strategy: str,
         wait_s: float,
     ) -> WorkerGroupStateBuilder:
         """Record the ready placement group (appends ``PlacementGroupReserved``)."""
-        self.placement_group = placement_group
+        self.placement_group = placement_group.handle
         self._append(
             PlacementGroupReserved(
-                placement_group_id=placement_group.id.hex(),
-                name=ray_resources.placement_group_name(self.group_id),
+                placement_group_id=placement_group.placement_group_id,
+                name=placement_group.name,
                 bundles=tuple(dict(b) for b in bundles),
                 strategy=strategy,
                 wait_s=round(wait_s, 6),
@@ -137,15 +144,10 @@ class WorkerGroupStateBuilder:
         )
         return self
 
-    def with_sync_actor(self, sync_actor: Any) -> WorkerGroupStateBuilder:
+    def with_sync_actor(self, sync_actor: StartedActor) -> WorkerGroupStateBuilder:
         """Record the live sync actor (appends ``SyncActorStarted``)."""
-        self.sync_actor = sync_actor
-        self._append(
-            SyncActorStarted(
-                actor_id=sync_actor._actor_id.hex(),
-                name=ray_resources.sync_actor_name(self.group_id),
-            )
-        )
+        self.sync_actor = sync_actor.handle
+        self._append(SyncActorStarted(actor_id=sync_actor.actor_id, name=sync_actor.name))
         return self
 
     def with_workers(
@@ -187,7 +189,7 @@ class WorkerGroupStateBuilder:
 
     def release(self) -> tuple[str, ...]:
         """Tear down what was acquired, and anything else named for the group."""
-        return ray_resources.release_group(
+        return self.runtime.release_group(
             self.group_id,
-            extra_actors=[*self.workers, *([self.sync_actor] if self.sync_actor else [])],
+            extra_handles=[*self.workers, *([self.sync_actor] if self.sync_actor else [])],
         )

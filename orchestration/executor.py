@@ -1,16 +1,22 @@
-"""``RayExecutor``: follows the log, carries commands out on Ray, appends what happened.
+"""``RayExecutor``: follows the log, carries commands out on a cluster, appends what happened.
 
-One loop thread reads the log in order (``read_all(after=position)``, woken by
-``wait_for_new``), folds each worker-group stream with :func:`~wgstore.projections.evolve`,
-derives commands (:func:`~wgstore.orchestration.commands.derive_commands`) and schedules polls.
-Commands and polls run on worker threads (at most ``max_threads`` busy), one at a time per group, so a slow start never
-delays another group's polls, and a poll never races its group's shutdown.
+Three parts, as Ray Train v2 splits its controller:
+
+- **the decisions**, a pure step over the log (:mod:`~wgstore.orchestration.executor_step`):
+  which commands each event calls for, which are done already, which polls are due;
+- **the cluster**, behind :class:`~wgstore.orchestration.runtime.WorkerGroupRuntime`:
+  :class:`~wgstore.orchestration.ray_runtime.RayRuntime` (the default) or the in-memory
+  :class:`~wgstore.orchestration.fake_runtime.FakeRuntime`;
+- **this runner**: one loop thread reads the log in order (``read_all(after=position)``, woken
+  by ``wait_for_new``) and feeds the step; commands (:mod:`~wgstore.orchestration.handlers`)
+  and polls run on worker threads (at most ``max_threads`` busy), one at a time per group, so a
+  slow start never delays another group's polls, and a poll never races its group's shutdown.
 
 Restartable: on start it reads the whole log (``catch-up``), re-derives every command, and skips
 those an event already names as ``causation_id``; a start left half-done by a dead executor
 derives ``ReleaseResources``. Running groups are re-attached by actor name and polled on. With
 ``release_orphans``, ``wgstore-*`` resources that no live group of this store owns are released.
-Run one executor per store.
+Run one executor per store (or one per run, with ``run_ids``).
 
 Metadata of what it appends: ``causation_id`` (the command's id; polls carry the id of the
 ``StartWorkerGroup`` that launched the training they observe), ``command`` (the command's type,
@@ -36,41 +42,27 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
-
-import ray
 
 import wgstore
 from wgstore.events import EventStore, NewEvent, RecordedEvent
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream
-from wgstore.events.worker_group import (
-    TrainingLaunched,
-    WorkerGroupShutDown,
-    WorkerGroupStartFailed,
-    WorkerGroupStartRequested,
-)
-from wgstore.orchestration import ray_resources
+from wgstore.events.worker_group import WorkerGroupStartRequested
+from wgstore.orchestration import executor_step as step
 from wgstore.orchestration.builder import BuiltGroup
 from wgstore.orchestration.callbacks import WorkerGroupCallback
 from wgstore.orchestration.commands import (
-    COMMAND_NAMESPACE,
     Command,
-    ReleaseResources,
     StartWorkerGroup,
     command_id_for,
-    command_needed,
-    derive_commands,
 )
 from wgstore.orchestration.handlers import COMMAND_HANDLERS
-from wgstore.orchestration.poll_recorder import PollRecorder, WorkerObservation
-from wgstore.orchestration.poller import GroupPoller
+from wgstore.orchestration.polling import GroupPolls
+from wgstore.orchestration.runtime import WorkerGroupRuntime
 from wgstore.projections import ProjectionError
 from wgstore.projections.state import (
     WorkerGroupPollStatus,
     WorkerGroupState,
-    WorkerGroupStatus,
-    WorkerStatus,
     evolve,
 )
 
@@ -79,75 +71,70 @@ __all__ = ["RayExecutor", "run_executor"]
 log = logging.getLogger("wgstore.executor")
 
 _POLL = object()
-_START_ENDS = (TrainingLaunched, WorkerGroupStartFailed, WorkerGroupShutDown)
 _ENDED = frozenset({"WorkerGroupShutDown", "WorkerGroupStartFailed"})
+_EXECUTOR_FAILPOINTS = frozenset({"shutdown_pause_s"})
 
 
 @dataclass
-class _Attached:
-    """A running group's live worker handles and poll bookkeeping."""
+class _Lane:
+    """One group's work queue: commands and polls, carried out one at a time."""
 
-    workers: dict[int, Any]
-    poller: GroupPoller
-    recorder: PollRecorder
-    causation_id: str
-    finished: bool = False
-
-
-@dataclass
-class _Group:
-    """What the loop knows about one group (touched by pool threads only under the lock)."""
-
-    group_id: str
-    state: WorkerGroupState | None = None
-    start_command_id: uuid.UUID | None = None
-    causations: set[str] = field(default_factory=set)
-    seen_commands: set[uuid.UUID] = field(default_factory=set)
-    pending: list[Command] = field(default_factory=list)
     queue: deque[Any] = field(default_factory=deque)
     busy: bool = False
-    poll_queued: bool = False
-    next_poll_at: float = 0.0
-    polls_finished: bool = False
-    start_in_flight: bool = False
-    broken: bool = False
 
 
-def _poll_event_id(group_id: str, poll_seq: int) -> uuid.UUID:
-    return uuid.uuid5(COMMAND_NAMESPACE, f"{group_id}:poll:{poll_seq}")
+def _runtime_for(
+    runtime: WorkerGroupRuntime | None, failpoints: Mapping[str, Any]
+) -> WorkerGroupRuntime:
+    actor_failpoints = {k: v for k, v in failpoints.items() if k not in _EXECUTOR_FAILPOINTS}
+    if runtime is not None:
+        if actor_failpoints:
+            raise ValueError(
+                f"failpoints {sorted(actor_failpoints)} are RayRuntime's: with runtime= given, "
+                "pass them as RayRuntime(failpoints=...), or inject faults on FakeRuntime"
+            )
+        return runtime
+    from wgstore.orchestration.ray_runtime import RayRuntime
+
+    return RayRuntime(failpoints=actor_failpoints)
 
 
 class RayExecutor:
-    """Carries out the commands the log calls for, on Ray, and records what happened.
+    """Carries out the commands the log calls for, on a cluster, and records what happened.
 
     Args:
         store: the event store to follow and append to.
+        runtime: the cluster (:class:`~wgstore.orchestration.runtime.WorkerGroupRuntime`);
+            ``None`` for :class:`~wgstore.orchestration.ray_runtime.RayRuntime` on the Ray
+            cluster of this process (``RAY_ADDRESS``, or a local instance).
         group_ids: only these groups (an in-process executor made by ``WorkerGroup.create``);
             ``None`` for every group in the store.
-        run_ids: only groups whose ``WorkerGroupStartRequested`` names one of these runs (an
-            in-process executor made by a run controller); ``None``: any run.
+        run_ids: only groups whose ``WorkerGroupStartRequested.run_id`` is one of these (a run
+            controller's executor; the groups appear over time); ``None`` for any run.
         from_position: start reading after this position instead of catching up from 0 (only
             sensible with ``group_ids`` naming groups not yet requested).
         release_orphans: release ``wgstore-*`` resources that no live group owns, at start and
             every ``sweep_interval_s``. Resources of groups this store has never seen count as
-            orphans too, so share a Ray cluster between stores only with this off.
+            orphans too (unless a scope rules them out), so share a Ray cluster between stores
+            only with this off.
         max_threads: commands and polls run on this many threads (one at a time per group).
         actor_timeout_s: how long actor calls during a start may take.
         extra_sys_path: folders workers add to ``sys.path`` before importing the train function
             (default: this process's working folder), e.g. so ``examples.train`` imports.
-        failpoints: failures injected on purpose, for tests: ``sync_actor_exit_on_init``,
-            ``worker_exit_on_init`` / ``worker_sigkill_on_init`` (a bundle index),
-            ``worker_init_sleep_s``, ``launch_raise``,
-            ``poll_hang`` (a bundle index), ``shutdown_pause_s`` (seconds a shutdown waits,
-            with the group ``SHUTTING_DOWN``, before its last poll).
+        failpoints: failures injected on purpose, for tests of real Ray: ``shutdown_pause_s``
+            (seconds a shutdown waits, with the group ``SHUTTING_DOWN``, before its last poll);
+            the others are handed to ``RayRuntime(failpoints=...)`` (see
+            :mod:`~wgstore.orchestration.ray_runtime`), so they need ``runtime=None``.
         read_models_interval_s: bring the SQL read models up to date at most this often while
             the log grows, and once more when the executor stops; ``None`` leaves them alone.
+        callbacks: ``WorkerGroupCallback`` hooks, called in Ray Train's order.
     """
 
     def __init__(
         self,
         store: EventStore,
         *,
+        runtime: WorkerGroupRuntime | None = None,
         group_ids: Collection[str] | None = None,
         run_ids: Collection[str] | None = None,
         from_position: int = 0,
@@ -160,22 +147,33 @@ class RayExecutor:
         read_models_interval_s: float | None = 2.0,
         callbacks: Sequence[WorkerGroupCallback] = (),
     ) -> None:
+        if isinstance(group_ids, str) or isinstance(run_ids, str):
+            raise TypeError(
+                "group_ids and run_ids take a collection of ids, e.g. run_ids={'r1'}, not a str"
+            )
         self.store = store
+        self.failpoints: dict[str, Any] = dict(failpoints or {})
+        self.runtime: WorkerGroupRuntime = _runtime_for(runtime, self.failpoints)
+        """The cluster commands are carried out on."""
         self.callbacks: tuple[WorkerGroupCallback, ...] = tuple(callbacks)
         """``WorkerGroupCallback`` hooks, called in Ray Train's order (see ``callbacks``)."""
         self.executor_id = uuid.uuid4().hex
-        self.failpoints: dict[str, Any] = dict(failpoints or {})
         self.actor_timeout_s = actor_timeout_s
         self.extra_sys_path: tuple[str, ...] = tuple(
             extra_sys_path if extra_sys_path is not None else (os.getcwd(),)
         )
         self.release_orphans = release_orphans
         self.sweep_interval_s = sweep_interval_s
-        self._scope = set(group_ids) if group_ids is not None else None
-        self._run_scope = set(run_ids) if run_ids is not None else None
+        self._scope = step.Scope.of(group_ids, run_ids)
         self._position = from_position
-        self._groups: dict[str, _Group] = {}
-        self._attached: dict[str, _Attached] = {}
+        self._books: dict[str, step.GroupBook] = {}
+        self._lanes: dict[str, _Lane] = {}
+        self._polls = GroupPolls(
+            store,
+            self.runtime,
+            executor_id=self.executor_id,
+            poll_hook=self._poll_hook if self.callbacks else None,
+        )
         self._lock = threading.RLock()
         self._slots = threading.BoundedSemaphore(max_threads)
         self._drainers: set[threading.Thread] = set()
@@ -194,10 +192,10 @@ class RayExecutor:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> RayExecutor:
-        """Run the loop in a background thread (connecting to Ray if needed); returns self."""
+        """Run the loop in a background thread (connecting to the cluster if needed); returns self."""
         if self._thread is not None:
             return self
-        ray_resources.ensure_ray()
+        self.runtime.connect()
         self._thread = threading.Thread(
             target=self._run_loop, name=f"wgstore-executor-{self.executor_id[:8]}", daemon=True
         )
@@ -224,7 +222,7 @@ class RayExecutor:
             return False
         while True:
             with self._lock:
-                busy = bool(self._drainers) or any(g.busy for g in self._groups.values())
+                busy = bool(self._drainers) or any(lane.busy for lane in self._lanes.values())
             if not busy:
                 return True
             remaining = deadline - time.monotonic()
@@ -292,7 +290,7 @@ class RayExecutor:
 
     def run(self, stop_event: threading.Event | None = None) -> None:
         """Run the loop in this thread until ``stop_event`` (or :meth:`stop`) is set."""
-        ray_resources.ensure_ray()
+        self.runtime.connect()
         if stop_event is not None:
 
             def relay() -> None:
@@ -339,84 +337,25 @@ class RayExecutor:
 
     def attach(self, built: BuiltGroup, state: WorkerGroupState) -> None:
         """Keep a freshly started group's handles for polling."""
-        workers = dict(enumerate(built.workers))
-        self._attach(state, workers)
-
-    def _attach(self, state: WorkerGroupState, workers: dict[int, Any]) -> _Attached:
-        names = {info.world_rank: info.actor_name for info in state.workers}
-        known: dict[int, WorkerObservation] = {}
-        if state.poll_status is not None:
-            known = {
-                rank: WorkerObservation(
-                    running=s.running, error=s.error, return_value=s.return_value
-                )
-                for rank, s in state.poll_status.worker_statuses.items()
-            }
-        else:
-            known = {rank: WorkerObservation(running=True) for rank in names}
-        start_id = self._start_causation(state)
-        attached = _Attached(
-            workers=workers,
-            poller=GroupPoller(
-                workers,
-                names,
-                state.context.health_check_timeout_s,
-                known=known,
-            ),
-            recorder=PollRecorder(known, state.last_poll_seq),
-            causation_id=start_id,
-        )
-        attached.finished = attached.poller.finished
-        with self._lock:
-            self._attached[state.group_id] = attached
-        return attached
-
-    def _reattach(self, state: WorkerGroupState) -> _Attached:
-        """Find a running group's workers again by name (after an executor restart)."""
-        workers: dict[int, Any] = {}
-        for info in state.workers:
-            try:
-                workers[info.world_rank] = ray.get_actor(
-                    info.actor_name, namespace=ray_resources.NAMESPACE
-                )
-            except ValueError:
-                workers[info.world_rank] = None
-        return self._attach(state, workers)
-
-    def _start_causation(self, state: WorkerGroupState) -> str:
-        group = self._groups.get(state.group_id)
-        if group is not None and group.start_command_id is not None:
-            return str(group.start_command_id)
-        first = next(iter(self.store.read_stream(state.stream_id, 1, 1)))
-        return str(command_id_for("StartWorkerGroup", first.event_id))
+        self._polls.attach(state, dict(enumerate(built.workers)), self._start_causation(state))
 
     def detach(self, state: WorkerGroupState) -> list[Any]:
         """Forget a group's handles (it is being released); returns them."""
-        with self._lock:
-            attached = self._attached.pop(state.group_id, None)
-        return [h for h in attached.workers.values() if h is not None] if attached else []
+        return self._polls.detach(state.group_id)
 
     def final_poll_events(self, state: WorkerGroupState, command: Command) -> list[NewEvent]:
         """The last poll before a shutdown (reports and changes) plus the trailing unchanged polls."""
-        if not state.training_launched:
-            return []
+        return self._polls.final_events(
+            state, self.metadata(command), lambda: self._start_causation(state)
+        )
+
+    def _start_causation(self, state: WorkerGroupState) -> str:
         with self._lock:
-            attached = self._attached.get(state.group_id)
-        if attached is None:
-            attached = self._reattach(state)
-        events: list[NewEvent] = []
-        if not attached.finished:
-            events = self._poll_events(state.group_id, attached, self.metadata(command))
-        flushed = attached.recorder.flush()
-        if flushed is not None:
-            events.append(
-                NewEvent(
-                    flushed,
-                    event_id=_poll_event_id(state.group_id, flushed.poll_seq),
-                    metadata=self.metadata(command),
-                )
-            )
-        return events
+            book = self._books.get(state.group_id)
+        if book is not None and book.start_causation is not None:
+            return book.start_causation
+        first = next(iter(self.store.read_stream(state.stream_id, 1, 1)))
+        return str(command_id_for("StartWorkerGroup", first.event_id))
 
     def invoke(self, hook: str, *args: Any) -> list[Any]:
         """Call ``hook`` on every callback; returns the ``CallbackFailed`` events to record."""
@@ -437,59 +376,26 @@ class RayExecutor:
                 [NewEvent(f, metadata=metadata) for f in failures],
             )
 
-    # ------------------------------------------------------------------ polling
+    def _poll_hook(self, group_id: str, status: WorkerGroupPollStatus) -> list[Any]:
+        return self.invoke("after_worker_group_poll_status", group_id, status)
 
-    def _poll_events(
-        self, group_id: str, attached: _Attached, metadata: Mapping[str, Any]
-    ) -> list[NewEvent]:
-        wait_s = 1.0
-        observations = attached.poller.poll(wait_s)
-        polled = attached.recorder.observe(observations, datetime.now(UTC))
-        events: list[NewEvent] = []
-        if polled is not None:
-            events.append(
-                NewEvent(
-                    polled, event_id=_poll_event_id(group_id, polled.poll_seq), metadata=metadata
-                )
-            )
-        if self.callbacks:
-            status = WorkerGroupPollStatus(
-                {
-                    rank: WorkerStatus(
-                        running=o.running, error=o.error, return_value=o.return_value
-                    )
-                    for rank, o in sorted(observations.items())
-                }
-            )
-            for failure in self.invoke("after_worker_group_poll_status", group_id, status):
-                events.append(NewEvent(failure, metadata=metadata))
-        attached.finished = attached.poller.finished
-        return events
+    def _poll_group(self, group_id: str) -> None:
+        def load() -> WorkerGroupState:
+            return self.load(group_id)[0]
 
-    def _poll_group(self, group: _Group) -> None:
-        with self._lock:
-            attached = self._attached.get(group.group_id)
-        if attached is None:
-            state, _ = self.load(group.group_id)
-            if state.status is not WorkerGroupStatus.RUNNING or not state.training_launched:
-                return
-            attached = self._reattach(state)
-        if attached.finished:
-            group.polls_finished = True
-            return
-        metadata = {"causation_id": attached.causation_id, "executor_id": self.executor_id}
-        events = self._poll_events(group.group_id, attached, metadata)
-        if events:
-            try:
-                self.store.append(group_stream(group.group_id), events)
-            except Exception:
-                with self._lock:  # rebuild the bookkeeping from the log on the next poll
-                    self._attached.pop(group.group_id, None)
-                raise
-        if attached.finished:
-            group.polls_finished = True
+        def causation_id() -> str:
+            return self._start_causation(load())
+
+        if self._polls.poll(group_id, load, causation_id):
+            self._update(group_id, step.polls_done)
 
     # ------------------------------------------------------------------ the loop
+
+    def _update(self, group_id: str, change: Callable[[step.GroupBook], step.GroupBook]) -> None:
+        with self._lock:
+            book = self._books.get(group_id)
+            if book is not None:
+                self._books[group_id] = change(book)
 
     def _run_loop(self) -> None:
         try:
@@ -511,30 +417,26 @@ class RayExecutor:
                 self._stop.wait(1.0)
 
     def _wait_s(self) -> float:
-        now = time.monotonic()
-        due = [
-            g.next_poll_at - now
-            for g in self._groups.values()
-            if self._pollable(g) and not g.poll_queued
-        ]
-        return max(0.005, min([0.5, *due]))
+        with self._lock:
+            books = list(self._books.values())
+        return step.next_wake_s(books, time.monotonic())
 
     def _catch_up(self) -> None:
         self._catching_up = True
         try:
-            if self._position == 0 and self._scope is None:
+            if self._position == 0 and self._scope.group_ids is None:
                 self._catch_up_by_stream()
             self._read_new()
         finally:
             self._catching_up = False
-        for group in list(self._groups.values()):
-            pending, group.pending = group.pending, []
-            releases = [c for c in pending if isinstance(c, ReleaseResources)]
-            if releases:  # only the latest builder step says which stage never completed
-                pending = [c for c in pending if not isinstance(c, ReleaseResources)]
-                pending.append(releases[-1])
-            for command in pending:
-                self._dispatch(group, command)
+        with self._lock:
+            group_ids = list(self._books)
+        for group_id in group_ids:
+            with self._lock:
+                book, commands = step.finish_catch_up(self._books[group_id])
+                self._books[group_id] = book
+            for command in commands:
+                self._enqueue(group_id, command)
         if self.release_orphans:
             self.sweep_orphans()
 
@@ -559,142 +461,111 @@ class RayExecutor:
     def _apply(self, record: RecordedEvent) -> None:
         group_id = group_id_of(record.stream_id)
         assert group_id is not None  # _read_new and _catch_up_by_stream read groups' streams
-        if self._scope is not None and group_id not in self._scope:
-            return
-        group = self._groups.get(group_id)
-        if group is None:
-            if not isinstance(record.event, WorkerGroupStartRequested):
-                return  # a group whose beginning this executor never read
-            if self._run_scope is not None and record.event.run_id not in self._run_scope:
-                return  # another run's group
-            group = self._groups[group_id] = _Group(group_id)
-        if group.broken:
-            return
-        if group.state is not None and record.version <= group.state.version:
-            return  # folded already (read by stream during catch-up)
-        try:
-            group.state = evolve(group.state, record)
-        except ProjectionError as error:
-            group.broken = True
-            self._record_error(f"group {group_id} is not a valid stream: {error}", tb=False)
-            return
-        cause = record.metadata.get("causation_id")
-        if cause:
-            group.causations.add(str(cause))
-        if isinstance(record.event, WorkerGroupStartRequested):
-            group.start_command_id = command_id_for("StartWorkerGroup", record.event_id)
-        if isinstance(record.event, _START_ENDS) and cause == str(group.start_command_id):
-            group.start_in_flight = False
-        commands = derive_commands(record, group.state)
-        if self._catching_up:
-            group.pending.extend(commands)
-        else:
-            for command in commands:
-                self._dispatch(group, command)
-
-    def _dispatch(self, group: _Group, command: Command) -> None:
-        if command.command_id in group.seen_commands:
-            return
-        if str(command.command_id) in group.causations:
-            return  # done already: an event names it as its cause
-        if group.state is None or not command_needed(command, group.state):
-            return
-        if isinstance(command, ReleaseResources) and group.start_in_flight:
-            return  # the start is ours and alive: it releases on failure itself
-        group.seen_commands.add(command.command_id)
-        if isinstance(command, StartWorkerGroup):
-            group.start_in_flight = True
-        self._enqueue(group, command)
-
-    def _enqueue(self, group: _Group, item: Any) -> None:
         with self._lock:
-            group.queue.append(item)
-            if group.busy:
+            applied = step.apply_event(
+                self._books.get(group_id),
+                record,
+                scope=self._scope,
+                catching_up=self._catching_up,
+            )
+            if applied.book is not None:
+                self._books[group_id] = applied.book
+        if applied.error is not None:
+            self._record_error(applied.error, tb=False)
+        for command in applied.commands:
+            self._enqueue(group_id, command)
+
+    def _enqueue(self, group_id: str, item: Any) -> None:
+        with self._lock:
+            lane = self._lanes.setdefault(group_id, _Lane())
+            lane.queue.append(item)
+            if lane.busy:
                 return
-            group.busy = True
+            lane.busy = True
             # plain threads, not a ThreadPoolExecutor: those refuse work once the interpreter
             # is exiting, and a shutdown at exit must still run
             thread = threading.Thread(
-                target=self._drain, args=(group,), name=f"wgstore-{group.group_id}", daemon=True
+                target=self._drain, args=(group_id, lane), name=f"wgstore-{group_id}", daemon=True
             )
             self._drainers.add(thread)
-        thread.start()
+            thread.start()  # under the lock: wait_idle never sees a drainer not yet started
 
-    def _drain(self, group: _Group) -> None:
+    def _drain(self, group_id: str, lane: _Lane) -> None:
         while True:
             with self._lock:
                 if self._stop.is_set():
-                    group.queue.clear()  # a restarted executor derives them again
-                if not group.queue:
-                    group.busy = False
+                    lane.queue.clear()  # a restarted executor derives them again
+                if not lane.queue:
+                    lane.busy = False
                     self._drainers.discard(threading.current_thread())
                     return
-                item = group.queue.popleft()
+                item = lane.queue.popleft()
                 if item is _POLL:
-                    group.poll_queued = False
+                    self._update(group_id, step.poll_taken)
             try:
                 with self._slots:
                     if item is _POLL:
-                        self._poll_group(group)
+                        self._poll_group(group_id)
                     else:
                         COMMAND_HANDLERS[type(item)](item, self)
             except Exception:  # noqa: BLE001 - one failed command must not stop the executor
                 what = "poll" if item is _POLL else type(item).__name__
-                self._record_error(f"{what} of group {group.group_id}")
+                self._record_error(f"{what} of group {group_id}")
                 if isinstance(item, StartWorkerGroup):
-                    group.start_in_flight = False
-
-    def _pollable(self, group: _Group) -> bool:
-        state = group.state
-        return (
-            state is not None
-            and not group.broken
-            and not group.polls_finished
-            and state.status is WorkerGroupStatus.RUNNING
-            and state.training_launched
-            and not (state.poll_status is not None and state.poll_status.finished)
-        )
+                    self._update(group_id, step.start_failed)
 
     def _schedule_polls(self) -> None:
-        now = time.monotonic()
-        for group in list(self._groups.values()):
-            if group.state is not None and group.state.is_terminal:
-                if not group.busy:
-                    del self._groups[group.group_id]
-                continue
-            if not self._pollable(group) or group.poll_queued or now < group.next_poll_at:
-                continue
-            assert group.state is not None
-            group.next_poll_at = now + group.state.context.poll_interval_s
-            group.poll_queued = True
-            self._enqueue(group, _POLL)
+        with self._lock:
+            schedule = step.schedule_polls(self._books, time.monotonic())
+            self._books.update(schedule.books)
+            for group_id in schedule.ended:
+                lane = self._lanes.get(group_id)
+                if lane is None or not lane.busy:
+                    del self._books[group_id]
+                    self._lanes.pop(group_id, None)
+        for group_id in schedule.due:
+            self._enqueue(group_id, _POLL)
 
     def sweep_orphans(self) -> list[str]:
         """Release ``wgstore-*`` resources of groups this store does not have alive.
 
         Resources are listed first and the log read after, so a group requested in between
-        is seen as alive. Returns what was released.
+        is seen as alive. With a scope, only groups in it are released (by ``run_ids``: groups
+        whose ``WorkerGroupStartRequested`` names one of the runs). Returns what was released.
         """
         self._next_sweep = time.monotonic() + self.sweep_interval_s
-        found = ray_resources.list_group_resources()
+        found = self.runtime.list_group_resources()
         if not found:
             return []
         self._read_new()
         released: list[str] = []
         for group_id in found:
-            if self._scope is not None and group_id not in self._scope:
+            if not self._in_scope(group_id):
                 continue
-            if self._run_scope is not None and group_id not in self._groups:
-                continue  # maybe another run's: not ours to judge
-            group = self._groups.get(group_id)
-            if group is not None and group.state is not None and not group.state.is_terminal:
+            with self._lock:
+                book = self._books.get(group_id)
+                lane = self._lanes.get(group_id)
+            if book is not None and book.state is not None and not book.state.is_terminal:
                 continue
-            if group is not None and group.busy:
+            if lane is not None and lane.busy:
                 continue
-            released.extend(ray_resources.release_group(group_id))
+            released.extend(self.runtime.release_group(group_id))
         if released:
             log.warning("released %d orphaned resource(s): %s", len(released), released)
         return released
+
+    def _in_scope(self, group_id: str) -> bool:
+        """Whether the sweep may release ``group_id``'s resources."""
+        if self._scope.everything:
+            return True
+        if not self._scope.admits_group_id(group_id):
+            return False
+        if self._scope.run_ids is None:
+            return True
+        first = next(iter(self.store.read_stream(group_stream(group_id), 1, 1)), None)
+        return isinstance(getattr(first, "event", None), WorkerGroupStartRequested) and (
+            self._scope.admits(first.event)  # type: ignore[union-attr]
+        )
 
     def _record_error(self, what: str, *, tb: bool = True) -> None:
         text = f"{what}: {traceback.format_exc()}" if tb else what
@@ -716,7 +587,14 @@ def run_executor(
     with the log, re-attaches to running groups, releases orphaned ``wgstore-*`` resources,
     then follows the log. This is what ``wgstore executor --url URL`` runs.
     """
-    ray_resources.ensure_ray(ray_address)
+    from wgstore.orchestration.ray_runtime import RayRuntime
+
+    failpoints = dict(failpoints or {})
+    pause = {k: failpoints.pop(k) for k in list(failpoints) if k in _EXECUTOR_FAILPOINTS}
+    runtime = RayRuntime(address=ray_address, failpoints=failpoints)
+    runtime.connect()
     log.info("wgstore %s executor on %s", wgstore.__version__, url)
     with EventStore.open(url) as store:
-        RayExecutor(store, release_orphans=release_orphans, failpoints=failpoints).run(stop_event)
+        RayExecutor(store, runtime=runtime, release_orphans=release_orphans, failpoints=pause).run(
+            stop_event
+        )

@@ -1,4 +1,8 @@
-"""One handler per command; routing is the :data:`COMMAND_HANDLERS` table (Ray module).
+"""One handler per command; routing is the :data:`COMMAND_HANDLERS` table.
+
+Handlers touch the cluster only through the executor's runtime
+(:class:`~wgstore.orchestration.runtime.WorkerGroupRuntime`), so they run the same on Ray and on
+the in-memory :class:`~wgstore.orchestration.fake_runtime.FakeRuntime`.
 
 Every handler first reads the group's stream afresh and returns without doing anything when the
 command is already done (an event carries its id as ``causation_id``) or no longer needed (the
@@ -7,13 +11,10 @@ latest state says so). Every event it appends carries the command's id as ``caus
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-
-import ray
 
 from wgstore.events import ConcurrencyError, NewEvent
 from wgstore.events.worker_group import (
@@ -24,7 +25,6 @@ from wgstore.events.worker_group import (
     WorkerGroupStartFailed,
     WorkerShutdown,
 )
-from wgstore.orchestration import ray_resources
 from wgstore.orchestration.builder import StartAborted, WorkerGroupStateBuilder
 from wgstore.orchestration.commands import (
     Command,
@@ -33,9 +33,9 @@ from wgstore.orchestration.commands import (
     StartWorkerGroup,
     command_needed,
 )
-from wgstore.orchestration.poller import remote_error_info
 from wgstore.orchestration.ranks import assign_ranks
 from wgstore.orchestration.report_writer import absolute_store_url
+from wgstore.orchestration.runtime import TrainSetup
 from wgstore.orchestration.train_context import TrainContext
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
@@ -81,17 +81,6 @@ def _finish_start_with(
                 return
 
 
-def _start_training(handles: list[Any], timeout_s: float) -> None:
-    """Start the armed train functions. A worker that dies now died training: its failure is
-    the poll's to record (a worker failure), never the start's; so errors are only collected
-    here (fetched, so Ray does not print them as unhandled)."""
-    refs = [h.start_training.remote() for h in handles]
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-    for ref in ready:
-        with contextlib.suppress(Exception):  # the poll records the worker's death
-            ray.get(ref)
-
-
 def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
     """Carry out a start: placement group, sync actor, workers, train context, launch.
 
@@ -110,19 +99,18 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
     context = command.context
     group_id = command.group_id
     started = time.monotonic()
+    runtime = ex.runtime
     builder = WorkerGroupStateBuilder(
-        ex.store, state, command_id=command.command_id, metadata=ex.metadata(command)
+        ex.store, runtime, state, command_id=command.command_id, metadata=ex.metadata(command)
     )
     stage = StartStage.PLACEMENT_GROUP
     hook_failures = ex.invoke("before_worker_group_start", context)
     try:
-        ray_resources.release_group(group_id, wait_s=5.0)  # leftovers nobody recorded
-        ray_resources.check_cluster_can_fit(
-            context.resources_per_worker, context.num_workers, context.placement_strategy
-        )
+        runtime.release_group(group_id, wait_s=5.0)  # leftovers nobody recorded
+        runtime.check_can_fit(group_id, context)
         bundles = [dict(context.resources_per_worker)] * context.num_workers
         reserve_started = time.monotonic()
-        pg = ray_resources.reserve_placement_group(
+        pg = runtime.reserve_placement_group(
             group_id, bundles, context.placement_strategy, context.placement_timeout_s
         )
         builder.with_placement_group(
@@ -132,57 +120,45 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
             wait_s=time.monotonic() - reserve_started,
         )
         stage = StartStage.SYNC_ACTOR
-        sync = ray_resources.start_sync_actor(
-            group_id, failpoints=ex.failpoints, timeout_s=ex.actor_timeout_s
-        )
+        sync = runtime.start_sync_actor(group_id, timeout_s=ex.actor_timeout_s)
         builder.with_sync_actor(sync)
         stage = StartStage.WORKERS
-        pairs = ray_resources.start_workers(
-            group_id,
-            pg,
-            context.num_workers,
-            context.resources_per_worker,
-            failpoints=ex.failpoints,
-            timeout_s=ex.actor_timeout_s,
-            runtime_env=context.runtime_env,
-        )
-        infos = assign_ranks([meta for _, meta in pairs])
-        by_name = {meta.actor_name: handle for handle, meta in pairs}
+        started_workers = runtime.start_workers(group_id, pg, context, timeout_s=ex.actor_timeout_s)
+        infos = assign_ranks([w.metadata for w in started_workers])
+        by_name = {w.metadata.actor_name: w.handle for w in started_workers}
         handles = [by_name[info.actor_name] for info in infos]
         builder.with_workers(handles, infos)
         stage = StartStage.INIT_TRAIN_CONTEXT
-        store_url = absolute_store_url(ex.store.url)
-        report_metadata = {"causation_id": str(command.command_id), "executor_id": ex.executor_id}
-        ray.get(
-            [
-                handle.init_train_context.remote(
-                    context=TrainContext(
-                        group_id=group_id,
-                        world_rank=info.world_rank,
-                        local_rank=info.local_rank,
-                        node_rank=info.node_rank,
-                        world_size=info.world_size,
-                        local_world_size=info.local_world_size,
-                        config=dict(context.train_fn_config),
-                        resume_checkpoint=context.resume_checkpoint,
-                    ),
-                    train_fn=context.train_fn,
-                    train_fn_pickle=context.train_fn_pickle,
-                    train_fn_digest=context.train_fn_digest,
-                    store_url=store_url,
-                    hmac_key=ex.store.hmac_key,
-                    report_metadata=report_metadata,
-                    extra_sys_path=ex.extra_sys_path,
-                )
-                for handle, info in zip(handles, infos, strict=True)
-            ],
-            timeout=ex.actor_timeout_s,
+        setup = TrainSetup(
+            context=context,
+            store=ex.store,
+            store_url=absolute_store_url(ex.store.url),
+            hmac_key=ex.store.hmac_key,
+            report_metadata={
+                "causation_id": str(command.command_id),
+                "executor_id": ex.executor_id,
+            },
+            extra_sys_path=ex.extra_sys_path,
         )
+        contexts = [
+            TrainContext(
+                group_id=group_id,
+                world_rank=info.world_rank,
+                local_rank=info.local_rank,
+                node_rank=info.node_rank,
+                world_size=info.world_size,
+                local_world_size=info.local_world_size,
+                config=dict(context.train_fn_config),
+                resume_checkpoint=context.resume_checkpoint,
+            )
+            for info in infos
+        ]
+        runtime.init_train_contexts(handles, contexts, setup, timeout_s=ex.actor_timeout_s)
         built = builder.build(startup_s=time.monotonic() - started)
         hook_failures += ex.invoke("after_worker_group_start", builder.state)
         stage = StartStage.LAUNCH
         builder.check_not_aborted()
-        ray.get([h.run_train_fn.remote() for h in handles], timeout=ex.actor_timeout_s)
+        runtime.arm_training(handles, timeout_s=ex.actor_timeout_s)
         builder.launched(context.train_fn)  # from here on, failures are the workers'
         hook_failures += ex.invoke("after_worker_group_training_start", builder.state)
 
@@ -195,14 +171,14 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
     except Exception as error:  # noqa: BLE001 - every failure of a step fails the start
         released = builder.release()
         failure = WorkerGroupStartFailed(
-            stage=stage, error=remote_error_info(error), released=released
+            stage=stage, error=runtime.describe_error(error), released=released
         )
         _finish_start_with(ex, command, builder.state, failure, started)
         ex.record_callback_failures(group_id, hook_failures, ex.metadata(command))
         return
     ex.record_callback_failures(group_id, hook_failures, ex.metadata(command))
     ex.attach(built, builder.state)
-    _start_training(list(built.workers), ex.actor_timeout_s)
+    runtime.start_training(list(built.workers), timeout_s=ex.actor_timeout_s)
 
 
 def _aborted() -> ErrorInfo:
@@ -224,10 +200,10 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
         f"before_worker_group_{hooks}", state.context if command.abort else state
     )
     patience_s = float(state.context.shutdown_patience_s)
-    endings = ray_resources.shutdown_workers(
+    endings = ex.runtime.shutdown_workers(
         {info.world_rank: info.actor_name for info in state.workers}, patience_s
     )
-    released = ray_resources.release_group(command.group_id, extra_actors=ex.detach(state))
+    released = ex.runtime.release_group(command.group_id, extra_handles=ex.detach(state))
     # after_* hooks run before the end is appended, so shutdown()/abort() return once they ran
     # (Ray calls them synchronously); their failures go in the same batch as the end
     hook_failures += ex.invoke(f"after_worker_group_{hooks}", state.context)
@@ -257,7 +233,7 @@ def release_resources(command: ReleaseResources, ex: RayExecutor) -> None:
     if done(command) or not command_needed(command, state):
         return
     started = time.monotonic()
-    released = ray_resources.release_group(command.group_id, extra_actors=ex.detach(state))
+    released = ex.runtime.release_group(command.group_id, extra_handles=ex.detach(state))
     failure = WorkerGroupStartFailed(
         stage=command.stage,
         error=ErrorInfo(

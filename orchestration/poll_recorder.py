@@ -17,7 +17,13 @@ if TYPE_CHECKING:  # Ray worker processes import this module; keep it light
     from wgstore.events.worker_group import ErrorInfo, WorkerGroupPolled
     from wgstore.projections.state import WorkerStatus as WorkerObservation
 
-__all__ = ["PollRecorder", "WorkerObservation", "WorkerPoll"]
+__all__ = [
+    "PollRecorder",
+    "WorkerObservation",
+    "WorkerPoll",
+    "health_check_failed",
+    "health_check_timed_out",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +33,30 @@ class WorkerPoll:
     running: bool
     error: ErrorInfo | None = None
     return_value: Any = None
+
+
+def health_check_failed(detail: str, traceback: str = "") -> ErrorInfo:
+    """The error of a worker whose poll raised or whose actor is gone."""
+    from wgstore.events.worker_group import ErrorInfo
+
+    return ErrorInfo(
+        type="WorkerHealthCheckFailedError",
+        message=f"A worker health check failed.\n{detail}",
+        traceback=traceback,
+    )
+
+
+def health_check_timed_out(timeout_s: float, name: str) -> ErrorInfo:
+    """The error of a worker whose poll hung longer than ``timeout_s`` (Ray Train's words)."""
+    from wgstore.events.worker_group import ErrorInfo
+
+    return ErrorInfo(
+        type="WorkerHealthCheckTimeoutError",
+        message=(
+            f"A worker health check has been hanging for more than {timeout_s:g} seconds. "
+            f"Marking the worker as dead.\nWorker: {name}"
+        ),
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -18,7 +18,12 @@ import ray
 
 from wgstore.events.worker_group import ErrorInfo
 from wgstore.orchestration.decide import PREEMPTED_NOTE
-from wgstore.orchestration.poll_recorder import WorkerObservation, WorkerPoll
+from wgstore.orchestration.poll_recorder import (
+    WorkerObservation,
+    WorkerPoll,
+    health_check_failed,
+    health_check_timed_out,
+)
 
 __all__ = ["GroupPoller", "health_check_failed", "remote_error_info"]
 
@@ -29,25 +34,6 @@ def remote_error_info(error: BaseException) -> ErrorInfo:
     if isinstance(error, ray.exceptions.RayTaskError) and isinstance(cause, BaseException):
         return ErrorInfo(type=type(cause).__name__, message=str(cause), traceback=str(error))
     return ErrorInfo.from_exception(error)
-
-
-def health_check_failed(detail: str, traceback: str = "") -> ErrorInfo:
-    """The error of a worker whose poll raised or whose actor is gone."""
-    return ErrorInfo(
-        type="WorkerHealthCheckFailedError",
-        message=f"A worker health check failed.\n{detail}",
-        traceback=traceback,
-    )
-
-
-def _timed_out(timeout_s: float, name: str) -> ErrorInfo:
-    return ErrorInfo(
-        type="WorkerHealthCheckTimeoutError",
-        message=(
-            f"A worker health check has been hanging for more than {timeout_s:g} seconds. "
-            f"Marking the worker as dead.\nWorker: {name}"
-        ),
-    )
 
 
 class GroupPoller:
@@ -119,6 +105,6 @@ class GroupPoller:
                 )
             elif time.monotonic() - started > self._timeout_s:
                 self._last[rank] = WorkerObservation(
-                    running=True, error=_timed_out(self._timeout_s, self._names[rank])
+                    running=True, error=health_check_timed_out(self._timeout_s, self._names[rank])
                 )
         return dict(self._last)

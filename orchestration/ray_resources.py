@@ -1,6 +1,7 @@
 """Ray resources of a worker group, named from its group id so any executor can find them.
 
-Placement group ``wgstore-<group_id>``, workers ``wgstore-<group_id>-<bundle index>``, sync actor
+Names come from :mod:`~wgstore.orchestration.resource_names` (re-exported here): placement group
+``wgstore-<group_id>``, workers ``wgstore-<group_id>-<bundle index>``, sync actor
 ``wgstore-<group_id>-sync``; all ``lifetime="detached"``, actors in the namespace
 :data:`NAMESPACE`. Lookups use the GCS tables (``ray.util.list_named_actors``,
 ``ray.util.placement_group_table``), which work without the dashboard.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,6 +29,14 @@ from wgstore.orchestration.errors import (
 )
 from wgstore.orchestration.feasibility import insufficient_resources
 from wgstore.orchestration.ranks import ActorMetadata
+from wgstore.orchestration.resource_names import (
+    _PREFIX,
+    NAMESPACE,
+    group_id_of,
+    placement_group_name,
+    sync_actor_name,
+    worker_actor_name,
+)
 from wgstore.orchestration.worker import SyncActor, WgstoreWorker
 
 __all__ = [
@@ -47,35 +55,8 @@ __all__ = [
     "worker_actor_name",
 ]
 
-NAMESPACE = os.environ.get("WGSTORE_RAY_NAMESPACE", "wgstore")
-"""The Ray namespace of every wgstore actor."""
-
-_PREFIX = "wgstore-"
-_NAME = re.compile(r"^wgstore-(?P<group>[A-Za-z0-9_]+)(?:-(?P<part>\d+|sync))?$")
-
 _WorkerActor = ray.remote(WgstoreWorker)
 _SyncActor = ray.remote(SyncActor)
-
-
-def placement_group_name(group_id: str) -> str:
-    """``wgstore-<group_id>``."""
-    return f"{_PREFIX}{group_id}"
-
-
-def worker_actor_name(group_id: str, bundle_index: int) -> str:
-    """``wgstore-<group_id>-<bundle index>``."""
-    return f"{_PREFIX}{group_id}-{bundle_index}"
-
-
-def sync_actor_name(group_id: str) -> str:
-    """``wgstore-<group_id>-sync``."""
-    return f"{_PREFIX}{group_id}-sync"
-
-
-def group_id_of(name: str) -> str | None:
-    """The group id in a wgstore resource name, or None for other names."""
-    match = _NAME.match(name)
-    return match.group("group") if match else None
 
 
 def ensure_ray(address: str | None = None) -> None:

@@ -1,8 +1,8 @@
 """Executor hooks (``WorkerGroupCallback``) run in Ray Train's order; a raising one is recorded.
 
-Real Ray, real executor: a recording callback lists every hook call; a second callback raises
-in some hooks, and the group still starts, polls and shuts down, with ``CallbackFailed`` in the
-log for each raise.
+The executor on ``FakeRuntime`` (hooks are the executor's logic, not Ray's) and a real store: a
+recording callback lists every hook call; a second callback raises in some hooks, and the group
+still starts, polls and shuts down, with ``CallbackFailed`` in the log for each raise.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
+from wgstore.events.worker_group import WorkerGroupContext
 from wgstore.orchestration import RayExecutor, WorkerGroup, WorkerGroupCallback
 from wgstore.orchestration.callbacks import invoke_callbacks
+from wgstore.orchestration.fake_runtime import FakeRuntime, FakeScript
 from wgstore.projections.state import TrainingOutcome, WorkerGroupStatus
 
 
@@ -40,10 +41,23 @@ class Raiser(WorkerGroupCallback):
         raise ValueError("hook before abort broke")
 
 
+def _context() -> WorkerGroupContext:
+    return WorkerGroupContext(
+        num_workers=2, train_fn="examples.train:train_fn", poll_interval_s=0.01
+    )
+
+
 @pytest.fixture
-def hooked(store: Any, ray_up: None) -> Iterator[tuple[RayExecutor, Recorder]]:
+def runtime() -> FakeRuntime:
+    return FakeRuntime(script=FakeScript(reports=2))
+
+
+@pytest.fixture
+def hooked(store: Any, runtime: FakeRuntime) -> Iterator[tuple[RayExecutor, Recorder]]:
     recorder = Recorder()
-    ex = RayExecutor(store, extra_sys_path=[str(REPO)], callbacks=[Raiser(), recorder]).start()
+    ex = RayExecutor(
+        store, runtime=runtime, callbacks=[Raiser(), recorder], read_models_interval_s=None
+    ).start()
     yield ex, recorder
     ex.stop()
     assert ex.errors == []
@@ -53,13 +67,12 @@ def _without_polls(calls: list[str]) -> list[str]:
     return [c for c in calls if c != "after_worker_group_poll_status"]
 
 
-@pytest.mark.ray
 def test_hooks_run_in_ray_s_order_and_raising_ones_are_recorded(
-    store: Any, hooked: tuple[RayExecutor, Recorder]
+    store: Any, runtime: FakeRuntime, hooked: tuple[RayExecutor, Recorder]
 ) -> None:
     executor, recorder = hooked
-    group = WorkerGroup.create(store, make_context(2), executor=executor)
-    status = group.wait(timeout_s=60)
+    group = WorkerGroup.create(store, _context(), executor=executor)
+    status = group.wait(timeout_s=20)
     state = group.shutdown(reason="done")
 
     assert status.finished and state.status is WorkerGroupStatus.SHUT_DOWN
@@ -79,16 +92,15 @@ def test_hooks_run_in_ray_s_order_and_raising_ones_are_recorded(
     ]
     assert all(f.callback.endswith("Raiser") for f in state.callback_failures)
     assert "hook after start broke" in state.callback_failures[0].error.traceback
-    assert_nothing_left(group.group_id)
+    assert runtime.list_group_resources() == {}
 
 
-@pytest.mark.ray
 def test_abort_runs_the_abort_hooks_instead_of_the_shutdown_hooks(
-    store: Any, hooked: tuple[RayExecutor, Recorder]
+    store: Any, runtime: FakeRuntime, hooked: tuple[RayExecutor, Recorder]
 ) -> None:
     executor, recorder = hooked
-    context = make_context(2, config={"steps": 10_000})
-    group = WorkerGroup.create(store, context, executor=executor)
+    runtime.default_script = FakeScript(reports=10_000)
+    group = WorkerGroup.create(store, _context(), executor=executor)
     state = group.abort()
 
     assert state.status is WorkerGroupStatus.SHUT_DOWN and state.aborted
@@ -102,7 +114,7 @@ def test_abort_runs_the_abort_hooks_instead_of_the_shutdown_hooks(
         "after_worker_group_start",
         "before_worker_group_abort",
     ]
-    assert_nothing_left(group.group_id)
+    assert runtime.list_group_resources() == {}
 
 
 def test_an_unknown_hook_name_is_refused() -> None:

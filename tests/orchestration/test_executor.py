@@ -1,0 +1,449 @@
+"""The executor's logic against ``FakeRuntime`` and a real store (SQLite and Postgres).
+
+Commands from the log, restart and catch-up, skipped done commands, a half-done start
+released, start failures at each stage, shutdown while starting, worker faults, lost nodes,
+concurrent groups, scope by run, the orphan sweep. No Ray and no sleeps: the fake's workers
+advance one step per poll, and every wait is for a condition in the log, with a deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from wgstore.events import NewEvent
+from wgstore.events.streams import group_stream
+from wgstore.events.worker_group import (
+    PlacementGroupReserved,
+    StartStage,
+    SyncActorStarted,
+    WorkerGroupContext,
+    WorkerGroupShutdownRequested,
+    WorkerGroupStartRequested,
+)
+from wgstore.orchestration import RayExecutor, WorkerGroup, WorkerGroupStartError
+from wgstore.orchestration.commands import command_id_for
+from wgstore.orchestration.fake_runtime import FakeFaults, FakeRuntime, FakeScript
+from wgstore.orchestration.worker_group import follow_group
+from wgstore.projections import TrainingOutcome, WorkerGroupStatus
+
+DEADLINE_S = 20.0
+
+
+def _context(num_workers: int = 2, **overrides: Any) -> WorkerGroupContext:
+    options: dict[str, Any] = {
+        "num_workers": num_workers,
+        "resources_per_worker": {"CPU": 0.25},
+        "train_fn": "examples.train:train_fn",
+        "poll_interval_s": 0.01,
+    }
+    options.update(overrides)
+    return WorkerGroupContext(**options)
+
+
+def _types(store: Any, group_id: str) -> list[str]:
+    return [r.type for r in store.read_stream(group_stream(group_id))]
+
+
+def _request(store: Any, group_id: str, run_id: str = "r1", **context: Any) -> None:
+    """Ask for a group as ``WorkerGroup.create`` does, without waiting for it."""
+    store.append(
+        group_stream(group_id),
+        [
+            WorkerGroupStartRequested(
+                group_id=group_id, run_id=run_id, attempt=1, context=_context(**context)
+            )
+        ],
+    )
+
+
+def _until(condition: Callable[[], bool], timeout_s: float = DEADLINE_S) -> None:
+    """Wait for ``condition`` (checked every few ms) with a deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        time.sleep(0.002)
+
+
+def _follow(store: Any, group_id: str, until: Callable[[Any], bool]) -> Any:
+    return follow_group(store, None, group_id, until, timeout_s=DEADLINE_S)
+
+
+def _ended(state: Any) -> bool:
+    return bool(state.status.is_terminal)
+
+
+@pytest.fixture
+def runtime() -> FakeRuntime:
+    return FakeRuntime(script=FakeScript(reports=2, return_value={"done": True}))
+
+
+@pytest.fixture
+def fake_executor(store: Any, runtime: FakeRuntime) -> Iterator[RayExecutor]:
+    """An executor on the fake cluster; it must end without handler errors."""
+    ex = RayExecutor(store, runtime=runtime, read_models_interval_s=None).start()
+    yield ex
+    ex.stop()
+    assert ex.errors == []
+
+
+class TestLifecycle:
+    def test_a_group_runs_to_the_end_and_every_result_names_its_command(
+        self, store: Any, runtime: FakeRuntime, fake_executor: RayExecutor
+    ) -> None:
+        group = WorkerGroup.create(store, _context(2), group_id="g1", executor=fake_executor)
+        status = group.wait(timeout_s=DEADLINE_S)
+        state = group.shutdown(reason="done", timeout_s=DEADLINE_S)
+
+        assert status.finished and state.status is WorkerGroupStatus.SHUT_DOWN
+        assert state.outcome is TrainingOutcome.FINISHED
+        assert [s.return_value for s in status.worker_statuses.values()] == [{"done": True}] * 2
+        types = _types(store, "g1")
+        assert types[:6] == [
+            "WorkerGroupStartRequested",
+            "PlacementGroupReserved",
+            "SyncActorStarted",
+            "WorkersStarted",
+            "WorkerGroupStarted",
+            "TrainingLaunched",
+        ]
+        assert types.count("WorkerReported") == 4 and types[-1] == "WorkerGroupShutDown"
+        records = list(store.read_stream(group_stream("g1")))
+        start = str(command_id_for("StartWorkerGroup", records[0].event_id))
+        assert {r.metadata["causation_id"] for r in records[1:6]} == {start}
+        assert all(
+            r.metadata["causation_id"] == start
+            for r in records
+            if r.type in ("WorkerReported", "WorkerGroupPolled")
+        )
+        assert state.released == (
+            "actor:wgstore-g1-0",
+            "actor:wgstore-g1-1",
+            "actor:wgstore-g1-sync",
+            "placement_group:wgstore-g1",
+        )
+        assert runtime.list_group_resources() == {}
+
+    def test_concurrent_groups_each_run_their_own_course(
+        self, store: Any, runtime: FakeRuntime
+    ) -> None:
+        runtime.configure("g2", faults=FakeFaults(fail_stage=StartStage.WORKERS))
+        with RayExecutor(store, runtime=runtime, max_threads=2, read_models_interval_s=None):
+            for group_id in ("g1", "g2", "g3", "g4"):
+                _request(store, group_id)
+            ran = {
+                g: _follow(store, g, lambda s: s.training_launched or _ended(s))
+                for g in ["g1", "g3", "g4"]
+            }
+            failed = _follow(store, "g2", _ended)
+            for group_id in ran:
+                _follow(
+                    store, group_id, lambda s: s.poll_status is not None and s.poll_status.finished
+                )
+
+        assert all(s.training_launched for s in ran.values())
+        assert failed.status is WorkerGroupStatus.START_FAILED
+        assert failed.start_failure.stage is StartStage.WORKERS
+        assert set(runtime.list_group_resources()) == {"g1", "g3", "g4"}
+
+
+class TestRestart:
+    def test_a_new_executor_re_attaches_by_name_and_repeats_nothing(
+        self, store: Any, runtime: FakeRuntime
+    ) -> None:
+        runtime.configure("g1", script=FakeScript(reports=6))
+        first = RayExecutor(store, runtime=runtime, read_models_interval_s=None).start()
+        group = WorkerGroup.create(store, _context(2), group_id="g1", executor=first)
+        midway = _follow(store, "g1", lambda s: s.reports_total >= 2)
+        first.stop()
+
+        with RayExecutor(store, runtime=runtime, read_models_interval_s=None) as second:
+            status = group.wait(timeout_s=DEADLINE_S)
+            group.shutdown(reason="done", timeout_s=DEADLINE_S)
+        head = store.head()
+        calls = list(runtime.calls)
+        with RayExecutor(store, runtime=runtime, read_models_interval_s=None) as third:
+            assert third.wait_idle(DEADLINE_S)
+
+        assert first.errors == second.errors == third.errors == []
+        assert midway.reports_total < 12 and status.finished
+        assert [c for c, g in calls if c == "reserve_placement_group"] == [
+            "reserve_placement_group"
+        ]
+        reports = [
+            (r.event.world_rank, r.event.index)
+            for r in store.read_stream(group_stream("g1"))
+            if r.type == "WorkerReported"
+        ]
+        assert sorted(reports) == [(rank, i) for rank in (0, 1) for i in range(6)]
+        assert store.head() == head and runtime.calls == calls  # the third did nothing
+
+    def test_a_start_left_half_done_by_a_dead_executor_is_released_by_the_next(
+        self, store: Any, runtime: FakeRuntime
+    ) -> None:
+        # what an executor that died after its second builder step leaves: the log and the
+        # resources it had acquired
+        _request(store, "g1")
+        requested = next(iter(store.read_stream(group_stream("g1"))))
+        cause = {"causation_id": str(command_id_for("StartWorkerGroup", requested.event_id))}
+        pg = runtime.reserve_placement_group("g1", [{"CPU": 0.25}] * 2, "PACK", 1.0)
+        sync = runtime.start_sync_actor("g1", timeout_s=1.0)
+        store.append(
+            group_stream("g1"),
+            [
+                NewEvent(
+                    PlacementGroupReserved(
+                        placement_group_id=pg.placement_group_id,
+                        name=pg.name,
+                        bundles=({"CPU": 0.25},) * 2,
+                        strategy="PACK",
+                        wait_s=0.0,
+                    ),
+                    metadata=cause,
+                ),
+                NewEvent(SyncActorStarted(actor_id=sync.actor_id, name=sync.name), metadata=cause),
+            ],
+        )
+        runtime.calls.clear()
+
+        with RayExecutor(store, runtime=runtime, read_models_interval_s=None) as executor:
+            state = _follow(store, "g1", _ended)
+            assert executor.wait_idle(DEADLINE_S)
+
+        assert executor.errors == []
+        assert state.status is WorkerGroupStatus.START_FAILED
+        failure = state.start_failure
+        assert failure.stage is StartStage.WORKERS and failure.error.type == "ExecutorLostError"
+        assert tuple(failure.released) == ("actor:wgstore-g1-sync", "placement_group:wgstore-g1")
+        assert [c for c, _ in runtime.calls] == ["release_group"]  # the start is not repeated
+        assert runtime.list_group_resources() == {}
+
+
+STAGE_FAULTS = {
+    "placement_never_ready": (
+        FakeFaults(placement_never_ready=True),
+        StartStage.PLACEMENT_GROUP,
+        "PlacementGroupTimeoutError",
+    ),
+    "cannot_fit": (
+        FakeFaults(cannot_fit=True),
+        StartStage.PLACEMENT_GROUP,
+        "InsufficientClusterResourcesError",
+    ),
+    **{
+        stage.value: (FakeFaults(fail_stage=stage), stage, "FakeStartError") for stage in StartStage
+    },
+}
+BUILDER_STEPS = [
+    "PlacementGroupReserved",
+    "SyncActorStarted",
+    "WorkersStarted",
+    "WorkerGroupStarted",
+]
+STEPS_BEFORE = {
+    StartStage.PLACEMENT_GROUP: 0,
+    StartStage.SYNC_ACTOR: 1,
+    StartStage.WORKERS: 2,
+    StartStage.INIT_TRAIN_CONTEXT: 3,
+    StartStage.LAUNCH: 4,
+}
+
+
+class TestStartFailures:
+    def test_a_start_failing_at_any_stage_records_it_and_releases_what_it_took(
+        self, store: Any, runtime: FakeRuntime, fake_executor: RayExecutor
+    ) -> None:
+        for case, (faults, stage, error_type) in STAGE_FAULTS.items():  # one store for all
+            group_id = f"g_{case}"
+            runtime.configure(group_id, faults=faults)
+
+            with pytest.raises(WorkerGroupStartError) as raised:
+                WorkerGroup.create(store, _context(2), group_id=group_id, executor=fake_executor)
+
+            assert raised.value.stage is stage, case
+            assert raised.value.cause.type == error_type, case
+            assert _types(store, group_id) == [
+                "WorkerGroupStartRequested",
+                *BUILDER_STEPS[: STEPS_BEFORE[stage]],
+                "WorkerGroupStartFailed",
+            ], case
+            assert runtime.list_group_resources() == {}, case
+            acquired = [
+                f"actor:wgstore-{group_id}-{part}"
+                for part, since in (
+                    ("0", StartStage.INIT_TRAIN_CONTEXT),
+                    ("1", StartStage.INIT_TRAIN_CONTEXT),
+                    ("sync", StartStage.WORKERS),
+                )
+                if STEPS_BEFORE[stage] >= STEPS_BEFORE[since]
+            ]
+            if STEPS_BEFORE[stage] >= 1:
+                assert raised.value.released == (
+                    *acquired,
+                    f"placement_group:wgstore-{group_id}",
+                ), case
+            if case == "placement_never_ready":  # the pending placement group is released too
+                assert raised.value.released == (f"placement_group:wgstore-{group_id}",)
+
+    def test_shutdown_asked_while_starting_stops_the_start_and_releases_it(
+        self, store: Any, runtime: FakeRuntime, fake_executor: RayExecutor
+    ) -> None:
+        gate = runtime.gate("g1", StartStage.WORKERS)
+        _request(store, "g1")
+        assert gate.reached.wait(DEADLINE_S)
+        store.append(group_stream("g1"), [WorkerGroupShutdownRequested(reason="changed my mind")])
+        gate.open()
+        state = _follow(store, "g1", _ended)
+        assert fake_executor.wait_idle(DEADLINE_S)
+
+        assert state.status is WorkerGroupStatus.SHUT_DOWN and not state.training_launched
+        assert _types(store, "g1") == [
+            "WorkerGroupStartRequested",
+            "PlacementGroupReserved",
+            "SyncActorStarted",
+            "WorkerGroupShutdownRequested",
+            "WorkerGroupShutDown",
+        ]
+        assert "placement_group:wgstore-g1" in state.released
+        assert runtime.list_group_resources() == {}
+        assert [c for c, _ in runtime.calls].count("shutdown_workers") == 0  # the start ended it
+
+
+class TestWorkerFaults:
+    def test_a_worker_that_dies_and_one_that_raises_are_failures_of_their_ranks(
+        self, store: Any, runtime: FakeRuntime, fake_executor: RayExecutor
+    ) -> None:
+        runtime.configure(
+            "g1",
+            script=FakeScript(reports=10),
+            faults=FakeFaults(die_at_poll={1: 2}, raise_at_poll={0: 3}),
+        )
+        group = WorkerGroup.create(store, _context(2), group_id="g1", executor=fake_executor)
+        status = _follow(
+            store, "g1", lambda s: s.poll_status is not None and s.poll_status.finished
+        ).poll_status
+        state = group.shutdown(reason="done", timeout_s=DEADLINE_S)
+
+        errors = {rank: s.error.type for rank, s in status.worker_statuses.items() if s.error}
+        assert errors == {0: "RuntimeError", 1: "WorkerHealthCheckFailedError"}
+        assert state.outcome is TrainingOutcome.ERRORED
+        assert {w.world_rank: w.ending.value for w in state.worker_endings} == {
+            0: "stopped",
+            1: "dead",
+        }
+
+    def test_a_hanging_poll_is_a_health_check_timeout_once_the_clock_passes_it(
+        self, store: Any, runtime: FakeRuntime, fake_executor: RayExecutor
+    ) -> None:
+        runtime.configure(
+            "g1", script=FakeScript(reports=10_000), faults=FakeFaults(hang_at_poll={1: 2})
+        )
+        context = _context(2, health_check_timeout_s=30.0)
+        group = WorkerGroup.create(store, context, group_id="g1", executor=fake_executor)
+        _until(lambda: runtime.polls("g1") >= 3)
+        assert group.poll_status().errors == {}  # hanging, but not for long yet
+
+        runtime.advance(31.0)
+        state = _follow(
+            store, "g1", lambda s: s.poll_status is not None and 1 in s.poll_status.errors
+        )
+        group.shutdown(reason="done", timeout_s=DEADLINE_S)
+
+        assert state.poll_status.errors[1].type == "WorkerHealthCheckTimeoutError"
+        assert state.poll_status.worker_statuses[0].error is None
+
+    def test_a_lost_node_fails_exactly_the_workers_on_it(
+        self, store: Any, fake_executor: RayExecutor
+    ) -> None:
+        runtime = fake_executor.runtime
+        assert isinstance(runtime, FakeRuntime)
+        runtime.nodes = 2
+        runtime.configure("g1", script=FakeScript(reports=10_000))
+        group = WorkerGroup.create(store, _context(4), group_id="g1", executor=fake_executor)
+        _until(lambda: runtime.polls("g1") >= 2)
+
+        lost = runtime.lose_node("fake-node-1")
+        state = _follow(
+            store, "g1", lambda s: s.poll_status is not None and len(s.poll_status.errors) == 2
+        )
+        group.shutdown(reason="preempted", timeout_s=DEADLINE_S)
+
+        on_lost_node = {w.world_rank for w in state.workers if w.node_id == "fake-node-1"}
+        assert len(lost) == 2 and len(on_lost_node) == 2
+        assert set(state.poll_status.errors) == on_lost_node
+        assert all(
+            e.type == "WorkerHealthCheckFailedError" for e in state.poll_status.errors.values()
+        )
+        assert all(
+            state.poll_status.worker_statuses[r].running for r in range(4) if r not in on_lost_node
+        )
+
+
+class TestScope:
+    def test_an_executor_for_a_run_serves_only_that_run_s_groups(
+        self, store: Any, runtime: FakeRuntime
+    ) -> None:
+        with RayExecutor(
+            store, runtime=runtime, run_ids={"r1"}, read_models_interval_s=None
+        ) as executor:
+            _request(store, "g2", run_id="r2")
+            _request(store, "g1", run_id="r1")
+            _request(store, "g3", run_id="r1")
+            for group_id in ("g1", "g3"):
+                _follow(store, group_id, lambda s: s.training_launched)
+            assert executor.wait_idle(DEADLINE_S)
+
+        assert executor.errors == []
+        assert _types(store, "g2") == ["WorkerGroupStartRequested"]
+        assert {g for _, g in runtime.calls} == {"g1", "g3"}
+
+    def test_a_run_scoped_sweep_releases_only_orphans_of_its_runs(
+        self, store: Any, runtime: FakeRuntime
+    ) -> None:
+        for group_id, run_id in (("g1", "r1"), ("g2", "r2")):
+            _request(store, group_id, run_id=run_id)
+            store.append(group_stream(group_id), [WorkerGroupShutdownRequested(reason="gone")])
+            runtime.start_sync_actor(group_id, timeout_s=1.0)  # left by a dead executor
+        runtime.start_sync_actor("g9", timeout_s=1.0)  # a group this store never had
+
+        with RayExecutor(
+            store, runtime=runtime, run_ids={"r1"}, read_models_interval_s=None
+        ) as executor:
+            assert executor.wait_idle(DEADLINE_S)
+            released = executor.sweep_orphans()
+
+        # g1's own shutdown released its actor; g2 (run r2) and g9 (no group) are not ours
+        assert released == []
+        assert _types(store, "g1")[-1] == "WorkerGroupShutDown"
+        assert set(runtime.list_group_resources()) == {"g2", "g9"}
+
+    def test_an_unscoped_sweep_releases_resources_no_live_group_owns(
+        self, store: Any, runtime: FakeRuntime
+    ) -> None:
+        runtime.start_sync_actor("g9", timeout_s=1.0)
+        runtime.configure("g1", script=FakeScript(reports=10_000))
+        with RayExecutor(
+            store, runtime=runtime, release_orphans=True, read_models_interval_s=None
+        ) as executor:
+            WorkerGroup.create(store, _context(1), group_id="g1", executor=executor)
+            released = executor.sweep_orphans()
+            group_resources = runtime.list_group_resources()
+            store.append(group_stream("g1"), [WorkerGroupShutdownRequested(reason="done")])
+            _follow(store, "g1", _ended)
+
+        assert executor.errors == []
+        assert set(group_resources) == {"g1"}  # g9 went at start; the live g1 is kept
+        assert released == []
+        assert runtime.list_group_resources() == {}
+
+
+def test_actor_failpoints_need_ray_and_scopes_need_collections(store: Any) -> None:
+    with pytest.raises(ValueError, match="RayRuntime's"):
+        RayExecutor(store, runtime=FakeRuntime(), failpoints={"poll_hang": 1})
+    with pytest.raises(TypeError, match="collection of ids"):
+        RayExecutor(store, runtime=FakeRuntime(), run_ids="r1")
+    with pytest.raises(ValueError, match="unknown RayRuntime failpoint"):
+        RayExecutor(store, failpoints={"poll_hangs": 1})
