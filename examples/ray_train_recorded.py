@@ -97,7 +97,9 @@ def main() -> None:
 
     url = args.url
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        url = "sqlite:///" + os.path.abspath(url[len("sqlite:///") :])  # the controller's cwd differs
+        url = "sqlite:///" + os.path.abspath(
+            url[len("sqlite:///") :]
+        )  # the controller's cwd differs
     ray.init(num_cpus=2, include_dashboard=False)
     storage = args.storage or tempfile.mkdtemp(prefix="ray-train-")
     result = make_trainer(url, storage, steps=args.steps, fail_once=args.fail_once).fit()

@@ -68,6 +68,8 @@ logger = logging.getLogger("wgstore.ray_train")
 _F = TypeVar("_F", bound=Callable[..., Any])
 _TERMINAL = ("FINISHED", "ERRORED", "ABORTED")
 _RELEASED = ("workers", "sync_actor", "placement_group")
+_ABORTED = "Run aborted due to user interrupt (SIGINT)."
+"""Ray's status detail of an aborted run and attempt (``state/util.py``)."""
 
 
 def _hook(method: _F) -> _F:
@@ -256,7 +258,9 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         events: list[Any] = []
         error = getattr(current_state, "training_failed_error", None)
         if error is None:
-            error = getattr(getattr(current_state, "next_state", None), "training_failed_error", None)
+            error = getattr(
+                getattr(current_state, "next_state", None), "training_failed_error", None
+            )
         if self._pending_decision is not None and error is not None:
             events += self._decision_events(self._pending_decision, error)
         self._pending_decision = None
@@ -282,7 +286,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
                 )
             )
         elif after == "ABORTED":
-            events.append(RunAborted(reason="aborted through Ray Train (controller abort)"))
+            events.append(RunAborted(reason=_ABORTED))
         if events:
             self._submit(run_stream(self._run_id), *events)
         self._timed(started)
@@ -482,7 +486,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._shutdown_started = time.time()
         self._submit_group(
             *self._flush_polls(),
-            WorkerGroupShutdownRequested(reason="aborted through Ray Train", abort=True),
+            WorkerGroupShutdownRequested(reason=_ABORTED, abort=True),
         )
 
     @_hook
@@ -511,7 +515,7 @@ def _train_fn_of(worker_group_context: Any) -> Any:
     """The attempt's train function as recorded (see :func:`translate.train_fn_path`)."""
     try:
         return translate.train_fn_path(worker_group_context.train_fn_ref.get())
-    except Exception:  # noqa: BLE001 - the controller cannot load it: record that, train on
+    except Exception:  # the controller cannot load it: record that, train on
         logger.warning("wgstore: cannot load the train function to name it", exc_info=True)
         return "__main__:unknown_train_fn"
 
@@ -530,7 +534,9 @@ def _ray_timeouts() -> dict[str, float]:
         "placement_timeout_s": env(
             c.WORKER_GROUP_START_TIMEOUT_S_ENV_VAR, c.DEFAULT_WORKER_GROUP_START_TIMEOUT_S
         ),
-        "poll_interval_s": env(c.HEALTH_CHECK_INTERVAL_S_ENV_VAR, c.DEFAULT_HEALTH_CHECK_INTERVAL_S),
+        "poll_interval_s": env(
+            c.HEALTH_CHECK_INTERVAL_S_ENV_VAR, c.DEFAULT_HEALTH_CHECK_INTERVAL_S
+        ),
         "health_check_timeout_s": env(
             c.WORKER_HEALTH_CHECK_TIMEOUT_S_ENV_VAR, c.DEFAULT_WORKER_HEALTH_CHECK_TIMEOUT_S
         ),
@@ -541,6 +547,7 @@ def _ray_run_info(train_run_context: Any, metadata: dict[str, Any]) -> dict[str,
     """What Ray's state actor keeps about a run (``TrainRun``), as JSON, for ``RunCreated.ray``."""
     info: dict[str, Any] = {
         "id": train_run_context.run_id,
+        "name": train_run_context.run_config.name,
         "job_id": metadata["ray_job_id"],
         "controller_actor_id": metadata["ray_controller_actor_id"],
         "start_time_ns": time.time_ns(),
@@ -554,18 +561,18 @@ def _ray_run_info(train_run_context: Any, metadata: dict[str, Any]) -> dict[str,
         )
 
         info["controller_log_file_path"] = get_train_application_controller_log_path()
-    except Exception:  # noqa: BLE001 - Ray's logging layout changed: keep the rest
+    except Exception:  # Ray's logging layout changed: keep the rest
         logger.warning("wgstore: cannot find the controller's log path", exc_info=True)
     try:
         from ray.train.v2._internal.callbacks.state_manager import _get_framework_version
 
         framework = train_run_context.backend_config.framework
         info["framework_versions"] = dict(_get_framework_version(framework))
-    except Exception:  # noqa: BLE001
+    except Exception:
         logger.warning("wgstore: cannot read the framework versions", exc_info=True)
     try:
         info["run_settings"] = _run_settings(train_run_context)
-    except Exception:  # noqa: BLE001
+    except Exception:
         logger.warning("wgstore: cannot read Ray's run settings", exc_info=True)
     return translate.jsonable(info, depth=12)  # type: ignore[no-any-return]
 

@@ -18,11 +18,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from uuid_utils import uuid7
+
+from wgstore.events.engine import mask_url
 from wgstore.events.errors import (
     ConcurrencyError,
     DuplicateEventError,
@@ -31,9 +35,14 @@ from wgstore.events.errors import (
     WgstoreError,
 )
 from wgstore.events.records import NewEvent
-from wgstore.events.engine import mask_url
 
 __all__ = ["BackgroundWriter", "RecordingError", "WriterStats"]
+
+
+def _new_id() -> uuid.UUID:
+    """A time-ordered event id (UUID version 7), as the store makes them."""
+    return uuid.UUID(bytes=uuid7().bytes)
+
 
 logger = logging.getLogger("wgstore.ray_train")
 
@@ -136,6 +145,8 @@ class BackgroundWriter:
                 self._drop(len(events), f"more than {self._max_pending} events waiting")
                 return
             for event in events:
+                if event.event_id is None:  # fixed now, so a retry is idempotent
+                    event = NewEvent(event.event, event_id=_new_id(), metadata=event.metadata)
                 self._queue.append(_Item(stream_id, event))
             self._cond.notify()
 
@@ -144,9 +155,8 @@ class BackgroundWriter:
         longer than the retry limit (or was dropped)."""
         failure = self._failure
         since = self._failing_since or self._batch_started
-        if failure is None and since is not None:
-            if time.monotonic() - since > self._retry_limit_s:
-                failure = self._failure = RecordingError(self._failing_text(since))
+        if failure is None and since is not None and time.monotonic() - since > self._retry_limit_s:
+            failure = self._failure = RecordingError(self._failing_text(since))
         if failure is not None:
             raise failure
 
@@ -194,7 +204,8 @@ class BackgroundWriter:
                 self._drop(left, f"the database was still failing after the {timeout_s:g} s flush")
             if self._thread.is_alive() and self._busy:
                 self._drop(
-                    self._busy, f"an append still hung in the database after the {timeout_s:g} s flush"
+                    self._busy,
+                    f"an append still hung in the database after the {timeout_s:g} s flush",
                 )
         return self.stats.dropped == 0
 
@@ -316,5 +327,5 @@ class BackgroundWriter:
         if store is not None:
             try:
                 store.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection may fail too
+            except Exception:  # closing a broken connection may fail too
                 logger.debug("closing the store failed", exc_info=True)
