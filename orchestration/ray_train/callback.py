@@ -288,10 +288,25 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         elif after == "ABORTED":
             events.append(RunAborted(reason=_ABORTED))
         if events:
-            self._submit(run_stream(self._run_id), *events)
+            note = self._recording_note() if after in _TERMINAL else None
+            self._submit(run_stream(self._run_id), *events, metadata=note)
         self._timed(started)
         if after in _TERMINAL:
             self._close()
+
+    def _recording_note(self) -> dict[str, Any]:
+        """How the recording went, on the run's end event: a gap (an outage, dropped events)
+        is reported in the log itself once the database is back."""
+        assert self._writer is not None
+        stats = self._writer.stats
+        return {
+            "recording": {
+                "retries": stats.retries,
+                "outage_s": round(stats.outage_s, 3),
+                "dropped": stats.dropped,
+                "problems": list(stats.problems),
+            }
+        }
 
     def _decision_events(self, decision: str, error: Any) -> list[Any]:
         kind, so_far, limit = translate.failure_accounting(
