@@ -1,10 +1,11 @@
 """Real Ray Train v2 runs recorded by ``RecordingCallback``: the "Show" list of issue 11.
 
-Four trainer runs in the session's Ray (``ray_session``), 2 workers at 0.5 CPU each: a clean run
-with a checkpoint per report (shared by the first tests, with Ray's state actor on so its
-``TrainRun``/``TrainRunAttempt`` can be compared field by field), a run whose rank 1 raises once
-(on Postgres: the controller appends from its own process), and two runs whose SQLite log is
-locked by another connection mid-run (training goes on; ``strict=True`` fails the run).
+Three trainer runs in the session's Ray (``ray_session``), 2 workers at 0.5 CPU each: a run with
+a checkpoint per report whose SQLite log is locked by another connection for 5 s mid-run (shared
+by the first tests, with Ray's state actor on so its ``TrainRun``/``TrainRunAttempt`` can be
+compared field by field; training goes on, nothing is lost), a run whose rank 1 raises once (on
+Postgres: the controller appends from its own process), and a ``strict=True`` run whose log
+stays locked (the run fails with wgstore's error).
 """
 
 from __future__ import annotations
@@ -69,17 +70,22 @@ class Run:
 
 @pytest.fixture(scope="module")
 def clean_run(by_value: None, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """One clean 2-worker run, recorded in SQLite, with Ray's state actor tracking it too."""
+    """One 2-worker run recorded in SQLite, with Ray's state actor tracking it too; mid-run
+    (after the first report) another connection holds the log's write lock for 5 s."""
     from ray.train.v2._internal.state.state_actor import get_or_create_state_actor
 
     folder = tmp_path_factory.mktemp("ray-train-clean")
-    url = f"sqlite:///{folder / 'wgstore.db'}"
+    db = folder / "wgstore.db"
+    url = f"sqlite:///{db}?busy_timeout=0.5"
+    locker, _ = _lock_mid_run(db, hold_s=5.0)
     os.environ["RAY_TRAIN_ENABLE_STATE_TRACKING"] = "1"
     try:
         trainer = ray_train_recorded.make_trainer(url, str(folder / "storage"), steps=STEPS)
         result = trainer.fit()
     finally:
         del os.environ["RAY_TRAIN_ENABLE_STATE_TRACKING"]
+    locker.join(30)
+    assert locker.locked.is_set()  # type: ignore[attr-defined]
     actor = get_or_create_state_actor()
     runs = {k: v.model_dump(mode="json") for k, v in ray.get(actor.get_train_runs.remote()).items()}
     attempts = {
@@ -287,28 +293,20 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
 
 
 def test_the_database_going_away_mid_run_neither_stops_training_nor_loses_events(
-    by_value: None, tmp_path: Path
+    clean_run: Run,
 ) -> None:
-    db = tmp_path / "wgstore.db"
-    url = f"sqlite:///{db}?busy_timeout=0.5"
-    thread, _ = _lock_mid_run(db, hold_s=5.0)
-    trainer = ray_train_recorded.make_trainer(url, str(tmp_path / "storage"), steps=STEPS)
-    result = trainer.fit()
-    thread.join(30)
-    assert thread.locked.is_set()  # type: ignore[attr-defined]
-    assert result.error is None and result.metrics["step"] == STEPS - 1
-    with EventStore.open(url) as store:
-        ((stream, _),) = store.streams("run-")
-        records = list(store.read_stream(stream))
+    assert clean_run.result.error is None and clean_run.result.metrics["step"] == STEPS - 1
+    with EventStore.open(clean_run.url) as store:
+        records = list(store.read_stream(run_stream(clean_run.run_id)))
         state = project_run(records)
         (group_id,) = state.groups
         group = project_worker_group(store.read_stream(group_stream(group_id)))
-        pid = state.controllers[0].pid
     assert state.status.value == "FINISHED"
     assert group.report_counts == {0: STEPS, 1: STEPS}  # nothing lost
-    note = records[-1].metadata["recording"]
+    note = records[-1].metadata["recording"]  # the gap, reported in the log itself
     assert note["retries"] >= 1 and note["outage_s"] > 1.0 and note["dropped"] == 0
     assert any("retrying" in line for line in note["problems"])
+    pid = state.controllers[0].pid  # and in the controller's log
     _wait_for(lambda: "retrying with backoff" in _controller_log(pid))
 
 
@@ -316,6 +314,8 @@ def test_strict_fails_the_run_with_a_wgstore_error_when_the_database_stays_away(
     by_value: None, tmp_path: Path
 ) -> None:
     from ray.train import TrainingFailedError
+
+    from wgstore.orchestration.ray_train import RecordingError
 
     db = tmp_path / "wgstore.db"
     url = f"sqlite:///{db}?busy_timeout=0.5"
@@ -334,7 +334,8 @@ def test_strict_fails_the_run_with_a_wgstore_error_when_the_database_stays_away(
     finally:
         done.set()
         thread.join(30)
-    assert "RecordingError" in str(info.value) and "cannot record" in str(info.value)
+    assert isinstance(getattr(info.value, "controller_failure", None), RecordingError)
+    assert "cannot record the Ray Train run" in str(info.value)
     with EventStore.open(url) as store:
         ((stream, _),) = store.streams("run-")
         state = project_run(store.read_stream(stream))
