@@ -77,12 +77,16 @@ def _hook(method: _F) -> _F:
 
     @functools.wraps(method)
     def guarded(self: RecordingCallback, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
         try:
             method(self, *args, **kwargs)
         except RecordingError:
             raise
         except Exception:
             logger.exception("wgstore: recording %s failed; training goes on", method.__name__)
+        finally:
+            self.hook_s += time.perf_counter() - started
+            self.hook_calls += 1
         self._raise_if_strict()
         return None
 
@@ -191,17 +195,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             self._raised = True
             raise failure
 
-    def _timed(self, started: float) -> None:
-        self.hook_s += time.perf_counter() - started
-        self.hook_calls += 1
-
     # ------------------------------------------------------------------ controller hooks
 
     @_hook
     def after_controller_start(self, train_run_context: Any) -> None:
         """The run starts: ``RunCreated`` (with what Ray's state actor keeps) and
         ``ControllerStarted``."""
-        started = time.perf_counter()
         import ray
 
         runtime = ray.get_runtime_context()
@@ -241,7 +240,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             pid=os.getpid(),
         )
         self._submit(run_stream(self._run_id), created, controller)
-        self._timed(started)
 
     @_hook
     def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
@@ -252,7 +250,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
         """``ControllerStateChanged`` (Ray's names; same-state updates are skipped), the
         failure decision it answers, and the run's ending."""
-        started = time.perf_counter()
         before = translate.state_name(previous_state)
         after = translate.state_name(current_state)
         events: list[Any] = []
@@ -290,7 +287,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         if events:
             note = self._recording_note() if after in _TERMINAL else None
             self._submit(run_stream(self._run_id), *events, metadata=note)
-        self._timed(started)
         if after in _TERMINAL:
             self._close()
 
@@ -301,6 +297,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         stats = self._writer.stats
         return {
             "recording": {
+                "hook_s": round(self.hook_s, 6),
+                "hook_calls": self.hook_calls,
                 "retries": stats.retries,
                 "outage_s": round(stats.outage_s, 3),
                 "dropped": stats.dropped,
@@ -364,7 +362,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     @_hook
     def before_worker_group_start(self, worker_group_context: Any) -> None:
         """A new attempt: ``WorkerGroupStartRequested`` on the stream of its attempt id."""
-        started = time.perf_counter()
         self._attempt += 1
         self._group_id = worker_group_context.run_attempt_id
         self._group_started = False
@@ -387,13 +384,11 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
                 group_id=self._group_id, run_id=self._run_id, attempt=self._attempt, context=context
             )
         )
-        self._timed(started)
 
     @_hook
     def after_worker_group_start(self, worker_group: Any) -> None:
         """The builder's steps from what the started group holds: placement group, sync actor,
         workers (ranks, node, pid, actor id), and ``WorkerGroupStarted``."""
-        started = time.perf_counter()
         state = worker_group.get_worker_group_state()
         context = worker_group.get_worker_group_context()
         pg = state.placement_group_handle.placement_group
@@ -424,7 +419,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             )
         )
         self._group_started = True
-        self._timed(started)
 
     @_hook
     def after_worker_group_training_start(self, worker_group: Any) -> None:
@@ -436,7 +430,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
         """Each rank's report (``WorkerReported``) and the poll, delta-encoded
         (``WorkerGroupPolled`` only when a worker's status changed)."""
-        started = time.perf_counter()
         if self._recorder is None:
             return
         from wgstore.projections.state import WorkerStatus
@@ -468,7 +461,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             events.append(polled)
         if events:
             self._submit_group(*events)
-        self._timed(started)
 
     def _flush_polls(self) -> list[WorkerGroupPolled]:
         if self._recorder is None:
