@@ -138,6 +138,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._recorder: PollRecorder | None = None
         self._report_counts: dict[int, int] = {}
         self._pending_decision: str | None = None
+        self._controller_state = "INITIALIZING"
         self._failure_counts: dict[str, int] = {}
         self._failure_config: Any = None
         self._train_fn: Any = None
@@ -250,7 +251,9 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
         """``ControllerStateChanged`` (Ray's names; same-state updates are skipped), the
         failure decision it answers, and the run's ending."""
-        before = translate.state_name(previous_state)
+        # From the last state recorded, not Ray's previous state: Ray skips this hook on a
+        # few forced transitions, and the record must stay one unbroken chain of states.
+        before = self._controller_state
         after = translate.state_name(current_state)
         events: list[Any] = []
         error = getattr(current_state, "training_failed_error", None)
@@ -258,10 +261,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             error = getattr(
                 getattr(current_state, "next_state", None), "training_failed_error", None
             )
-        if self._pending_decision is not None and error is not None:
+        if self._pending_decision is not None and error is not None and self._group_id:
+            # (a failure before any attempt has no group to name: RunErrored tells it)
             events += self._decision_events(self._pending_decision, error)
         self._pending_decision = None
         if before != after:
+            self._controller_state = after
             events.append(
                 ControllerStateChanged(
                     from_state=before,
@@ -319,7 +324,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         return [
             FailureDecisionMade(
                 decision=decision,
-                group_id=self._group_id or "",
+                group_id=self._group_id,
                 reason=str(error),
                 failures_so_far=so_far,
                 failure_kind=kind,
