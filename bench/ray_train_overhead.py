@@ -3,8 +3,9 @@
 A ``DataParallelTrainer`` with 2 workers (0.5 CPU each) whose train function calls
 ``ray.train.report`` ``--reports`` times (metrics only), run alternately without and with the
 callback, ``--repeats`` times each. Prints the median wall-clock time of ``fit()`` of each side,
-their difference, and the controller's time in the callback's hooks per report (µs), which the
-callback notes on the run's end event (``metadata["recording"]``). Numbers, not pass/fail.
+their difference, and the controller's time in the callback's hooks per report (µs; the hooks
+that run once per run or attempt apart), which the callback notes on the run's end event
+(``metadata["recording"]``). Numbers, not pass/fail.
 
 Ray Train polls the workers every ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S`` (2 s by default) and a
 report waits for the next poll, so this sets it to ``--poll-s`` (0.05) before Ray starts: 200
@@ -88,8 +89,17 @@ def main() -> None:
             if note is not None:
                 notes.append(note)
     ray.shutdown()
-    hook_us = [n["hook_s"] * 1e6 / args.reports for n in notes]
-    per_call_us = [n["hook_s"] * 1e6 / max(1, n["hook_calls"]) for n in notes]
+    once = ("after_controller_start", "before_worker_group_start", "after_worker_group_start")
+
+    def steady_s(note: dict[str, Any]) -> float:
+        return sum(h["s"] for name, h in note["hooks"].items() if name not in once)
+
+    hook_us = [steady_s(n) * 1e6 / args.reports for n in notes]
+    per_call_us = [
+        steady_s(n) * 1e6 / max(1, sum(h["calls"] for k, h in n["hooks"].items() if k not in once))
+        for n in notes
+    ]
+    once_ms = [sum(n["hooks"][k]["s"] for k in once if k in n["hooks"]) * 1e3 for n in notes]
     result = {
         "reports": args.reports,
         "repeats": args.repeats,
@@ -103,6 +113,8 @@ def main() -> None:
         "hook_us_per_report": statistics.median(hook_us),
         "hook_us_per_call": statistics.median(per_call_us),
         "hook_calls": statistics.median(n["hook_calls"] for n in notes),
+        "once_ms": statistics.median(once_ms),
+        "hooks": notes[len(notes) // 2]["hooks"],
         "load_1min": load,
     }
     if args.json:
@@ -116,7 +128,8 @@ def main() -> None:
         f"  difference: {result['difference_pct']:+.1f} %\n"
         f"  controller time in the callback's hooks: {result['hook_us_per_report']:.0f} µs per "
         f"report ({result['hook_us_per_call']:.0f} µs per hook call, "
-        f"{result['hook_calls']:.0f} calls per run)"
+        f"{result['hook_calls']:.0f} calls per run); once per run (start, attempt start): "
+        f"{result['once_ms']:.1f} ms"
     )
 
 

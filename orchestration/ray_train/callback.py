@@ -85,8 +85,11 @@ def _hook(method: _F) -> _F:
         except Exception:
             logger.exception("wgstore: recording %s failed; training goes on", method.__name__)
         finally:
-            self.hook_s += time.perf_counter() - started
+            took = time.perf_counter() - started
+            self.hook_s += took
             self.hook_calls += 1
+            calls, seconds = self.hook_times.get(method.__name__, (0, 0.0))
+            self.hook_times[method.__name__] = (calls + 1, seconds + took)
         self._raise_if_strict()
         return None
 
@@ -151,6 +154,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self.hook_s = 0.0
         """Seconds the controller spent in this callback's hooks (for the overhead bench)."""
         self.hook_calls = 0
+        self.hook_times: dict[str, tuple[int, float]] = {}
+        """Per hook: how many calls, and the seconds they took."""
 
     # Ray pickles the callback to the controller: only the settings travel.
     def __getstate__(self) -> dict[str, Any]:
@@ -304,6 +309,10 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "recording": {
                 "hook_s": round(self.hook_s, 6),
                 "hook_calls": self.hook_calls,
+                "hooks": {
+                    name: {"calls": calls, "s": round(seconds, 6)}
+                    for name, (calls, seconds) in sorted(self.hook_times.items())
+                },
                 "retries": stats.retries,
                 "outage_s": round(stats.outage_s, 3),
                 "dropped": stats.dropped,

@@ -96,6 +96,8 @@ class BackgroundWriter:
         max_pending: events kept while the database is away; past it new events are dropped
             (and counted), so a long outage cannot exhaust the controller's memory.
         backoff_s: first wait after a failure, doubled up to ``max_backoff_s``.
+        linger_s: how long the thread waits after the first new event for more to batch
+            (:meth:`flush` and :meth:`close` cut it short).
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class BackgroundWriter:
         max_pending: int = 100_000,
         backoff_s: float = 0.05,
         max_backoff_s: float = 2.0,
+        linger_s: float = 0.2,
     ) -> None:
         self._open_store = open_store
         self._url = mask_url(url) if url else "the store"
@@ -116,6 +119,8 @@ class BackgroundWriter:
         self._max_pending = max_pending
         self._backoff_s = backoff_s
         self._max_backoff_s = max_backoff_s
+        self._linger_s = linger_s
+        self._flushing = 0
         self._queue: deque[_Item] = deque()
         self._cond = threading.Condition()
         self._closing = False
@@ -144,11 +149,13 @@ class BackgroundWriter:
             if room < len(events):
                 self._drop(len(events), f"more than {self._max_pending} events waiting")
                 return
+            was_empty = not self._queue
             for event in events:
                 if event.event_id is None:  # fixed now, so a retry is idempotent
                     event = NewEvent(event.event, event_id=_new_id(), metadata=event.metadata)
                 self._queue.append(_Item(stream_id, event))
-            self._cond.notify()
+            if was_empty or len(self._queue) >= self._max_batch:
+                self._cond.notify()  # wake the thread only when it has work to start
 
     def check(self) -> None:
         """Raise :class:`RecordingError` once a batch has failed, or hung in the database, for
@@ -178,6 +185,16 @@ class BackgroundWriter:
     def flush(self, timeout_s: float) -> bool:
         """Wait until everything submitted is written, at most ``timeout_s``; True if it was."""
         deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+        try:
+            return self._wait_written(deadline)
+        finally:
+            with self._cond:
+                self._flushing -= 1
+
+    def _wait_written(self, deadline: float) -> bool:
         with self._cond:
             while self._queue or self._busy:
                 left = deadline - time.monotonic()
@@ -218,6 +235,7 @@ class BackgroundWriter:
                     self._cond.wait()
                 if not self._queue:
                     break
+                self._linger()
                 batch = self._take_batch()
                 self._busy = len(batch)
             try:
@@ -230,6 +248,16 @@ class BackgroundWriter:
             if self._past_close_deadline():
                 break
         self._close_store()
+
+    def _linger(self) -> None:
+        """Wait up to ``linger_s`` for more events (lock held), so a burst is one append and
+        the thread (which shares the GIL with the controller) wakes a few times a second."""
+        deadline = time.monotonic() + self._linger_s
+        while not self._closing and not self._flushing and len(self._queue) < self._max_batch:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(left)
 
     def _take_batch(self) -> list[_Item]:
         first = self._queue.popleft()
