@@ -91,10 +91,11 @@ def main() -> None:
     ray.shutdown()
     once = ("after_controller_start", "before_worker_group_start", "after_worker_group_start")
 
-    def steady_s(note: dict[str, Any]) -> float:
-        return sum(h["s"] for name, h in note["hooks"].items() if name not in once)
+    def steady_s(note: dict[str, Any], key: str = "s") -> float:
+        return sum(h[key] for name, h in note["hooks"].items() if name not in once)
 
     hook_us = [steady_s(n) * 1e6 / args.reports for n in notes]
+    cpu_us = [steady_s(n, "cpu_s") * 1e6 / args.reports for n in notes]
     per_call_us = [
         steady_s(n) * 1e6 / max(1, sum(h["calls"] for k, h in n["hooks"].items() if k not in once))
         for n in notes
@@ -112,6 +113,7 @@ def main() -> None:
         "difference_pct": 100.0 * (statistics.median(recorded) / statistics.median(plain) - 1.0),
         "hook_us_per_report": statistics.median(hook_us),
         "hook_us_per_call": statistics.median(per_call_us),
+        "hook_cpu_us_per_report": statistics.median(cpu_us),
         "hook_calls": statistics.median(n["hook_calls"] for n in notes),
         "once_ms": statistics.median(once_ms),
         "hooks": notes[len(notes) // 2]["hooks"],
@@ -127,7 +129,8 @@ def main() -> None:
         f"  with the callback:    median {result['median_recorded_s']:.2f} s  {recorded}\n"
         f"  difference: {result['difference_pct']:+.1f} %\n"
         f"  controller time in the callback's hooks: {result['hook_us_per_report']:.0f} µs per "
-        f"report ({result['hook_us_per_call']:.0f} µs per hook call, "
+        f"report, of it {result['hook_cpu_us_per_report']:.0f} µs CPU "
+        f"({result['hook_us_per_call']:.0f} µs per hook call, "
         f"{result['hook_calls']:.0f} calls per run); once per run (start, attempt start): "
         f"{result['once_ms']:.1f} ms"
     )

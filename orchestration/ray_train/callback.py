@@ -78,6 +78,7 @@ def _hook(method: _F) -> _F:
     @functools.wraps(method)
     def guarded(self: RecordingCallback, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
+        cpu_started = time.thread_time()
         try:
             method(self, *args, **kwargs)
         except RecordingError:
@@ -86,10 +87,11 @@ def _hook(method: _F) -> _F:
             logger.exception("wgstore: recording %s failed; training goes on", method.__name__)
         finally:
             took = time.perf_counter() - started
+            cpu = time.thread_time() - cpu_started
             self.hook_s += took
             self.hook_calls += 1
-            calls, seconds = self.hook_times.get(method.__name__, (0, 0.0))
-            self.hook_times[method.__name__] = (calls + 1, seconds + took)
+            calls, seconds, cpu_seconds = self.hook_times.get(method.__name__, (0, 0.0, 0.0))
+            self.hook_times[method.__name__] = (calls + 1, seconds + took, cpu_seconds + cpu)
         self._raise_if_strict()
         return None
 
@@ -154,8 +156,9 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self.hook_s = 0.0
         """Seconds the controller spent in this callback's hooks (for the overhead bench)."""
         self.hook_calls = 0
-        self.hook_times: dict[str, tuple[int, float]] = {}
-        """Per hook: how many calls, and the seconds they took."""
+        self.hook_times: dict[str, tuple[int, float, float]] = {}
+        """Per hook: how many calls, the seconds they took, and the CPU seconds of the
+        controller's thread in them (the rest is waiting: for the CPU, for the GIL)."""
 
     # Ray pickles the callback to the controller: only the settings travel.
     def __getstate__(self) -> dict[str, Any]:
@@ -310,8 +313,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
                 "hook_s": round(self.hook_s, 6),
                 "hook_calls": self.hook_calls,
                 "hooks": {
-                    name: {"calls": calls, "s": round(seconds, 6)}
-                    for name, (calls, seconds) in sorted(self.hook_times.items())
+                    name: {"calls": calls, "s": round(seconds, 6), "cpu_s": round(cpu, 6)}
+                    for name, (calls, seconds, cpu) in sorted(self.hook_times.items())
                 },
                 "retries": stats.retries,
                 "outage_s": round(stats.outage_s, 3),
