@@ -153,6 +153,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._attempt_started = 0.0
         self._raised = False
         self._closed = False
+        self._ended = False
         self.hook_s = 0.0
         """Seconds the controller spent in this callback's hooks (for the overhead bench)."""
         self.hook_calls = 0
@@ -301,6 +302,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             note = self._recording_note() if after in _TERMINAL else None
             self._submit(run_stream(self._run_id), *events, metadata=note)
         if after in _TERMINAL:
+            self._ended = True
             self._close()
 
     def _recording_note(self) -> dict[str, Any]:
@@ -347,7 +349,21 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
 
     @_hook
     def after_controller_finish(self, result: Any) -> None:
-        """The run is over: flush what is left (bounded by ``flush_timeout_s``)."""
+        """The run is over: flush what is left (bounded by ``flush_timeout_s``). A run Ray
+        forced into ERRORED without the state hook gets its ending from the result."""
+        if not self._ended and self._writer is not None and not self._closed:
+            error = getattr(result, "error", None)
+            end: Any = (
+                RunErrored(
+                    error=translate.error_info(error),
+                    group_id=self._group_id,
+                    errors=translate.rank_errors(error),
+                )
+                if error is not None
+                else RunFinished(group_id=self._group_id)
+            )
+            self._ended = True
+            self._submit(run_stream(self._run_id), end, metadata=self._recording_note())
         self._close()
 
     @_hook
