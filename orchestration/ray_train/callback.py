@@ -60,6 +60,7 @@ from wgstore.events.worker_group import (
 from wgstore.orchestration.poll_recorder import PollRecorder
 from wgstore.orchestration.ray_train import translate
 from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
+from wgstore.projections.state import WorkerStatus
 
 __all__ = ["RecordingCallback"]
 
@@ -465,8 +466,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         (``WorkerGroupPolled`` only when a worker's status changed)."""
         if self._recorder is None:
             return
-        from wgstore.projections.state import WorkerStatus
-
         events: list[Any] = []
         statuses = {}
         for rank, status in worker_group_status.worker_statuses.items():
