@@ -100,7 +100,10 @@ def main() -> None:
         url = "sqlite:///" + os.path.abspath(
             url[len("sqlite:///") :]
         )  # the controller's cwd differs
-    ray.init(num_cpus=2, include_dashboard=False)
+    if os.environ.get("RAY_ADDRESS"):  # a cluster of your own
+        ray.init()
+    else:  # a local Ray for this script only
+        ray.init(address="local", num_cpus=2, include_dashboard=False)
     storage = args.storage or tempfile.mkdtemp(prefix="ray-train-")
     result = make_trainer(url, storage, steps=args.steps, fail_once=args.fail_once).fit()
     print(f"metrics: {result.metrics}")
