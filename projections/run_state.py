@@ -69,6 +69,7 @@ CONTROLLER_TO_RUN_STATUS: Mapping[str, RunStatus | None] = {
     "SCHEDULING": RunStatus.SCHEDULING,
     "RESCHEDULING": RunStatus.SCHEDULING,
     "RUNNING": RunStatus.RUNNING,
+    "PREEMPTING": None,  # a sub-state of RUNNING (Ray's state actor ignores it too)
     "RESTARTING": RunStatus.RESTARTING,
     "RESIZING": RunStatus.RESIZING,
     "SHUTTING_DOWN": None,  # keeps the run status it had

@@ -1,0 +1,140 @@
+"""What recording a Ray Train run costs: the same run with and without ``RecordingCallback``.
+
+A ``DataParallelTrainer`` with 2 workers (0.5 CPU each) whose train function calls
+``ray.train.report`` ``--reports`` times (metrics only), run alternately without and with the
+callback, ``--repeats`` times each. Prints the median wall-clock time of ``fit()`` of each side,
+their difference, and the controller's time in the callback's hooks per report (µs; the hooks
+that run once per run or attempt apart), which the callback notes on the run's end event
+(``metadata["recording"]``). Numbers, not pass/fail.
+
+Ray Train polls the workers every ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S`` (2 s by default) and a
+report waits for the next poll, so this sets it to ``--poll-s`` (0.05) before Ray starts: 200
+reports then take seconds, not minutes, and the hooks run 20 times a second.
+
+    .venv/bin/python bench/ray_train_overhead.py                   # 200 reports, 5 of each
+    .venv/bin/python bench/ray_train_overhead.py --url postgresql+psycopg://postgres@127.0.0.1/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from typing import Any
+
+
+def train_func(config: dict[str, Any]) -> None:
+    """Report ``reports`` times, a few metrics each, as a training loop would."""
+    import ray.train
+
+    loss = 1.0
+    for step in range(int(config["reports"])):
+        loss *= 0.99
+        ray.train.report({"step": step, "loss": loss, "lr": 0.01})
+
+
+def run_once(reports: int, url: str | None, storage: str) -> tuple[float, dict[str, Any] | None]:
+    """One ``fit()``: its wall-clock seconds and, when recorded, the recording note."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    from wgstore.events import EventStore
+    from wgstore.orchestration.ray_train import RecordingCallback
+
+    callbacks = [RecordingCallback(url)] if url else []
+    trainer = DataParallelTrainer(
+        train_func,
+        train_loop_config={"reports": reports},
+        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(storage_path=storage, callbacks=callbacks),
+    )
+    started = time.perf_counter()
+    trainer.fit()
+    took = time.perf_counter() - started
+    if not url:
+        return took, None
+    with EventStore.open(url) as store:
+        last = list(store.read_all())[-1]
+    return took, dict(last.metadata["recording"])
+
+
+def main() -> None:
+    """Alternate the two sides and print the medians (``--json`` for one JSON object)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reports", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--poll-s", type=float, default=0.05)
+    parser.add_argument("--url", default=None, help="the wgstore database (a temp SQLite file)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = str(args.poll_s)
+    import ray
+
+    folder = tempfile.mkdtemp(prefix="wgstore-ray-train-bench-")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    run_once(5, None, folder)  # warm up: worker processes, imports
+    plain: list[float] = []
+    recorded: list[float] = []
+    notes: list[dict[str, Any]] = []
+    load: list[float] = []
+    for i in range(args.repeats):
+        url = args.url or f"sqlite:///{folder}/wgstore-{i}.db"
+        load.append(os.getloadavg()[0])
+        for side in ("plain", "recorded") if i % 2 == 0 else ("recorded", "plain"):
+            took, note = run_once(args.reports, url if side == "recorded" else None, folder)
+            (recorded if side == "recorded" else plain).append(took)
+            if note is not None:
+                notes.append(note)
+    ray.shutdown()
+    once = ("after_controller_start", "before_worker_group_start", "after_worker_group_start")
+
+    def steady_s(note: dict[str, Any], key: str = "s") -> float:
+        return sum(h[key] for name, h in note["hooks"].items() if name not in once)
+
+    hook_us = [steady_s(n) * 1e6 / args.reports for n in notes]
+    cpu_us = [steady_s(n, "cpu_s") * 1e6 / args.reports for n in notes]
+    per_call_us = [
+        steady_s(n) * 1e6 / max(1, sum(h["calls"] for k, h in n["hooks"].items() if k not in once))
+        for n in notes
+    ]
+    once_ms = [sum(n["hooks"][k]["s"] for k in once if k in n["hooks"]) * 1e3 for n in notes]
+    result = {
+        "reports": args.reports,
+        "repeats": args.repeats,
+        "poll_s": args.poll_s,
+        "backend": (args.url or "sqlite").split(":", 1)[0],
+        "plain_s": plain,
+        "recorded_s": recorded,
+        "median_plain_s": statistics.median(plain),
+        "median_recorded_s": statistics.median(recorded),
+        "difference_pct": 100.0 * (statistics.median(recorded) / statistics.median(plain) - 1.0),
+        "hook_us_per_report": statistics.median(hook_us),
+        "hook_us_per_call": statistics.median(per_call_us),
+        "hook_cpu_us_per_report": statistics.median(cpu_us),
+        "hook_calls": statistics.median(n["hook_calls"] for n in notes),
+        "once_ms": statistics.median(once_ms),
+        "hooks": notes[len(notes) // 2]["hooks"],
+        "load_1min": load,
+    }
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(
+        f"{args.reports} reports, 2 workers, polls every {args.poll_s} s, {args.repeats} of each "
+        f"side (load {min(load):.1f}-{max(load):.1f}):\n"
+        f"  without the callback: median {result['median_plain_s']:.2f} s  {plain}\n"
+        f"  with the callback:    median {result['median_recorded_s']:.2f} s  {recorded}\n"
+        f"  difference: {result['difference_pct']:+.1f} %\n"
+        f"  controller time in the callback's hooks: {result['hook_us_per_report']:.0f} µs per "
+        f"report, of it {result['hook_cpu_us_per_report']:.0f} µs CPU "
+        f"({result['hook_us_per_call']:.0f} µs per hook call, "
+        f"{result['hook_calls']:.0f} calls per run); once per run (start, attempt start): "
+        f"{result['once_ms']:.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

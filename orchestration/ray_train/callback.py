@@ -1,0 +1,661 @@
+"""``RecordingCallback``: record a real Ray Train v2 run in wgstore with one callback.
+
+Pass it in ``RunConfig(callbacks=[RecordingCallback(url)])``. Ray pickles it to the controller
+actor; there, every hook turns what Ray hands it into wgstore's events (the run stream and one
+worker-group stream per attempt, the same catalog wgstore's own runs use) and submits them to a
+:class:`~wgstore.orchestration.ray_train.writer.BackgroundWriter`, so a hook never waits for the
+database. Metadata on every event: ``source="ray_train"``, ``ray_job_id``,
+``ray_controller_actor_id`` and ``ray_time_ns`` (when Ray called the hook).
+
+A hook never raises into Ray Train (Ray turns a callback exception into a controller failure):
+problems are logged in the controller's log. With ``strict=True`` a recording failure (the
+database unwritable for longer than ``retry_limit_s``) is raised once, as
+:class:`~wgstore.orchestration.ray_train.writer.RecordingError`, and fails the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ray.train.v2._internal.execution.callback import (
+    ControllerCallback,
+    ReportCallback,
+    WorkerGroupCallback,
+)
+
+from wgstore.events.records import NewEvent
+from wgstore.events.run import (
+    ControllerStarted,
+    ControllerStateChanged,
+    FailureConfig,
+    FailureDecisionMade,
+    RunAborted,
+    RunCreated,
+    RunErrored,
+    RunFinished,
+    ScalingConfig,
+)
+from wgstore.events.streams import group_stream, run_stream
+from wgstore.events.worker_group import (
+    ErrorInfo,
+    PlacementGroupReserved,
+    SyncActorStarted,
+    TrainingLaunched,
+    WorkerGroupContext,
+    WorkerGroupPolled,
+    WorkerGroupShutDown,
+    WorkerGroupShutdownRequested,
+    WorkerGroupStarted,
+    WorkerGroupStartFailed,
+    WorkerGroupStartRequested,
+    WorkerReported,
+    WorkersStarted,
+)
+from wgstore.orchestration.poll_recorder import PollRecorder
+from wgstore.orchestration.ray_train import translate
+from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
+from wgstore.projections.state import WorkerStatus
+
+__all__ = ["RecordingCallback"]
+
+logger = logging.getLogger("wgstore.ray_train")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_TERMINAL = ("FINISHED", "ERRORED", "ABORTED")
+_RELEASED = ("workers", "sync_actor", "placement_group")
+_ABORTED = "Run aborted due to user interrupt (SIGINT)."
+"""Ray's status detail of an aborted run and attempt (``state/util.py``)."""
+
+
+def _hook(method: _F) -> _F:
+    """Run a hook so that it never raises into Ray Train, unless strict and recording failed."""
+
+    @functools.wraps(method)
+    def guarded(self: RecordingCallback, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        cpu_started = time.thread_time()
+        try:
+            method(self, *args, **kwargs)
+        except RecordingError:
+            raise
+        except Exception:
+            logger.exception("wgstore: recording %s failed; training goes on", method.__name__)
+        finally:
+            took = time.perf_counter() - started
+            cpu = time.thread_time() - cpu_started
+            self.hook_s += took
+            self.hook_calls += 1
+            calls, seconds, cpu_seconds = self.hook_times.get(method.__name__, (0, 0.0, 0.0))
+            self.hook_times[method.__name__] = (calls + 1, seconds + took, cpu_seconds + cpu)
+        self._raise_if_strict()
+        return None
+
+    return guarded  # type: ignore[return-value]
+
+
+class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):
+    """Records a Ray Train v2 run (controller, attempts, polls, reports) in a wgstore log.
+
+    Args:
+        url: the database, e.g. ``"sqlite:////shared/wgstore.db"`` (the controller must reach
+            the file: same machine) or ``"postgresql+psycopg://user@host/db"`` (any node).
+        run_name: the run's name in wgstore; Ray's ``RunConfig.name`` by default.
+        strict: raise a recording failure into Ray Train (the run fails with
+            ``RecordingError``) instead of logging it and training on.
+        retry_limit_s: how long appends may fail before it counts as a recording failure.
+        flush_timeout_s: how long the controller waits at the end of the run for what is
+            still unwritten; what is left after that is reported as not recorded.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        run_name: str | None = None,
+        strict: bool = False,
+        retry_limit_s: float = 30.0,
+        flush_timeout_s: float = 10.0,
+    ) -> None:
+        if not isinstance(url, str) or "://" not in url:
+            raise ValueError(
+                f"RecordingCallback needs a database URL like 'sqlite:///wgstore.db' or "
+                f"'postgresql+psycopg://user@host/db', got {url!r}"
+            )
+        self.url = url
+        self.run_name = run_name
+        self.strict = strict
+        self.retry_limit_s = retry_limit_s
+        self.flush_timeout_s = flush_timeout_s
+        self._reset()
+
+    def _reset(self) -> None:
+        self._writer: BackgroundWriter | None = None
+        self._run_id = ""
+        self._metadata: dict[str, Any] = {}
+        self._attempt = 0
+        self._group_id: str | None = None
+        self._group_started = False
+        self._recorder: PollRecorder | None = None
+        self._report_counts: dict[int, int] = {}
+        self._pending_decision: str | None = None
+        self._controller_state = "INITIALIZING"
+        self._failure_counts: dict[str, int] = {}
+        self._failure_config: Any = None
+        self._train_fn: Any = None
+        self._loop_config: dict[str, Any] = {}
+        self._latest_checkpoint: str | None = None
+        self._shutdown_started = 0.0
+        self._attempt_started = 0.0
+        self._raised = False
+        self._closed = False
+        self._ended = False
+        self.hook_s = 0.0
+        """Seconds the controller spent in this callback's hooks (for the overhead bench)."""
+        self.hook_calls = 0
+        self.hook_times: dict[str, tuple[int, float, float]] = {}
+        """Per hook: how many calls, the seconds they took, and the CPU seconds of the
+        controller's thread in them (the rest is waiting: for the CPU, for the GIL)."""
+
+    # Ray pickles the callback to the controller: only the settings travel.
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "run_name": self.run_name,
+            "strict": self.strict,
+            "retry_limit_s": self.retry_limit_s,
+            "flush_timeout_s": self.flush_timeout_s,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    @property
+    def writer(self) -> BackgroundWriter | None:
+        """The background writer (in the controller, once the run started)."""
+        return self._writer
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _open_store(self) -> Any:
+        from wgstore.events import EventStore
+
+        return EventStore.open(self.url)
+
+    def _submit(self, stream_id: str, *events: Any, metadata: dict[str, Any] | None = None) -> None:
+        if self._writer is None:
+            return
+        meta = {**self._metadata, "ray_time_ns": time.time_ns(), **(metadata or {})}
+        self._writer.submit(stream_id, [NewEvent(event, metadata=meta) for event in events])
+
+    def _submit_group(self, *events: Any, metadata: dict[str, Any] | None = None) -> None:
+        if self._group_id is not None:
+            self._submit(group_stream(self._group_id), *events, metadata=metadata)
+
+    def _raise_if_strict(self) -> None:
+        if not self.strict or self._raised or self._writer is None:
+            return
+        failure = self._writer.failure
+        if failure is not None:
+            self._raised = True
+            raise failure
+
+    # ------------------------------------------------------------------ controller hooks
+
+    @_hook
+    def after_controller_start(self, train_run_context: Any) -> None:
+        """The run starts: ``RunCreated`` (with what Ray's state actor keeps) and
+        ``ControllerStarted``."""
+        import ray
+
+        runtime = ray.get_runtime_context()
+        run_config = train_run_context.run_config
+        self._run_id = train_run_context.run_id
+        self._metadata = {
+            "source": "ray_train",
+            "ray_job_id": runtime.get_job_id(),
+            "ray_controller_actor_id": runtime.get_actor_id(),
+        }
+        self._writer = BackgroundWriter(
+            self._open_store, url=self.url, retry_limit_s=self.retry_limit_s
+        )
+        scaling = train_run_context.scaling_config
+        failure = run_config.failure_config
+        self._failure_config = failure
+        self._loop_config = translate.jsonable(train_run_context.train_loop_config or {})
+        created = RunCreated(
+            run_id=self._run_id,
+            name=self.run_name or run_config.name,
+            scaling_config=ScalingConfig(
+                num_workers=int(scaling.num_workers),
+                resources_per_worker=dict(scaling._resources_per_worker_not_none),
+                placement_strategy=scaling.placement_strategy,
+            ),
+            failure_config=FailureConfig(
+                max_failures=failure.max_failures,
+                controller_failure_limit=failure.controller_failure_limit,
+                max_preemption_failures=getattr(failure, "max_preemption_failures", -1),
+            ),
+            context=None,
+            ray=_ray_run_info(train_run_context, self._metadata),
+        )
+        controller = ControllerStarted(
+            controller_id=self._metadata["ray_controller_actor_id"] or "",
+            host=socket.gethostname(),
+            pid=os.getpid(),
+        )
+        self._submit(run_stream(self._run_id), created, controller)
+
+    @_hook
+    def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
+        """Kept until the state update that follows, which carries the failure."""
+        self._pending_decision = str(getattr(failure_decision, "value", failure_decision))
+
+    @_hook
+    def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
+        """``ControllerStateChanged`` (Ray's names; same-state updates are skipped), the
+        failure decision it answers, and the run's ending."""
+        # From the last state recorded, not Ray's previous state: Ray skips this hook on a
+        # few forced transitions, and the record must stay one unbroken chain of states.
+        before = self._controller_state
+        after = translate.state_name(current_state)
+        events: list[Any] = []
+        error = getattr(current_state, "training_failed_error", None)
+        if error is None:
+            error = getattr(
+                getattr(current_state, "next_state", None), "training_failed_error", None
+            )
+        if self._pending_decision is not None and error is not None and self._group_id:
+            # (a failure before any attempt has no group to name: RunErrored tells it)
+            events += self._decision_events(self._pending_decision, error)
+        self._pending_decision = None
+        if before != after:
+            self._controller_state = after
+            events.append(
+                ControllerStateChanged(
+                    from_state=before,
+                    to_state=after,
+                    reason=translate.status_detail(current_state),
+                    group_id=self._group_id,
+                )
+            )
+        if after == "FINISHED":
+            events.append(RunFinished(group_id=self._group_id))
+        elif after == "ERRORED":
+            events.append(
+                RunErrored(
+                    error=translate.error_info(error)
+                    if error is not None
+                    else ErrorInfo(type="TrainingFailedError", message="unknown"),
+                    group_id=self._group_id,
+                    errors=translate.rank_errors(error),
+                )
+            )
+        elif after == "ABORTED":
+            events.append(RunAborted(reason=_ABORTED))
+        if events:
+            note = self._recording_note() if after in _TERMINAL else None
+            self._submit(run_stream(self._run_id), *events, metadata=note)
+        if after in _TERMINAL:
+            self._ended = True
+            self._close()
+
+    def _recording_note(self) -> dict[str, Any]:
+        """How the recording went, on the run's end event: a gap (an outage, dropped events)
+        is reported in the log itself once the database is back."""
+        assert self._writer is not None
+        stats = self._writer.stats
+        return {
+            "recording": {
+                "hook_s": round(self.hook_s, 6),
+                "hook_calls": self.hook_calls,
+                "hooks": {
+                    name: {"calls": calls, "s": round(seconds, 6), "cpu_s": round(cpu, 6)}
+                    for name, (calls, seconds, cpu) in sorted(self.hook_times.items())
+                },
+                "retries": stats.retries,
+                "outage_s": round(stats.outage_s, 3),
+                "dropped": stats.dropped,
+                "problems": list(stats.problems),
+            }
+        }
+
+    def _decision_events(self, decision: str, error: Any) -> list[Any]:
+        kind, so_far, limit = translate.failure_accounting(
+            error, self._failure_counts, self._failure_config
+        )
+        if self._group_id is not None and not self._group_started:
+            self._submit_group(
+                WorkerGroupStartFailed(
+                    stage=translate.start_stage(error), error=translate.error_info(error)
+                )
+            )
+        return [
+            FailureDecisionMade(
+                decision=decision,
+                group_id=self._group_id,
+                reason=str(error),
+                failures_so_far=so_far,
+                failure_kind=kind,
+                limit=limit,
+                errors=translate.rank_errors(error),
+            )
+        ]
+
+    @_hook
+    def after_controller_finish(self, result: Any) -> None:
+        """The run is over: flush what is left (bounded by ``flush_timeout_s``). A run Ray
+        forced into ERRORED without the state hook gets its ending from the result."""
+        if not self._ended and self._writer is not None and not self._closed:
+            error = getattr(result, "error", None)
+            end: Any = (
+                RunErrored(
+                    error=translate.error_info(error),
+                    group_id=self._group_id,
+                    errors=translate.rank_errors(error),
+                )
+                if error is not None
+                else RunFinished(group_id=self._group_id)
+            )
+            self._ended = True
+            self._submit(run_stream(self._run_id), end, metadata=self._recording_note())
+        self._close()
+
+    @_hook
+    def before_controller_abort(self) -> None:
+        """The controller is about to exit: nothing more to write than its last events."""
+
+    def _close(self) -> None:
+        if self._writer is None or self._closed:
+            return
+        self._closed = True
+        writer = self._writer
+        if not writer.close(self.flush_timeout_s):
+            logger.error(
+                "wgstore: the record of Ray Train run %s is incomplete: %d event(s) were not "
+                "written (%s)",
+                self._run_id,
+                writer.stats.dropped,
+                "; ".join(writer.stats.problems[-3:]),
+            )
+        elif writer.stats.problems:
+            logger.warning(
+                "wgstore: the record of run %s is complete after %.1f s of database trouble",
+                self._run_id,
+                writer.stats.outage_s,
+            )
+
+    # ------------------------------------------------------------------ worker-group hooks
+
+    @_hook
+    def before_worker_group_start(self, worker_group_context: Any) -> None:
+        """A new attempt: ``WorkerGroupStartRequested`` on the stream of its attempt id."""
+        self._attempt += 1
+        self._group_id = worker_group_context.run_attempt_id
+        self._group_started = False
+        self._recorder = PollRecorder()
+        self._report_counts = {}
+        self._attempt_started = time.time()
+        if self._train_fn is None:
+            self._train_fn = _train_fn_of(worker_group_context)
+        context = WorkerGroupContext(
+            num_workers=int(worker_group_context.num_workers),
+            resources_per_worker=dict(worker_group_context.resources_per_worker),
+            train_fn=self._train_fn,
+            train_fn_config=self._loop_config,
+            placement_strategy=worker_group_context.placement_strategy,
+            resume_checkpoint=self._latest_checkpoint,
+            **_ray_timeouts(),
+        )
+        self._submit_group(
+            WorkerGroupStartRequested(
+                group_id=self._group_id, run_id=self._run_id, attempt=self._attempt, context=context
+            )
+        )
+
+    @_hook
+    def after_worker_group_start(self, worker_group: Any) -> None:
+        """The builder's steps from what the started group holds: placement group, sync actor,
+        workers (ranks, node, pid, actor id), and ``WorkerGroupStarted``."""
+        state = worker_group.get_worker_group_state()
+        context = worker_group.get_worker_group_context()
+        pg = state.placement_group_handle.placement_group
+        workers = list(state.workers)
+        # Ray's start_time is time.monotonic() in this process: as wall-clock time
+        start_time = time.time() - (time.monotonic() - float(state.start_time))
+        events = [
+            PlacementGroupReserved(
+                placement_group_id=pg.id.hex(),
+                name="",
+                bundles=tuple(dict(bundle) for bundle in pg.bundle_specs),
+                strategy=context.placement_strategy,
+            ),
+            SyncActorStarted(actor_id=state.sync_actor._actor_id.hex(), name=""),
+        ]
+        self._submit_group(*events)
+        self._submit_group(
+            WorkersStarted(workers=tuple(translate.worker_info(w) for w in workers)),
+            metadata={
+                "ray_worker_log_file_paths": [w.log_file_path for w in workers],
+                "ray_worker_resources": [translate.jsonable(w.resources) for w in workers],
+            },
+        )
+        self._submit_group(
+            WorkerGroupStarted(
+                start_time=translate.utc(start_time),
+                startup_s=max(0.0, start_time - self._attempt_started),
+            )
+        )
+        self._group_started = True
+
+    @_hook
+    def after_worker_group_training_start(self, worker_group: Any) -> None:
+        """``TrainingLaunched``."""
+        train_fn = self._train_fn if isinstance(self._train_fn, str) else repr(self._train_fn)
+        self._submit_group(TrainingLaunched(train_fn=train_fn))
+
+    @_hook
+    def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
+        """Each rank's report (``WorkerReported``) and the poll, delta-encoded
+        (``WorkerGroupPolled`` only when a worker's status changed)."""
+        if self._recorder is None:
+            return
+        events: list[Any] = []
+        statuses = {}
+        for rank, status in worker_group_status.worker_statuses.items():
+            report = getattr(status, "training_report", None)
+            if report is not None:
+                index = self._report_counts.get(rank, 0)
+                self._report_counts[rank] = index + 1
+                checkpoint = getattr(report, "checkpoint", None)
+                events.append(
+                    WorkerReported(
+                        world_rank=int(rank),
+                        index=index,
+                        metrics=translate.jsonable(report.metrics or {}),
+                        checkpoint=getattr(checkpoint, "path", None),
+                    )
+                )
+            error = status.error
+            statuses[int(rank)] = WorkerStatus(
+                running=bool(status.running),
+                error=translate.error_info(error) if error is not None else None,
+                return_value=translate.jsonable(getattr(status, "return_value", None)),
+            )
+        polled = self._recorder.observe(statuses, translate.utc(time.time()))
+        if polled is not None:
+            events.append(polled)
+        if events:
+            self._submit_group(*events)
+
+    def _flush_polls(self) -> list[WorkerGroupPolled]:
+        if self._recorder is None:
+            return []
+        trailing = self._recorder.flush()
+        return [trailing] if trailing is not None else []
+
+    @_hook
+    def before_worker_group_shutdown(self, worker_group: Any) -> None:
+        """``WorkerGroupShutdownRequested``: the reason is Ray's attempt status detail (the
+        grouped errors of the last poll) when the attempt errored."""
+        poll = worker_group.get_latest_poll_status()
+        if poll is not None and poll.errors:
+            reason = poll.get_error_string()
+        elif poll is not None and poll.finished:
+            reason = "training finished"
+        else:
+            reason = "shut down by the Ray Train controller"
+        self._shutdown_started = time.time()
+        self._submit_group(*self._flush_polls(), WorkerGroupShutdownRequested(reason=reason))
+
+    @_hook
+    def after_worker_group_shutdown(self, worker_group_context: Any) -> None:
+        """``WorkerGroupShutDown``: workers, sync actor and placement group released."""
+        self._submit_group(self._shut_down())
+
+    @_hook
+    def before_worker_group_abort(self, worker_group_context: Any) -> None:
+        """``WorkerGroupShutdownRequested(abort=True)``."""
+        self._shutdown_started = time.time()
+        self._submit_group(
+            *self._flush_polls(),
+            WorkerGroupShutdownRequested(reason=_ABORTED, abort=True),
+        )
+
+    @_hook
+    def after_worker_group_abort(self, worker_group_context: Any) -> None:
+        """``WorkerGroupShutDown`` after an abort."""
+        self._submit_group(self._shut_down())
+
+    def _shut_down(self) -> WorkerGroupShutDown:
+        return WorkerGroupShutDown(
+            duration_s=max(0.0, time.time() - self._shutdown_started),
+            released=_RELEASED if self._group_started else (),
+        )
+
+    # ------------------------------------------------------------------ report hook
+
+    @_hook
+    def after_report(self, training_report: Any, metrics: Any) -> None:
+        """The consolidated report of every rank: keeps the latest checkpoint (a retry's
+        ``resume_checkpoint``); the per-rank reports are recorded from the polls."""
+        checkpoint = getattr(training_report, "checkpoint", None)
+        if checkpoint is not None:
+            self._latest_checkpoint = checkpoint.path
+
+
+def _train_fn_of(worker_group_context: Any) -> Any:
+    """The attempt's train function as recorded (see :func:`translate.train_fn_path`)."""
+    try:
+        return translate.train_fn_path(worker_group_context.train_fn_ref.get())
+    except Exception:  # the controller cannot load it: record that, train on
+        logger.warning("wgstore: cannot load the train function to name it", exc_info=True)
+        return "__main__:unknown_train_fn"
+
+
+def _ray_timeouts() -> dict[str, float]:
+    """Ray Train's own timeouts, as its controller reads them (env vars, Ray's defaults)."""
+    from ray.train.v2._internal import constants as c
+
+    def env(name: str, default: float) -> float:
+        try:
+            return float(os.environ.get(name, default))
+        except ValueError:
+            return float(default)
+
+    return {
+        "placement_timeout_s": env(
+            c.WORKER_GROUP_START_TIMEOUT_S_ENV_VAR, c.DEFAULT_WORKER_GROUP_START_TIMEOUT_S
+        ),
+        "poll_interval_s": env(
+            c.HEALTH_CHECK_INTERVAL_S_ENV_VAR, c.DEFAULT_HEALTH_CHECK_INTERVAL_S
+        ),
+        "health_check_timeout_s": env(
+            c.WORKER_HEALTH_CHECK_TIMEOUT_S_ENV_VAR, c.DEFAULT_WORKER_HEALTH_CHECK_TIMEOUT_S
+        ),
+    }
+
+
+def _ray_run_info(train_run_context: Any, metadata: dict[str, Any]) -> dict[str, Any]:
+    """What Ray's state actor keeps about a run (``TrainRun``), as JSON, for ``RunCreated.ray``."""
+    info: dict[str, Any] = {
+        "id": train_run_context.run_id,
+        "name": train_run_context.run_config.name,
+        "job_id": metadata["ray_job_id"],
+        "controller_actor_id": metadata["ray_controller_actor_id"],
+        "start_time_ns": time.time_ns(),
+        "controller_log_file_path": None,
+        "framework_versions": {},
+        "run_settings": {},
+    }
+    try:
+        from ray.train.v2._internal.logging.logging import (
+            get_train_application_controller_log_path,
+        )
+
+        info["controller_log_file_path"] = get_train_application_controller_log_path()
+    except Exception:  # Ray's logging layout changed: keep the rest
+        logger.warning("wgstore: cannot find the controller's log path", exc_info=True)
+    try:
+        from ray.train.v2._internal.callbacks.state_manager import _get_framework_version
+
+        framework = train_run_context.backend_config.framework
+        info["framework_versions"] = dict(_get_framework_version(framework))
+    except Exception:
+        logger.warning("wgstore: cannot read the framework versions", exc_info=True)
+    try:
+        info["run_settings"] = _run_settings(train_run_context)
+    except Exception:
+        logger.warning("wgstore: cannot read Ray's run settings", exc_info=True)
+    return translate.jsonable(info, depth=12)  # type: ignore[no-any-return]
+
+
+def _run_settings(ctx: Any) -> dict[str, Any]:
+    """Ray's ``RunSettings`` of the run, built as Ray's ``TrainStateManager`` builds it.
+
+    The dataset names are not shown to a user callback: recorded as ``[]``.
+    """
+    from ray.train.v2._internal.state import schema
+    from ray.train.v2._internal.state.util import construct_data_config
+
+    run_config = ctx.run_config
+    scaling = ctx.scaling_config
+    backend = ctx.backend_config
+    settings = schema.RunSettings(
+        train_loop_config=ctx.train_loop_config,
+        backend_config=schema.BackendConfig(framework=backend.framework, config=backend.to_dict()),
+        scaling_config=schema.ScalingConfig(
+            num_workers=scaling.num_workers,
+            use_gpu=scaling.use_gpu,
+            resources_per_worker=scaling.resources_per_worker,
+            placement_strategy=scaling.placement_strategy,
+            accelerator_type=scaling.accelerator_type,
+            use_tpu=scaling.use_tpu,
+            topology=scaling.topology,
+            bundle_label_selector=scaling.label_selector,
+        ),
+        datasets=[],
+        data_config=construct_data_config(ctx.dataset_config),
+        run_config=schema.RunConfig(
+            name=run_config.name,
+            failure_config=schema.FailureConfig(
+                max_failures=run_config.failure_config.max_failures,
+                controller_failure_limit=run_config.failure_config.controller_failure_limit,
+            ),
+            worker_runtime_env=run_config.worker_runtime_env,
+            checkpoint_config=schema.CheckpointConfig(
+                num_to_keep=run_config.checkpoint_config.num_to_keep,
+                checkpoint_score_attribute=run_config.checkpoint_config.checkpoint_score_attribute,
+                checkpoint_score_order=run_config.checkpoint_config.checkpoint_score_order,
+            ),
+            storage_path=run_config.storage_path,
+            storage_filesystem=run_config.storage_filesystem,
+        ),
+    )
+    return dict(settings.model_dump(mode="json"))

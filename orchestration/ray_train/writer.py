@@ -1,0 +1,359 @@
+"""A background writer: appends leave the caller at once, a thread writes them in batches.
+
+Ray Train calls its callbacks on the controller's event loop, and an exception from a callback
+becomes a controller failure, so :class:`RecordingCallback` never writes in a hook: it hands the
+events to a :class:`BackgroundWriter`. The writer's thread drains what is waiting, appends each run
+of consecutive events of one stream as one batch (global order is kept), and retries a database
+that is down or slow with exponential backoff. Every event carries its id from the moment it is
+submitted, so a retry after a lost reply writes nothing twice (the store's idempotent append).
+
+Failures are reported in the log of the process (the Ray Train controller's log), never raised
+into the caller unless it asked (``strict``): :meth:`BackgroundWriter.check` raises
+:class:`RecordingError` once a batch could not be written within ``retry_limit_s``.
+No Ray here: the writer is tested without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from uuid_utils import uuid7
+
+from wgstore.events.engine import mask_url
+from wgstore.events.errors import (
+    ConcurrencyError,
+    DuplicateEventError,
+    EventEncodeError,
+    UnknownEventTypeError,
+    WgstoreError,
+)
+from wgstore.events.records import NewEvent
+
+__all__ = ["BackgroundWriter", "RecordingError", "WriterStats"]
+
+
+def _new_id() -> uuid.UUID:
+    """A time-ordered event id (UUID version 7), as the store makes them."""
+    return uuid.UUID(bytes=uuid7().bytes)
+
+
+logger = logging.getLogger("wgstore.ray_train")
+
+_PERMANENT = (
+    ConcurrencyError,
+    DuplicateEventError,
+    EventEncodeError,
+    UnknownEventTypeError,
+    TypeError,
+    ValueError,
+)
+"""Errors a retry cannot fix (the events themselves are wrong): the batch is dropped, reported."""
+
+
+class RecordingError(WgstoreError):
+    """Recording a Ray Train run into wgstore failed (raised into Ray Train only when strict)."""
+
+
+@dataclass(slots=True)
+class WriterStats:
+    """What the writer did: counts, the time it spent failing, and what it could not write."""
+
+    submitted: int = 0
+    written: int = 0
+    batches: int = 0
+    retries: int = 0
+    dropped: int = 0
+    """Events given up on: a permanent error, a full queue, or the flush bound at close."""
+    outage_s: float = 0.0
+    """Seconds between a first failed append and the next one that succeeded, summed."""
+    problems: list[str] = field(default_factory=list)
+    """One line per outage, recovery or drop, in order (the same text as the log)."""
+
+
+@dataclass(slots=True)
+class _Item:
+    stream_id: str
+    event: NewEvent
+
+
+class BackgroundWriter:
+    """Appends submitted events from a background thread, in batches, retrying failures.
+
+    Args:
+        open_store: makes the store (called in the thread, again after a failure, so a store
+            that cannot even be opened is retried like a failed append).
+        url: the database URL, for messages (its password is masked).
+        retry_limit_s: a batch still failing after this long is a failure :meth:`check`
+            raises (the writer itself keeps retrying until :meth:`close`).
+        max_batch: at most this many events in one append.
+        max_pending: events kept while the database is away; past it new events are dropped
+            (and counted), so a long outage cannot exhaust the controller's memory.
+        backoff_s: first wait after a failure, doubled up to ``max_backoff_s``.
+        linger_s: how long the thread waits after the first new event for more to batch
+            (:meth:`flush` and :meth:`close` cut it short).
+    """
+
+    def __init__(
+        self,
+        open_store: Callable[[], Any],
+        *,
+        url: str = "",
+        retry_limit_s: float = 30.0,
+        max_batch: int = 500,
+        max_pending: int = 100_000,
+        backoff_s: float = 0.05,
+        max_backoff_s: float = 2.0,
+        linger_s: float = 0.2,
+    ) -> None:
+        self._open_store = open_store
+        self._url = mask_url(url) if url else "the store"
+        self._retry_limit_s = retry_limit_s
+        self._max_batch = max_batch
+        self._max_pending = max_pending
+        self._backoff_s = backoff_s
+        self._max_backoff_s = max_backoff_s
+        self._linger_s = linger_s
+        self._flushing = 0
+        self._queue: deque[_Item] = deque()
+        self._cond = threading.Condition()
+        self._closing = False
+        self._close_deadline: float | None = None
+        self._busy = 0
+        self._batch_started: float | None = None
+        self._store: Any = None
+        self._failing_since: float | None = None
+        self._failure: RecordingError | None = None
+        self._first_error = ""
+        self.stats = WriterStats()
+        self._thread = threading.Thread(target=self._run, name="wgstore-ray-train-writer")
+        self._thread.daemon = True
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the caller's side
+
+    def submit(self, stream_id: str, events: Sequence[NewEvent]) -> None:
+        """Queue ``events`` for ``stream_id``; returns at once (never raises for the database)."""
+        with self._cond:
+            self.stats.submitted += len(events)
+            if self._closing:
+                self._drop(len(events), "submitted after close()")
+                return
+            room = self._max_pending - len(self._queue)
+            if room < len(events):
+                self._drop(len(events), f"more than {self._max_pending} events waiting")
+                return
+            was_empty = not self._queue
+            for event in events:
+                if event.event_id is None:  # fixed now, so a retry is idempotent
+                    event = NewEvent(event.event, event_id=_new_id(), metadata=event.metadata)
+                self._queue.append(_Item(stream_id, event))
+            if was_empty or len(self._queue) >= self._max_batch:
+                self._cond.notify()  # wake the thread only when it has work to start
+
+    def check(self) -> None:
+        """Raise :class:`RecordingError` once a batch has failed, or hung in the database, for
+        longer than the retry limit (or was dropped)."""
+        failure = self._failure
+        since = self._failing_since or self._batch_started
+        if failure is None and since is not None and time.monotonic() - since > self._retry_limit_s:
+            failure = self._failure = RecordingError(self._failing_text(since))
+        if failure is not None:
+            raise failure
+
+    @property
+    def failure(self) -> RecordingError | None:
+        """The failure :meth:`check` raises, if any (``None`` while everything is written)."""
+        try:
+            self.check()
+        except RecordingError as error:
+            return error
+        return None
+
+    @property
+    def pending(self) -> int:
+        """Events submitted and not yet written (nor dropped)."""
+        with self._cond:
+            return len(self._queue) + self._busy
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until everything submitted is written, at most ``timeout_s``; True if it was."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+        try:
+            return self._wait_written(deadline)
+        finally:
+            with self._cond:
+                self._flushing -= 1
+
+    def _wait_written(self, deadline: float) -> bool:
+        with self._cond:
+            while self._queue or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+        return True
+
+    def close(self, timeout_s: float) -> bool:
+        """Flush (waiting at most ``timeout_s``), stop the thread and close the store.
+
+        Returns True when everything submitted was written; what could not be is counted in
+        ``stats.dropped`` and reported in the log.
+        """
+        with self._cond:
+            self._closing = True
+            self._close_deadline = time.monotonic() + timeout_s
+            self._cond.notify_all()
+        self._thread.join(timeout_s + 5.0)
+        with self._cond:
+            left = len(self._queue)
+            if left:
+                self._queue.clear()
+                self._drop(left, f"the database was still failing after the {timeout_s:g} s flush")
+            if self._thread.is_alive() and self._busy:
+                self._drop(
+                    self._busy,
+                    f"an append still hung in the database after the {timeout_s:g} s flush",
+                )
+        return self.stats.dropped == 0
+
+    # ------------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    break
+                self._linger()
+                batch = self._take_batch()
+                self._busy = len(batch)
+            try:
+                self._write(batch)
+            finally:
+                with self._cond:
+                    self._busy = 0
+                    self._batch_started = None
+                    self._cond.notify_all()
+            if self._past_close_deadline():
+                break
+        self._close_store()
+
+    def _linger(self) -> None:
+        """Wait up to ``linger_s`` for more events (lock held), so a burst is one append and
+        the thread (which shares the GIL with the controller) wakes a few times a second."""
+        deadline = time.monotonic() + self._linger_s
+        while not self._closing and not self._flushing and len(self._queue) < self._max_batch:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(left)
+
+    def _take_batch(self) -> list[_Item]:
+        first = self._queue.popleft()
+        batch = [first]
+        while (
+            self._queue
+            and len(batch) < self._max_batch
+            and self._queue[0].stream_id == first.stream_id
+        ):
+            batch.append(self._queue.popleft())
+        return batch
+
+    def _past_close_deadline(self) -> bool:
+        deadline = self._close_deadline
+        return deadline is not None and time.monotonic() >= deadline
+
+    def _write(self, batch: list[_Item]) -> None:
+        backoff = self._backoff_s
+        self._batch_started = time.monotonic()
+        while True:
+            try:
+                if self._store is None:
+                    self._store = self._open_store()
+                self._store.append(batch[0].stream_id, [item.event for item in batch])
+            except _PERMANENT as error:
+                with self._cond:
+                    self._drop(len(batch), f"{type(error).__name__}: {error}", error=True)
+                return
+            except Exception as error:  # noqa: BLE001 - any other failure: retry
+                self._on_failure(error, len(batch))
+                if self._past_close_deadline():
+                    with self._cond:  # close() gives up: the batch is lost
+                        self._drop(len(batch), "the flush bound at close() ran out")
+                    return
+                self._sleep(backoff)
+                backoff = min(backoff * 2, self._max_backoff_s)
+                continue
+            self._on_success(len(batch))
+            return
+
+    def _sleep(self, seconds: float) -> None:
+        with self._cond:
+            deadline = self._close_deadline
+            if deadline is not None:
+                seconds = max(0.0, min(seconds, deadline - time.monotonic()))
+            self._cond.wait(seconds)
+
+    def _on_failure(self, error: BaseException, size: int) -> None:
+        self.stats.retries += 1
+        self._close_store()  # a fresh connection on the next try
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            self._first_error = f"{type(error).__name__}: {error}"
+            text = (
+                f"wgstore: appending {size} event(s) to {self._url} failed "
+                f"({self._first_error}); retrying with backoff, training goes on"
+            )
+            self.stats.problems.append(text)
+            logger.warning(text)
+
+    def _on_success(self, size: int) -> None:
+        self.stats.written += size
+        self.stats.batches += 1
+        if self._failing_since is not None:
+            outage = time.monotonic() - self._failing_since
+            self.stats.outage_s += outage
+            self._failing_since = None
+            self._first_error = ""
+            text = (
+                f"wgstore: {self._url} is writable again after {outage:.1f} s; "
+                "the delayed events are written (nothing lost)"
+            )
+            self.stats.problems.append(text)
+            logger.warning(text)
+
+    def _failing_text(self, since: float) -> str:
+        how = f"failed ({self._first_error})" if self._first_error else "not completed"
+        return (
+            f"cannot record the Ray Train run in {self._url}: appends have {how} for "
+            f"{time.monotonic() - since:.1f} s; "
+            "check that the database is reachable and writable, or pass strict=False to "
+            "let training go on without the record"
+        )
+
+    def _drop(self, count: int, why: str, *, error: bool = False) -> None:
+        self.stats.dropped += count
+        text = f"wgstore: {count} event(s) not recorded in {self._url}: {why}"
+        self.stats.problems.append(text)
+        logger.error(text)
+        if error and self._failure is None:
+            self._failure = RecordingError(text)
+
+    def _close_store(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            try:
+                store.close()
+            except Exception:  # closing a broken connection may fail too
+                logger.debug("closing the store failed", exc_info=True)

@@ -1,0 +1,342 @@
+"""Real Ray Train v2 runs recorded by ``RecordingCallback``: the "Show" list of issue 11.
+
+Three trainer runs in the session's Ray (``ray_session``), 2 workers at 0.5 CPU each: a run with
+a checkpoint per report whose SQLite log is locked by another connection for 5 s mid-run (shared
+by the first tests, with Ray's state actor on so its ``TrainRun``/``TrainRunAttempt`` can be
+compared field by field; training goes on, nothing is lost), a run whose rank 1 raises once (on
+Postgres: the controller appends from its own process), and a ``strict=True`` run whose log
+stays locked (the run fails with wgstore's error).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.train.v2")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from examples import ray_train_recorded  # noqa: E402
+from wgstore.cli import app  # noqa: E402
+from wgstore.events import EventStore  # noqa: E402
+from wgstore.events.streams import group_stream, run_stream  # noqa: E402
+from wgstore.events.worker_group import WorkerReported  # noqa: E402
+from wgstore.projections import catch_up_read_models  # noqa: E402
+from wgstore.projections.ray_train import ray_train_run, ray_train_run_attempt  # noqa: E402
+from wgstore.projections.run_state import project_run  # noqa: E402
+from wgstore.projections.state import project_worker_group  # noqa: E402
+
+STEPS = 4
+
+
+def _cli(*args: str) -> Any:
+    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, f"wgstore {' '.join(args)}: {result.output}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def by_value(ray_session: None) -> Iterator[None]:
+    """The example's train function travels by value: workers need not import ``examples``."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(ray_train_recorded)
+    yield
+    cloudpickle.unregister_pickle_by_value(ray_train_recorded)
+
+
+@dataclass(frozen=True)
+class Run:
+    url: str
+    result: Any
+    run_id: str
+    ray_runs: dict[str, Any]
+    ray_attempts: dict[str, dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def clean_run(by_value: None, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One 2-worker run recorded in SQLite, with Ray's state actor tracking it too; mid-run
+    (after the first report) another connection holds the log's write lock for 5 s."""
+    from ray.train.v2._internal.state.state_actor import get_or_create_state_actor
+
+    folder = tmp_path_factory.mktemp("ray-train-clean")
+    db = folder / "wgstore.db"
+    url = f"sqlite:///{db}?busy_timeout=0.5"
+    locker, _ = _lock_mid_run(db, hold_s=5.0)
+    os.environ["RAY_TRAIN_ENABLE_STATE_TRACKING"] = "1"
+    try:
+        trainer = ray_train_recorded.make_trainer(url, str(folder / "storage"), steps=STEPS)
+        result = trainer.fit()
+    finally:
+        del os.environ["RAY_TRAIN_ENABLE_STATE_TRACKING"]
+    locker.join(30)
+    assert locker.locked.is_set()  # type: ignore[attr-defined]
+    actor = get_or_create_state_actor()
+    runs = {k: v.model_dump(mode="json") for k, v in ray.get(actor.get_train_runs.remote()).items()}
+    attempts = {
+        run: {a: v.model_dump(mode="json") for a, v in by_attempt.items()}
+        for run, by_attempt in ray.get(actor.get_train_run_attempts.remote()).items()
+    }
+    with EventStore.open(url) as store:
+        run_ids = [s[len("run-") :] for s, _ in store.streams("run-")]
+    assert len(run_ids) == 1, run_ids
+    return Run(url, result, run_ids[0], runs, attempts)
+
+
+def _groups(url: str) -> list[dict[str, Any]]:
+    out = _cli("groups", "--url", url, "--json").output
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_the_run_is_in_every_wgstore_tool(clean_run: Run, tmp_path: Path) -> None:
+    url = clean_run.url
+    groups = _groups(url)
+    assert len(groups) == 1
+    group = groups[0]
+    group_id = group["group_id"]
+    assert group["run_id"] == clean_run.run_id
+    assert group["status"] == "SHUT_DOWN" and group["outcome"] == "finished"
+    state = json.loads(_cli("state", group_id, "--url", url, "--json").output)
+    assert state["status"] == "SHUT_DOWN"
+    assert [w["world_rank"] for w in state["workers"]] == [0, 1]
+    polls = _cli("polls", group_id, "--url", url, "--json").output.splitlines()
+    assert len(polls) >= 2  # running, then finished
+    replay = _cli("replay", group_id, "--url", url).output
+    for step in ("WorkersStarted", "WorkerReported", "WorkerGroupShutDown"):
+        assert step in replay
+    page = tmp_path / "report.html"
+    _cli("report", group_id, "--url", url, "-o", str(page))
+    assert page.stat().st_size > 1000 and "loss" in page.read_text()
+    verify = _cli("verify", "--url", url).output
+    assert "hash chains" in verify
+    with EventStore.open(url) as store:
+        catch_up_read_models(store)
+    rows = _cli(
+        "sql",
+        "--url",
+        url,
+        "--json",
+        f"SELECT world_rank, count(*) AS n FROM wg_reports WHERE group_id = '{group_id}' "
+        "GROUP BY world_rank ORDER BY world_rank",
+    ).output
+    assert [json.loads(line) for line in rows.splitlines()] == [
+        {"world_rank": 0, "n": STEPS},
+        {"world_rank": 1, "n": STEPS},
+    ]
+
+
+def test_the_last_metrics_and_checkpoint_equal_ray_trains_result(clean_run: Run) -> None:
+    with EventStore.open(clean_run.url) as store:
+        group_id = _groups(clean_run.url)[0]["group_id"]
+        group = project_worker_group(store.read_stream(group_stream(group_id)))
+        reports = [
+            r.event
+            for r in store.read_stream(group_stream(group_id))
+            if isinstance(r.event, WorkerReported)
+        ]
+    assert dict(group.latest_metrics[0]) == clean_run.result.metrics
+    assert group.latest_checkpoint == clean_run.result.checkpoint.path
+    assert reports[-1].checkpoint == clean_run.result.checkpoint.path
+    assert {r.checkpoint for r in reports if r.index == STEPS - 1} == {
+        clean_run.result.checkpoint.path
+    }
+
+
+def _close_in_time(ray_ns: int | None, ours: int | None, within_s: float = 10.0) -> bool:
+    """Ray's clock reading and ours come from different callbacks of the same hook: Ray's own
+    state callback runs first and blocks (seconds, on this busy machine) while it starts its
+    state actor, so a time may differ by that much, never by more."""
+    if ray_ns is None or ours is None:
+        return ray_ns is ours
+    return abs(ray_ns - ours) <= within_s * 1e9
+
+
+def test_every_field_of_rays_train_run_and_attempts_is_in_the_log(clean_run: Run) -> None:
+    ray_run = clean_run.ray_runs[clean_run.run_id]
+    with EventStore.open(clean_run.url) as store:
+        run_records = list(store.read_stream(run_stream(clean_run.run_id)))
+        ours = ray_train_run(run_records)
+        state = project_run(run_records)
+        attempts = {
+            group: ray_train_run_attempt(list(store.read_stream(group_stream(group))))
+            for group in state.groups
+        }
+    assert set(ours) == set(ray_run), "every TrainRun field"
+    for key in ("start_time_ns", "end_time_ns"):
+        assert _close_in_time(ray_run[key], ours[key]), (key, ray_run[key], ours[key])
+    same = {k: v for k, v in ours.items() if not k.endswith("_time_ns")}
+    assert same == {k: v for k, v in ray_run.items() if not k.endswith("_time_ns")}
+
+    ray_attempts = clean_run.ray_attempts[clean_run.run_id]
+    assert list(attempts) == list(ray_attempts)
+    for attempt_id, theirs in ray_attempts.items():
+        mine = attempts[attempt_id]
+        assert set(mine) == set(theirs), "every TrainRunAttempt field"
+        for key in ("start_time_ns", "end_time_ns"):
+            assert _close_in_time(theirs[key], mine[key]), (key, theirs[key], mine[key])
+        assert {k: v for k, v in mine.items() if not k.endswith("_time_ns")} == {
+            k: v for k, v in theirs.items() if not k.endswith("_time_ns")
+        }
+
+
+def test_every_event_says_where_it_came_from(clean_run: Run) -> None:
+    ray_run = clean_run.ray_runs[clean_run.run_id]
+    with EventStore.open(clean_run.url) as store:
+        records = list(store.read_all())
+    assert len(records) > 10
+    for record in records:
+        assert record.metadata["source"] == "ray_train"
+        assert record.metadata["ray_job_id"] == ray_run["job_id"]
+        assert record.metadata["ray_controller_actor_id"] == ray_run["controller_actor_id"]
+
+
+def test_a_worker_that_raises_once_is_two_attempts_under_one_run(
+    by_value: None, pg_url: str, tmp_path: Path
+) -> None:
+    trainer = ray_train_recorded.make_trainer(
+        pg_url, str(tmp_path / "storage"), steps=3, fail_once=True
+    )
+    result = trainer.fit()
+    assert result.error is None
+    with EventStore.open(pg_url) as store:
+        ((stream, _),) = store.streams("run-")
+        state = project_run(store.read_stream(stream))
+        groups = [project_worker_group(store.read_stream(group_stream(g))) for g in state.groups]
+    assert state.status.value == "FINISHED" and state.ended
+    assert [g.attempt for g in groups] == [1, 2]
+    assert {g.run_id for g in groups} == {state.run_id}
+    (decision,) = state.decisions
+    assert decision.decision == "RETRY" and decision.failure_kind == "worker_group"
+    assert (decision.failures_so_far, decision.limit) == (1, 1)
+    assert decision.group_id == groups[0].group_id
+    assert [e.world_rank for e in decision.errors] == [1]
+    assert "fails once, on purpose" in decision.errors[0].error.message
+    assert groups[0].poll_status is not None and 1 in groups[0].poll_status.errors
+    assert groups[1].context.resume_checkpoint is not None  # the retry resumed from it
+    assert [t.to_state for t in state.transitions] == [
+        "SCHEDULING",
+        "RUNNING",
+        "RESTARTING",
+        "SCHEDULING",
+        "RUNNING",
+        "SHUTTING_DOWN",
+        "FINISHED",
+    ]
+    assert state.final_group_id == groups[1].group_id
+
+
+def _lock_mid_run(db: Path, *, hold_s: float | None) -> tuple[threading.Thread, threading.Event]:
+    """Once the log holds a report, another connection holds SQLite's write lock: for
+    ``hold_s`` seconds, or (``None``) until the returned event is set."""
+    done = threading.Event()
+    locked = threading.Event()
+
+    def hold() -> None:
+        deadline = time.monotonic() + 120
+        while not _has_report(db) and time.monotonic() < deadline and not done.is_set():
+            time.sleep(0.1)
+        conn = sqlite3.connect(db, isolation_level=None, timeout=30)
+        conn.execute("BEGIN EXCLUSIVE")
+        locked.set()
+        if hold_s is None:
+            done.wait(180)
+        else:
+            time.sleep(hold_s)
+        conn.execute("ROLLBACK")
+        conn.close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    thread.locked = locked  # type: ignore[attr-defined]
+    return thread, done
+
+
+def _has_report(db: Path) -> bool:
+    if not db.exists():
+        return False
+    try:
+        with sqlite3.connect(db, timeout=1) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM wg_events WHERE event_type = 'WorkerReported'"
+            ).fetchone()
+        return bool(row and row[0])
+    except sqlite3.OperationalError:
+        return False  # not migrated yet
+
+
+def _controller_log(pid: int) -> str:
+    logs = ray._private.worker._global_node.get_logs_dir_path()
+    texts = [Path(p).read_text(errors="replace") for p in glob.glob(f"{logs}/*-{pid}.err")]
+    return "\n".join(texts)
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.2)
+
+
+def test_the_database_going_away_mid_run_neither_stops_training_nor_loses_events(
+    clean_run: Run,
+) -> None:
+    assert clean_run.result.error is None and clean_run.result.metrics["step"] == STEPS - 1
+    with EventStore.open(clean_run.url) as store:
+        records = list(store.read_stream(run_stream(clean_run.run_id)))
+        state = project_run(records)
+        (group_id,) = state.groups
+        group = project_worker_group(store.read_stream(group_stream(group_id)))
+    assert state.status.value == "FINISHED"
+    assert group.report_counts == {0: STEPS, 1: STEPS}  # nothing lost
+    note = records[-1].metadata["recording"]  # the gap, reported in the log itself
+    assert note["retries"] >= 1 and note["outage_s"] > 1.0 and note["dropped"] == 0
+    assert any("retrying" in line for line in note["problems"])
+    pid = state.controllers[0].pid  # and in the controller's log
+    _wait_for(lambda: "retrying with backoff" in _controller_log(pid))
+
+
+def test_strict_fails_the_run_with_a_wgstore_error_when_the_database_stays_away(
+    by_value: None, tmp_path: Path
+) -> None:
+    from ray.train import TrainingFailedError
+
+    from wgstore.orchestration.ray_train import RecordingError
+
+    db = tmp_path / "wgstore.db"
+    url = f"sqlite:///{db}?busy_timeout=0.5"
+    thread, done = _lock_mid_run(db, hold_s=None)
+    trainer = ray_train_recorded.make_trainer(
+        url,
+        str(tmp_path / "storage"),
+        steps=30,
+        strict=True,
+        retry_limit_s=1.0,
+        flush_timeout_s=1.0,
+    )
+    try:
+        with pytest.raises(TrainingFailedError) as info:
+            trainer.fit()
+    finally:
+        done.set()
+        thread.join(30)
+    assert isinstance(getattr(info.value, "controller_failure", None), RecordingError)
+    assert "cannot record the Ray Train run" in str(info.value)
+    with EventStore.open(url) as store:
+        ((stream, _),) = store.streams("run-")
+        state = project_run(store.read_stream(stream))
+    assert not state.ended  # the end could not be written: the record shows a gap

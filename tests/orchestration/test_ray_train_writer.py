@@ -1,0 +1,211 @@
+"""The background writer of ``RecordingCallback``, without Ray, on real SQLite and Postgres.
+
+A database that is down is a store that cannot be opened (the writer opens it again on every
+retry); a database that is slow is one whose ``wg_events`` another transaction holds locked.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from wgstore.events import EventStore, NewEvent, StoreUnavailableError
+from wgstore.events.run import RunAborted
+from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
+
+
+def _events(n: int, tag: str = "e") -> list[NewEvent]:
+    return [NewEvent(RunAborted(reason=f"{tag}{i}"), metadata={"source": "test"}) for i in range(n)]
+
+
+def _reasons(store: EventStore, stream: str) -> list[str]:
+    return [r.event.reason for r in store.read_stream(stream)]
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+class FlakyOpener:
+    """Opens the real store, after ``failures`` opens that fail as a down database does."""
+
+    def __init__(self, url: str, failures: int) -> None:
+        self.url = url
+        self.failures = failures
+        self.calls = 0
+        self.up = threading.Event()
+
+    def __call__(self) -> EventStore:
+        self.calls += 1
+        if self.calls <= self.failures and not self.up.is_set():
+            raise StoreUnavailableError("cannot connect: the database is down (test)")
+        return EventStore.open(self.url)
+
+
+@pytest.fixture
+def reader(store_url: str) -> Iterator[EventStore]:
+    with EventStore.open(store_url) as store:
+        yield store
+
+
+def test_events_are_written_in_order_in_batches_per_stream(
+    store_url: str, reader: EventStore
+) -> None:
+    writer = BackgroundWriter(lambda: EventStore.open(store_url), url=store_url, max_batch=50)
+    for i in range(20):
+        writer.submit("run-a", _events(10, f"a{i}-"))
+        writer.submit("run-b", _events(1, f"b{i}-"))
+    assert writer.close(timeout_s=30)
+    assert writer.stats.written == 220 and writer.stats.dropped == 0
+    assert writer.stats.batches < 220  # batched: not one append per event
+    assert _reasons(reader, "run-a") == [f"a{i}-{j}" for i in range(20) for j in range(10)]
+    assert _reasons(reader, "run-b") == [f"b{i}-0" for i in range(20)]
+    assert all(r.metadata["source"] == "test" for r in reader.read_stream("run-a"))
+
+
+def test_a_database_that_is_down_is_retried_and_nothing_is_lost(
+    store_url: str, reader: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    opener = FlakyOpener(store_url, failures=5)
+    writer = BackgroundWriter(opener, url=store_url, backoff_s=0.01, max_backoff_s=0.05)
+    with caplog.at_level(logging.WARNING, logger="wgstore.ray_train"):
+        started = time.perf_counter()
+        writer.submit("run-a", _events(3))
+        submit_s = time.perf_counter() - started
+        writer.submit("run-a", _events(2, "late"))
+        assert writer.flush(timeout_s=30)
+    assert submit_s < 0.05  # the caller never waits for the database
+    assert writer.close(timeout_s=10)
+    assert _reasons(reader, "run-a") == ["e0", "e1", "e2", "late0", "late1"]
+    assert writer.stats.retries == 5 and writer.stats.outage_s > 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("failed" in m and "retrying" in m for m in messages), messages
+    assert any("writable again" in m and "nothing lost" in m for m in messages), messages
+    writer.check()  # recovered within the retry limit: no failure
+
+
+def test_a_lost_reply_retried_writes_nothing_twice(store_url: str, reader: EventStore) -> None:
+    events = _events(3)
+
+    class LostReply:
+        """The first append is stored, then fails as a dropped connection would."""
+
+        def __init__(self) -> None:
+            self.store = EventStore.open(store_url)
+            self.lost = False
+
+        def append(self, stream: str, batch: list[Any]) -> Any:
+            recorded = self.store.append(stream, batch)
+            if not self.lost:
+                self.lost = True
+                raise StoreUnavailableError("connection lost after the commit (test)")
+            return recorded
+
+        def close(self) -> None:
+            pass
+
+    store = LostReply()
+    writer = BackgroundWriter(lambda: store, url=store_url, backoff_s=0.01)
+    writer.submit("run-a", events)
+    assert writer.close(timeout_s=10)
+    store.store.close()
+    assert _reasons(reader, "run-a") == ["e0", "e1", "e2"]
+    assert writer.stats.retries == 1
+
+
+def test_strict_check_raises_once_appends_fail_past_the_retry_limit(store_url: str) -> None:
+    opener = FlakyOpener(store_url, failures=10**6)
+    writer = BackgroundWriter(opener, url=store_url, retry_limit_s=0.2, backoff_s=0.01)
+    writer.submit("run-a", _events(1))
+    writer.check()  # not yet past the limit
+    _wait(lambda: writer.failure is not None)
+    with pytest.raises(RecordingError, match="cannot record the Ray Train run") as info:
+        writer.check()
+    assert "down (test)" in str(info.value) and "strict=False" in str(info.value)
+    assert not writer.close(timeout_s=0.2)
+    assert writer.stats.dropped == 1
+
+
+def test_close_is_bounded_and_reports_what_was_not_written(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = BackgroundWriter(FlakyOpener(store_url, failures=10**6), url=store_url, backoff_s=0.01)
+    writer.submit("run-a", _events(7))
+    with caplog.at_level(logging.ERROR, logger="wgstore.ray_train"):
+        started = time.monotonic()
+        assert writer.close(timeout_s=0.5) is False
+        took = time.monotonic() - started
+    assert took < 3.0
+    assert writer.stats.dropped == 7
+    assert any("7 event(s) not recorded" in r.getMessage() for r in caplog.records)
+
+
+def test_a_slow_database_counts_as_failing_for_strict_and_is_written_when_it_frees(
+    store_url: str, reader: EventStore
+) -> None:
+    writer = BackgroundWriter(lambda: EventStore.open(store_url), url=store_url, retry_limit_s=0.3)
+    writer.submit("run-a", _events(1, "before"))
+    assert writer.flush(timeout_s=30)
+    release = _hold_write_lock(store_url)
+    try:
+        writer.submit("run-a", _events(2, "during"))
+        _wait(lambda: writer.failure is not None)
+        assert "cannot record" in str(writer.failure)
+    finally:
+        release()
+    assert writer.close(timeout_s=60)
+    assert _reasons(reader, "run-a") == ["before0", "during0", "during1"]
+
+
+def test_events_that_cannot_be_stored_are_dropped_and_reported_not_retried(
+    store_url: str, reader: EventStore
+) -> None:
+    writer = BackgroundWriter(lambda: EventStore.open(store_url), url=store_url)
+    writer.submit("run-a", [NewEvent(RunAborted(reason=object()))])  # type: ignore[arg-type]
+    writer.submit("run-b", _events(1))
+    assert writer.close(timeout_s=30) is False
+    assert writer.stats.dropped == 1 and writer.stats.retries == 0
+    assert "EventEncodeError" in writer.stats.problems[0]
+    assert _reasons(reader, "run-b") == ["e0"]
+    with pytest.raises(RecordingError):
+        writer.check()
+
+
+def test_a_full_queue_drops_new_events_instead_of_growing(store_url: str) -> None:
+    opener = FlakyOpener(store_url, failures=10**6)
+    writer = BackgroundWriter(opener, url=store_url, max_pending=5, backoff_s=0.01)
+    writer.submit("run-a", _events(5))
+    writer.submit("run-a", _events(3, "x"))
+    assert writer.stats.dropped == 3
+    assert "more than 5 events waiting" in writer.stats.problems[-1]
+    writer.close(timeout_s=0.2)
+
+
+def _hold_write_lock(url: str) -> Callable[[], None]:
+    """Another transaction holds the write lock on the log until the returned call."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.split("///", 1)[1], isolation_level=None, timeout=10)
+        conn.execute("BEGIN EXCLUSIVE")
+        return lambda: (conn.execute("ROLLBACK"), conn.close())  # type: ignore[func-returns-value]
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    conn = engine.connect()
+    transaction = conn.begin()
+    conn.execute(sa.text("LOCK TABLE wg_events IN ACCESS EXCLUSIVE MODE"))
+
+    def release() -> None:
+        transaction.rollback()
+        conn.close()
+        engine.dispose()
+
+    return release
