@@ -299,6 +299,15 @@ def schedule_polls(books: Mapping[str, GroupBook], now: float) -> PollSchedule:
 def next_wake_s(
     books: Iterable[GroupBook], now: float, *, longest_s: float = 0.5, shortest_s: float = 0.005
 ) -> float:
-    """How long the loop may wait for new events before a poll falls due."""
-    due = [b.next_poll_at - now for b in books if pollable(b) and not b.poll_queued]
+    """How long the loop may wait for new events before a poll falls due.
+
+    A group whose poll is still queued or running counts too while its next poll lies ahead:
+    the poll usually finishes well within the interval, and nothing else wakes the loop for the
+    next one when that poll appends nothing (the common, unchanged case).
+    """
+    due = [
+        b.next_poll_at - now
+        for b in books
+        if pollable(b) and (not b.poll_queued or b.next_poll_at > now)
+    ]
     return max(shortest_s, min([longest_s, *due]))

@@ -214,6 +214,14 @@ class TestPolls:
         assert step.next_wake_s([book], now=11.0) == 0.005
         assert step.next_wake_s([], now=0.0) == 0.5
 
+    def test_a_poll_still_in_flight_wakes_the_loop_for_the_next_one_but_never_spins(self) -> None:
+        # The poll just scheduled appends nothing when nothing changed: only the loop's own
+        # timeout brings the next poll, so it must end at the next poll's time, not 0.5 s later.
+        queued = dataclasses.replace(_running_book(), next_poll_at=10.1, poll_queued=True)
+
+        assert step.next_wake_s([queued], now=10.0) == pytest.approx(0.1)
+        assert step.next_wake_s([queued], now=10.3) == 0.5  # overdue and still polling: no spin
+
     def test_a_group_is_not_polled_before_launch_after_its_workers_stopped_or_its_end(
         self,
     ) -> None:
