@@ -168,15 +168,20 @@ def run_one(
         finally:
             os._exit(status)
     deadline = started + timeout_s
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "timeout", time.monotonic() - started
-        time.sleep(0.02)
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return "timeout", time.monotonic() - started
+            time.sleep(0.02)
+    except BaseException:  # interrupted: leave no child behind
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
     seconds = time.monotonic() - started
     code_ = os.waitstatus_to_exitcode(status)
     if code_ == 0:
@@ -229,7 +234,7 @@ def mutate_module(module: str, tests: Sequence[str], equivalents: dict[str, str]
     result, baseline = run_one(module, path, None, tests, timeout_s=600)
     if result != "survived":
         raise SystemExit(f"{module}: the tests fail on the unchanged code; fix them first")
-    timeout_s = max(10.0, 5 * baseline)
+    timeout_s = max(60.0, 10 * baseline)  # generous: the machine may be busy
     outcomes = []
     for mutant in mutants:
         if mutant.id in equivalents:
@@ -250,6 +255,10 @@ def summarize(module: str, outcomes: Sequence[Outcome]) -> tuple[int, int, int, 
     return total, equivalent, killed, score
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through run_one, which kills its child
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the mutation tests; print each module's survivors and the score table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -265,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     modules = args.modules or list(MODULES)
     equivalents = load_equivalents()
     os.chdir(REPO)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     os.environ["CI"] = "true"  # derandomized Hypothesis profile: the same score every run
     if args.list:
         for module in modules:
@@ -282,17 +292,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         ids = {o.mutant.id for o in outcomes}
         for stale in sorted(set(known) - ids):
             print(f"  note: equivalent entry matches no mutant (remove it): {stale}")
-        survivors = [o for o in outcomes if o.result == "survived"]
+        survivors = [o for o in outcomes if o.result in ("survived", "timeout")]
         total, equivalent, killed, score = summarize(module, outcomes)
         print(
             f"{module}: {killed}/{total - equivalent} killed ({score:.1f}%), "
             f"{equivalent} equivalent, {time.monotonic() - module_started:.0f}s",
             flush=True,
         )
-        for outcome in survivors:
+        for outcome in survivors:  # timeouts count as killed, but are shown
             print(
-                f"  survived  {source_path(module).relative_to(REPO)}:{outcome.mutant.line}  "
-                f"{outcome.mutant.id}",
+                f"  {outcome.result:9} {source_path(module).relative_to(REPO)}:"
+                f"{outcome.mutant.line}  {outcome.mutant.id}",
                 flush=True,
             )
         rows.append((module, total, equivalent, killed, score))
