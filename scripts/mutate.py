@@ -51,15 +51,26 @@ from mutants import Mutant, mutants_of  # noqa: E402
 EQUIVALENTS_FILE = REPO / "scripts" / "mutate_equivalents.txt"
 
 MODULES: dict[str, tuple[str, ...]] = {
-    # module: the fast test files that cover it (no Ray; Postgres cases are deselected)
-    "wgstore.events.hashing": ("tests/events/test_tamper.py",),
+    # module: the fast test files that cover it, quickest first (no Ray; Postgres deselected)
+    "wgstore.events.hashing": ("tests/events/test_hash_vectors.py", "tests/events/test_tamper.py"),
     "wgstore.events.codec": (
+        "tests/events/test_codec_mutants.py",
         "tests/events/test_codec_properties.py",
         "tests/events/test_unknown_events_and_clean_errors.py",
     ),
-    "wgstore.projections.state": ("tests/projections/test_state.py",),
-    "wgstore.projections.poll_history": ("tests/projections/test_poll_history.py",),
-    "wgstore.projections.run_state": ("tests/projections/test_run_state.py",),
+    "wgstore.projections.state": (
+        "tests/projections/test_state.py",
+        "tests/projections/test_state_mutants.py",
+    ),
+    "wgstore.projections.poll_history": (
+        "tests/projections/test_poll_history.py",
+        "tests/projections/test_state_mutants.py",
+    ),
+    "wgstore.projections.run_state": (
+        "tests/projections/test_run_state.py",
+        "tests/projections/test_run_state_mutants.py",
+        "tests/projections/test_state_mutants.py",
+    ),
     "wgstore.orchestration.ranks": ("tests/orchestration/test_ranks.py",),
     "wgstore.orchestration.poll_recorder": ("tests/orchestration/test_poll_recorder.py",),
     "wgstore.orchestration.commands": ("tests/orchestration/test_commands.py",),

@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 from projection_builders import RunStream, Stream, error, record, stopped, worker
 
+from wgstore.events.records import UnknownEvent
 from wgstore.events.run import ControllerStarted
 from wgstore.events.worker_group import (
     CallbackFailed,
+    ErrorInfo,
+    StartStage,
     WorkerGroupPolled,
     WorkersStarted,
 )
@@ -332,3 +335,85 @@ def test_each_event_moves_the_version_position_and_time() -> None:
         last.recorded_at,
     )
     assert state.requested_at == stream.events[0].recorded_at
+
+
+def test_a_requested_group_starts_from_empty_counters_and_flags() -> None:
+    state = project_worker_group(Stream().requested().events)
+    assert (state.last_poll_seq, state.polls_total, state.recorded_polls) == (0, 0, 0)
+    assert (state.training_launched, state.aborted) == (False, False)
+    assert (state.workers, state.released, state.callback_failures) == ((), (), ())
+    assert (state.poll_status, state.errors, state.error, state.return_values) == (
+        None,
+        {},
+        None,
+        {},
+    )
+    assert state.return_value is None and state.reports_total == 0
+
+
+def test_an_unknown_event_moves_only_the_version_even_after_the_end() -> None:
+    stream = Stream().running().shutdown_requested().shut_down()
+    before = project_worker_group(stream.events)
+    stream.add(UnknownEvent(type="CheckpointPinned", schema_version=1, data={}))
+    after = project_worker_group(stream.events)
+    assert after == replace(
+        before,
+        version=before.version + 1,
+        position=before.position + 1,
+        updated_at=stream.events[-1].recorded_at,
+    )
+
+
+def test_a_report_after_a_failed_start_is_an_error_of_the_terminal_state() -> None:
+    stream = Stream().requested().placement_group().sync_actor().workers().started()
+    stream.start_failed(StartStage.LAUNCH).reported(0)
+    with pytest.raises(ProjectionError, match="already START_FAILED"):
+        project_worker_group(stream.events)
+
+
+# --------------------------------------------------------------------- Ray's error string
+
+
+def _status(*errors: tuple[ErrorInfo, bool]) -> WorkerGroupPollStatus:
+    return WorkerGroupPollStatus(
+        worker_statuses={
+            rank: WorkerStatus(running=running, error=err)
+            for rank, (err, running) in enumerate(errors)
+        }
+    )
+
+
+def test_errors_that_differ_only_in_numbers_share_one_entry_with_the_first_text() -> None:
+    status = _status(
+        (ErrorInfo(type="E", message="rank 0 failed at step 12"), False),
+        (ErrorInfo(type="E", message="rank 1 failed at step 345"), False),
+        (ErrorInfo(type="F", message="other"), False),
+    )
+    assert status.get_error_string() == (
+        "[Rank 0,1 Error Snippet]:\nE: rank 0 failed at step 12\n[Rank 2 Error Snippet]:\nF: other"
+    )
+
+
+@pytest.mark.parametrize(("length", "cut"), [(999, False), (1000, True), (1500, True)])
+def test_a_stopped_workers_error_of_1000_characters_or_more_is_cut(length: int, cut: bool) -> None:
+    text = "".join(chr(ord("a") + i % 26) for i in range(length))
+    status = _status((ErrorInfo(type="E", message="m", traceback=text), False))
+    shown = status.get_error_string().removeprefix("[Rank 0 Error Snippet]:\n")
+    if not cut:
+        assert shown == text
+        return
+    assert shown == (
+        text[:500]
+        + "...\n... (Output truncated. See individual worker logs for full details) ...\n"
+        + text[-500:]
+    )
+
+
+def test_health_check_failures_and_running_workers_errors_are_shown_whole() -> None:
+    long = "x" * 1200
+    health = ErrorInfo(type="WorkerHealthCheckFailedError", message=long)
+    running = ErrorInfo(type="E", message="m", traceback="y" * 1200)
+    status = _status((health, False), (running, True))
+    assert status.get_error_string() == (
+        f"[Rank 0 Error Snippet]:\n{long}\n[Rank 1 Error Snippet]:\n{'y' * 1200}"
+    )
