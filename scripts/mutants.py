@@ -26,7 +26,6 @@ when the same change occurs more than once in one scope.
 from __future__ import annotations
 
 import ast
-import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -203,7 +202,9 @@ def _compare(i: int) -> _Apply:
     def apply(node: ast.AST) -> tuple[str, str]:
         assert isinstance(node, ast.Compare)
         before = ast.unparse(node)
-        node.ops[i] = _SWAP_COMPARE[type(node.ops[i])]()
+        ops = list(node.ops)  # a new list: the original is restored with the node
+        ops[i] = _SWAP_COMPARE[type(ops[i])]()
+        node.ops = ops
         return before, ast.unparse(node)
 
     return apply
@@ -248,6 +249,7 @@ def _constant(node: ast.AST) -> tuple[str, str]:
 def _keyword_constant(node: ast.AST) -> tuple[str, str]:
     assert isinstance(node, ast.keyword) and isinstance(node.value, ast.Constant)
     before = ast.unparse(node)
+    node.value = ast.copy_location(ast.Constant(value=node.value.value), node.value)
     _constant(node.value)
     return before, ast.unparse(node)
 
@@ -279,28 +281,37 @@ def _shorten(text: str, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def mutants_of(source: str, filename: str) -> list[Mutant]:
-    """Every mutant of the module ``source`` (compiled as ``filename``), in source order."""
-    pristine = ast.parse(source, filename)
-    scopes = [(node, scope) for node, scope, _ in _walk(pristine)]
+def mutants_of(source: str, filename: str, *, compiled: bool = True) -> list[Mutant]:
+    """Every mutant of the module ``source`` (compiled as ``filename``), in source order.
+
+    Each change is made on one tree and undone after compiling it. With ``compiled=False`` the
+    mutants carry no code (``--list``, and quicker).
+    """
+    tree = ast.parse(source, filename)
+    walked = list(_walk(tree))
+    points = list(_points(tree))
     seen: dict[str, int] = {}
     result = []
-    for index, kind, apply in _points(pristine):
-        tree = copy.deepcopy(pristine)
-        nodes = [node for node, _, _ in _walk(tree)]
-        node = nodes[index]
-        line = getattr(scopes[index][0], "lineno", 0)
+    for index, kind, apply in points:
+        node, scope, _ = walked[index]
+        line = getattr(node, "lineno", 0)
+        saved = node.__class__, dict(node.__dict__)
         before, after = apply(node)
-        ast.fix_missing_locations(tree)
+        ast.fix_missing_locations(node)
         if kind == "remove":  # a removed statement keeps its place for tracebacks
             node.lineno = node.end_lineno = line  # type: ignore[attr-defined]
-        name = f"{scopes[index][1]}: {kind}: {_shorten(before)} -> {_shorten(after)}"
+        name = f"{scope}: {kind}: {_shorten(before)} -> {_shorten(after)}"
         seen[name] = seen.get(name, 0) + 1
         if seen[name] > 1:
             name = f"{name} #{seen[name]}"
         try:
-            code = compile(tree, filename, "exec")
+            code = compile(tree, filename, "exec") if compiled else None
         except SyntaxError:  # e.g. `pass` where an expression was needed: not a mutant
-            continue
-        result.append(Mutant(id=name, line=line, kind=kind, code=code))
+            code = False
+        finally:
+            node.__class__ = saved[0]
+            node.__dict__.clear()
+            node.__dict__.update(saved[1])
+        if code is not False:
+            result.append(Mutant(id=name, line=line, kind=kind, code=code))
     return result
