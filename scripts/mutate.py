@@ -120,8 +120,10 @@ def load_equivalents() -> dict[str, dict[str, str]]:
     for number, line in enumerate(EQUIVALENTS_FILE.read_text().splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
-        parts = [part.strip() for part in line.split(" | ")]
-        if len(parts) != 3 or not all(parts):
+        module, _, rest = line.partition(" | ")
+        mutant_id, _, reason = rest.rpartition(" | ")  # an id may hold " | " (X | None)
+        parts = [module.strip(), mutant_id.strip(), reason.strip()]
+        if not all(parts):
             raise SystemExit(
                 f"{EQUIVALENTS_FILE.name}:{number}: expected `module | mutant id | reason`"
             )

@@ -251,3 +251,11 @@ def test_evolve_run_continues_from_a_state_and_checks_the_stream() -> None:
         evolve_run(middle, other)
     with pytest.raises(ProjectionError, match="RunCreated at version 1"):
         evolve_run(None, record("run-r1", 2, stream.events[0].event))
+
+
+def test_a_failure_decision_built_by_hand_defaults_to_a_worker_group_failure() -> None:
+    at = project_run(RunStream().created().events).created_at
+    decision = FailureDecision(
+        decision="RETRY", group_id="g", reason="", failures_so_far=1, at=at, version=2
+    )
+    assert (decision.failure_kind, decision.limit, decision.errors) == ("worker_group", 0, ())
