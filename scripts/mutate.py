@@ -239,8 +239,17 @@ def _ours(name: str, mod: object) -> bool:
     return file.startswith(str(REPO)) and "/.venv/" not in file
 
 
-def mutate_module(module: str, tests: Sequence[str], equivalents: dict[str, str]) -> list[Outcome]:
-    """Every mutant of ``module`` run against ``tests``; the equivalent ones are not run."""
+def mutate_module(
+    module: str,
+    tests: Sequence[str],
+    equivalents: dict[str, str],
+    only: set[str] | None = None,
+) -> list[Outcome]:
+    """Every mutant of ``module`` run against ``tests``; the equivalent ones are not run.
+
+    With ``only`` (the survivors of an earlier run), the other mutants are not run but counted
+    as killed (``killed-before``): tests that were only added since can kill no fewer.
+    """
     path = source_path(module)
     mutants = mutants_of(path.read_text(), str(path))
     _preimport(module, path, tests)
@@ -253,6 +262,9 @@ def mutate_module(module: str, tests: Sequence[str], equivalents: dict[str, str]
         if mutant.id in equivalents:
             outcomes.append(Outcome(mutant, "equivalent", 0.0))
             continue
+        if only is not None and mutant.id not in only:
+            outcomes.append(Outcome(mutant, "killed-before", 0.0))
+            continue
         result, seconds = run_one(module, path, mutant.code, tests, timeout_s)  # type: ignore[arg-type]
         outcomes.append(Outcome(mutant, result, seconds))
     return outcomes
@@ -262,10 +274,23 @@ def summarize(module: str, outcomes: Sequence[Outcome]) -> tuple[int, int, int, 
     """(mutants, equivalent, killed, score %) of one module."""
     total = len(outcomes)
     equivalent = sum(1 for o in outcomes if o.result == "equivalent")
-    killed = sum(1 for o in outcomes if o.result in ("killed", "timeout"))
+    killed = sum(1 for o in outcomes if o.result in ("killed", "killed-before", "timeout"))
     counted = total - equivalent
     score = 100.0 * killed / counted if counted else 100.0
     return total, equivalent, killed, score
+
+
+def read_survivors(output: Path) -> dict[str, set[str]]:
+    """``module -> surviving mutant ids`` from the printed output of an earlier run."""
+    survivors: dict[str, set[str]] = {}
+    module = None
+    for line in output.read_text().splitlines():
+        if line.startswith("wgstore.") and " killed (" in line:
+            module = line.split(":", 1)[0]
+            survivors[module] = set()
+        elif module and line.startswith(("  survived ", "  timeout ")):
+            survivors[module].add(line.split("  ", 3)[3])  # type: ignore[index]
+    return survivors
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -279,6 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument(
         "--fail-under", type=float, default=0.0, help="exit 1 if a module scores below this %%"
+    )
+    parser.add_argument(
+        "--survivors-of",
+        type=Path,
+        metavar="OUTPUT",
+        help="run only the mutants an earlier run's output lists as survived (the rest of the "
+        "modules it scored count as killed); quicker after adding tests",
     )
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULES]
@@ -296,12 +328,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mark = "  (equivalent)" if mutant.id in equivalents.get(module, {}) else ""
                 print(f"{module}:{mutant.line}: {mutant.id}{mark}")
         return 0
+    earlier = read_survivors(args.survivors_of) if args.survivors_of else {}
     rows = []
     started = time.monotonic()
     for module in modules:
         module_started = time.monotonic()
         known = equivalents.get(module, {})
-        outcomes = mutate_module(module, MODULES[module], known)
+        only = earlier.get(module) if args.survivors_of else None
+        outcomes = mutate_module(module, MODULES[module], known, only)
         ids = {o.mutant.id for o in outcomes}
         for stale in sorted(set(known) - ids):
             print(f"  note: equivalent entry matches no mutant (remove it): {stale}")
