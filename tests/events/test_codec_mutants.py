@@ -127,7 +127,33 @@ def test_a_codec_without_a_registry_uses_the_global_one() -> None:
     )
 
 
-def test_canonical_json_sorts_keys_and_refuses_what_would_not_read_back() -> None:
+def test_canonical_json_sorts_keys_without_spaces() -> None:
     assert canonical_json({"b": 1, "a": [1, "x"]}) == '{"a":[1,"x"],"b":1}'
-    with pytest.raises(EventEncodeError):
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Loose:
+    value: Any = None
+
+
+def test_a_field_value_that_would_read_back_changed_is_refused() -> None:
+    registry = EventRegistry()
+    registry.register(Loose, "Loose")
+    codec = Codec(registry)
+    assert codec.encode(Loose(value=[1, "a"]))[1] == '{"value":[1,"a"]}'
+    with pytest.raises(EventEncodeError, match="Loose"):
+        codec.encode(Loose(value={1: "a"}))  # an int key reads back as a string
+
+
+def test_an_event_field_that_is_not_json_names_the_allowed_field_types() -> None:
+    registry = EventRegistry()
+    registry.register(Loose, "Loose")
+    with pytest.raises(
+        EventEncodeError, match=r"Loose: a field cannot be stored as JSON.*Event fields"
+    ):
+        Codec(registry).encode(Loose(value=object()))
+
+
+def test_metadata_that_would_not_read_back_is_refused_naming_metadata() -> None:
+    with pytest.raises(EventEncodeError, match="metadata"):
         canonical_json({"a": float("nan")})
