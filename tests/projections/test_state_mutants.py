@@ -19,9 +19,11 @@ from wgstore.events.worker_group import (
     StartStage,
     WorkerGroupPolled,
     WorkersStarted,
+    WorkerStatusChange,
 )
 from wgstore.projections import (
     ProjectionError,
+    TrainingOutcome,
     WorkerGroupPollStatus,
     WorkerGroupStatus,
     WorkerStatus,
@@ -417,3 +419,17 @@ def test_health_check_failures_and_running_workers_errors_are_shown_whole() -> N
     assert status.get_error_string() == (
         f"[Rank 0 Error Snippet]:\n{long}\n[Rank 1 Error Snippet]:\n{'y' * 1200}"
     )
+
+
+def test_training_outcomes_are_lowercase_names() -> None:
+    assert [outcome.value for outcome in TrainingOutcome] == ["finished", "errored", "aborted"]
+
+
+def test_the_return_value_is_rank_zeros_once_it_finished() -> None:
+    stream = Stream().running()
+    stream.polled(WorkerStatusChange(world_rank=1, running=False, return_value="r1"))
+    assert project_worker_group(stream.events).return_value is None
+    stream.polled(WorkerStatusChange(world_rank=0, running=False, return_value="r0"))
+    state = project_worker_group(stream.events)
+    assert state.return_values == {0: "r0", 1: "r1"}
+    assert state.return_value == "r0"
