@@ -141,8 +141,8 @@ def test_a_field_value_that_would_read_back_changed_is_refused() -> None:
     registry.register(Loose, "Loose")
     codec = Codec(registry)
     assert codec.encode(Loose(value=[1, "a"]))[1] == '{"value":[1,"a"]}'
-    with pytest.raises(EventEncodeError, match="Loose"):
-        codec.encode(Loose(value={1: "a"}))  # an int key reads back as a string
+    with pytest.raises(EventEncodeError, match="is nan; JSON has no NaN"):
+        codec.encode(Loose(value=float("nan")))  # would read back as null
 
 
 def test_an_event_field_that_is_not_json_names_the_allowed_field_types() -> None:
@@ -155,5 +155,5 @@ def test_an_event_field_that_is_not_json_names_the_allowed_field_types() -> None
 
 
 def test_metadata_that_would_not_read_back_is_refused_naming_metadata() -> None:
-    with pytest.raises(EventEncodeError, match="metadata"):
+    with pytest.raises(EventEncodeError, match=r"^metadata\['a'\] is nan"):
         canonical_json({"a": float("nan")})
