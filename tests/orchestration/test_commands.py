@@ -325,3 +325,6 @@ def test_commands_are_frozen_keyword_only_slotted_values(cls: type) -> None:
     assert not hasattr(command, "__dict__")
     with pytest.raises(TypeError):
         cls(*fields.values(), *extra.values())
+    if extra:  # a subclass's own fields are keyword-only too
+        with pytest.raises(TypeError):
+            cls(*extra.values(), **fields)
