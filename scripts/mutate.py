@@ -83,7 +83,7 @@ PYTEST_ARGS = (
     "-p",
     "no:cacheprovider",
     "-k",
-    "not postgres",
+    "not postgres",  # the store fixtures' Postgres case (and tests naming Postgres)
     "-m",
     "not ray and not slow",
     "-o",
