@@ -9,7 +9,7 @@ changes (``slots=False`` on a frozen dataclass, a default never used, ...).
 
 Why a script of its own: mutmut names mutants by file path and cannot map ``events/`` to
 ``wgstore.events`` (setuptools ``package-dir``); cosmic-ray can, by rewriting the file in place,
-but it starts the test command afresh for every mutant (2 to 6 s of pytest start-up here, ~800
+but it starts the test command afresh for every mutant (2 to 6 s of pytest start-up here, ~700
 mutants). This script imports the third-party libraries once, then forks a child per mutant that
 imports wgstore afresh with the one mutated module served from memory (an import hook), and runs
 pytest in the child: nothing on disk changes, and a mutant costs only its tests.
