@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import CodeType
 
 __all__ = ["Mutant", "mutants_of"]
 
@@ -76,7 +77,7 @@ class Mutant:
     id: str
     line: int
     kind: str
-    code: object
+    code: CodeType | None
 
 
 # A mutation point: the index of a node in _walk's order, its kind, and a function that changes
@@ -221,7 +222,7 @@ def _drop_not(node: ast.AST) -> tuple[str, str]:
     assert isinstance(node, ast.UnaryOp)
     before = ast.unparse(node)
     operand = node.operand
-    node.__class__ = operand.__class__
+    node.__class__ = operand.__class__  # type: ignore[assignment]
     node.__dict__.clear()
     node.__dict__.update(operand.__dict__)
     return before, ast.unparse(node)
@@ -242,7 +243,7 @@ def _constant(node: ast.AST) -> tuple[str, str]:
     elif isinstance(node.value, int | float):
         node.value = node.value + 1
     else:
-        node.value = f"XX{node.value}XX"
+        node.value = "XX" + str(node.value) + "XX"
     return before, repr(node.value)
 
 
@@ -304,14 +305,16 @@ def mutants_of(source: str, filename: str, *, compiled: bool = True) -> list[Mut
         seen[name] = seen.get(name, 0) + 1
         if seen[name] > 1:
             name = f"{name} #{seen[name]}"
+        valid = True
+        code = None
         try:
             code = compile(tree, filename, "exec") if compiled else None
         except SyntaxError:  # e.g. `pass` where an expression was needed: not a mutant
-            code = False
+            valid = False
         finally:
             node.__class__ = saved[0]
             node.__dict__.clear()
             node.__dict__.update(saved[1])
-        if code is not False:
+        if valid:
             result.append(Mutant(id=name, line=line, kind=kind, code=code))
     return result

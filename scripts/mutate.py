@@ -137,7 +137,9 @@ class _MutantFinder(importlib.abc.MetaPathFinder):
     def __init__(self, module: str, path: Path, code: CodeType) -> None:
         self.module, self.path, self.code = module, path, code
 
-    def find_spec(self, fullname: str, path: object, target: ModuleType | None = None) -> object:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != self.module:
             return None
         loader = _MutantLoader(fullname, str(self.path), self.code)
@@ -265,7 +267,7 @@ def mutate_module(
         if only is not None and mutant.id not in only:
             outcomes.append(Outcome(mutant, "killed-before", 0.0))
             continue
-        result, seconds = run_one(module, path, mutant.code, tests, timeout_s)  # type: ignore[arg-type]
+        result, seconds = run_one(module, path, mutant.code, tests, timeout_s)
         outcomes.append(Outcome(mutant, result, seconds))
     return outcomes
 
@@ -289,7 +291,7 @@ def read_survivors(output: Path) -> dict[str, set[str]]:
             module = line.split(":", 1)[0]
             survivors[module] = set()
         elif module and line.startswith(("  survived ", "  timeout ")):
-            survivors[module].add(line.split("  ", 3)[3])  # type: ignore[index]
+            survivors[module].add(line.split("  ", 3)[3])
     return survivors
 
 
