@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps demo test lint bench clean
+.PHONY: install system-deps demo test lint bench mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/store.py
+
+# Mutation testing of the pure modules (scripts/mutate.py: the module table, equivalents in
+# scripts/mutate_equivalents.txt). One mutant at a time, niced; MUTATE_ARGS picks modules.
+mutate: $(STAMP)
+	nice $(BIN)/python scripts/mutate.py $(MUTATE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

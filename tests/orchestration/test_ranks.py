@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from wgstore.orchestration.ranks import ActorMetadata, assign_ranks, sort_workers
 
 
@@ -56,3 +60,34 @@ def test_ranks_count_local_workers_per_node_ip_and_number_the_nodes() -> None:
 def test_workers_without_gpus_keep_their_arrival_order() -> None:
     workers = [meta(f"w{i}", "n", "ip") for i in range(4)]
     assert [i.actor_name for i in assign_ranks(workers)] == ["w0", "w1", "w2", "w3"]
+
+
+def test_non_numeric_gpu_ids_compare_as_strings() -> None:
+    workers = [
+        meta("b", "n", "ip", ("GPU-b",)),
+        meta("a", "n", "ip", ("GPU-c", "GPU-a")),
+        meta("c", "n", "ip", ("GPU-bb",)),
+    ]
+    assert [w.actor_name for w in sort_workers(workers)] == ["a", "b", "c"]
+    assert assign_ranks(workers)[0].gpu_ids == ("GPU-c", "GPU-a")  # kept as given
+
+
+def test_a_worker_without_gpus_sorts_as_gpu_zero() -> None:
+    workers = [
+        meta("none", "n", "ip"),
+        meta("gpu0", "n", "ip", ("0",)),
+        meta("gpu1", "n", "ip", ("1",)),
+    ]
+    assert [w.actor_name for w in sort_workers(workers)] == ["none", "gpu0", "gpu1"]
+    workers = [meta("gpu1", "n", "ip", ("1",)), meta("none", "n", "ip")]
+    assert [w.actor_name for w in sort_workers(workers)] == ["none", "gpu1"]
+
+
+def test_actor_metadata_is_a_frozen_keyword_only_value_with_defaults() -> None:
+    info = ActorMetadata(actor_name="a", actor_id="i", node_id="n", node_ip="ip", pid=7)
+    assert (info.hostname, info.gpu_ids) == ("", ())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.pid = 8  # type: ignore[misc]
+    assert not hasattr(info, "__dict__")
+    with pytest.raises(TypeError):
+        ActorMetadata("a", "i", "n", "ip", 7)  # type: ignore[misc]
