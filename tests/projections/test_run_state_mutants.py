@@ -53,6 +53,7 @@ def test_run_statuses_are_ray_trains_names_and_three_are_terminal() -> None:
         ("RESTARTING", "RESTARTING"),
         ("RESIZING", "RESIZING"),
         ("SHUTTING_DOWN", "INITIALIZING"),  # keeps the status it had
+        ("PREEMPTING", "INITIALIZING"),  # Ray 2.60's state while a node drains: status kept
         ("FINISHED", "FINISHED"),
         ("ERRORED", "ERRORED"),
         ("ABORTED", "ABORTED"),
@@ -66,7 +67,7 @@ def test_each_controller_state_maps_to_its_run_status(
     state = project_run(stream.to(controller_state).events)
     assert state.status.value == run_status
     assert state.controller_state == controller_state
-    assert len(CONTROLLER_TO_RUN_STATUS) == 10
+    assert len(CONTROLLER_TO_RUN_STATUS) == 11
 
 
 def test_a_created_run_keeps_its_configuration() -> None:
