@@ -93,18 +93,7 @@ def render_html(data: dict[str, Any]) -> str:
                 + (f"<pre>{esc(error['traceback'])}</pre>" if error["traceback"] else "")
                 + "</div>"
             )
-    rows = "".join(
-        f"<tr><td class=muted>v{e['version']}</td><td><code>{esc(e['time'])}</code></td>"
-        f"<td><b>{esc(e['type'])}</b></td><td>{esc(e['summary'])}</td></tr>"
-        for e in data["events"]
-    )
-    shown, total = len(data["events"]), data["events_total"]
-    omitted = (
-        f"{total} events"
-        if shown == total
-        else f"{total} events (the first and last {shown // 2} shown)"
-    )
-    payload = json.dumps(data, default=json_default, sort_keys=True).replace("</", "<\\/")
+    rows, omitted, payload = _events_part(data, with_stream=False)
     fills = {
         "title": esc(f"wgstore: worker group {group['group_id']}"),
         "group_id": esc(group["group_id"]),
@@ -118,12 +107,17 @@ def render_html(data: dict[str, Any]) -> str:
 
 
 def _fill(fills: dict[str, str], name: str) -> str:
-    # One pass, so a value that happens to contain "@@name@@" is left as it is.
-    return re.sub(r"@@(\w+)@@", lambda match: fills[match.group(1)], _template(name))
+    # One pass, so a value that happens to contain "@@name@@" is left as it is. Both pages share
+    # their base CSS and their SVG helpers (report_common.css / .js).
+    shared = {
+        "common_css": _template("report_common.css").rstrip("\n"),
+        "common_js": _template("report_common.js").rstrip("\n"),
+    }
+    return re.sub(r"@@(\w+)@@", lambda match: {**shared, **fills}[match.group(1)], _template(name))
 
 
 def _template(name: str = "report.html") -> str:
-    """A page (its CSS and script inline), shipped as package data: templates/<name>."""
+    """A page or a shared part of one, shipped as package data: templates/<name>."""
     return (resources.files("wgstore.cli") / "templates" / name).read_text("utf-8")
 
 
@@ -194,18 +188,7 @@ def render_run_html(data: dict[str, Any]) -> str:
         f"<td>{'<br>'.join(_decision_text(d) for d in _decisions_of(data, a['group_id']))}</td></tr>"
         for a in data["attempts"]
     )
-    rows = "".join(
-        f"<tr><td class=muted>{esc(e['stream'])} v{e['version']}</td><td><code>{esc(e['time'])}</code></td>"
-        f"<td><b>{esc(e['type'])}</b></td><td>{esc(e['summary'])}</td></tr>"
-        for e in data["events"]
-    )
-    shown, total = len(data["events"]), data["events_total"]
-    omitted = (
-        f"{total} events"
-        if shown == total
-        else f"{total} events (the first and last {shown // 2} shown)"
-    )
-    payload = json.dumps(data, default=json_default, sort_keys=True).replace("</", "<\\/")
+    rows, omitted, payload = _events_part(data, with_stream=True)
     fills = {
         "title": esc(f"wgstore: run {run['run_id']}"),
         "run_id": esc(run["run_id"]),
@@ -264,3 +247,23 @@ def report_command(
             what = f"worker group {group_id}"
     output.write_text(page, encoding="utf-8")
     err_console().print(f"wrote {output} ({what}); open it in a browser")
+
+
+def _events_part(data: dict[str, Any], *, with_stream: bool) -> tuple[str, str, str]:
+    """The events table's rows, its caption ("N events", or which are shown) and the page's
+    JSON payload (safe inside ``<script>``), for both reports."""
+    esc = html.escape
+    rows = "".join(
+        f"<tr><td class=muted>{esc(e['stream']) + ' ' if with_stream else ''}v{e['version']}</td>"
+        f"<td><code>{esc(e['time'])}</code></td>"
+        f"<td><b>{esc(e['type'])}</b></td><td>{esc(e['summary'])}</td></tr>"
+        for e in data["events"]
+    )
+    shown, total = len(data["events"]), data["events_total"]
+    omitted = (
+        f"{total} events"
+        if shown == total
+        else f"{total} events (the first and last {shown // 2} shown)"
+    )
+    payload = json.dumps(data, default=json_default, sort_keys=True).replace("</", "<\\/")
+    return rows, omitted, payload
