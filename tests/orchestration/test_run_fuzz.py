@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.orchestration.run_fuzz import (
+    DEADLINE_S,
     UNKNOWN,
     Fault,
     Scenario,
@@ -39,7 +40,10 @@ from tests.orchestration.run_fuzz import (
 from wgstore.events import EventStore
 from wgstore.events.run import FailureConfig
 from wgstore.events.streams import group_stream
-from wgstore.events.worker_group import StartStage
+from wgstore.events.worker_group import StartStage, WorkerGroupContext
+from wgstore.orchestration import RayExecutor, WorkerGroup
+from wgstore.orchestration.fake_runtime import FakeRuntime, FakeScript
+from wgstore.orchestration.worker_group import follow_group
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import project_worker_group
 
@@ -184,3 +188,36 @@ def test_a_lost_node_on_the_fake_is_a_preemption_failure(sqlite_store: EventStor
     )
     assert [e.world_rank for e in decision.errors] == [2]  # the one rank on fake-node-1
     assert run.status.value == "FINISHED" and run.attempts == 2
+
+
+def test_an_executor_restarted_after_every_worker_died_records_their_failure(
+    sqlite_store: EventStore,
+) -> None:
+    """Regression (found by the fuzzing): a new executor re-attaching to a running group whose
+    workers were all gone (their node lost while no executor ran) took the group for finished
+    and never recorded why: the group stayed RUNNING and its run waited forever."""
+    runtime = FakeRuntime(script=FakeScript(reports=10_000), nodes=1)
+    context = WorkerGroupContext(
+        num_workers=2, train_fn="examples.train:train_fn", poll_interval_s=0.005
+    )
+    group_id = f"reattach_{uuid.uuid4().hex[:8]}"
+    first = RayExecutor(sqlite_store, runtime=runtime, read_models_interval_s=None).start()
+    group = WorkerGroup.create(sqlite_store, context, group_id=group_id, executor=first)
+    follow_group(
+        sqlite_store,
+        None,
+        group_id,
+        lambda s: sum(s.report_counts.values()) >= 4,
+        timeout_s=DEADLINE_S,
+    )
+    first.stop()
+    assert runtime.lose_node("fake-node-0")  # both workers and the sync actor
+    with RayExecutor(sqlite_store, runtime=runtime, read_models_interval_s=None) as second:
+        state = follow_group(
+            sqlite_store, None, group_id, lambda s: bool(s.errors), timeout_s=DEADLINE_S
+        )
+        group.shutdown(reason="test over", timeout_s=DEADLINE_S)
+    assert sorted(state.errors) == [0, 1]
+    assert all("is gone" in e.message for e in state.errors.values())
+    assert first.errors == second.errors == []
+    assert runtime.list_group_resources() == {}
