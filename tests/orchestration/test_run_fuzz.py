@@ -11,8 +11,10 @@ kind, the budget respected, retries from the latest checkpoint, no command carri
 is the one Ray Train's counting gives (run_fuzz.expected).
 
 No sleeps: the fake's workers advance one step per poll (every 5 ms), a ticker thread moves the
-fake's health-check clock, and the controller waits on the log. ``WGSTORE_FUZZ_EXAMPLES=2000``
-runs more locally (CI: 200 on SQLite, derandomized).
+fake's health-check clock, and the controller waits on the log. CI: 200 runs on SQLite and 20
+on Postgres, derandomized (about 15 s). Locally: ``WGSTORE_FUZZ_EXAMPLES=3000`` runs more
+(Postgres a tenth of them), ``WGSTORE_FUZZ_NO_SHRINK=1`` reports the first failure at once, and
+``WGSTORE_FUZZ_DEADLINE_S`` bounds each controller's wait for its run (default 30 s).
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ def pg_store(pg_url: str) -> Any:
         join_halted()
 
 
-@settings(FUZZ, max_examples=max(10, EXAMPLES // 20))
+@settings(FUZZ, max_examples=max(20, EXAMPLES // 10))
 @given(scenario=scenarios())
 def test_random_runs_on_postgres(pg_store: EventStore, scenario: Scenario) -> None:
     run_and_check(pg_store, scenario)
