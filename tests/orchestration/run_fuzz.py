@@ -3,8 +3,9 @@
 A :class:`Scenario` is one run: its failure budget, what every worker does (a
 :class:`~wgstore.orchestration.fake_runtime.FakeScript`), one :class:`Fault` per attempt, the
 controller appends before which the controller is "killed" (abandoned without cleanup, its
-lease taken over by the next one through the lease API), and those before which the executor is
-restarted. :func:`drive` runs it with the real ``RunController`` loop and a real ``RayExecutor``
+lease taken over by the next one through the lease API), those before which the executor is
+restarted, and those before which the last killed controller, only paused, steps once more
+(two controllers acting on one run at once). :func:`drive` runs it with the real ``RunController`` loop and a real ``RayExecutor``
 on ``FakeRuntime`` against a real store; :func:`check_log` checks the invariants on the
 recorded log and the fake cluster; :func:`expected` is the oracle of how the run must end,
 computed from the scenario alone (Ray Train 2.60's failure counting, written out here
@@ -98,6 +99,7 @@ class Scenario:
     faults: tuple[Fault, ...]
     controller_kills: frozenset[int] = frozenset()
     executor_restarts: frozenset[int] = frozenset()
+    zombie_steps: frozenset[int] = frozenset()
     initial_checkpoint: str | None = None
 
     def fault_of(self, attempt: int) -> Fault:
@@ -203,6 +205,7 @@ class Drive:
     controllers: int = 0
     kills: int = 0
     executor_restarts: int = 0
+    zombie_steps: int = 0
     executor_errors: list[str] = field(default_factory=list)
 
 
@@ -295,12 +298,20 @@ def drive(store: EventStore, s: Scenario) -> tuple[FakeRuntime, Drive]:
     executor = new_executor()
     appends = 0
     armed = False
+    zombies: list[RunController] = []
 
     def before_controller_append(_stream_id: str, _events: Any) -> None:
-        nonlocal appends, executor
+        nonlocal appends, executor, armed
         if not armed:
             return
         appends += 1
+        if appends in s.zombie_steps and zombies:
+            armed = False  # the zombie's own appends are not counted
+            try:
+                zombies[-1].step()  # a killed controller that was only paused acts once more
+                report.zombie_steps += 1
+            finally:
+                armed = True
         if appends in s.executor_restarts:
             halt(executor)
             report.executor_errors += executor.errors
@@ -331,6 +342,7 @@ def drive(store: EventStore, s: Scenario) -> tuple[FakeRuntime, Drive]:
             try:
                 controller.run(timeout_s=DEADLINE_S)
             except ControllerKilled:
+                zombies.append(controller)
                 continue  # abandoned: no close(), no lease release
             controller.close()
             break

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, currently_in_test_context, given, settings
+from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 
 from tests.orchestration.run_fuzz import (
@@ -77,7 +78,7 @@ def scenarios(draw: Any) -> Scenario:
     nodes = draw(st.integers(1, 2))
     reports = draw(st.integers(1, 3))
     # finite faults, so even unlimited budgets end
-    attempt_faults = draw(st.lists(faults(workers, nodes, reports), max_size=4))
+    attempt_faults = draw(st.lists(faults(workers, nodes, reports), min_size=1, max_size=4))
     return Scenario(
         run_id=f"fuzz-{uuid.uuid4().hex[:12]}",
         workers=workers,
@@ -92,8 +93,15 @@ def scenarios(draw: Any) -> Scenario:
         faults=tuple(attempt_faults),
         controller_kills=frozenset(draw(st.sets(st.integers(1, 14), max_size=3))),
         executor_restarts=frozenset(draw(st.sets(st.integers(1, 14), max_size=2))),
+        zombie_steps=frozenset(draw(st.sets(st.integers(1, 14), max_size=2))),
         initial_checkpoint=draw(st.sampled_from([None, "memory://given/ckpt"])),
     )
+
+
+def event(what: str) -> None:
+    """Count ``what`` in hypothesis' statistics (``--hypothesis-show-statistics``)."""
+    if currently_in_test_context():
+        hypothesis_event(what)
 
 
 def run_and_check(store: EventStore, scenario: Scenario) -> RunState:
@@ -101,7 +109,16 @@ def run_and_check(store: EventStore, scenario: Scenario) -> RunState:
     create_run(store, scenario)
     runtime, report = drive(store, scenario)
     assert report.executor_errors == []
+    for what, count in [
+        ("controller killed", report.kills),
+        ("executor restarted", report.executor_restarts),
+        ("zombie controller stepped", report.zombie_steps),
+    ]:
+        event(f"{what}: {'yes' if count else 'no'}")
     run = check_log(store, scenario, runtime)
+    event(f"run {run.status.value.lower()} after {run.attempts} attempt(s)")
+    for decision in run.decisions:
+        event(f"{decision.failure_kind} failure, {decision.decision}")
     if scenario.executor_restarts and any(f.kind == "lose_node" for f in scenario.faults):
         # An executor restarted after a node was lost and before it polled finds the workers
         # gone by name and cannot tell it was a preemption (neither can Ray's get_actor): the
