@@ -155,6 +155,7 @@ def expected(s: Scenario) -> Expected:
             latest = UNKNOWN  # the ranks that did not fail may reach their last report or not
         if fault.kind == "none":
             return Expected("FINISHED", tuple(decisions), (), tuple(checkpoints))
+        ranks: tuple[int, ...]
         if fault.kind in ("fail_stage", "never_ready", "cannot_fit"):
             kind, ranks = "start", (-1,)
             retryable = fault.kind == "never_ready" or (
@@ -288,7 +289,7 @@ def drive(store: EventStore, s: Scenario) -> tuple[FakeRuntime, Drive]:
 
     def new_executor() -> RayExecutor:
         return RayExecutor(
-            executor_store,  # type: ignore[arg-type]
+            executor_store,
             runtime=runtime,
             run_ids={s.run_id},
             from_position=position,
@@ -329,7 +330,7 @@ def drive(store: EventStore, s: Scenario) -> tuple[FakeRuntime, Drive]:
         while True:
             armed = False
             controller = RunController(
-                controller_store,  # type: ignore[arg-type]
+                controller_store,
                 s.run_id,
                 executor=executor,
             )
