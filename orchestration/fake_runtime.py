@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wgstore.events.worker_group import ErrorInfo, StartStage
+from wgstore.orchestration.decide import PREEMPTED_NOTE
 from wgstore.orchestration.errors import (
     InsufficientClusterResourcesError,
     OrchestrationError,
@@ -152,6 +153,8 @@ class _Actor:
         self.actor_id = uuid.uuid4().hex
         self.pid = next(runtime._pids)
         self.alive = True
+        self.preempted = False
+        """Died with its node (:meth:`FakeRuntime.lose_node`): Ray's ``RayActorError.preempted``."""
 
     def __repr__(self) -> str:
         return f"<fake actor {self.name} {'alive' if self.alive else 'dead'}>"
@@ -298,9 +301,11 @@ class FakePoller:
                 try:
                     answer = worker.answer_poll()
                 except FakeActorDiedError as error:
+                    detail = f"Worker: {self._names[rank]}\n{error}"
+                    if worker.preempted:  # as GroupPoller does for RayActorError.preempted
+                        detail += f"\n{PREEMPTED_NOTE}"
                     self._last[rank] = WorkerStatus(
-                        running=False,
-                        error=health_check_failed(f"Worker: {self._names[rank]}\n{error}"),
+                        running=False, error=health_check_failed(detail)
                     )
                     continue
                 if answer is _HANG:
@@ -387,6 +392,7 @@ class FakeRuntime:
             lost = [a for a in self._actors.values() if a.node_id == node_id and a.alive]
             for actor in lost:
                 actor.alive = False
+                actor.preempted = True
             return sorted(a.name for a in lost)
 
     def kill(self, name: str) -> None:

@@ -98,7 +98,9 @@ class GroupPolls:
             recorder=PollRecorder(known, state.last_poll_seq),
             causation_id=causation_id,
         )
-        attached.finished = attached.poller.finished
+        # finished as the log has it, not as the poller found it: workers gone at a re-attach
+        # (all of them, e.g. their node lost while no executor ran) are recorded by a first poll
+        attached.finished = not any(status.running for status in known.values())
         with self._lock:
             self._attached[state.group_id] = attached
         return attached
