@@ -74,6 +74,12 @@ MODULES: dict[str, tuple[str, ...]] = {
     "wgstore.orchestration.ranks": ("tests/orchestration/test_ranks.py",),
     "wgstore.orchestration.poll_recorder": ("tests/orchestration/test_poll_recorder.py",),
     "wgstore.orchestration.commands": ("tests/orchestration/test_commands.py",),
+    "wgstore.orchestration.decide": ("tests/orchestration/test_decide.py",),
+    "wgstore.orchestration.executor_step": ("tests/orchestration/test_executor_step.py",),
+    "wgstore.projections.run_rows": ("tests/projections/test_run_read_model.py",),
+    "wgstore.orchestration.ray_train.translate": (
+        "tests/orchestration/test_ray_train_translate.py",
+    ),
 }
 """The pure modules under mutation, each with the test files run against its mutants."""
 
@@ -109,9 +115,12 @@ def source_path(module: str) -> Path:
         "setuptools"
     ]["package-dir"]
     package, _, name = module.rpartition(".")
-    if package not in mapping:
-        raise SystemExit(f"{module}: package {package!r} is not in pyproject's package-dir")
-    return REPO / mapping[package] / f"{name}.py"
+    parts = package.split(".")
+    for cut in range(len(parts), 0, -1):  # a subpackage lives under its nearest mapped parent
+        root = ".".join(parts[:cut])
+        if root in mapping:
+            return REPO / mapping[root] / Path(*parts[cut:]) / f"{name}.py"
+    raise SystemExit(f"{module}: package {package!r} is not in pyproject's package-dir")
 
 
 def load_equivalents() -> dict[str, dict[str, str]]:
