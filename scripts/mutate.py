@@ -75,7 +75,10 @@ MODULES: dict[str, tuple[str, ...]] = {
     "wgstore.orchestration.poll_recorder": ("tests/orchestration/test_poll_recorder.py",),
     "wgstore.orchestration.commands": ("tests/orchestration/test_commands.py",),
     "wgstore.orchestration.decide": ("tests/orchestration/test_decide.py",),
-    "wgstore.orchestration.executor_step": ("tests/orchestration/test_executor_step.py",),
+    "wgstore.orchestration.executor_step": (
+        "tests/orchestration/test_executor_step.py",
+        "tests/orchestration/test_executor_step_mutants.py",
+    ),
     "wgstore.projections.run_rows": ("tests/projections/test_run_read_model.py",),
     "wgstore.orchestration.ray_train.translate": (
         "tests/orchestration/test_ray_train_translate.py",
