@@ -81,6 +81,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     ),
     "wgstore.projections.run_rows": ("tests/projections/test_run_read_model.py",),
     "wgstore.orchestration.ray_train.translate": (
+        "tests/orchestration/test_ray_train_translate_mutants.py",
         "tests/orchestration/test_ray_train_translate.py",
     ),
 }

@@ -78,7 +78,9 @@ def test_a_book_that_has_folded_nothing_dispatches_nothing() -> None:
 def test_an_event_of_another_stream_leaves_the_book_as_it_is() -> None:
     book = _feed(Stream("g1").requested().events)
     assert book is not None
-    run_event = RunStream("r1").created().events[0]
+    # a later version than the book's: only the stream id tells it is not the group's
+    run_event = RunStream("r1").created().to("SCHEDULING", "g1").events[-1]
+    assert book.state is not None and run_event.version > book.state.version
 
     applied = step.apply_event(book, run_event, scope=EVERYTHING, catching_up=False)
 

@@ -61,9 +61,20 @@ def test_nesting_deeper_than_the_depth_becomes_text_at_the_limit() -> None:
     assert translate.jsonable([[1]], depth=1) == ["[1]"]
     assert translate.jsonable({"a": {"b": 1}}, depth=1) == {"a": "{'b': 1}"}
     assert translate.jsonable([[1]], depth=2) == [[1]]
+    assert translate.jsonable({"a": {"b": 1}}, depth=2) == {"a": {"b": 1}}
     assert translate.jsonable(1.5, depth=0) == 1.5  # scalars never count against the depth
     assert translate.jsonable(_Scalar([1]), depth=1) == "[1]"  # .item() is one level down
     assert translate.jsonable(_Scalar([1]), depth=2) == [1]
+
+
+def _nested(levels: int, inner: Any) -> Any:
+    for _ in range(levels):
+        inner = [inner]
+    return inner
+
+
+def test_by_default_eight_levels_are_kept_and_the_ninth_becomes_text() -> None:
+    assert translate.jsonable(_nested(9, 1)) == _nested(8, "[1]")
 
 
 def _state(name: str, **attrs: Any) -> Any:
@@ -199,6 +210,22 @@ def test_callables_without_a_module_or_a_qualname_are_named_by_what_they_have() 
     assert translate.train_fn_path(functools.partial(print)) == "functools:partial"
     anonymous = lambda: None  # noqa: E731 - what the test is about
     assert translate.train_fn_path(anonymous) is anonymous
+
+
+def test_a_wrapped_closure_is_kept_unwrapped_for_pickling() -> None:
+    def make() -> Any:
+        def inner() -> None:
+            pass
+
+        return inner
+
+    closure = make()
+
+    @functools.wraps(closure)
+    def wrapper() -> None:  # what Ray's construct_train_func makes
+        closure()
+
+    assert translate.train_fn_path(wrapper) is closure
 
 
 def test_error_info_of_a_rank_error_is_the_same_as_of_the_exception() -> None:
