@@ -74,7 +74,10 @@ MODULES: dict[str, tuple[str, ...]] = {
     "wgstore.orchestration.ranks": ("tests/orchestration/test_ranks.py",),
     "wgstore.orchestration.poll_recorder": ("tests/orchestration/test_poll_recorder.py",),
     "wgstore.orchestration.commands": ("tests/orchestration/test_commands.py",),
-    "wgstore.orchestration.decide": ("tests/orchestration/test_decide.py",),
+    "wgstore.orchestration.decide": (
+        "tests/orchestration/test_decide_mutants.py",
+        "tests/orchestration/test_decide.py",
+    ),
     "wgstore.orchestration.executor_step": (
         "tests/orchestration/test_executor_step.py",
         "tests/orchestration/test_executor_step_mutants.py",
