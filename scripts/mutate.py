@@ -82,7 +82,10 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/orchestration/test_executor_step.py",
         "tests/orchestration/test_executor_step_mutants.py",
     ),
-    "wgstore.projections.run_rows": ("tests/projections/test_run_read_model.py",),
+    "wgstore.projections.run_rows": (
+        "tests/projections/test_run_rows_mutants.py",
+        "tests/projections/test_run_read_model.py",
+    ),
     "wgstore.orchestration.ray_train.translate": (
         "tests/orchestration/test_ray_train_translate_mutants.py",
         "tests/orchestration/test_ray_train_translate.py",
