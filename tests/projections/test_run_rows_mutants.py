@@ -73,12 +73,12 @@ def test_the_sources_are_wgstore_and_ray_train() -> None:
 
 def test_attempts_go_by_request_time_then_the_controller_s_order_and_untimed_last() -> None:
     attempts = [
-        Attempt(group_id="late", requested_at=T0 + timedelta(seconds=2)),
-        Attempt(group_id="untimed", attempt=9),
-        Attempt(group_id="early", requested_at=T0 + timedelta(seconds=1)),
-    ]
+        Attempt(group_id="a-late", requested_at=T0 + timedelta(seconds=2)),
+        Attempt(group_id="0-untimed", attempt=9),
+        Attempt(group_id="b-early", requested_at=T0 + timedelta(seconds=1)),
+    ]  # ids sort the other way round: only the times give this order
     ordered = order_attempts(_run(), attempts)
-    assert [a.group_id for a in ordered] == ["early", "late", "untimed"]
+    assert [a.group_id for a in ordered] == ["b-early", "a-late", "0-untimed"]
 
 
 def test_a_group_the_run_named_without_an_attempt_is_listed_as_a_bare_attempt_last() -> None:
