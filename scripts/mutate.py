@@ -129,7 +129,13 @@ def source_path(module: str) -> Path:
     for cut in range(len(parts), 0, -1):  # a subpackage lives under its nearest mapped parent
         root = ".".join(parts[:cut])
         if root in mapping:
-            return REPO / mapping[root] / Path(*parts[cut:]) / f"{name}.py"
+            path = REPO / mapping[root] / Path(*parts[cut:]) / f"{name}.py"
+            if not path.is_file():
+                raise SystemExit(
+                    f"{module}: no file {path.relative_to(REPO)} (package {root!r} is "
+                    f"{mapping[root]!r} in pyproject's package-dir); check the module's name"
+                )
+            return path
     raise SystemExit(f"{module}: package {package!r} is not in pyproject's package-dir")
 
 
