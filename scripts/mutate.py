@@ -69,10 +69,14 @@ MODULES: dict[str, tuple[str, ...]] = {
     "wgstore.projections.run_state": (
         "tests/projections/test_run_state.py",
         "tests/projections/test_run_state_mutants.py",
+        "tests/projections/test_is_orphaned.py",
         "tests/projections/test_state_mutants.py",
     ),
     "wgstore.orchestration.ranks": ("tests/orchestration/test_ranks.py",),
-    "wgstore.orchestration.poll_recorder": ("tests/orchestration/test_poll_recorder.py",),
+    "wgstore.orchestration.poll_recorder": (
+        "tests/orchestration/test_poll_recorder.py",
+        "tests/orchestration/test_poll_recorder_errors.py",
+    ),
     "wgstore.orchestration.commands": ("tests/orchestration/test_commands.py",),
     "wgstore.orchestration.decide": (
         "tests/orchestration/test_decide_mutants.py",
