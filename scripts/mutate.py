@@ -69,11 +69,31 @@ MODULES: dict[str, tuple[str, ...]] = {
     "wgstore.projections.run_state": (
         "tests/projections/test_run_state.py",
         "tests/projections/test_run_state_mutants.py",
+        "tests/projections/test_is_orphaned.py",
         "tests/projections/test_state_mutants.py",
     ),
     "wgstore.orchestration.ranks": ("tests/orchestration/test_ranks.py",),
-    "wgstore.orchestration.poll_recorder": ("tests/orchestration/test_poll_recorder.py",),
+    "wgstore.orchestration.poll_recorder": (
+        "tests/orchestration/test_poll_recorder.py",
+        "tests/orchestration/test_poll_recorder_errors.py",
+    ),
     "wgstore.orchestration.commands": ("tests/orchestration/test_commands.py",),
+    "wgstore.orchestration.decide": (
+        "tests/orchestration/test_decide_mutants.py",
+        "tests/orchestration/test_decide.py",
+    ),
+    "wgstore.orchestration.executor_step": (
+        "tests/orchestration/test_executor_step.py",
+        "tests/orchestration/test_executor_step_mutants.py",
+    ),
+    "wgstore.projections.run_rows": (
+        "tests/projections/test_run_rows_mutants.py",
+        "tests/projections/test_run_read_model.py",
+    ),
+    "wgstore.orchestration.ray_train.translate": (
+        "tests/orchestration/test_ray_train_translate_mutants.py",
+        "tests/orchestration/test_ray_train_translate.py",
+    ),
 }
 """The pure modules under mutation, each with the test files run against its mutants."""
 
@@ -109,9 +129,18 @@ def source_path(module: str) -> Path:
         "setuptools"
     ]["package-dir"]
     package, _, name = module.rpartition(".")
-    if package not in mapping:
-        raise SystemExit(f"{module}: package {package!r} is not in pyproject's package-dir")
-    return REPO / mapping[package] / f"{name}.py"
+    parts = package.split(".")
+    for cut in range(len(parts), 0, -1):  # a subpackage lives under its nearest mapped parent
+        root = ".".join(parts[:cut])
+        if root in mapping:
+            path = REPO / mapping[root] / Path(*parts[cut:]) / f"{name}.py"
+            if not path.is_file():
+                raise SystemExit(
+                    f"{module}: no file {path.relative_to(REPO)} (package {root!r} is "
+                    f"{mapping[root]!r} in pyproject's package-dir); check the module's name"
+                )
+            return path
+    raise SystemExit(f"{module}: package {package!r} is not in pyproject's package-dir")
 
 
 def load_equivalents() -> dict[str, dict[str, str]]:

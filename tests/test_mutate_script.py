@@ -115,4 +115,11 @@ def test_the_module_table_names_existing_files_and_every_equivalent_matches_a_mu
 
 def test_a_module_outside_the_package_dirs_is_refused() -> None:
     with pytest.raises(SystemExit, match="not in pyproject's package-dir"):
+        mutate.source_path("elsewhere.module")
+    with pytest.raises(SystemExit, match=r"no file _wgstore/nowhere/module\.py"):
         mutate.source_path("wgstore.nowhere.module")
+
+
+def test_a_module_of_a_subpackage_is_found_under_its_mapped_parent() -> None:
+    path = mutate.source_path("wgstore.orchestration.ray_train.translate")
+    assert path == mutate.REPO / "orchestration" / "ray_train" / "translate.py"
