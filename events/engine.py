@@ -138,7 +138,7 @@ def _sqlite_engine(
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(busy_s * 1000)}")
         if not read_only:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _set_wal(cursor, busy_s)
         cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
@@ -173,3 +173,25 @@ def _postgres_engine(url: URL, read_only: bool, lock_timeout_s: float = 30.0) ->
         dbapi_connection.autocommit = autocommit
 
     return engine
+
+
+def _set_wal(cursor: sqlite3.Cursor, busy_s: float) -> None:
+    """Switch to WAL (persistent: a no-op once the file is in WAL mode), retrying while locked.
+
+    Switching a fresh file needs an exclusive lock, and SQLite answers "database is locked" at
+    once (without its busy handler) when another connection, e.g. a second process opening the
+    same new store, holds a lock meanwhile; so this retries for up to the busy timeout.
+    """
+    import time
+
+    deadline = time.monotonic() + busy_s
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)  # a backoff between tries, not a wait for a condition
+        pause = min(pause * 2, 0.2)

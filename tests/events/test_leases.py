@@ -55,19 +55,25 @@ def test_racing_acquirers_get_one_winner(store_url):
     from wgstore.events import EventStore
 
     winners: list[str] = []
+    failures: list[BaseException] = []
     barrier = threading.Barrier(4)
 
     def take(holder: str) -> None:
-        with EventStore.open(store_url) as own:
-            barrier.wait(10)
-            if acquire_lease(own, "race", holder, 60):
-                winners.append(holder)
+        try:
+            with EventStore.open(store_url) as own:
+                barrier.wait(30)
+                if acquire_lease(own, "race", holder, 60):
+                    winners.append(holder)
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            failures.append(error)
+            barrier.abort()
 
     threads = [threading.Thread(target=take, args=(f"h{i}",)) for i in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(30)
+        thread.join(60)
+    assert not failures, failures
     assert len(winners) == 1
 
 
