@@ -32,14 +32,6 @@ __all__ = ["VerifyReport", "head_digest", "parse_digest", "verify_log"]
 
 _PAGE = 1000
 _DIGEST = re.compile(rf"{DIGEST_PREFIX}:(\d+):([0-9a-f]{{64}}|-)")
-_SQLITE_COLUMNS = (
-    "position, stream_id, stream_version, event_id, event_type, schema_version, data, metadata, "
-    "recorded_at, hash, log_hash, mac"
-)
-_PG_COLUMNS = (
-    "position, stream_id, stream_version, event_id::text, event_type, schema_version, data::text, "
-    "metadata::text, recorded_at, hash, log_hash, mac"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +83,10 @@ def verify_log(
     """Check the stored rows of the log (or one stream); see ``EventStore.verify``."""
     target = parse_digest(against) if against is not None else None
     checker = _Checker(store.is_postgres, whole_log=stream_id is None, key=hmac_key, target=target)
-    p = store._param
-    columns = _PG_COLUMNS if store.is_postgres else _SQLITE_COLUMNS
+    p = store.recorder.param
+    columns = (
+        f"{store.recorder.columns}, log_hash, mac"  # a record's columns, as its backend reads them
+    )
     where = f"stream_id = {p} AND " if stream_id is not None else ""
     params: tuple[Any, ...] = (stream_id,) if stream_id is not None else ()
     after = 0
