@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from wgstore.projections.run_state import RunState, is_orphaned
+from wgstore.projections.run_state import RunState, lease_lapsed, needs_controller
 from wgstore.projections.state import WorkerGroupState
 
 __all__ = [
@@ -114,22 +114,13 @@ def run_source(run: RunState) -> str:
     return "ray_train" if run.context is None else "wgstore"
 
 
-def needs_controller(run: RunState) -> bool:
-    """True while a wgstore controller must hold the run's lease (else the run is orphaned).
-
-    :func:`~wgstore.projections.run_state.is_orphaned` with no lease at all: the run has not
-    ended, wgstore's controller runs it, and a controller took it at least once.
-    """
-    return is_orphaned(run, None, run.updated_at)
-
-
 def orphaned(needs: bool, lease_expires_at: datetime | None, now: datetime) -> bool:
     """:func:`~wgstore.projections.run_state.is_orphaned` for a summary row.
 
     ``needs`` is the row's ``needs_controller`` (:func:`needs_controller` of the run);
     ``lease_expires_at`` the run's ``wg_run_leases.expires_at`` (``None`` when no row).
     """
-    return needs and (lease_expires_at is None or now >= lease_expires_at)
+    return needs and lease_lapsed(lease_expires_at, now)
 
 
 def _plain(value: Any) -> Any:

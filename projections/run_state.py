@@ -42,6 +42,8 @@ __all__ = [
     "RunStatus",
     "evolve_run",
     "is_orphaned",
+    "lease_lapsed",
+    "needs_controller",
     "project_run",
 ]
 
@@ -378,6 +380,18 @@ def project_run(events: Iterable[RecordedEvent], state: RunState | None = None) 
     return state
 
 
+def needs_controller(state: RunState) -> bool:
+    """True while a wgstore controller must hold the run's lease: the run has not ended, wgstore's
+    controller runs it (it has a ``context``; Ray Train runs its own) and one took it at least once
+    (a ``ControllerStarted``)."""
+    return not (state.ended or state.context is None or not state.controllers)
+
+
+def lease_lapsed(lease_expires_at: datetime | None, now: datetime) -> bool:
+    """True when no controller holds a live lease: no ``wg_run_leases`` row, or it expired."""
+    return lease_expires_at is None or now >= lease_expires_at
+
+
 def is_orphaned(state: RunState, lease_expires_at: datetime | None, now: datetime) -> bool:
     """True when a wgstore run has not ended and no controller holds a live lease on it.
 
@@ -385,6 +399,4 @@ def is_orphaned(state: RunState, lease_expires_at: datetime | None, now: datetim
     A run recorded from Ray Train (no ``context``: Ray's own controller runs it) is never
     orphaned here, nor is a run that no wgstore controller ever took (no ``ControllerStarted``).
     """
-    if state.ended or state.context is None or not state.controllers:
-        return False
-    return lease_expires_at is None or now >= lease_expires_at
+    return needs_controller(state) and lease_lapsed(lease_expires_at, now)
