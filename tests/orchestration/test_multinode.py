@@ -133,8 +133,12 @@ def test_a_node_removed_mid_training_fails_the_attempt_and_the_run_finishes_on_t
         first, second = (cluster_runs.group(store, g) for g in run.groups)
     assert (run.status.value, run.attempts, run.failures) == ("FINISHED", 2, 1)
 
-    # Attempt 1: one worker per node; the worker on the lost node died with its node.
-    assert len({w.node_id for w in first.workers}) == 3
+    # Attempt 1: spread over the nodes, the lost one among them; its workers died with it. Ray's
+    # SPREAD is best effort: 3 x 0.5 CPU bundles on 3 x 1 CPU nodes may put two on one node
+    # (seen once in CI), so one worker per node is not guaranteed here (the SPREAD test with
+    # 1 CPU workers shows one per node where capacity forces it).
+    assert len({w.node_id for w in first.workers}) >= 2
+    assert any(w.node_id == lost for w in first.workers)
     (decision,) = run.decisions
     # Ray counts a removed node against max_failures (preempted=False): a worker_group failure.
     assert (decision.decision, decision.failure_kind, decision.failures_so_far) == (
