@@ -5,6 +5,7 @@ command from the repository root (``WGSTORE_URL=... alembic upgrade head``).
 """
 
 from wgstore.migrations.runner import (
+    HEAD_REVISION,
     alembic_config,
     current_revision,
     ensure_schema,
@@ -12,4 +13,4 @@ from wgstore.migrations.runner import (
     upgrade,
 )
 
-__all__ = ["alembic_config", "current_revision", "ensure_schema", "head_revision", "upgrade"]
+__all__ = ["HEAD_REVISION", "alembic_config", "current_revision", "ensure_schema", "head_revision", "upgrade"]

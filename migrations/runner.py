@@ -1,26 +1,44 @@
-"""Run Alembic from code, on a connection the caller already has (Alembic cookbook recipe)."""
+"""Run Alembic from code, on a connection the caller already has (Alembic cookbook recipe).
+
+Alembic is imported only when a schema must change or be inspected: opening a store whose schema
+is at :data:`HEAD_REVISION` reads the version row with one plain query (Alembic's import costs
+~0.1 s and a process that opens a store once, a Ray Train controller say, pays it on its
+critical path).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 
 from wgstore.events.engine import READ_ONLY_OPTION, mask_url
 from wgstore.events.errors import SchemaVersionError
 from wgstore.events.schema import ALEMBIC_VERSION_TABLE
 
-__all__ = ["alembic_config", "current_revision", "ensure_schema", "head_revision", "upgrade"]
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+__all__ = [
+    "HEAD_REVISION",
+    "alembic_config",
+    "current_revision",
+    "ensure_schema",
+    "head_revision",
+    "upgrade",
+]
 
 _HERE = Path(__file__).resolve().parent
+
+HEAD_REVISION = "0007_run_read_models"
+"""The newest revision in ``versions/``; a new migration updates it (a test checks the two agree)."""
 
 
 def alembic_config(connection: sa.Connection | None = None) -> Config:
     """An Alembic ``Config`` for wgstore's migrations, optionally bound to ``connection``."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("path_separator", "os")
     config.set_main_option("script_location", str(_HERE))
@@ -31,7 +49,9 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
 
 
 def head_revision() -> str:
-    """The newest revision this code knows."""
+    """The newest revision this code knows, as Alembic reads it from ``versions/``."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
@@ -39,17 +59,23 @@ def head_revision() -> str:
 
 def current_revision(connection: sa.Connection) -> str | None:
     """The revision the database is at, or None when it was never migrated."""
+    from alembic.runtime.migration import MigrationContext
+
     context = MigrationContext.configure(connection, opts={"version_table": ALEMBIC_VERSION_TABLE})
     return context.get_current_revision()
 
 
 def upgrade(connection: sa.Connection, revision: str = "head") -> None:
     """Upgrade the database behind ``connection`` to ``revision`` (default: head)."""
+    from alembic import command
+
     command.upgrade(alembic_config(connection), revision)
 
 
 def downgrade(connection: sa.Connection, revision: str) -> None:
     """Downgrade the database behind ``connection`` to ``revision`` (``base`` removes all)."""
+    from alembic import command
+
     command.downgrade(alembic_config(connection), revision)
 
 
@@ -63,11 +89,14 @@ def ensure_schema(engine: sa.Engine, url: str, migrate: bool) -> None:
         SchemaVersionError: the schema is behind and ``migrate`` is False, or it is at a
             revision this wgstore does not know (migrated by a newer one).
     """
-    head = head_revision()
     # Only reads: on SQLite this must not wait for the write lock behind another writer.
     with engine.connect().execution_options(**{READ_ONLY_OPTION: True}) as connection:
+        if _version_row(connection) == HEAD_REVISION:
+            connection.rollback()
+            return
         current = current_revision(connection)
         connection.rollback()
+    head = head_revision()
     if current == head:
         return
     if not migrate:
@@ -87,9 +116,22 @@ def ensure_schema(engine: sa.Engine, url: str, migrate: bool) -> None:
         upgrade(connection)
 
 
+def _version_row(connection: sa.Connection) -> str | None:
+    """The revision in the version table without Alembic (None: no table, no row, or more
+    than one row, which Alembic itself then reads)."""
+    if not sa.inspect(connection).has_table(ALEMBIC_VERSION_TABLE):
+        return None
+    rows = connection.exec_driver_sql(
+        f"SELECT version_num FROM {ALEMBIC_VERSION_TABLE}"
+    ).all()
+    return str(rows[0][0]) if len(rows) == 1 else None
+
+
 def _check_known(revision: str | None, url: str) -> None:
     if revision is None:
         return
+    from alembic.script import ScriptDirectory
+
     try:
         ScriptDirectory.from_config(alembic_config()).get_revision(revision)
     except Exception:  # noqa: BLE001 - alembic raises several kinds for an unknown id

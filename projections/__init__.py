@@ -10,14 +10,11 @@ Everything here imports and works without Ray installed.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.poll_history import PollRecord, fold_poll_history, iter_poll_history
-from wgstore.projections.projector import (
-    READ_MODELS_SUBSCRIPTION,
-    catch_up_read_models,
-    follow_read_models,
-    rebuild_read_models,
-)
 from wgstore.projections.queries import poll_history, run_state, worker_group_state
 from wgstore.projections.run_state import (
     ControllerTransition,
@@ -27,7 +24,6 @@ from wgstore.projections.run_state import (
     evolve_run,
     project_run,
 )
-from wgstore.projections.snapshots import load_snapshot, save_snapshot
 from wgstore.projections.state import (
     TRANSITIONS,
     TrainingOutcome,
@@ -38,6 +34,36 @@ from wgstore.projections.state import (
     evolve,
     project_worker_group,
 )
+
+if TYPE_CHECKING:
+    from wgstore.projections.projector import (
+        READ_MODELS_SUBSCRIPTION,
+        catch_up_read_models,
+        follow_read_models,
+        rebuild_read_models,
+    )
+    from wgstore.projections.snapshots import load_snapshot, save_snapshot
+
+# The read models and snapshots pull in SQLAlchemy (~0.25 s): they load on first use, so a
+# process that only folds or builds events (a Ray Train controller recording a run) stays light.
+_LAZY = {
+    "READ_MODELS_SUBSCRIPTION": "wgstore.projections.projector",
+    "catch_up_read_models": "wgstore.projections.projector",
+    "follow_read_models": "wgstore.projections.projector",
+    "rebuild_read_models": "wgstore.projections.projector",
+    "load_snapshot": "wgstore.projections.snapshots",
+    "save_snapshot": "wgstore.projections.snapshots",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "READ_MODELS_SUBSCRIPTION",

@@ -15,16 +15,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 
-from wgstore.events.schema import wg_snapshots
 from wgstore.projections._db import fetch, is_postgres, param
 from wgstore.projections.state import WorkerGroupState
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from wgstore.events.store import EventStore
+
+# SQLAlchemy loads in the functions that build statements with it, not at import: the package
+# imports this module, and a process that only folds events (a Ray Train controller) must not
+# pay for SQLAlchemy (~0.25 s).
 
 __all__ = [
     "READ_MODELS_SNAPSHOT",
@@ -82,6 +84,9 @@ def decode_state(text: str | bytes) -> WorkerGroupState:
 
 
 def _state_value(connection: sa.Connection, text: str) -> Any:
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql
+
     if connection.dialect.name == "postgresql":
         return sa.cast(sa.literal(text, sa.Text()), postgresql.JSONB())
     return text
@@ -114,6 +119,8 @@ def save_row(
     text: str,
 ) -> None:
     """Upsert one ``wg_snapshots`` row (kept if the stored one is newer and of the same schema)."""
+    import sqlalchemy as sa
+
     if isinstance(target, sa.Connection):
         _save(target, name, stream_id, version, schema, text)
         return
@@ -124,6 +131,12 @@ def save_row(
 def _save(
     connection: sa.Connection, name: str, stream_id: str, version: int, schema: str, text: str
 ) -> None:
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+    
+    from wgstore.events.schema import wg_snapshots
+
     values = {
         "name": name,
         "stream_id": stream_id,
@@ -157,6 +170,10 @@ def load_row(
     target: EventStore | sa.Connection, name: str, stream_id: str
 ) -> tuple[int, str, str] | None:
     """The ``(stream_version, schema, state as JSON text)`` of one ``wg_snapshots`` row."""
+    import sqlalchemy as sa
+    
+    from wgstore.events.schema import wg_snapshots
+
     if isinstance(target, sa.Connection):
         query = sa.select(
             wg_snapshots.c.stream_version,

@@ -78,3 +78,20 @@ def test_events_and_projections_import_and_open_a_store_with_ray_unavailable(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_the_ray_train_callback_imports_without_sqlalchemy() -> None:
+    # Ray unpickles the callback in the controller on its critical path; the store (and with it
+    # SQLAlchemy, ~0.25 s) loads later, in the writer's thread.
+    code = (
+        "import sys\n"
+        "import wgstore.orchestration.ray_train.callback\n"
+        "import wgstore.projections, wgstore.events\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'alembic', "
+        "'psycopg'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -26,7 +26,6 @@ from typing import Any
 
 from uuid_utils import uuid7
 
-from wgstore.events.engine import mask_url
 from wgstore.events.errors import (
     ConcurrencyError,
     DuplicateEventError,
@@ -113,7 +112,7 @@ class BackgroundWriter:
         linger_s: float = 0.2,
     ) -> None:
         self._open_store = open_store
-        self._url = mask_url(url) if url else "the store"
+        self._raw_url = url
         self._retry_limit_s = retry_limit_s
         self._max_batch = max_batch
         self._max_pending = max_pending
@@ -297,6 +296,15 @@ class BackgroundWriter:
                 continue
             self._on_success(len(batch))
             return
+
+    @property
+    def _url(self) -> str:
+        """The URL for messages, password masked (SQLAlchemy loads here, not at import)."""
+        if not self._raw_url:
+            return "the store"
+        from wgstore.events.engine import mask_url
+
+        return mask_url(self._raw_url)
 
     def _sleep(self, seconds: float) -> None:
         with self._cond:

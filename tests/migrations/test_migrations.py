@@ -14,6 +14,7 @@ from wgstore.events import EventStore
 from wgstore.events.engine import create_store_engine
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
 from wgstore.migrations.runner import (
+    HEAD_REVISION,
     alembic_config,
     current_revision,
     downgrade,
@@ -92,3 +93,40 @@ def test_two_processes_opening_a_new_database_at_once_both_succeed(store_url: st
     outputs = [p.communicate(timeout=120)[0].strip() for p in processes]
     assert [p.returncode for p in processes] == [0, 0, 0]
     assert outputs == ["ok", "ok", "ok"]
+
+
+def test_the_head_constant_is_alembics_head() -> None:
+    # A new migration must move HEAD_REVISION too, or every open takes Alembic's slow path.
+    assert head_revision() == HEAD_REVISION
+
+
+def test_opening_a_store_at_head_does_not_import_alembic(store_url: str) -> None:
+    EventStore.open(store_url).close()  # migrated to head here
+    code = (
+        "import sys; from wgstore.events import EventStore; "
+        "EventStore.open(sys.argv[1]).close(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, store_url], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_a_database_behind_head_is_still_migrated_on_open(store_url: str) -> None:
+    engine = create_store_engine(store_url)
+    try:
+        with engine.begin() as connection:
+            upgrade(connection, "0006_run_leases")
+    finally:
+        engine.dispose()
+    with EventStore.open(store_url):
+        pass
+    engine = create_store_engine(store_url)
+    try:
+        with engine.connect() as connection:
+            assert current_revision(connection) == HEAD_REVISION
+            assert sa.inspect(connection).has_table("wg_runs")
+    finally:
+        engine.dispose()
