@@ -7,6 +7,15 @@ their difference, and the controller's time in the callback's hooks per report (
 that run once per run or attempt apart), which the callback notes on the run's end event
 (``metadata["recording"]``). Numbers, not pass/fail.
 
+Two times per run: ``fit()``'s wall clock, and the time from ``fit()`` to the moment the
+controller starts shutting the worker group down (a probe callback on both sides notes it).
+The second leaves out Ray's own tail: stopping its placement-group cleaner waits for the
+cleaner's next check, which comes once a second (``PlacementGroupCleaner``'s queue timeout), so
+``fit()`` ends on a 1 s grid and its wall clock moves by up to a second between identical runs.
+
+The database exists before each recorded run (``--fresh-db``: a new file per run, so the first
+run's schema creation is counted too).
+
 Ray Train polls the workers every ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S`` (2 s by default) and a
 report waits for the next poll, so this sets it to ``--poll-s`` (0.05) before Ray starts: 200
 reports then take seconds, not minutes, and the hooks run 20 times a second.
@@ -36,29 +45,54 @@ def train_func(config: dict[str, Any]) -> None:
         ray.train.report({"step": step, "loss": loss, "lr": 0.01})
 
 
-def run_once(reports: int, url: str | None, storage: str) -> tuple[float, dict[str, Any] | None]:
-    """One ``fit()``: its wall-clock seconds and, when recorded, the recording note."""
+def _probe_class() -> type:
+    """A callback that writes ``time.monotonic()`` (one clock for the whole machine) to a file
+    when the controller starts shutting the worker group down; pickled by value (it is made
+    here, in ``__main__``), so the controller needs no bench module."""
+    from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+
+    class ShutdownProbe(WorkerGroupCallback):
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def before_worker_group_shutdown(self, worker_group: Any) -> None:
+            with open(self.path, "w") as out:
+                out.write(repr(time.monotonic()))
+
+    return ShutdownProbe
+
+
+def run_once(
+    reports: int, url: str | None, storage: str
+) -> tuple[float, float, dict[str, Any] | None]:
+    """One ``fit()``: its wall-clock seconds, the seconds until the worker group's shutdown
+    began, and, when recorded, the recording note."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     from wgstore.events import EventStore
     from wgstore.orchestration.ray_train import RecordingCallback
 
-    callbacks = [RecordingCallback(url)] if url else []
+    probe_path = os.path.join(storage, "shutdown-at")
+    callbacks: list[Any] = [_probe_class()(probe_path)]
+    if url:
+        callbacks.append(RecordingCallback(url))
     trainer = DataParallelTrainer(
         train_func,
         train_loop_config={"reports": reports},
         scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
         run_config=RunConfig(storage_path=storage, callbacks=callbacks),
     )
-    started = time.perf_counter()
+    started = time.monotonic()
     trainer.fit()
-    took = time.perf_counter() - started
+    took = time.monotonic() - started
+    with open(probe_path) as probe:
+        to_shutdown = float(probe.read()) - started
     if not url:
-        return took, None
+        return took, to_shutdown, None
     with EventStore.open(url) as store:
         last = list(store.read_all())[-1]
-    return took, dict(last.metadata["recording"])
+    return took, to_shutdown, dict(last.metadata["recording"])
 
 
 def main() -> None:
@@ -68,6 +102,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--poll-s", type=float, default=0.05)
     parser.add_argument("--url", default=None, help="the wgstore database (a temp SQLite file)")
+    parser.add_argument("--fresh-db", action="store_true", help="a new database per run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = str(args.poll_s)
@@ -76,16 +111,25 @@ def main() -> None:
     folder = tempfile.mkdtemp(prefix="wgstore-ray-train-bench-")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     run_once(5, None, folder)  # warm up: worker processes, imports
+    from wgstore.events import EventStore
+
     plain: list[float] = []
     recorded: list[float] = []
+    plain_to_shutdown: list[float] = []
+    recorded_to_shutdown: list[float] = []
     notes: list[dict[str, Any]] = []
     load: list[float] = []
     for i in range(args.repeats):
-        url = args.url or f"sqlite:///{folder}/wgstore-{i}.db"
+        url = args.url or f"sqlite:///{folder}/wgstore-{i if args.fresh_db else 0}.db"
+        if not args.fresh_db:
+            EventStore.open(url).close()  # the database exists, as for every run after a first
         load.append(os.getloadavg()[0])
         for side in ("plain", "recorded") if i % 2 == 0 else ("recorded", "plain"):
-            took, note = run_once(args.reports, url if side == "recorded" else None, folder)
+            took, to_shutdown, note = run_once(
+                args.reports, url if side == "recorded" else None, folder
+            )
             (recorded if side == "recorded" else plain).append(took)
+            (recorded_to_shutdown if side == "recorded" else plain_to_shutdown).append(to_shutdown)
             if note is not None:
                 notes.append(note)
     ray.shutdown()
@@ -111,6 +155,13 @@ def main() -> None:
         "median_plain_s": statistics.median(plain),
         "median_recorded_s": statistics.median(recorded),
         "difference_pct": 100.0 * (statistics.median(recorded) / statistics.median(plain) - 1.0),
+        "fresh_db": args.fresh_db,
+        "plain_to_shutdown_s": plain_to_shutdown,
+        "recorded_to_shutdown_s": recorded_to_shutdown,
+        "median_plain_to_shutdown_s": statistics.median(plain_to_shutdown),
+        "median_recorded_to_shutdown_s": statistics.median(recorded_to_shutdown),
+        "to_shutdown_difference_pct": 100.0
+        * (statistics.median(recorded_to_shutdown) / statistics.median(plain_to_shutdown) - 1.0),
         "hook_us_per_report": statistics.median(hook_us),
         "hook_us_per_call": statistics.median(per_call_us),
         "hook_cpu_us_per_report": statistics.median(cpu_us),
@@ -128,6 +179,10 @@ def main() -> None:
         f"  without the callback: median {result['median_plain_s']:.2f} s  {plain}\n"
         f"  with the callback:    median {result['median_recorded_s']:.2f} s  {recorded}\n"
         f"  difference: {result['difference_pct']:+.1f} %\n"
+        f"  until the group's shutdown began: without "
+        f"{result['median_plain_to_shutdown_s']:.2f} s, with "
+        f"{result['median_recorded_to_shutdown_s']:.2f} s, difference "
+        f"{result['to_shutdown_difference_pct']:+.1f} %\n"
         f"  controller time in the callback's hooks: {result['hook_us_per_report']:.0f} µs per "
         f"report, of it {result['hook_cpu_us_per_report']:.0f} µs CPU "
         f"({result['hook_us_per_call']:.0f} µs per hook call, "

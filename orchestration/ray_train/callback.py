@@ -69,6 +69,9 @@ logger = logging.getLogger("wgstore.ray_train")
 _F = TypeVar("_F", bound=Callable[..., Any])
 _TERMINAL = ("FINISHED", "ERRORED", "ABORTED")
 _RELEASED = ("workers", "sync_actor", "placement_group")
+_HOLD_S = 30.0
+"""At most this long after the controller starts, the writer opens the store even if training
+has not started (a group waiting for resources still gets its record written)."""
 _ABORTED = "Run aborted due to user interrupt (SIGINT)."
 """Ray's status detail of an aborted run and attempt (``state/util.py``)."""
 
@@ -222,8 +225,10 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "ray_job_id": runtime.get_job_id(),
             "ray_controller_actor_id": runtime.get_actor_id(),
         }
+        # Held until training starts (or _HOLD_S): the store's open then does not compete
+        # with the controller while it starts the workers.
         self._writer = BackgroundWriter(
-            self._open_store, url=self.url, retry_limit_s=self.retry_limit_s
+            self._open_store, url=self.url, retry_limit_s=self.retry_limit_s, hold_s=_HOLD_S
         )
         scaling = train_run_context.scaling_config
         failure = run_config.failure_config
@@ -327,6 +332,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         }
 
     def _decision_events(self, decision: str, error: Any) -> list[Any]:
+        if self._writer is not None:
+            self._writer.release()  # a failed attempt is recorded now, not after the next start
         kind, so_far, limit = translate.failure_accounting(
             error, self._failure_counts, self._failure_config
         )
@@ -456,7 +463,9 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
 
     @_hook
     def after_worker_group_training_start(self, worker_group: Any) -> None:
-        """``TrainingLaunched``."""
+        """``TrainingLaunched``; the writer starts writing (its hold ends)."""
+        if self._writer is not None:
+            self._writer.release()
         train_fn = self._train_fn if isinstance(self._train_fn, str) else repr(self._train_fn)
         self._submit_group(TrainingLaunched(train_fn=train_fn))
 

@@ -209,3 +209,56 @@ def _hold_write_lock(url: str) -> Callable[[], None]:
         engine.dispose()
 
     return release
+
+
+class CountingOpener:
+    """Opens the real store and counts the opens."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.opened = threading.Event()
+
+    def __call__(self) -> EventStore:
+        self.opened.set()
+        return EventStore.open(self.url)
+
+
+def test_a_held_writer_opens_nothing_until_released_then_writes_everything(
+    store_url: str, reader: EventStore
+) -> None:
+    opener = CountingOpener(store_url)
+    writer = BackgroundWriter(opener, linger_s=0.0, hold_s=60.0)
+    writer.submit("run-held", _events(3))
+    # The hold is the point: nothing opens while it lasts (waited on with a deadline below).
+    assert not opener.opened.wait(0.3)
+    assert writer.pending == 3
+    writer.release()
+    _wait(lambda: writer.pending == 0)
+    assert _reasons(reader, "run-held") == ["e0", "e1", "e2"]
+    assert writer.close(5.0)
+
+
+def test_the_hold_ends_by_itself_after_hold_s(store_url: str, reader: EventStore) -> None:
+    opener = CountingOpener(store_url)
+    writer = BackgroundWriter(opener, linger_s=0.0, hold_s=0.5)
+    started = time.monotonic()
+    writer.submit("run-bound", _events(2))
+    assert opener.opened.wait(10.0)
+    assert time.monotonic() - started >= 0.45
+    _wait(lambda: writer.pending == 0)
+    assert _reasons(reader, "run-bound") == ["e0", "e1"]
+    assert writer.close(5.0)
+
+
+@pytest.mark.parametrize("end", ["flush", "close"])
+def test_flush_and_close_do_not_wait_for_the_hold(
+    store_url: str, reader: EventStore, end: str
+) -> None:
+    writer = BackgroundWriter(CountingOpener(store_url), hold_s=60.0)
+    writer.submit("run-end", _events(4))
+    started = time.monotonic()
+    done = writer.flush(30.0) if end == "flush" else writer.close(30.0)
+    assert done
+    assert time.monotonic() - started < 30.0
+    assert _reasons(reader, "run-end") == ["e0", "e1", "e2", "e3"]
+    writer.close(5.0)
