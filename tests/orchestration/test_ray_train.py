@@ -340,3 +340,93 @@ def test_strict_fails_the_run_with_a_wgstore_error_when_the_database_stays_away(
         ((stream, _),) = store.streams("run-")
         state = project_run(store.read_stream(stream))
     assert not state.ended  # the end could not be written: the record shows a gap
+
+
+def test_ctrl_c_of_the_driver_is_recorded_as_an_abort_and_leaves_nothing_behind(
+    ray_session: None, tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from ray.util import placement_group_table
+
+    db = tmp_path / "wgstore.db"
+    url = f"sqlite:///{db}"
+    repo = Path(__file__).resolve().parents[2]
+    address = ray.get_runtime_context().gcs_address
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.orchestration.ray_train_abort_driver", address, url,
+         str(tmp_path / "storage")],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: _has_report(db) or driver.poll() is not None, timeout_s=120)
+        assert driver.poll() is None, driver.communicate()[0]
+        driver.send_signal(signal.SIGINT)  # Ctrl-C: Ray Train asks the controller to abort
+        driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    with EventStore.open(url) as store:
+        ((stream, _),) = store.streams("run-")
+        run_records = list(store.read_stream(stream))
+        state = project_run(run_records)
+        (group_id,) = state.groups
+        group_records = list(store.read_stream(group_stream(group_id)))
+        group = project_worker_group(group_records)
+    assert state.status.value == "ABORTED" and state.ended
+    assert run_records[-1].type == "RunAborted"
+    assert run_records[-1].metadata["recording"]["dropped"] == 0
+    types = [r.type for r in group_records]
+    assert types[-2:] == ["WorkerGroupShutdownRequested", "WorkerGroupShutDown"]
+    assert group_records[-2].event.abort is True
+    assert set(group_records[-1].event.released) == {"workers", "sync_actor", "placement_group"}
+    assert group.report_counts and min(group.report_counts.values()) >= 1
+    # Nothing leaked: the placement group the log names is removed in Ray's own table.
+    pg_id = group.placement_group.placement_group_id  # type: ignore[union-attr]
+    _wait_for(lambda: placement_group_table().get(pg_id, {}).get("state") == "REMOVED")
+
+
+def test_a_group_that_cannot_be_placed_is_a_start_failure_and_the_run_errors(
+    by_value: None, tmp_path: Path
+) -> None:
+    from ray.train import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    from wgstore.orchestration.ray_train import RecordingCallback
+
+    url = f"sqlite:///{tmp_path / 'wgstore.db'}"
+    trainer = DataParallelTrainer(
+        ray_train_recorded.train_func,
+        train_loop_config={"steps": 1, "fail_once": False},
+        # More of a resource than the session's Ray has: the placement group never fits.
+        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"wgstore_absent": 1}),
+        run_config=RunConfig(
+            storage_path=str(tmp_path / "storage"),
+            failure_config=FailureConfig(controller_failure_limit=0),
+            callbacks=[RecordingCallback(url)],
+        ),
+    )
+    os.environ["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = "2"  # the controller reads it
+    try:
+        with pytest.raises(TrainingFailedError):
+            trainer.fit()
+    finally:
+        del os.environ["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"]
+    with EventStore.open(url) as store:
+        ((stream, _),) = store.streams("run-")
+        state = project_run(store.read_stream(stream))
+        (group_id,) = state.groups
+        group_records = list(store.read_stream(group_stream(group_id)))
+    assert state.status.value == "ERRORED" and state.ended
+    (decision,) = state.decisions
+    assert decision.decision == "RAISE" and decision.failure_kind == "start"
+    assert "WorkerGroupStartupTimeoutError" in decision.reason or "timed out" in decision.reason
+    types = [r.type for r in group_records]
+    assert types[0] == "WorkerGroupStartRequested"
+    assert "WorkerGroupStartFailed" in types
+    failed = group_records[types.index("WorkerGroupStartFailed")].event
+    assert failed.stage == "placement_group"
+    assert "WorkersStarted" not in types  # no worker ever started
