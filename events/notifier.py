@@ -38,12 +38,17 @@ class Notifier:
 
     def local_append(self) -> None:
         """Wake the waiters of this process: the store object itself just appended."""
+        self.wake()
+
+    def wake(self) -> None:
+        """Make every waiter re-check at once (the head, and its ``stop`` event)."""
         with self._changed:
             self._generation += 1
             self._changed.notify_all()
 
-    def wait(self, after: int, timeout_s: float) -> int:
-        """Block until ``head() > after`` or ``timeout_s``; return the head."""
+    def wait(self, after: int, timeout_s: float, stop: threading.Event | None = None) -> int:
+        """Block until ``head() > after``, ``timeout_s`` passed or ``stop`` is set (checked
+        on every wake, see :meth:`wake`); return the head."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
         poll_s = POSTGRES_POLL_S if self._store.is_postgres else SQLITE_POLL_S
         if self._store.is_postgres:
@@ -53,7 +58,7 @@ class Notifier:
                 generation = self._generation
             head = self._store.head()
             remaining = deadline - time.monotonic()
-            if head > after or remaining <= 0:
+            if head > after or remaining <= 0 or (stop is not None and stop.is_set()):
                 return head
             with self._changed:
                 if self._generation == generation:

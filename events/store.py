@@ -555,14 +555,23 @@ class EventStore:
 
     # ------------------------------------------------------------------ following
 
-    def wait_for_new(self, after: int, timeout_s: float) -> int:
-        """Block until the log has an event past ``after`` or ``timeout_s`` passes.
+    def wait_for_new(
+        self, after: int, timeout_s: float, *, stop: threading.Event | None = None
+    ) -> int:
+        """Block until the log has an event past ``after``, ``timeout_s`` passes, or ``stop``
+        is set and :meth:`wake_waiters` called.
 
         Wakes on Postgres ``LISTEN/NOTIFY`` (and at once for appends made through this store
         object), and always falls back to polling. Returns the head position.
         """
         self._check_open()
-        return self._notifier.wait(after, timeout_s)
+        return self._notifier.wait(after, timeout_s, stop)
+
+    def wake_waiters(self) -> None:
+        """Make the threads blocked in :meth:`wait_for_new` on this store re-check at once: a
+        waiter whose ``stop`` event was set returns (a follower stopping without waiting out
+        its poll interval, 0.5 s on Postgres)."""
+        self._notifier.wake()
 
     def subscription(
         self,

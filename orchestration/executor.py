@@ -233,6 +233,7 @@ class RayExecutor:
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop the loop; a command in progress finishes, queued ones are left to the next executor."""
         self._stop.set()
+        self.store.wake_waiters()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
         self._join_drainers(timeout_s)
@@ -296,6 +297,7 @@ class RayExecutor:
             def relay() -> None:
                 stop_event.wait()
                 self._stop.set()
+                self.store.wake_waiters()
 
             threading.Thread(target=relay, daemon=True).start()
         try:
@@ -404,7 +406,7 @@ class RayExecutor:
             self._caught_up.set()
         while not self._stop.is_set():
             try:
-                self.store.wait_for_new(self._position, self._wait_s())
+                self.store.wait_for_new(self._position, self._wait_s(), stop=self._stop)
                 if self._stop.is_set():
                     break
                 self._read_new()

@@ -354,3 +354,24 @@ class TestSubscriptions:
         assert head == 1
         assert waited < 5
         assert store.wait_for_new(head, timeout_s=0.1) == head
+
+    def test_wait_for_new_returns_when_its_stop_event_is_set_and_waiters_are_woken(
+        self, store: EventStore
+    ) -> None:
+        import time
+
+        stop = threading.Event()
+        returned: list[float] = []
+
+        def wait() -> None:
+            started = time.monotonic()
+            store.wait_for_new(0, timeout_s=30, stop=stop)
+            returned.append(time.monotonic() - started)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        stop.set()
+        store.wake_waiters()
+        waiter.join(timeout=30)
+        assert not waiter.is_alive()
+        assert returned and returned[0] < 5  # not the 30 s timeout: the stop ended the wait
