@@ -4,9 +4,9 @@ Works without Ray installed. Importing this package registers the built-in event
 the ``worker-group-*`` and ``run-*`` streams.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from wgstore._lazy import lazy_getattr
 from wgstore.events import run, worker_group
 from wgstore.events.codec import Codec
 from wgstore.events.errors import (
@@ -46,13 +46,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'wgstore.events' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -13,4 +13,11 @@ from wgstore.migrations.runner import (
     upgrade,
 )
 
-__all__ = ["HEAD_REVISION", "alembic_config", "current_revision", "ensure_schema", "head_revision", "upgrade"]
+__all__ = [
+    "HEAD_REVISION",
+    "alembic_config",
+    "current_revision",
+    "ensure_schema",
+    "head_revision",
+    "upgrade",
+]

@@ -121,9 +121,7 @@ def _version_row(connection: sa.Connection) -> str | None:
     than one row, which Alembic itself then reads)."""
     if not sa.inspect(connection).has_table(ALEMBIC_VERSION_TABLE):
         return None
-    rows = connection.exec_driver_sql(
-        f"SELECT version_num FROM {ALEMBIC_VERSION_TABLE}"
-    ).all()
+    rows = connection.exec_driver_sql(f"SELECT version_num FROM {ALEMBIC_VERSION_TABLE}").all()
     return str(rows[0][0]) if len(rows) == 1 else None
 
 

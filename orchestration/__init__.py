@@ -9,8 +9,9 @@ Every name loads on first use (PEP 562), so a Ray worker process imports only wh
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from wgstore._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from wgstore.events.run import FailureConfig, ScalingConfig
@@ -113,10 +114,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'wgstore.orchestration' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

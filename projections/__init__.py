@@ -10,9 +10,9 @@ Everything here imports and works without Ray installed.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from wgstore._lazy import lazy_getattr
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.poll_history import PollRecord, fold_poll_history, iter_poll_history
 from wgstore.projections.queries import poll_history, run_state, worker_group_state
@@ -56,13 +56,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 __all__ = [

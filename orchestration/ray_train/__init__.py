@@ -8,8 +8,9 @@ Names load on first use, so ``writer`` imports without Ray Train.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from wgstore._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from wgstore.orchestration.ray_train.callback import RecordingCallback
@@ -24,10 +25,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
