@@ -17,8 +17,6 @@ from wgstore.events.storable import EventChecker, encode_json, exact_json
 
 __all__ = ["Codec", "canonical_json", "unknown_event"]
 
-_encoder = msgspec.json.Encoder(order="sorted")
-
 
 def canonical_json(value: Any) -> str:
     """JSON text with sorted keys and no spaces, the form metadata is stored in.
@@ -95,6 +93,10 @@ class Codec:
             ) from error
         except _SchemaTooNew as error:
             raise EventDecodeError(str(error), stream_id=stream_id, position=position) from None
+        except _UpcasterFailed as error:
+            raise EventDecodeError(
+                str(error), stream_id=stream_id, position=position
+            ) from error.__cause__
 
     def _decoder(self, cls: type) -> msgspec.json.Decoder[Any]:
         decoder = self._decoders.get(cls)
@@ -115,7 +117,14 @@ class Codec:
                 raise ValueError(
                     f"no upcaster for {info.name} from version {version} to {version + 1}"
                 )
-            payload = step(payload)
+            try:
+                payload = step(payload)
+            except Exception as error:  # a user's function: whatever it raises, name it
+                raise _UpcasterFailed(
+                    f"the upcaster of {info.name} from schema version {version} to "
+                    f"{version + 1} failed ({type(error).__name__}: {error}); fix it: it gets "
+                    "the stored payload as a dict and returns the next version's dict"
+                ) from error
             version += 1
         return payload
 
@@ -130,4 +139,8 @@ def unknown_event(type_name: str, schema_version: int, data: str | bytes) -> Unk
 
 
 class _SchemaTooNew(Exception):
+    pass
+
+
+class _UpcasterFailed(Exception):
     pass

@@ -157,3 +157,16 @@ def test_an_event_field_that_is_not_json_names_the_allowed_field_types() -> None
 def test_metadata_that_would_not_read_back_is_refused_naming_metadata() -> None:
     with pytest.raises(EventEncodeError, match=r"^metadata\['a'\] is nan"):
         canonical_json({"a": float("nan")})
+
+
+def test_an_upcaster_that_raises_is_a_decode_error_naming_the_step_and_the_event() -> None:
+    registry = EventRegistry()
+    registry.register(Pinned, "Pinned", 2)
+    registry.add_upcaster("Pinned", 1, lambda d: {"path": d["missing"]})  # a buggy upcaster
+    codec = Codec(registry)
+    with pytest.raises(EventDecodeError) as caught:
+        _decode(codec, "Pinned", 1, '{"p":"/a"}')
+    message = str(caught.value)
+    assert "upcaster of Pinned from schema version 1 to 2 failed (KeyError: 'missing')" in message
+    assert (caught.value.stream_id, caught.value.position) == ("s-1", 9)
+    assert isinstance(caught.value.__cause__, KeyError)
