@@ -107,7 +107,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
 
     Args:
         url: the database, e.g. ``"sqlite:////shared/wgstore.db"`` (the controller must reach
-            the file: same machine) or ``"postgresql+psycopg://user@host/db"`` (any node).
+            the file: same machine; a relative path is taken from the driver's working
+            directory) or ``"postgresql+psycopg://user@host/db"`` (any node).
         run_name: the run's name in wgstore; Ray's ``RunConfig.name`` by default.
         strict: raise a recording failure into Ray Train (the run fails with
             ``RecordingError``) instead of logging it and training on.
@@ -130,7 +131,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
                 f"RecordingCallback needs a database URL like 'sqlite:///wgstore.db' or "
                 f"'postgresql+psycopg://user@host/db', got {url!r}"
             )
-        self.url = url
+        self.url = _absolute_sqlite(url)
         self.run_name = run_name
         self.strict = strict
         self.retry_limit_s = retry_limit_s
@@ -557,6 +558,18 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         checkpoint = getattr(training_report, "checkpoint", None)
         if checkpoint is not None:
             self._latest_checkpoint = checkpoint.path
+
+
+def _absolute_sqlite(url: str) -> str:
+    """A SQLite URL with a relative path made absolute here, in the driver: the controller
+    actor runs in another working directory and would open (and create) another file."""
+    scheme, sep, rest = url.partition(":///")
+    if not scheme.startswith("sqlite") or not sep:
+        return url
+    path, mark, query = rest.partition("?")
+    if not path or path.startswith("/") or path == ":memory:":
+        return url
+    return f"{scheme}:///{os.path.abspath(path)}{mark}{query}"
 
 
 def _train_fn_of(worker_group_context: Any) -> Any:

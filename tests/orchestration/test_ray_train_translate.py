@@ -64,3 +64,20 @@ def test_a_url_that_is_not_a_database_url_is_refused_with_an_example(url: Any) -
 
     with pytest.raises(ValueError, match=r"needs a database URL like 'sqlite:///wgstore.db'"):
         RecordingCallback(url)
+
+
+def test_a_relative_sqlite_path_is_made_absolute_in_the_driver(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The controller actor has another working directory: it must open the driver's file.
+    pytest.importorskip("ray.train.v2")
+    from wgstore.orchestration.ray_train import RecordingCallback
+
+    monkeypatch.chdir(tmp_path)
+    assert RecordingCallback("sqlite:///w.db").url == f"sqlite:///{tmp_path}/w.db"
+    assert (
+        RecordingCallback("sqlite:///sub/w.db?busy_timeout=1").url
+        == f"sqlite:///{tmp_path}/sub/w.db?busy_timeout=1"
+    )
+    for unchanged in ("sqlite:////abs/w.db", "postgresql+psycopg://u@h/db"):
+        assert RecordingCallback(unchanged).url == unchanged
