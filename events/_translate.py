@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import sqlalchemy.exc as sa_exc
 
@@ -17,12 +19,12 @@ from wgstore.events.errors import (
     StoreUnavailableError,
 )
 
-try:  # psycopg is an optional extra (postgres)
-    import psycopg
-    import psycopg.errors as pg_errors
-except ImportError:  # pragma: no cover - exercised only without the postgres extra
-    psycopg = None  # type: ignore[assignment]
-    pg_errors = None  # type: ignore[assignment]
+
+def _psycopg() -> Any:
+    """psycopg if this process has loaded it, else None: a psycopg error can only come from a
+    loaded psycopg, and importing it (~90 ms) would slow every SQLite-only process."""
+    return sys.modules.get("psycopg")
+
 
 __all__ = ["translate_errors"]
 
@@ -44,6 +46,7 @@ def translate_errors(url: str) -> Iterator[None]:
     except sqlite3.Error as error:
         raise _translate(error, url) from error
     except Exception as error:
+        psycopg = _psycopg()
         if psycopg is not None and isinstance(error, psycopg.Error):
             raise _translate(error, url) from error
         raise
@@ -70,7 +73,10 @@ def _translate(error: BaseException | None, url: str) -> Exception:
         if "unable to open" in text or "readonly" in text or "read-only" in text:
             return StoreUnavailableError(f"{masked}: {text}; check the path and its permissions")
         return StoreUnavailableError(f"{masked}: SQLite error: {text}")
+    psycopg = _psycopg()
     if psycopg is not None and isinstance(error, psycopg.Error):
+        import psycopg.errors as pg_errors
+
         state = getattr(error, "sqlstate", None)
         if state == "WG003":
             return ImmutableEventError(_first_line(text))
