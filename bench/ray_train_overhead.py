@@ -102,7 +102,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--poll-s", type=float, default=0.05)
     parser.add_argument("--url", default=None, help="the wgstore database (a temp SQLite file)")
-    parser.add_argument("--fresh-db", action="store_true", help="a new database per run")
+    parser.add_argument(
+        "--fresh-db", action="store_true", help="a new SQLite file per run (without --url)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = str(args.poll_s)
