@@ -66,7 +66,11 @@ class SqliteRecorder:
 
     columns = _COLUMNS
     param = "?"
-    times_are_text = True
+
+    @staticmethod
+    def time_of(stored: str) -> datetime:
+        """``recorded_at`` as SQLite stores it (UTC text) as an aware datetime."""
+        return parse_time(stored)
 
     def __init__(self) -> None:
         # The heads this store's own appends left (a stale entry is caught, not trusted).

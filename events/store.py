@@ -45,7 +45,6 @@ from wgstore.events.records import (
     _StreamState,
 )
 from wgstore.events.registry import REGISTRY, EventRegistry
-from wgstore.events.sqlite_recorder import parse_time
 from wgstore.events.verify import VerifyReport, head_digest, verify_log
 
 __all__ = ["EventStore", "VerifyReport"]
@@ -57,6 +56,9 @@ _UUID = uuid.UUID
 _UNKNOWN_SAFETY = uuid.SafeUUID.unknown
 _new_uuid = object.__new__
 _set = object.__setattr__
+
+_UNSET: Any = object()
+_DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError)
 
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
@@ -524,19 +526,42 @@ class EventStore:
         return self.recorder.connection_died(connection, error)
 
     def _decode_rows(self, rows: Iterable[Sequence[Any]]) -> Iterator[RecordedEvent]:
-        decode = self.codec.decode
+        codec = self.codec
         decode_json = msgspec.json.decode
-        text_times = self.recorder.times_are_text
-        last_text, last_time = None, None  # a batch shares one time: parse it once
+        time_of = self.recorder.time_of
+        # Values rows share (a batch has one time and one metadata text) are decoded once; the
+        # records of a batch then share one metadata dict, as the records append returns do.
+        last_at: Any = _UNSET
+        last_time: Any = None
+        last_meta: Any = _UNSET
+        metadata: Any = None
+        # One registry lookup per event type of the page, not per row.
+        decoders: dict[str, tuple[int, Callable[[Any], Any] | None]] = {}
         new_uuid, set_attr, uuid_class, unknown_safety = _new_uuid, _set, _UUID, _UNKNOWN_SAFETY
         for row in rows:
             position, stream_id, version, event_id, type_, schema_version, data, meta, at, hash_ = (
                 row
             )
-            if text_times:
-                if at != last_text:
-                    last_text, last_time = at, parse_time(at)
-                at = last_time
+            if at != last_at:
+                last_at, last_time = at, time_of(at)
+            if meta != last_meta:
+                last_meta, metadata = meta, decode_json(meta)
+            known = decoders.get(type_)
+            if known is None:
+                known = decoders[type_] = (
+                    schema_version,
+                    codec.current_decoder(type_, schema_version),
+                )
+            event: Any = None
+            if known[1] is not None and known[0] == schema_version:
+                try:
+                    event = known[1](data)
+                except _DECODE_ERRORS:
+                    pass  # codec.decode raises the EventDecodeError that names the event
+            if event is None:
+                event = codec.decode(
+                    type_, schema_version, data, stream_id=stream_id, position=position
+                )
             event_uuid = new_uuid(uuid_class)  # stored ids are valid: skip UUID.__init__
             set_attr(event_uuid, "int", int(event_id.replace("-", ""), 16))
             set_attr(event_uuid, "is_safe", unknown_safety)
@@ -547,9 +572,9 @@ class EventStore:
                 event_id=event_uuid,
                 type=type_,
                 schema_version=schema_version,
-                event=decode(type_, schema_version, data, stream_id=stream_id, position=position),
-                metadata=decode_json(meta),
-                recorded_at=at,
+                event=event,
+                metadata=metadata,
+                recorded_at=last_time,
                 hash=hash_,
             )
 
