@@ -384,14 +384,18 @@ class EventStore:
         p = self._param
         sql = (
             f"SELECT {self._columns} FROM wg_events WHERE stream_id = {p} "
-            f"AND stream_version >= {p} AND stream_version <= {p} ORDER BY stream_version LIMIT {_PAGE}"
+            f"AND stream_version >= {p} AND stream_version <= {p} ORDER BY stream_version "
+            f"LIMIT {_PAGE + 1}"
         )
+        # A page asks for one row more than it yields: without that row, a stream ending on a
+        # page boundary (a 1,000-event stream, say) costs one more query to find nothing.
         while version <= last:
             rows = self._fetch(sql, (stream_id, version, last))
-            yield from self._decode_rows(rows)
-            if len(rows) < _PAGE:
+            if len(rows) <= _PAGE:
+                yield from self._decode_rows(rows)
                 return
-            version = rows[-1][2] + 1
+            yield from self._decode_rows(rows[:_PAGE])
+            version = rows[_PAGE][2]
 
     def read_all(
         self,
@@ -552,16 +556,19 @@ class EventStore:
                     schema_version,
                     codec.current_decoder(type_, schema_version),
                 )
-            event: Any = None
-            if known[1] is not None and known[0] == schema_version:
-                try:
-                    event = known[1](data)
-                except _DECODE_ERRORS:
-                    pass  # codec.decode raises the EventDecodeError that names the event
-            if event is None:
+            fast = known[1]
+            if fast is None or known[0] != schema_version:
                 event = codec.decode(
                     type_, schema_version, data, stream_id=stream_id, position=position
                 )
+            else:
+                try:
+                    event = fast(data)
+                except _DECODE_ERRORS:  # decode again to raise the EventDecodeError
+                    codec.decode(
+                        type_, schema_version, data, stream_id=stream_id, position=position
+                    )
+                    raise
             event_uuid = new_uuid(uuid_class)  # stored ids are valid: skip UUID.__init__
             set_attr(event_uuid, "int", int(event_id.replace("-", ""), 16))
             set_attr(event_uuid, "is_safe", unknown_safety)

@@ -82,7 +82,9 @@ def verify_log(
 ) -> VerifyReport:
     """Check the stored rows of the log (or one stream); see ``EventStore.verify``."""
     target = parse_digest(against) if against is not None else None
-    checker = _Checker(store.recorder.time_of, whole_log=stream_id is None, key=hmac_key, target=target)
+    checker = _Checker(
+        store.recorder.time_of, whole_log=stream_id is None, key=hmac_key, target=target
+    )
     p = store.recorder.param
     columns = (
         f"{store.recorder.columns}, log_hash, mac"  # a record's columns, as its backend reads them
