@@ -134,7 +134,7 @@ def _save(
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql
     from sqlalchemy.dialects import sqlite as sqlite_dialect
-    
+
     from wgstore.events.schema import wg_snapshots
 
     values = {
@@ -171,7 +171,7 @@ def load_row(
 ) -> tuple[int, str, str] | None:
     """The ``(stream_version, schema, state as JSON text)`` of one ``wg_snapshots`` row."""
     import sqlalchemy as sa
-    
+
     from wgstore.events.schema import wg_snapshots
 
     if isinstance(target, sa.Connection):

@@ -353,19 +353,25 @@ def apply_poll_changes(
     in ``ranks`` raise ``KeyError``.
     """
     if previous is None:
-        statuses = {rank: _RUNNING for rank in ranks}
+        statuses = dict.fromkeys(ranks, _RUNNING)
     else:
         statuses = dict(previous.worker_statuses)
     for change in changes:
-        if change.world_rank not in statuses:
-            raise KeyError(change.world_rank)
-        statuses[change.world_rank] = WorkerStatus(
-            running=change.running, error=change.error, return_value=change.return_value
-        )
+        rank = change.world_rank
+        if rank not in statuses:
+            raise KeyError(rank)
+        if change.error is None and change.return_value is None:
+            # the common change, a worker starting or stopping: share one frozen status
+            statuses[rank] = _RUNNING if change.running else _STOPPED
+        else:
+            statuses[rank] = WorkerStatus(
+                running=change.running, error=change.error, return_value=change.return_value
+            )
     return WorkerGroupPollStatus(worker_statuses=statuses)
 
 
 _RUNNING = WorkerStatus(running=True)
+_STOPPED = WorkerStatus(running=False)
 
 
 def _move(state: WorkerGroupState, record: RecordedEvent, to: WorkerGroupStatus) -> None:
@@ -481,8 +487,9 @@ def _start_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, A
 
 def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerGroupPolled = record.event
-    if state.status not in (WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN):
-        raise ProjectionError.at(record, f"a group cannot be polled while {state.status.value}")
+    status = state.status
+    if status is not WorkerGroupStatus.RUNNING and status is not WorkerGroupStatus.SHUTTING_DOWN:
+        raise ProjectionError.at(record, f"a group cannot be polled while {status.value}")
     if event.poll_seq <= state.last_poll_seq:
         raise ProjectionError.at(
             record,
@@ -493,14 +500,14 @@ def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
         raise ProjectionError.at(
             record, f"unchanged_polls must be >= 0, got {event.unchanged_polls}"
         )
+    previous = state.poll_status
+    ranks = () if previous is not None else [w.world_rank for w in state.workers]
     try:
-        status = apply_poll_changes(
-            state.poll_status, (w.world_rank for w in state.workers), event.changes
-        )
+        poll_status = apply_poll_changes(previous, ranks, event.changes)
     except KeyError as missing:
         raise ProjectionError.at(record, f"no worker has world rank {missing.args[0]}") from None
     return {
-        "poll_status": status,
+        "poll_status": poll_status,
         "last_poll_seq": event.poll_seq,
         "last_polled_at": event.polled_at,
         "polls_total": state.polls_total + event.unchanged_polls + 1,
@@ -510,7 +517,12 @@ def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
 
 def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerReported = record.event
-    if state.status not in _REPORTING:
+    status = state.status
+    if (
+        status is not WorkerGroupStatus.RUNNING
+        and status is not WorkerGroupStatus.SHUTTING_DOWN
+        and status is not WorkerGroupStatus.SHUT_DOWN
+    ):
         raise ProjectionError.at(
             record, f"a worker cannot report while the group is {state.status.value}"
         )
@@ -522,10 +534,26 @@ def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
         raise ProjectionError.at(
             record, f"report index {event.index} of rank {rank} does not follow index {previous}"
         )
+    if isinstance(state, _Draft) and state.owns_reports:
+        # this fold's own copies, which no frozen state shares yet: update them in place
+        metrics, counts, indexes = (
+            state.latest_metrics,
+            state.report_counts,
+            state.last_report_index,
+        )
+    else:
+        metrics = dict(state.latest_metrics)
+        counts = dict(state.report_counts)
+        indexes = dict(state.last_report_index)
+        if isinstance(state, _Draft):
+            state.owns_reports = True
+    metrics[rank] = event.metrics
+    counts[rank] = counts.get(rank, 0) + 1
+    indexes[rank] = event.index
     changes: dict[str, Any] = {
-        "latest_metrics": {**state.latest_metrics, rank: event.metrics},
-        "report_counts": {**state.report_counts, rank: state.report_counts.get(rank, 0) + 1},
-        "last_report_index": {**state.last_report_index, rank: event.index},
+        "latest_metrics": metrics,
+        "report_counts": counts,
+        "last_report_index": indexes,
     }
     if event.checkpoint is not None:
         changes["latest_checkpoint"] = event.checkpoint
@@ -582,21 +610,23 @@ class _Draft:
     """A mutable copy of a state's fields, so a fold of many events builds one frozen state.
 
     Handlers only read attributes and return the fields they change, so they work on a draft
-    exactly as on a :class:`WorkerGroupState`.
+    exactly as on a :class:`WorkerGroupState`. One exception saves three dict copies per
+    report: while ``owns_reports`` is set, the report mappings are the draft's own copies, shared
+    with no frozen state, and ``_reported`` updates them in place.
     """
+
+    __slots__ = ("__dict__", "owns_reports")
 
     def __init__(self, state: WorkerGroupState) -> None:
         self.__dict__.update({name: getattr(state, name) for name in _FIELDS})
+        self.owns_reports = False
 
     def freeze(self) -> WorkerGroupState:
+        self.owns_reports = False  # the frozen state shares the mappings from here on
         return WorkerGroupState(**self.__dict__)
 
 
 _FIELDS = tuple(f.name for f in fields(WorkerGroupState))
-_REPORTING = frozenset(
-    {WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN, WorkerGroupStatus.SHUT_DOWN}
-)
-_TERMINAL = frozenset(status for status in WorkerGroupStatus if status.is_terminal)
 
 
 def _first(event: RecordedEvent) -> WorkerGroupState:
@@ -613,12 +643,16 @@ def _first(event: RecordedEvent) -> WorkerGroupState:
 
 def _apply(draft: Any, event: RecordedEvent) -> None:
     payload = event.event
-    ProjectionError.check_follows(event, draft.stream_id, draft.version)
+    version = event.version
+    if event.stream_id != draft.stream_id or version != draft.version + 1:
+        ProjectionError.check_follows(event, draft.stream_id, draft.version)  # raises
     handler = _HANDLERS.get(type(payload))
+    status = draft.status
     if handler is None and isinstance(payload, UnknownEvent):
         changes: dict[str, Any] = {}  # not ours to interpret: step over it
     elif (
-        draft.status in _TERMINAL
+        # identity, not a set: an enum member's hash is a Python-level call
+        (status is WorkerGroupStatus.SHUT_DOWN or status is WorkerGroupStatus.START_FAILED)
         and not isinstance(payload, CallbackFailed)  # after_* hooks run after the end
         and not (
             # a worker's own append can commit while its actor is being killed at shutdown
@@ -638,7 +672,7 @@ def _apply(draft: Any, event: RecordedEvent) -> None:
         changes = handler(draft, event)
     values = draft.__dict__
     values.update(changes)
-    values["version"] = event.version
+    values["version"] = version
     values["position"] = event.position
     values["updated_at"] = event.recorded_at
 
@@ -709,10 +743,15 @@ def project_worker_group(
     Raises:
         ProjectionError: as :func:`evolve`, or when there are no events and no state.
     """
-    fold = WorkerGroupFold(state)
-    for event in events:
-        fold.apply(event)
-    state = fold.state()
+    iterator = iter(events)
     if state is None:
-        raise ProjectionError.nothing_to_fold()
-    return state
+        for first in iterator:
+            state = _first(first)
+            break
+        else:
+            raise ProjectionError.nothing_to_fold()
+    draft = _Draft(state)
+    apply = _apply  # WorkerGroupFold.apply's work, without a method call per event
+    for event in iterator:
+        apply(draft, event)
+    return draft.freeze()
