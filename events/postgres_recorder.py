@@ -143,12 +143,14 @@ BEGIN
 END $$
 """
 
-# recorded_at as microseconds since the epoch: an int loads several times faster than psycopg
-# builds a datetime per row, and a reader makes one datetime per batch (a batch shares a time).
-_COLUMNS = (
-    "position, stream_id, stream_version, event_id::text, event_type, schema_version, data::text, "
-    "metadata::text, (extract(epoch FROM recorded_at) * 1000000)::bigint, hash"
+# recorded_at as microseconds since the epoch: a reader makes one datetime per batch (a batch
+# shares a time) instead of psycopg one per row.
+_AFTER_STREAM_ID = (  # the columns after position and stream_id
+    "stream_version, event_id::text, event_type, schema_version, data::text, metadata::text, "
+    "(extract(epoch FROM recorded_at) * 1000000)::bigint, hash"
 )
+_COLUMNS = f"position, stream_id, {_AFTER_STREAM_ID}"
+_STREAM_COLUMNS = f"position, {_AFTER_STREAM_ID}"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CALL = (
     # The arrays go in binary (%b): psycopg's text format escapes every quote of the JSON with a
@@ -162,6 +164,7 @@ class PostgresRecorder:
     """Appends and reads on PostgreSQL (see the module docstring)."""
 
     columns = _COLUMNS
+    stream_columns = _STREAM_COLUMNS
     param = "%s"
 
     @staticmethod

@@ -50,6 +50,8 @@ class Recorder(Protocol):
     """The SELECT list of a record: position, stream_id, stream_version, event_id, event_type,
     schema_version, data, metadata, recorded_at, hash (ids and JSON as text; ``recorded_at`` as
     :meth:`time_of` takes it)."""
+    stream_columns: str
+    """``columns`` without ``stream_id``, for reads of one stream (which know it)."""
     param: str
     """The driver's placeholder (``?`` or ``%s``)."""
 

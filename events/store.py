@@ -383,19 +383,20 @@ class EventStore:
         version = max(from_version, 1)
         p = self._param
         sql = (
-            f"SELECT {self._columns} FROM wg_events WHERE stream_id = {p} "
+            f"SELECT {self.recorder.stream_columns} FROM wg_events WHERE stream_id = {p} "
             f"AND stream_version >= {p} AND stream_version <= {p} ORDER BY stream_version "
             f"LIMIT {_PAGE + 1}"
         )
         # A page asks for one row more than it yields: without that row, a stream ending on a
-        # page boundary (a 1,000-event stream, say) costs one more query to find nothing.
+        # page boundary (a 1,000-event stream, say) costs one more query to find nothing. The
+        # rows leave out stream_id, which is known.
         while version <= last:
             rows = self._fetch(sql, (stream_id, version, last))
             if len(rows) <= _PAGE:
-                yield from self._decode_rows(rows)
+                yield from self._decode_rows(rows, stream_id)
                 return
-            yield from self._decode_rows(rows[:_PAGE])
-            version = rows[_PAGE][2]
+            yield from self._decode_rows(rows[:_PAGE], stream_id)
+            version = rows[_PAGE][1]
 
     def read_all(
         self,
@@ -529,7 +530,11 @@ class EventStore:
     def _connection_died(self, connection: Any, error: BaseException) -> bool:
         return self.recorder.connection_died(connection, error)
 
-    def _decode_rows(self, rows: Iterable[Sequence[Any]]) -> Iterator[RecordedEvent]:
+    def _decode_rows(
+        self, rows: Iterable[Sequence[Any]], stream: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Records of ``rows`` (``recorder.columns``; ``stream_columns`` when ``stream`` is the
+        stream id they all belong to)."""
         codec = self.codec
         decode_json = msgspec.json.decode
         time_of = self.recorder.time_of
@@ -543,9 +548,22 @@ class EventStore:
         decoders: dict[str, tuple[int, Callable[[Any], Any] | None]] = {}
         new_uuid, set_attr, uuid_class, unknown_safety = _new_uuid, _set, _UUID, _UNKNOWN_SAFETY
         for row in rows:
-            position, stream_id, version, event_id, type_, schema_version, data, meta, at, hash_ = (
-                row
-            )
+            if stream is None:
+                (
+                    position,
+                    stream_id,
+                    version,
+                    event_id,
+                    type_,
+                    schema_version,
+                    data,
+                    meta,
+                    at,
+                    hash_,
+                ) = row
+            else:
+                stream_id = stream
+                position, version, event_id, type_, schema_version, data, meta, at, hash_ = row
             if at != last_at:
                 last_at, last_time = at, time_of(at)
             if meta != last_meta:
