@@ -367,7 +367,13 @@ def apply_poll_changes(
             statuses[rank] = WorkerStatus(
                 running=change.running, error=change.error, return_value=change.return_value
             )
-    return WorkerGroupPollStatus(worker_statuses=statuses)
+    poll_status = _new(WorkerGroupPollStatus)  # its __init__ only sets the one field
+    _set_field(poll_status, "worker_statuses", statuses)
+    return poll_status
+
+
+_new = object.__new__
+_set_field = object.__setattr__
 
 
 _RUNNING = WorkerStatus(running=True)
@@ -642,25 +648,41 @@ def _first(event: RecordedEvent) -> WorkerGroupState:
 
 
 def _apply(draft: Any, event: RecordedEvent) -> None:
+    values = draft.__dict__  # the draft's fields: reading them here skips attribute lookups
     payload = event.event
     version = event.version
-    if event.stream_id != draft.stream_id or version != draft.version + 1:
-        ProjectionError.check_follows(event, draft.stream_id, draft.version)  # raises
+    if event.stream_id != values["stream_id"] or version != values["version"] + 1:
+        ProjectionError.check_follows(event, values["stream_id"], values["version"])  # raises
     handler = _HANDLERS.get(type(payload))
-    status = draft.status
+    status = values["status"]
+    # identity, not a set: an enum member's hash is a Python-level call
+    if handler is not None and status is not _SHUT_DOWN and status is not _START_FAILED:
+        changes = handler(draft, event)
+    else:
+        changes = _unusual(draft, event, handler, status)
+    values.update(changes)
+    values["version"] = version
+    values["position"] = event.position
+    values["updated_at"] = event.recorded_at
+
+
+def _unusual(
+    draft: Any, event: RecordedEvent, handler: _Handler | None, status: WorkerGroupStatus
+) -> dict[str, Any]:
+    """The changes of an event of no known type, or one that follows a terminal state."""
+    payload = event.event
     if handler is None and isinstance(payload, UnknownEvent):
-        changes: dict[str, Any] = {}  # not ours to interpret: step over it
-    elif (
-        # identity, not a set: an enum member's hash is a Python-level call
-        (status is WorkerGroupStatus.SHUT_DOWN or status is WorkerGroupStatus.START_FAILED)
-        and not isinstance(payload, CallbackFailed)  # after_* hooks run after the end
+        return {}  # not ours to interpret: step over it
+    if (
+        not isinstance(payload, CallbackFailed)  # after_* hooks run after the end
         and not (
             # a worker's own append can commit while its actor is being killed at shutdown
-            draft.status is WorkerGroupStatus.SHUT_DOWN and isinstance(payload, WorkerReported)
+            status is _SHUT_DOWN and isinstance(payload, WorkerReported)
         )
+        and (status is _SHUT_DOWN or status is _START_FAILED)
     ):
-        raise ProjectionError.at(event, f"group {draft.group_id!r} is already {draft.status.value}")
-    elif handler is None:
+        raise ProjectionError.at(event, f"group {draft.group_id!r} is already {status.value}")
+    if handler is None:
         if isinstance(payload, WorkerGroupStartRequested):
             _start_requested(draft, event)  # raises
         raise ProjectionError.at(
@@ -668,13 +690,11 @@ def _apply(draft: Any, event: RecordedEvent) -> None:
             f"{type(payload).__module__}.{type(payload).__qualname__} is not a worker-group "
             "event; the worker-group projection does not know how to apply it",
         )
-    else:
-        changes = handler(draft, event)
-    values = draft.__dict__
-    values.update(changes)
-    values["version"] = version
-    values["position"] = event.position
-    values["updated_at"] = event.recorded_at
+    return handler(draft, event)
+
+
+_SHUT_DOWN = WorkerGroupStatus.SHUT_DOWN
+_START_FAILED = WorkerGroupStatus.START_FAILED
 
 
 def evolve(state: WorkerGroupState | None, event: RecordedEvent) -> WorkerGroupState:
@@ -716,7 +736,9 @@ class WorkerGroupFold:
         """The fields folded so far, read-only by convention (``None`` before any event).
 
         Has the attributes of :class:`WorkerGroupState` (not its properties); cheaper than
-        :meth:`state` when only a few fields are needed after each event.
+        :meth:`state` when only a few fields are needed after each event. Its report mappings
+        (``latest_metrics``, ``report_counts``, ``last_report_index``) are updated in place by
+        later reports: copy one to keep it as it is now (:meth:`state`'s are never changed).
         """
         return self._draft
 
