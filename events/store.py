@@ -55,7 +55,9 @@ _PAGE = 1000
 _UUID = uuid.UUID
 _UNKNOWN_SAFETY = uuid.SafeUUID.unknown
 _new_uuid = object.__new__
-_set = object.__setattr__
+# UUID's slots, set through their descriptors (cheaper than object.__setattr__ by name).
+_set_int = vars(uuid.UUID)["int"].__set__
+_set_safety = vars(uuid.UUID)["is_safe"].__set__
 
 _UNSET: Any = object()
 _DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError)
@@ -279,8 +281,8 @@ class EventStore:
                 made = uuid7()
                 event_id = str(made)
                 event_uuid = _new_uuid(_UUID)
-                _set(event_uuid, "int", made.int)
-                _set(event_uuid, "is_safe", _UNKNOWN_SAFETY)
+                _set_int(event_uuid, made.int)
+                _set_safety(event_uuid, _UNKNOWN_SAFETY)
             else:
                 event_uuid = fixed_id
                 event_id = str(event_uuid)
@@ -546,7 +548,8 @@ class EventStore:
         metadata: Any = None
         # One registry lookup per event type of the page, not per row.
         decoders: dict[str, tuple[int, Callable[[Any], Any] | None]] = {}
-        new_uuid, set_attr, uuid_class, unknown_safety = _new_uuid, _set, _UUID, _UNKNOWN_SAFETY
+        new_uuid, set_int, set_safety, uuid_class = _new_uuid, _set_int, _set_safety, _UUID
+        unknown_safety = _UNKNOWN_SAFETY
         for row in rows:
             if stream is None:
                 (
@@ -588,8 +591,8 @@ class EventStore:
                     )
                     raise
             event_uuid = new_uuid(uuid_class)  # stored ids are valid: skip UUID.__init__
-            set_attr(event_uuid, "int", int(event_id.replace("-", ""), 16))
-            set_attr(event_uuid, "is_safe", unknown_safety)
+            set_int(event_uuid, int(event_id.replace("-", ""), 16))
+            set_safety(event_uuid, unknown_safety)
             yield RecordedEvent(
                 position=position,
                 stream_id=stream_id,

@@ -540,12 +540,16 @@ def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
         raise ProjectionError.at(
             record, f"report index {event.index} of rank {rank} does not follow index {previous}"
         )
+    metrics: dict[int, Mapping[str, Any]]
+    counts: dict[int, int]
+    indexes: dict[int, int]
+    draft: Any = state  # a _Draft while folding (its fields are plain attributes)
     if isinstance(state, _Draft) and state.owns_reports:
         # this fold's own copies, which no frozen state shares yet: update them in place
         metrics, counts, indexes = (
-            state.latest_metrics,
-            state.report_counts,
-            state.last_report_index,
+            draft.latest_metrics,
+            draft.report_counts,
+            draft.last_report_index,
         )
     else:
         metrics = dict(state.latest_metrics)
