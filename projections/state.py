@@ -544,6 +544,7 @@ def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     counts: dict[int, int]
     indexes: dict[int, int]
     draft: Any = state  # a _Draft while folding (its fields are plain attributes)
+    changes: dict[str, Any]
     if isinstance(state, _Draft) and state.owns_reports:
         # this fold's own copies, which no frozen state shares yet: update them in place
         metrics, counts, indexes = (
@@ -551,22 +552,19 @@ def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
             draft.report_counts,
             draft.last_report_index,
         )
+        changes = {} if event.checkpoint is None else {"latest_checkpoint": event.checkpoint}
     else:
         metrics = dict(state.latest_metrics)
         counts = dict(state.report_counts)
         indexes = dict(state.last_report_index)
         if isinstance(state, _Draft):
             state.owns_reports = True
+        changes = {"latest_metrics": metrics, "report_counts": counts, "last_report_index": indexes}
+        if event.checkpoint is not None:
+            changes["latest_checkpoint"] = event.checkpoint
     metrics[rank] = event.metrics
     counts[rank] = counts.get(rank, 0) + 1
     indexes[rank] = event.index
-    changes: dict[str, Any] = {
-        "latest_metrics": metrics,
-        "report_counts": counts,
-        "last_report_index": indexes,
-    }
-    if event.checkpoint is not None:
-        changes["latest_checkpoint"] = event.checkpoint
     return changes
 
 
