@@ -6,6 +6,7 @@ the payload and is faster than ``json.loads``. Old payloads are upcast as plain 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -97,6 +98,25 @@ class Codec:
             raise EventDecodeError(
                 str(error), stream_id=stream_id, position=position
             ) from error.__cause__
+
+    def current_decoder(
+        self, type_name: str, schema_version: int
+    ) -> Callable[[str | bytes], Any] | None:
+        """The bare msgspec decode function of ``type_name`` stored at ``schema_version``.
+
+        For readers that decode many rows: one lookup per type instead of one per row. ``None``
+        when the payload needs :meth:`decode`'s other paths (an unregistered type, or an older
+        or newer schema version). The function raises msgspec's errors (``ValidationError``,
+        ``DecodeError``) or the event class's own (``TypeError``, ``ValueError``); call
+        :meth:`decode` on the same row to get the :class:`EventDecodeError` instead.
+        """
+        try:
+            info = self.registry.by_name(type_name)
+        except UnknownEventTypeError:
+            return None
+        if schema_version != info.version:
+            return None
+        return self._decoder(info.cls).decode
 
     def _decoder(self, cls: type) -> msgspec.json.Decoder[Any]:
         decoder = self._decoders.get(cls)

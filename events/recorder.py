@@ -48,11 +48,17 @@ class Recorder(Protocol):
 
     columns: str
     """The SELECT list of a record: position, stream_id, stream_version, event_id, event_type,
-    schema_version, data, metadata, recorded_at, hash (all as the driver returns text)."""
+    schema_version, data, metadata, recorded_at, hash (ids and JSON as text; ``recorded_at`` as
+    :meth:`time_of` takes it)."""
+    stream_columns: str
+    """``columns`` without ``stream_id``, for reads of one stream (which know it)."""
     param: str
     """The driver's placeholder (``?`` or ``%s``)."""
-    times_are_text: bool
-    """True when ``recorded_at`` comes back as text to parse (SQLite)."""
+
+    def time_of(self, stored: Any) -> datetime:
+        """The aware UTC ``recorded_at`` of a row's ``recorded_at`` column (as ``columns`` reads
+        it). Readers call it once per distinct value: a batch shares one time."""
+        ...
 
     def append(
         self,

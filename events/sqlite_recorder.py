@@ -42,10 +42,11 @@ _HEADS = (
     "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'wg_events'), 0), "
     "coalesce((SELECT max(position) FROM wg_events), 0))"
 )
-_COLUMNS = (
-    "position, stream_id, stream_version, event_id, event_type, schema_version, data, metadata, "
-    "recorded_at, hash"
+_AFTER_STREAM_ID = (  # the columns after position and stream_id
+    "stream_version, event_id, event_type, schema_version, data, metadata, recorded_at, hash"
 )
+_COLUMNS = f"position, stream_id, {_AFTER_STREAM_ID}"
+_STREAM_COLUMNS = f"position, {_AFTER_STREAM_ID}"
 
 
 def parse_time(text: str) -> datetime:
@@ -65,8 +66,13 @@ class SqliteRecorder:
     """Appends and reads on SQLite (see the module docstring)."""
 
     columns = _COLUMNS
+    stream_columns = _STREAM_COLUMNS
     param = "?"
-    times_are_text = True
+
+    @staticmethod
+    def time_of(stored: str) -> datetime:
+        """``recorded_at`` as SQLite stores it (UTC text) as an aware datetime."""
+        return parse_time(stored)
 
     def __init__(self) -> None:
         # The heads this store's own appends left (a stale entry is caught, not trusted).

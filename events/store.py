@@ -45,7 +45,6 @@ from wgstore.events.records import (
     _StreamState,
 )
 from wgstore.events.registry import REGISTRY, EventRegistry
-from wgstore.events.sqlite_recorder import parse_time
 from wgstore.events.verify import VerifyReport, head_digest, verify_log
 
 __all__ = ["EventStore", "VerifyReport"]
@@ -56,7 +55,12 @@ _PAGE = 1000
 _UUID = uuid.UUID
 _UNKNOWN_SAFETY = uuid.SafeUUID.unknown
 _new_uuid = object.__new__
-_set = object.__setattr__
+# UUID's slots, set through their descriptors (cheaper than object.__setattr__ by name).
+_set_int = vars(uuid.UUID)["int"].__set__
+_set_safety = vars(uuid.UUID)["is_safe"].__set__
+
+_UNSET: Any = object()
+_DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError)
 
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
@@ -277,8 +281,8 @@ class EventStore:
                 made = uuid7()
                 event_id = str(made)
                 event_uuid = _new_uuid(_UUID)
-                _set(event_uuid, "int", made.int)
-                _set(event_uuid, "is_safe", _UNKNOWN_SAFETY)
+                _set_int(event_uuid, made.int)
+                _set_safety(event_uuid, _UNKNOWN_SAFETY)
             else:
                 event_uuid = fixed_id
                 event_id = str(event_uuid)
@@ -381,15 +385,20 @@ class EventStore:
         version = max(from_version, 1)
         p = self._param
         sql = (
-            f"SELECT {self._columns} FROM wg_events WHERE stream_id = {p} "
-            f"AND stream_version >= {p} AND stream_version <= {p} ORDER BY stream_version LIMIT {_PAGE}"
+            f"SELECT {self.recorder.stream_columns} FROM wg_events WHERE stream_id = {p} "
+            f"AND stream_version >= {p} AND stream_version <= {p} ORDER BY stream_version "
+            f"LIMIT {_PAGE + 1}"
         )
+        # A page asks for one row more than it yields: without that row, a stream ending on a
+        # page boundary (a 1,000-event stream, say) costs one more query to find nothing. The
+        # rows leave out stream_id, which is known.
         while version <= last:
             rows = self._fetch(sql, (stream_id, version, last))
-            yield from self._decode_rows(rows)
-            if len(rows) < _PAGE:
+            if len(rows) <= _PAGE:
+                yield from self._decode_rows(rows, stream_id)
                 return
-            version = rows[-1][2] + 1
+            yield from self._decode_rows(rows[:_PAGE], stream_id)
+            version = rows[_PAGE][1]
 
     def read_all(
         self,
@@ -523,23 +532,67 @@ class EventStore:
     def _connection_died(self, connection: Any, error: BaseException) -> bool:
         return self.recorder.connection_died(connection, error)
 
-    def _decode_rows(self, rows: Iterable[Sequence[Any]]) -> Iterator[RecordedEvent]:
-        decode = self.codec.decode
+    def _decode_rows(
+        self, rows: Iterable[Sequence[Any]], stream: str | None = None
+    ) -> Iterator[RecordedEvent]:
+        """Records of ``rows`` (``recorder.columns``; ``stream_columns`` when ``stream`` is the
+        stream id they all belong to)."""
+        codec = self.codec
         decode_json = msgspec.json.decode
-        text_times = self.recorder.times_are_text
-        last_text, last_time = None, None  # a batch shares one time: parse it once
-        new_uuid, set_attr, uuid_class, unknown_safety = _new_uuid, _set, _UUID, _UNKNOWN_SAFETY
+        time_of = self.recorder.time_of
+        # Values rows share (a batch has one time and one metadata text) are decoded once; the
+        # records of a batch then share one metadata dict, as the records append returns do.
+        last_at: Any = _UNSET
+        last_time: Any = None
+        last_meta: Any = _UNSET
+        metadata: Any = None
+        # One registry lookup per event type of the page, not per row.
+        decoders: dict[str, tuple[int, Callable[[Any], Any] | None]] = {}
+        new_uuid, set_int, set_safety, uuid_class = _new_uuid, _set_int, _set_safety, _UUID
+        unknown_safety = _UNKNOWN_SAFETY
         for row in rows:
-            position, stream_id, version, event_id, type_, schema_version, data, meta, at, hash_ = (
-                row
-            )
-            if text_times:
-                if at != last_text:
-                    last_text, last_time = at, parse_time(at)
-                at = last_time
+            if stream is None:
+                (
+                    position,
+                    stream_id,
+                    version,
+                    event_id,
+                    type_,
+                    schema_version,
+                    data,
+                    meta,
+                    at,
+                    hash_,
+                ) = row
+            else:
+                stream_id = stream
+                position, version, event_id, type_, schema_version, data, meta, at, hash_ = row
+            if at != last_at:
+                last_at, last_time = at, time_of(at)
+            if meta != last_meta:
+                last_meta, metadata = meta, decode_json(meta)
+            known = decoders.get(type_)
+            if known is None:
+                known = decoders[type_] = (
+                    schema_version,
+                    codec.current_decoder(type_, schema_version),
+                )
+            fast = known[1]
+            if fast is None or known[0] != schema_version:
+                event = codec.decode(
+                    type_, schema_version, data, stream_id=stream_id, position=position
+                )
+            else:
+                try:
+                    event = fast(data)
+                except _DECODE_ERRORS:  # decode again to raise the EventDecodeError
+                    codec.decode(
+                        type_, schema_version, data, stream_id=stream_id, position=position
+                    )
+                    raise
             event_uuid = new_uuid(uuid_class)  # stored ids are valid: skip UUID.__init__
-            set_attr(event_uuid, "int", int(event_id.replace("-", ""), 16))
-            set_attr(event_uuid, "is_safe", unknown_safety)
+            set_int(event_uuid, int(event_id.replace("-", ""), 16))
+            set_safety(event_uuid, unknown_safety)
             yield RecordedEvent(
                 position=position,
                 stream_id=stream_id,
@@ -547,9 +600,9 @@ class EventStore:
                 event_id=event_uuid,
                 type=type_,
                 schema_version=schema_version,
-                event=decode(type_, schema_version, data, stream_id=stream_id, position=position),
-                metadata=decode_json(meta),
-                recorded_at=at,
+                event=event,
+                metadata=metadata,
+                recorded_at=last_time,
                 hash=hash_,
             )
 

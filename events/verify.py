@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -82,7 +82,9 @@ def verify_log(
 ) -> VerifyReport:
     """Check the stored rows of the log (or one stream); see ``EventStore.verify``."""
     target = parse_digest(against) if against is not None else None
-    checker = _Checker(store.is_postgres, whole_log=stream_id is None, key=hmac_key, target=target)
+    checker = _Checker(
+        store.recorder.time_of, whole_log=stream_id is None, key=hmac_key, target=target
+    )
     p = store.recorder.param
     columns = (
         f"{store.recorder.columns}, log_hash, mac"  # a record's columns, as its backend reads them
@@ -115,13 +117,13 @@ class _Checker:
 
     def __init__(
         self,
-        postgres: bool,
+        time_of: Callable[[Any], datetime],
         *,
         whole_log: bool,
         key: bytes | None,
         target: tuple[int, str] | None,
     ) -> None:
-        self.postgres = postgres
+        self.time_of = time_of
         self.whole_log = whole_log
         self.key = key
         self.target = target
@@ -144,7 +146,7 @@ class _Checker:
                 f"version {previous_version}: events are missing or out of order"
             )
         try:
-            moment = at if self.postgres else datetime.fromisoformat(at).replace(tzinfo=UTC)
+            moment = self.time_of(at)
             expected = chain_hash(
                 previous_hash, sid, version, event_id, type_, schema, epoch_us(moment), data, meta
             )

@@ -353,19 +353,31 @@ def apply_poll_changes(
     in ``ranks`` raise ``KeyError``.
     """
     if previous is None:
-        statuses = {rank: _RUNNING for rank in ranks}
+        statuses = dict.fromkeys(ranks, _RUNNING)
     else:
         statuses = dict(previous.worker_statuses)
     for change in changes:
-        if change.world_rank not in statuses:
-            raise KeyError(change.world_rank)
-        statuses[change.world_rank] = WorkerStatus(
-            running=change.running, error=change.error, return_value=change.return_value
-        )
-    return WorkerGroupPollStatus(worker_statuses=statuses)
+        rank = change.world_rank
+        if rank not in statuses:
+            raise KeyError(rank)
+        if change.error is None and change.return_value is None:
+            # the common change, a worker starting or stopping: share one frozen status
+            statuses[rank] = _RUNNING if change.running else _STOPPED
+        else:
+            statuses[rank] = WorkerStatus(
+                running=change.running, error=change.error, return_value=change.return_value
+            )
+    poll_status = _new(WorkerGroupPollStatus)  # its __init__ only sets the one field
+    _set_field(poll_status, "worker_statuses", statuses)
+    return poll_status
+
+
+_new = object.__new__
+_set_field = object.__setattr__
 
 
 _RUNNING = WorkerStatus(running=True)
+_STOPPED = WorkerStatus(running=False)
 
 
 def _move(state: WorkerGroupState, record: RecordedEvent, to: WorkerGroupStatus) -> None:
@@ -481,8 +493,9 @@ def _start_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, A
 
 def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerGroupPolled = record.event
-    if state.status not in (WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN):
-        raise ProjectionError.at(record, f"a group cannot be polled while {state.status.value}")
+    status = state.status
+    if status is not WorkerGroupStatus.RUNNING and status is not WorkerGroupStatus.SHUTTING_DOWN:
+        raise ProjectionError.at(record, f"a group cannot be polled while {status.value}")
     if event.poll_seq <= state.last_poll_seq:
         raise ProjectionError.at(
             record,
@@ -493,14 +506,14 @@ def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
         raise ProjectionError.at(
             record, f"unchanged_polls must be >= 0, got {event.unchanged_polls}"
         )
+    previous = state.poll_status
+    ranks = () if previous is not None else [w.world_rank for w in state.workers]
     try:
-        status = apply_poll_changes(
-            state.poll_status, (w.world_rank for w in state.workers), event.changes
-        )
+        poll_status = apply_poll_changes(previous, ranks, event.changes)
     except KeyError as missing:
         raise ProjectionError.at(record, f"no worker has world rank {missing.args[0]}") from None
     return {
-        "poll_status": status,
+        "poll_status": poll_status,
         "last_poll_seq": event.poll_seq,
         "last_polled_at": event.polled_at,
         "polls_total": state.polls_total + event.unchanged_polls + 1,
@@ -510,7 +523,12 @@ def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
 
 def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerReported = record.event
-    if state.status not in _REPORTING:
+    status = state.status
+    if (
+        status is not WorkerGroupStatus.RUNNING
+        and status is not WorkerGroupStatus.SHUTTING_DOWN
+        and status is not WorkerGroupStatus.SHUT_DOWN
+    ):
         raise ProjectionError.at(
             record, f"a worker cannot report while the group is {state.status.value}"
         )
@@ -522,13 +540,31 @@ def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
         raise ProjectionError.at(
             record, f"report index {event.index} of rank {rank} does not follow index {previous}"
         )
-    changes: dict[str, Any] = {
-        "latest_metrics": {**state.latest_metrics, rank: event.metrics},
-        "report_counts": {**state.report_counts, rank: state.report_counts.get(rank, 0) + 1},
-        "last_report_index": {**state.last_report_index, rank: event.index},
-    }
-    if event.checkpoint is not None:
-        changes["latest_checkpoint"] = event.checkpoint
+    metrics: dict[int, Mapping[str, Any]]
+    counts: dict[int, int]
+    indexes: dict[int, int]
+    draft: Any = state  # a _Draft while folding (its fields are plain attributes)
+    changes: dict[str, Any]
+    if isinstance(state, _Draft) and state.owns_reports:
+        # this fold's own copies, which no frozen state shares yet: update them in place
+        metrics, counts, indexes = (
+            draft.latest_metrics,
+            draft.report_counts,
+            draft.last_report_index,
+        )
+        changes = {} if event.checkpoint is None else {"latest_checkpoint": event.checkpoint}
+    else:
+        metrics = dict(state.latest_metrics)
+        counts = dict(state.report_counts)
+        indexes = dict(state.last_report_index)
+        if isinstance(state, _Draft):
+            state.owns_reports = True
+        changes = {"latest_metrics": metrics, "report_counts": counts, "last_report_index": indexes}
+        if event.checkpoint is not None:
+            changes["latest_checkpoint"] = event.checkpoint
+    metrics[rank] = event.metrics
+    counts[rank] = counts.get(rank, 0) + 1
+    indexes[rank] = event.index
     return changes
 
 
@@ -582,21 +618,23 @@ class _Draft:
     """A mutable copy of a state's fields, so a fold of many events builds one frozen state.
 
     Handlers only read attributes and return the fields they change, so they work on a draft
-    exactly as on a :class:`WorkerGroupState`.
+    exactly as on a :class:`WorkerGroupState`. One exception saves three dict copies per
+    report: while ``owns_reports`` is set, the report mappings are the draft's own copies, shared
+    with no frozen state, and ``_reported`` updates them in place.
     """
+
+    __slots__ = ("__dict__", "owns_reports")
 
     def __init__(self, state: WorkerGroupState) -> None:
         self.__dict__.update({name: getattr(state, name) for name in _FIELDS})
+        self.owns_reports = False
 
     def freeze(self) -> WorkerGroupState:
+        self.owns_reports = False  # the frozen state shares the mappings from here on
         return WorkerGroupState(**self.__dict__)
 
 
 _FIELDS = tuple(f.name for f in fields(WorkerGroupState))
-_REPORTING = frozenset(
-    {WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN, WorkerGroupStatus.SHUT_DOWN}
-)
-_TERMINAL = frozenset(status for status in WorkerGroupStatus if status.is_terminal)
 
 
 def _first(event: RecordedEvent) -> WorkerGroupState:
@@ -612,21 +650,41 @@ def _first(event: RecordedEvent) -> WorkerGroupState:
 
 
 def _apply(draft: Any, event: RecordedEvent) -> None:
+    values = draft.__dict__  # the draft's fields: reading them here skips attribute lookups
     payload = event.event
-    ProjectionError.check_follows(event, draft.stream_id, draft.version)
+    version = event.version
+    if event.stream_id != values["stream_id"] or version != values["version"] + 1:
+        ProjectionError.check_follows(event, values["stream_id"], values["version"])  # raises
     handler = _HANDLERS.get(type(payload))
+    status = values["status"]
+    # identity, not a set: an enum member's hash is a Python-level call
+    if handler is not None and status is not _SHUT_DOWN and status is not _START_FAILED:
+        changes = handler(draft, event)
+    else:
+        changes = _unusual(draft, event, handler, status)
+    values.update(changes)
+    values["version"] = version
+    values["position"] = event.position
+    values["updated_at"] = event.recorded_at
+
+
+def _unusual(
+    draft: Any, event: RecordedEvent, handler: _Handler | None, status: WorkerGroupStatus
+) -> dict[str, Any]:
+    """The changes of an event of no known type, or one that follows a terminal state."""
+    payload = event.event
     if handler is None and isinstance(payload, UnknownEvent):
-        changes: dict[str, Any] = {}  # not ours to interpret: step over it
-    elif (
-        draft.status in _TERMINAL
-        and not isinstance(payload, CallbackFailed)  # after_* hooks run after the end
+        return {}  # not ours to interpret: step over it
+    if (
+        not isinstance(payload, CallbackFailed)  # after_* hooks run after the end
         and not (
             # a worker's own append can commit while its actor is being killed at shutdown
-            draft.status is WorkerGroupStatus.SHUT_DOWN and isinstance(payload, WorkerReported)
+            status is _SHUT_DOWN and isinstance(payload, WorkerReported)
         )
+        and (status is _SHUT_DOWN or status is _START_FAILED)
     ):
-        raise ProjectionError.at(event, f"group {draft.group_id!r} is already {draft.status.value}")
-    elif handler is None:
+        raise ProjectionError.at(event, f"group {draft.group_id!r} is already {status.value}")
+    if handler is None:
         if isinstance(payload, WorkerGroupStartRequested):
             _start_requested(draft, event)  # raises
         raise ProjectionError.at(
@@ -634,13 +692,11 @@ def _apply(draft: Any, event: RecordedEvent) -> None:
             f"{type(payload).__module__}.{type(payload).__qualname__} is not a worker-group "
             "event; the worker-group projection does not know how to apply it",
         )
-    else:
-        changes = handler(draft, event)
-    values = draft.__dict__
-    values.update(changes)
-    values["version"] = event.version
-    values["position"] = event.position
-    values["updated_at"] = event.recorded_at
+    return handler(draft, event)
+
+
+_SHUT_DOWN = WorkerGroupStatus.SHUT_DOWN
+_START_FAILED = WorkerGroupStatus.START_FAILED
 
 
 def evolve(state: WorkerGroupState | None, event: RecordedEvent) -> WorkerGroupState:
@@ -682,7 +738,9 @@ class WorkerGroupFold:
         """The fields folded so far, read-only by convention (``None`` before any event).
 
         Has the attributes of :class:`WorkerGroupState` (not its properties); cheaper than
-        :meth:`state` when only a few fields are needed after each event.
+        :meth:`state` when only a few fields are needed after each event. Its report mappings
+        (``latest_metrics``, ``report_counts``, ``last_report_index``) are updated in place by
+        later reports: copy one to keep it as it is now (:meth:`state`'s are never changed).
         """
         return self._draft
 
@@ -709,10 +767,15 @@ def project_worker_group(
     Raises:
         ProjectionError: as :func:`evolve`, or when there are no events and no state.
     """
-    fold = WorkerGroupFold(state)
-    for event in events:
-        fold.apply(event)
-    state = fold.state()
+    iterator = iter(events)
     if state is None:
-        raise ProjectionError.nothing_to_fold()
-    return state
+        for first in iterator:
+            state = _first(first)
+            break
+        else:
+            raise ProjectionError.nothing_to_fold()
+    draft = _Draft(state)
+    apply = _apply  # WorkerGroupFold.apply's work, without a method call per event
+    for event in iterator:
+        apply(draft, event)
+    return draft.freeze()
