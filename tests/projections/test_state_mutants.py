@@ -433,3 +433,24 @@ def test_the_return_value_is_rank_zeros_once_it_finished() -> None:
     state = project_worker_group(stream.events)
     assert state.return_values == {0: "r0", 1: "r1"}
     assert state.return_value == "r0"
+
+
+def test_a_state_taken_mid_fold_never_changes_as_later_reports_are_folded() -> None:
+    # The fold updates its report mappings in place once it owns them (a fast path): a state it
+    # handed out, and the state a fold continued from, must keep the values they had.
+    stream = Stream().running().reported(0, loss=3.0).reported(1, loss=2.0)
+    stream.reported(0, loss=1.0).reported(0, "ckpt-2", loss=0.5).reported(1, loss=0.25)
+    cut = len(stream.events) - 3
+    fold = WorkerGroupFold()
+    taken = []
+    for index, event in enumerate(stream.events):
+        fold.apply(event)
+        if index >= cut - 1:
+            taken.append((index, fold.state()))
+    for index, state in taken:
+        assert state == project_worker_group(stream.events[: index + 1])
+    start = project_worker_group(stream.events[:cut])
+    before = (dict(start.latest_metrics), dict(start.report_counts), dict(start.last_report_index))
+    project_worker_group(stream.events[cut:], start)
+    evolve(start, stream.events[cut])
+    assert (start.latest_metrics, start.report_counts, start.last_report_index) == before
