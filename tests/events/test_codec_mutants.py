@@ -170,3 +170,13 @@ def test_an_upcaster_that_raises_is_a_decode_error_naming_the_step_and_the_event
     assert "upcaster of Pinned from schema version 1 to 2 failed (KeyError: 'missing')" in message
     assert (caught.value.stream_id, caught.value.position) == ("s-1", 9)
     assert isinstance(caught.value.__cause__, KeyError)
+
+
+def test_the_bulk_decoder_is_only_for_the_current_schema_of_a_registered_type() -> None:
+    codec = _codec()
+    decode = codec.current_decoder("Pinned", 3)
+    assert decode is not None and decode('{"path":"/c","step":2}') == Pinned(path="/c", step=2)
+    # older or newer payloads need the upcasting / refusing paths of Codec.decode
+    assert codec.current_decoder("Pinned", 2) is None
+    assert codec.current_decoder("Pinned", 4) is None
+    assert codec.current_decoder("NeverRegistered", 1) is None
