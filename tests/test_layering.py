@@ -62,6 +62,15 @@ def test_migrations_env_reads_only_the_table_metadata() -> None:
     assert top_level == {"wgstore.events.schema"}
 
 
+def _python(code: str) -> str:
+    """What a fresh interpreter prints running ``code`` (which must succeed)."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
 def test_events_and_projections_import_and_open_a_store_with_ray_unavailable(
     tmp_path: Path,
 ) -> None:
@@ -73,11 +82,7 @@ def test_events_and_projections_import_and_open_a_store_with_ray_unavailable(
         "assert 'ray' not in [m for m in sys.modules if sys.modules[m] is not None and m == 'ray']\n"
         "print('ok')"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    assert _python(code) == "ok"
 
 
 def test_the_ray_train_callback_imports_without_sqlalchemy() -> None:
@@ -90,8 +95,4 @@ def test_the_ray_train_callback_imports_without_sqlalchemy() -> None:
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'alembic', "
         "'psycopg'}))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert _python(code) == "[]"
