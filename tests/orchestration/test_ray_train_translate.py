@@ -51,9 +51,10 @@ def test_only_the_settings_travel_to_the_controller() -> None:
     pytest.importorskip("ray.train.v2")
     from wgstore.orchestration.ray_train import RecordingCallback
 
-    callback = RecordingCallback("sqlite:////tmp/x.db", run_name="r", strict=True)
+    callback = RecordingCallback("sqlite:////tmp/x.db", run_name="r", strict=True, hold_s=0)
     copy = pickle.loads(pickle.dumps(callback))
     assert (copy.url, copy.run_name, copy.strict) == ("sqlite:////tmp/x.db", "r", True)
+    assert copy.hold_s == 0
     assert copy.writer is None and copy.hook_calls == 0
 
 
