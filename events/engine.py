@@ -14,6 +14,7 @@ first ping that fails discards every pooled connection made before it.
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,8 +183,6 @@ def _set_wal(cursor: sqlite3.Cursor, busy_s: float) -> None:
     once (without its busy handler) when another connection, e.g. a second process opening the
     same new store, holds a lock meanwhile; so this retries for up to the busy timeout.
     """
-    import time
-
     deadline = time.monotonic() + busy_s
     pause = 0.005
     while True:
