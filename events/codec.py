@@ -16,7 +16,11 @@ from wgstore.events.records import UnknownEvent
 from wgstore.events.registry import REGISTRY, EventRegistry, EventTypeInfo
 from wgstore.events.storable import EventChecker, encode_json, exact_json
 
-__all__ = ["Codec", "canonical_json", "unknown_event"]
+__all__ = ["DECODE_ERRORS", "Codec", "canonical_json", "unknown_event"]
+
+DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError)
+"""What decoding a payload into its event class raises when the payload does not fit it:
+msgspec's errors, or the class's own checks."""
 
 
 def canonical_json(value: Any) -> str:
@@ -85,7 +89,7 @@ class Codec:
                 return self._decoder(info.cls).decode(data)
             payload = self._upcast(info, schema_version, msgspec.json.decode(data))
             return msgspec.convert(payload, info.cls)
-        except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError) as error:
+        except DECODE_ERRORS as error:
             raise EventDecodeError(
                 f"{type_name} (schema version {schema_version}) no longer decodes: {error}. "
                 "Register an upcaster for the old schema with @upcaster(...).",
@@ -106,8 +110,7 @@ class Codec:
 
         For readers that decode many rows: one lookup per type instead of one per row. ``None``
         when the payload needs :meth:`decode`'s other paths (an unregistered type, or an older
-        or newer schema version). The function raises msgspec's errors (``ValidationError``,
-        ``DecodeError``) or the event class's own (``TypeError``, ``ValueError``); call
+        or newer schema version). The function raises :data:`DECODE_ERRORS`; call
         :meth:`decode` on the same row to get the :class:`EventDecodeError` instead.
         """
         try:

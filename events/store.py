@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from uuid_utils import uuid7
 
 from wgstore.events._translate import translate_errors
-from wgstore.events.codec import Codec, canonical_json
+from wgstore.events.codec import DECODE_ERRORS, Codec, canonical_json
 from wgstore.events.engine import create_store_engine, mask_url, parse_url
 from wgstore.events.errors import (
     ConcurrencyError,
@@ -60,7 +60,6 @@ _set_int = vars(uuid.UUID)["int"].__set__
 _set_safety = vars(uuid.UUID)["is_safe"].__set__
 
 _UNSET: Any = object()
-_DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError)
 
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
@@ -585,7 +584,7 @@ class EventStore:
             else:
                 try:
                     event = fast(data)
-                except _DECODE_ERRORS:  # decode again to raise the EventDecodeError
+                except DECODE_ERRORS:  # decode again to raise the EventDecodeError
                     codec.decode(
                         type_, schema_version, data, stream_id=stream_id, position=position
                     )
