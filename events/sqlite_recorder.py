@@ -33,14 +33,13 @@ _INSERT_AFTER = (
 )
 _HEAD_CACHE_SIZE = 10_000
 _CACHED_SKIPS = 8  # appends that skip the cached path after it found the cache stale
-# Under BEGIN IMMEDIATE: the stream's head, the log's head and the next AUTOINCREMENT position.
+# Under BEGIN IMMEDIATE: the stream's head, the log's head and the log's last position.
 _HEADS = (
     "SELECT (SELECT stream_version FROM wg_events WHERE stream_id = ? "
     "ORDER BY stream_version DESC LIMIT 1), "
     "(SELECT hash FROM wg_events WHERE stream_id = ? ORDER BY stream_version DESC LIMIT 1), "
     "(SELECT log_hash FROM wg_events ORDER BY position DESC LIMIT 1), "
-    "max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'wg_events'), 0), "
-    "coalesce((SELECT max(position) FROM wg_events), 0))"
+    "coalesce((SELECT max(position) FROM wg_events), 0)"
 )
 _AFTER_STREAM_ID = (  # the columns after position and stream_id
     "stream_version, event_id, event_type, schema_version, data, metadata, recorded_at, hash"
@@ -135,8 +134,8 @@ class SqliteRecorder:
             version, previous, log = version or 0, previous or "", log or GENESIS
             if _mismatch(expected, version):
                 raise StreamVersionMismatch(version)
-            # One writer at a time (BEGIN IMMEDIATE): positions continue AUTOINCREMENT's count
-            # (never reusing one), and the log chain continues from the log's last row.
+            # One writer at a time (BEGIN IMMEDIATE): positions continue from the log's last
+            # (rows are never deleted, so none is handed out twice), and so does the log chain.
             rows, results = _rows(stream_id, pending, macs, version, previous, log, position)
             if len(rows) == 1:
                 cursor.execute(_INSERT, rows[0])

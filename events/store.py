@@ -45,11 +45,13 @@ from wgstore.events.records import (
     _StreamState,
 )
 from wgstore.events.registry import REGISTRY, EventRegistry
+from wgstore.events.schema import FREQUENT_TYPES, TYPE_INDEX_WHERE
 from wgstore.events.verify import VerifyReport, head_digest, verify_log
 
 __all__ = ["EventStore", "VerifyReport"]
 
 _PAGE = 1000
+_FREQUENT_TYPES = frozenset(FREQUENT_TYPES)  # left out of the type index (schema.py)
 # A stdlib UUID from uuid-utils' (Rust) UUIDv7 without uuid.UUID.__init__'s checks, which
 # cost more than making the id: the int is a valid UUID by construction.
 _UUID = uuid.UUID
@@ -430,6 +432,8 @@ class EventStore:
         where = f"position > {p}"
         if names:
             where += f" AND event_type IN ({','.join([p] * len(names))})"
+            if not _FREQUENT_TYPES.intersection(names):
+                where += f" AND {TYPE_INDEX_WHERE}"  # lets the planner use the partial index
         remaining = limit if limit is not None else -1
         position = after
         while remaining != 0:

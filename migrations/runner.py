@@ -31,7 +31,7 @@ __all__ = [
 
 _HERE = Path(__file__).resolve().parent
 
-HEAD_REVISION = "0007_run_read_models"
+HEAD_REVISION = "0008_lean_appends"
 """The newest revision in ``versions/``; a new migration updates it (a test checks the two agree)."""
 
 
