@@ -8,6 +8,7 @@ critical path).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 _HERE = Path(__file__).resolve().parent
+_log = logging.getLogger(__name__)
 
 HEAD_REVISION = "0008_lean_appends"
 """The newest revision in ``versions/``; a new migration updates it (a test checks the two agree)."""
@@ -113,6 +115,14 @@ def ensure_schema(engine: sa.Engine, url: str, migrate: bool) -> None:
         if current == head:
             return
         _check_known(current, url)
+        if current is not None:  # an existing log: some upgrades copy it (0008 on SQLite)
+            _log.warning(
+                "upgrading the wgstore schema at %s from %s to %s (once; a large log takes a "
+                "while: SQLite copies ~60,000 events/s to 0008)",
+                mask_url(url),
+                current,
+                head,
+            )
         upgrade(connection)
 
 

@@ -17,7 +17,8 @@ changes.
   one more page written by every commit. The writer hands out positions itself under the write
   lock, and the triggers refuse deletes, so a position is never handed out twice either way.
   SQLite cannot drop ``AUTOINCREMENT`` in place: the rows are copied, in one transaction, once
-  (about 4 s per million events; the file needs room for a second copy meanwhile).
+  (16 s for a million events, 790 MB, on the 2-core machine of bench/README.md; the disk needs
+  room for a second copy meanwhile). ``EventStore.open`` logs a warning before it starts.
 """
 
 from __future__ import annotations

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from alembic import command
 
@@ -114,15 +116,22 @@ def test_opening_a_store_at_head_does_not_import_alembic(store_url: str) -> None
     assert result.stdout.strip() == "[]"
 
 
-def test_a_database_behind_head_is_still_migrated_on_open(store_url: str) -> None:
+def test_a_database_behind_head_is_still_migrated_on_open(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     engine = create_store_engine(store_url)
     try:
         with engine.begin() as connection:
             upgrade(connection, "0006_run_leases")
     finally:
         engine.dispose()
-    with EventStore.open(store_url):
+    with (
+        caplog.at_level(logging.WARNING, logger="wgstore.migrations.runner"),
+        EventStore.open(store_url),
+    ):
         pass
+    [warning] = caplog.messages  # an upgrade may take a while: the user is told why
+    assert f"from 0006_run_leases to {HEAD_REVISION}" in warning
     engine = create_store_engine(store_url)
     try:
         with engine.connect() as connection:
