@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy.exc as sa_exc
@@ -34,22 +32,33 @@ _NOT_MIGRATED = (
 )
 
 
-@contextmanager
-def translate_errors(url: str) -> Iterator[None]:
-    """Turn driver errors raised inside the block into wgstore errors naming ``url`` (masked)."""
-    try:
-        yield
-    except EventStoreError:
-        raise
-    except sa_exc.DBAPIError as error:
-        raise _translate(error.orig, url) from error
-    except sqlite3.Error as error:
-        raise _translate(error, url) from error
-    except Exception as error:
+class translate_errors:
+    """Turn driver errors raised inside the block into wgstore errors naming ``url`` (masked).
+
+    A class, not a ``@contextmanager`` generator: every append and read enters one, and this
+    costs a third as much.
+    """
+
+    __slots__ = ("url",)
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any
+    ) -> None:
+        if error is None or isinstance(error, EventStoreError):
+            return
+        if isinstance(error, sa_exc.DBAPIError):
+            raise _translate(error.orig, self.url) from error
+        if isinstance(error, sqlite3.Error):
+            raise _translate(error, self.url) from error
         psycopg = _psycopg()
         if psycopg is not None and isinstance(error, psycopg.Error):
-            raise _translate(error, url) from error
-        raise
+            raise _translate(error, self.url) from error
 
 
 def _translate(error: BaseException | None, url: str) -> Exception:
