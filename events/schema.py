@@ -97,7 +97,7 @@ wg_events = sa.Table(
 FREQUENT_TYPES = ("WorkerReported", "WorkerGroupPolled")
 """The event types most of a log holds; the type index leaves them out (each index an append
 touches is one more page its commit writes)."""
-TYPE_INDEX_WHERE = "event_type NOT IN ('WorkerReported', 'WorkerGroupPolled')"
+TYPE_INDEX_WHERE = "event_type NOT IN ({})".format(", ".join(f"'{t}'" for t in FREQUENT_TYPES))
 """The type index's condition; a read of other types repeats it so the planner uses the index."""
 sa.Index(
     "ix_wg_events_event_type_position",

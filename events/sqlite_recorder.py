@@ -171,8 +171,9 @@ class SqliteRecorder:
         Under the lock only C runs: the first row's INSERT inserts nothing unless the log's
         last position is still the one it follows (so the log chain continues from the cached
         head), the other rows follow it, and the ``(stream_id, stream_version)`` unique
-        constraint refuses a row whose stream moved on. When either shows the cache stale, nothing is written and None
-        is returned: the caller takes the locked path, which reads the heads.
+        constraint refuses a row whose stream moved on. When either shows the cache stale,
+        nothing is written and None is returned: the caller takes the locked path, which reads
+        the heads.
         """
         stream_head = self._stream_heads.get(stream_id)
         log_head = self._log_head

@@ -3,6 +3,7 @@ AUTOINCREMENT, carrying every row across unchanged."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from wgstore.events import EventStore
+from wgstore.events.schema import TYPE_INDEX_WHERE
 from wgstore.events.worker_group import (
     WorkerGroupPolled,
     WorkerGroupShutdownRequested,
@@ -137,3 +139,8 @@ def test_a_read_of_rare_types_uses_the_partial_index(
                 f"{explain} {select}", (0, "WorkerGroupShutdownRequested")
             ).all()
         assert "ix_wg_events_event_type_position" in str(plan), plan
+
+
+def test_the_migration_and_the_schema_name_the_same_frequent_types() -> None:
+    migration = importlib.import_module("wgstore.migrations.versions.0008_lean_appends")
+    assert migration.TYPE_INDEX_WHERE == TYPE_INDEX_WHERE
