@@ -494,7 +494,7 @@ def _start_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, A
 def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerGroupPolled = record.event
     status = state.status
-    if status is not WorkerGroupStatus.RUNNING and status is not WorkerGroupStatus.SHUTTING_DOWN:
+    if status is not _GROUP_RUNNING and status is not _SHUTTING_DOWN:
         raise ProjectionError.at(record, f"a group cannot be polled while {status.value}")
     if event.poll_seq <= state.last_poll_seq:
         raise ProjectionError.at(
@@ -524,11 +524,7 @@ def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
 def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerReported = record.event
     status = state.status
-    if (
-        status is not WorkerGroupStatus.RUNNING
-        and status is not WorkerGroupStatus.SHUTTING_DOWN
-        and status is not WorkerGroupStatus.SHUT_DOWN
-    ):
+    if status is not _GROUP_RUNNING and status is not _SHUTTING_DOWN and status is not _SHUT_DOWN:
         raise ProjectionError.at(
             record, f"a worker cannot report while the group is {state.status.value}"
         )
@@ -695,6 +691,10 @@ def _unusual(
     return handler(draft, event)
 
 
+# The statuses the per-event code compares with, as module globals: reading a member off the
+# enum class (``WorkerGroupStatus.RUNNING``) costs ten times as much, on every event.
+_GROUP_RUNNING = WorkerGroupStatus.RUNNING
+_SHUTTING_DOWN = WorkerGroupStatus.SHUTTING_DOWN
 _SHUT_DOWN = WorkerGroupStatus.SHUT_DOWN
 _START_FAILED = WorkerGroupStatus.START_FAILED
 
