@@ -61,6 +61,9 @@ _set_int = vars(uuid.UUID)["int"].__set__
 _set_safety = vars(uuid.UUID)["is_safe"].__set__
 
 _UNSET: Any = object()
+# Stored ids as UUIDs, parsed in C: the id in quotes is a JSON string. A third of UUID(text)'s
+# cost, and cheaper than msgspec.convert(text, UUID), which resolves the type on every call.
+_parse_uuid: Callable[[str], uuid.UUID] = msgspec.json.Decoder(uuid.UUID).decode
 
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
@@ -601,7 +604,7 @@ class EventStore:
         metadata: Any = None
         # One registry lookup per event type of the page, not per row.
         decoders: dict[str, tuple[int, Callable[[Any], Any] | None]] = {}
-        convert, uuid_class = msgspec.convert, _UUID
+        parse_uuid = _parse_uuid
         for row in rows:
             if stream is None:
                 (
@@ -646,7 +649,7 @@ class EventStore:
                 position=position,
                 stream_id=stream_id,
                 version=version,
-                event_id=convert(event_id, uuid_class),  # in C: cheaper than UUID(text)
+                event_id=parse_uuid(f'"{event_id}"'),
                 type=type_,
                 schema_version=schema_version,
                 event=event,
