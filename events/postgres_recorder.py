@@ -9,6 +9,7 @@ arrays in binary form and gets back one row per event.
 
 from __future__ import annotations
 
+from collections.abc import Generator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -152,6 +153,7 @@ _AFTER_STREAM_ID = (  # the columns after position and stream_id
 _COLUMNS = f"position, stream_id, {_AFTER_STREAM_ID}"
 _STREAM_COLUMNS = f"position, {_AFTER_STREAM_ID}"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CHUNK = 100  # rows per chunk of a streamed SELECT
 _CALL = (
     # The arrays go in binary (%b): psycopg's text format escapes every quote of the JSON with a
     # regex callback, which cost more than the append itself.
@@ -171,6 +173,16 @@ class PostgresRecorder:
     def time_of(stored: int) -> datetime:
         """``recorded_at`` read as microseconds since the epoch, as an aware UTC datetime."""
         return _EPOCH + timedelta(microseconds=stored)
+
+    @staticmethod
+    def stream_rows(cursor: Any, sql: str, params: Sequence[Any]) -> Generator[Any, None, None]:
+        """The rows of a SELECT as they arrive, ``_CHUNK`` at a time (libpq's chunked mode).
+
+        The reader works on each chunk while the server sends the next, instead of waiting for
+        the whole result. Exhaust or close the generator before the connection is used again
+        (closing it early cancels the query).
+        """
+        return cursor.stream(sql, params, size=_CHUNK)  # type: ignore[no-any-return]
 
     def prepare_writer(self, connection: Any) -> None:
         """Autocommit: ``wg_append`` is one statement, so one round trip."""

@@ -44,7 +44,12 @@ class StreamVersionMismatch(Exception):
 
 
 class Recorder(Protocol):
-    """One database's way of writing and reading the log's rows."""
+    """One database's way of writing and reading the log's rows.
+
+    A recorder may also have ``stream_rows(cursor, sql, params)``: a generator of a SELECT's
+    rows that hands them over as they arrive (the Postgres one). ``read_stream`` then yields each
+    event while the rest of its page is still on the way, instead of after the whole page.
+    """
 
     columns: str
     """The SELECT list of a record: position, stream_id, stream_version, event_id, event_type,

@@ -368,12 +368,13 @@ def apply_poll_changes(
                 running=change.running, error=change.error, return_value=change.return_value
             )
     poll_status = _new(WorkerGroupPollStatus)  # its __init__ only sets the one field
-    _set_field(poll_status, "worker_statuses", statuses)
+    _set_statuses(poll_status, statuses)
     return poll_status
 
 
 _new = object.__new__
-_set_field = object.__setattr__
+# The field's slot, set through its descriptor: cheaper than object.__setattr__ by name.
+_set_statuses = vars(WorkerGroupPollStatus)["worker_statuses"].__set__
 
 
 _RUNNING = WorkerStatus(running=True)
@@ -494,7 +495,7 @@ def _start_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, A
 def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerGroupPolled = record.event
     status = state.status
-    if status is not WorkerGroupStatus.RUNNING and status is not WorkerGroupStatus.SHUTTING_DOWN:
+    if status is not _GROUP_RUNNING and status is not _SHUTTING_DOWN:
         raise ProjectionError.at(record, f"a group cannot be polled while {status.value}")
     if event.poll_seq <= state.last_poll_seq:
         raise ProjectionError.at(
@@ -524,11 +525,7 @@ def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
 def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     event: WorkerReported = record.event
     status = state.status
-    if (
-        status is not WorkerGroupStatus.RUNNING
-        and status is not WorkerGroupStatus.SHUTTING_DOWN
-        and status is not WorkerGroupStatus.SHUT_DOWN
-    ):
+    if status is not _GROUP_RUNNING and status is not _SHUTTING_DOWN and status is not _SHUT_DOWN:
         raise ProjectionError.at(
             record, f"a worker cannot report while the group is {state.status.value}"
         )
@@ -649,23 +646,26 @@ def _first(event: RecordedEvent) -> WorkerGroupState:
     return _start_requested(None, event)
 
 
-def _apply(draft: Any, event: RecordedEvent) -> None:
+def _apply(draft: Any, events: Iterable[RecordedEvent]) -> None:
+    """Fold ``events`` into ``draft`` (the loop is here: one call per fold, not per event)."""
     values = draft.__dict__  # the draft's fields: reading them here skips attribute lookups
-    payload = event.event
-    version = event.version
-    if event.stream_id != values["stream_id"] or version != values["version"] + 1:
-        ProjectionError.check_follows(event, values["stream_id"], values["version"])  # raises
-    handler = _HANDLERS.get(type(payload))
-    status = values["status"]
-    # identity, not a set: an enum member's hash is a Python-level call
-    if handler is not None and status is not _SHUT_DOWN and status is not _START_FAILED:
-        changes = handler(draft, event)
-    else:
-        changes = _unusual(draft, event, handler, status)
-    values.update(changes)
-    values["version"] = version
-    values["position"] = event.position
-    values["updated_at"] = event.recorded_at
+    handlers = _HANDLERS
+    for event in events:
+        payload = event.event
+        version = event.version
+        if event.stream_id != values["stream_id"] or version != values["version"] + 1:
+            ProjectionError.check_follows(event, values["stream_id"], values["version"])  # raises
+        handler = handlers.get(type(payload))
+        status = values["status"]
+        # identity, not a set: an enum member's hash is a Python-level call
+        if handler is not None and status is not _SHUT_DOWN and status is not _START_FAILED:
+            changes = handler(draft, event)
+        else:
+            changes = _unusual(draft, event, handler, status)
+        values.update(changes)
+        values["version"] = version
+        values["position"] = event.position
+        values["updated_at"] = event.recorded_at
 
 
 def _unusual(
@@ -695,6 +695,10 @@ def _unusual(
     return handler(draft, event)
 
 
+# The statuses the per-event code compares with, as module globals: reading a member off the
+# enum class (``WorkerGroupStatus.RUNNING``) costs ten times as much, on every event.
+_GROUP_RUNNING = WorkerGroupStatus.RUNNING
+_SHUTTING_DOWN = WorkerGroupStatus.SHUTTING_DOWN
 _SHUT_DOWN = WorkerGroupStatus.SHUT_DOWN
 _START_FAILED = WorkerGroupStatus.START_FAILED
 
@@ -713,7 +717,7 @@ def evolve(state: WorkerGroupState | None, event: RecordedEvent) -> WorkerGroupS
     if state is None:
         return _first(event)
     draft = _Draft(state)
-    _apply(draft, event)
+    _apply(draft, (event,))
     return draft.freeze()
 
 
@@ -731,7 +735,7 @@ class WorkerGroupFold:
         if self._draft is None:
             self._draft = _Draft(_first(event))
         else:
-            _apply(self._draft, event)
+            _apply(self._draft, (event,))
 
     @property
     def view(self) -> Any:
@@ -775,7 +779,5 @@ def project_worker_group(
         else:
             raise ProjectionError.nothing_to_fold()
     draft = _Draft(state)
-    apply = _apply  # WorkerGroupFold.apply's work, without a method call per event
-    for event in iterator:
-        apply(draft, event)
+    _apply(draft, iterator)  # WorkerGroupFold.apply's work, without two calls per event
     return draft.freeze()

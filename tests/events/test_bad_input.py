@@ -101,6 +101,18 @@ def test_stored_data_that_no_longer_decodes_names_stream_and_position(store: Eve
     assert f"position {position}" in str(raised.value) and "'s-1'" in str(raised.value)
 
 
+def test_a_read_stopped_mid_page_by_bad_data_leaves_the_store_usable(store: EventStore) -> None:
+    store.append("s-1", [WorkerGroupShutdownRequested(reason=str(i)) for i in range(300)])
+    position = _corrupt(store, '{"reason": 42}')
+    store.append("s-1", [WorkerGroupShutdownRequested(reason=str(i)) for i in range(900)])
+    for _ in range(20):  # more reads than the pool has connections: each one was returned
+        with pytest.raises(EventDecodeError) as raised:
+            list(store.read_stream("s-1"))
+        assert raised.value.position == position
+        assert len(list(store.read_stream("s-1", to_version=300))) == 300
+    assert store.stream_version("s-1") == 1201
+
+
 def test_a_schema_version_newer_than_the_code_is_a_clear_error(store: EventStore) -> None:
     from wgstore.events.codec import Codec
 

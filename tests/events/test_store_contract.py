@@ -172,6 +172,25 @@ class TestReading:
             range(999, 2101)
         )
 
+    @pytest.mark.parametrize("length", [999, 1000, 1001])
+    def test_read_stream_reads_a_stream_ending_at_a_page_boundary(
+        self, store: EventStore, length: int
+    ) -> None:
+        store.append("edge", [Noted(text=str(i)) for i in range(length)])
+        assert [r.version for r in store.read_stream("edge")] == list(range(1, length + 1))
+        assert store.stream_version("edge") == length  # the pool's connections are still fine
+
+    def test_read_stream_iterators_dropped_early_give_their_connection_back(
+        self, store: EventStore
+    ) -> None:
+        store.append("long", [Noted(text=str(i)) for i in range(1500)])
+        held = store.engine.pool.checkedout()  # the writer's
+        for _ in range(50):  # more than the pool holds (8, and 32 overflow)
+            assert next(iter(store.read_stream("long"))).version == 1  # mid-page
+            assert next(iter(store.read_stream("long", 7, 7))).version == 7  # the last row
+        assert store.engine.pool.checkedout() == held
+        assert [r.version for r in store.read_stream("long")] == list(range(1, 1501))
+
     def test_read_all_filters_by_type(self, store: EventStore) -> None:
         from wgstore.events.worker_group import WorkerGroupShutdownRequested
 
