@@ -9,13 +9,14 @@ arrays in binary form and gets back one row per event.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from datetime import UTC, datetime, timedelta
+from inspect import signature
 from typing import Any
 
 from wgstore.events.recorder import AppendResult, Pending, StreamVersionMismatch
 
-__all__ = ["APPEND_FUNCTION", "APPEND_SIGNATURE", "PostgresRecorder"]
+__all__ = ["APPEND_FUNCTION", "APPEND_SIGNATURE", "PostgresRecorder", "chunked_mode_available"]
 
 APPEND_SIGNATURE = (
     "wg_append(text, bigint, uuid[], text[], smallint[], jsonb[], jsonb[], text[], boolean)"
@@ -162,6 +163,24 @@ _CALL = (
 )
 
 
+def chunked_mode_available() -> bool:
+    """Whether psycopg can hand a result over in chunks: libpq 17 or later, psycopg 3.2 or later
+    (the ``psycopg[binary]`` wheels bring their own libpq; a system libpq may be older)."""
+    import psycopg
+
+    return psycopg.pq.version() >= 170000 and "size" in signature(psycopg.Cursor.stream).parameters
+
+
+def _stream_rows(cursor: Any, sql: str, params: Sequence[Any]) -> Generator[Any, None, None]:
+    """The rows of a SELECT as they arrive, ``_CHUNK`` at a time (libpq's chunked mode).
+
+    The reader works on each chunk while the server sends the next, instead of waiting for the
+    whole result. Exhaust or close the generator before the connection is used again (closing it
+    early cancels the query).
+    """
+    return cursor.stream(sql, params, size=_CHUNK)  # type: ignore[no-any-return]
+
+
 class PostgresRecorder:
     """Appends and reads on PostgreSQL (see the module docstring)."""
 
@@ -174,15 +193,11 @@ class PostgresRecorder:
         """``recorded_at`` read as microseconds since the epoch, as an aware UTC datetime."""
         return _EPOCH + timedelta(microseconds=stored)
 
-    @staticmethod
-    def stream_rows(cursor: Any, sql: str, params: Sequence[Any]) -> Generator[Any, None, None]:
-        """The rows of a SELECT as they arrive, ``_CHUNK`` at a time (libpq's chunked mode).
-
-        The reader works on each chunk while the server sends the next, instead of waiting for
-        the whole result. Exhaust or close the generator before the connection is used again
-        (closing it early cancels the query).
-        """
-        return cursor.stream(sql, params, size=_CHUNK)  # type: ignore[no-any-return]
+    def __init__(self) -> None:
+        self.stream_rows: Callable[[Any, str, Sequence[Any]], Generator[Any, None, None]] | None = (
+            _stream_rows if chunked_mode_available() else None
+        )
+        """A SELECT's rows as they arrive (see :func:`_stream_rows`); None without libpq 17."""
 
     def prepare_writer(self, connection: Any) -> None:
         """Autocommit: ``wg_append`` is one statement, so one round trip."""

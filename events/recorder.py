@@ -10,6 +10,7 @@ The eventsourcing library's split into an application and one recorder per backe
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Generator, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -44,12 +45,7 @@ class StreamVersionMismatch(Exception):
 
 
 class Recorder(Protocol):
-    """One database's way of writing and reading the log's rows.
-
-    A recorder may also have ``stream_rows(cursor, sql, params)``: a generator of a SELECT's
-    rows that hands them over as they arrive (the Postgres one). ``read_stream`` then yields each
-    event while the rest of its page is still on the way, instead of after the whole page.
-    """
+    """One database's way of writing and reading the log's rows."""
 
     columns: str
     """The SELECT list of a record: position, stream_id, stream_version, event_id, event_type,
@@ -59,6 +55,10 @@ class Recorder(Protocol):
     """``columns`` without ``stream_id``, for reads of one stream (which know it)."""
     param: str
     """The driver's placeholder (``?`` or ``%s``)."""
+    stream_rows: Callable[[Any, str, Sequence[Any]], Generator[Any, None, None]] | None
+    """``stream_rows(cursor, sql, params)``: a SELECT's rows as they arrive, or None when the
+    driver cannot hand them over that way. With it, ``read_stream`` yields each event while the
+    rest of its page is still on the way, instead of after the whole page."""
 
     def time_of(self, stored: Any) -> datetime:
         """The aware UTC ``recorded_at`` of a row's ``recorded_at`` column (as ``columns`` reads

@@ -67,6 +67,7 @@ class SqliteRecorder:
     columns = _COLUMNS
     stream_columns = _STREAM_COLUMNS
     param = "?"
+    stream_rows = None  # a page is read whole: fetching it costs less than the decode
 
     @staticmethod
     def time_of(stored: str) -> datetime:

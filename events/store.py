@@ -102,9 +102,8 @@ class EventStore:
         self.recorder: Recorder = recorder_for(self.backend)
         """This database's recorder: how batches are appended and rows read."""
         self._columns = self.recorder.columns
-        # Only a recorder that can hand rows over as they arrive (Postgres) has this.
-        self._stream_rows: Callable[[Any, str, Sequence[Any]], Generator[Any, None, None]] | None
-        self._stream_rows = getattr(self.recorder, "stream_rows", None)
+        # Set when the recorder can hand rows over as they arrive (Postgres with libpq 17+).
+        self._stream_rows = self.recorder.stream_rows
         self._param = self.recorder.param
         self._base_metadata_pid = -1
         self._base_metadata: dict[str, Any] = {}

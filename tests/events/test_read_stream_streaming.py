@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from wgstore.events import EventStore, StoreUnavailableError, event_type
+from wgstore.events.postgres_recorder import PostgresRecorder, chunked_mode_available
 
 
 @event_type("StreamingProbe", version=1)
@@ -74,3 +75,25 @@ def test_a_connection_dropped_twice_before_any_event_is_an_error(pg_store: Event
         list(pg_store.read_stream("s-1"))
     assert got == [0, 0]
     assert [r.event.n for r in pg_store.read_stream("s-1")] == list(range(10))
+
+
+def test_without_chunked_mode_pages_are_read_whole_with_the_same_events(
+    pg_store: EventStore,
+) -> None:
+    # libpq before 17 (a system libpq under psycopg's C or Python implementation) has no
+    # chunked mode: the recorder then offers no stream_rows and read_stream fetches each page.
+    pg_store.append("s-1", [Probe(n=i) for i in range(2100)])
+    streamed = [(r.version, r.event.n, r.event_id) for r in pg_store.read_stream("s-1")]
+    pg_store._stream_rows = None
+    fetched = [(r.version, r.event.n, r.event_id) for r in pg_store.read_stream("s-1")]
+    assert fetched == streamed and len(fetched) == 2100
+    assert [r.event.n for r in pg_store.read_stream("s-1", 1000, 1001)] == [999, 1000]
+
+
+def test_chunked_mode_is_offered_only_with_a_libpq_that_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert PostgresRecorder().stream_rows is not None  # the psycopg[binary] wheel: libpq 17+
+    monkeypatch.setattr(psycopg.pq, "version", lambda: 160004)
+    assert not chunked_mode_available()
+    assert PostgresRecorder().stream_rows is None
