@@ -1,8 +1,7 @@
 """Engines for the two backends, made the same way everywhere (store, migrations, CLI).
 
 SQLite: WAL, a busy timeout, ``synchronous`` settable (default FULL: an acknowledged append
-survives a power cut), a WAL checkpoint every 4,000 pages (:data:`WAL_AUTOCHECKPOINT_PAGES`),
-and every transaction SQLAlchemy begins is ``BEGIN IMMEDIATE`` so two
+survives a power cut), and every transaction SQLAlchemy begins is ``BEGIN IMMEDIATE`` so two
 writers never deadlock on a lock upgrade (except on connections marked ``READ_ONLY_OPTION``,
 which only read and so need no write lock). Read-only engines open the file with ``mode=ro``.
 
@@ -24,25 +23,9 @@ from sqlalchemy.engine import URL, make_url
 
 from wgstore.events.errors import StoreUnavailableError
 
-__all__ = [
-    "READ_ONLY_OPTION",
-    "SQLITE_SYNCHRONOUS",
-    "WAL_AUTOCHECKPOINT_PAGES",
-    "create_store_engine",
-    "mask_url",
-    "parse_url",
-]
+__all__ = ["READ_ONLY_OPTION", "SQLITE_SYNCHRONOUS", "create_store_engine", "mask_url", "parse_url"]
 
 SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-WAL_AUTOCHECKPOINT_PAGES = 4000
-"""Pages the WAL grows by before a commit copies them into the database file (SQLite: 1,000).
-
-Each checkpoint syncs the WAL and the database file. An append writes four to five pages, so at
-SQLite's 1,000 a checkpoint (and its two fsyncs) came every ~200 single appends: a fifth of an
-append's time at ``synchronous=NORMAL`` (bench/README.md). 4,000 pages (a WAL of ~16 MB, the
-file kept at that size for reuse) still fits the first block of SQLite's WAL index, so a read
-looks a page up in one hash table, as before.
-"""
 # An execution option: a SQLite transaction that only reads starts with a plain BEGIN, so it
 # does not wait for the write lock (``engine.connect().execution_options(wgstore_reading=True)``).
 READ_ONLY_OPTION = "wgstore_reading"
@@ -158,7 +141,6 @@ def _sqlite_engine(
         if not read_only:
             _set_wal(cursor, busy_s)
         cursor.execute(f"PRAGMA synchronous = {synchronous}")
-        cursor.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 

@@ -7,7 +7,6 @@ import threading
 from pathlib import Path
 
 from wgstore.events import EventStore
-from wgstore.events.engine import WAL_AUTOCHECKPOINT_PAGES
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
 
 
@@ -73,28 +72,3 @@ def test_many_first_opens_of_one_new_file_at_once_all_succeed(tmp_path: Path) ->
         heads, failures = _open_at_once(f"sqlite:///{tmp_path / f'race{attempt}.db'}", 6)
         assert not failures, failures
         assert heads == [0] * 6
-
-
-def test_the_wal_is_checkpointed_every_few_thousand_pages_not_every_thousand(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "wgstore.db"
-    wal = Path(f"{path}-wal")
-    page = 4096
-    reason = "x" * 3000  # about one page per event
-    with EventStore.open(f"sqlite:///{path}?synchronous=NORMAL") as store:
-        with store.engine.connect() as connection:
-            setting = connection.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()
-        assert setting == WAL_AUTOCHECKPOINT_PAGES
-        largest = 0
-        for batch in range(60):  # ~12,000 pages: three checkpoints' worth
-            store.append(
-                f"s-{batch}",
-                [WorkerGroupShutdownRequested(reason=f"{reason}{i}") for i in range(200)],
-            )
-            largest = max(largest, wal.stat().st_size)
-        assert store.head() == 60 * 200
-    # Past SQLite's default of 1,000 pages without a checkpoint, and bounded by the setting
-    # (plus the last append's pages, written before the checkpoint that follows it).
-    assert largest > 2 * 1000 * page
-    assert largest < (WAL_AUTOCHECKPOINT_PAGES + 1000) * (page + 24)
