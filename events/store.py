@@ -381,6 +381,11 @@ class EventStore:
     ) -> Iterator[RecordedEvent]:
         """The events of one stream, from ``from_version`` up to ``to_version`` (inclusive).
 
+        Read in pages of 1,000 events. On Postgres (with libpq 17 or later, which the
+        ``psycopg[binary]`` wheel brings) each event is yielded as its row arrives, so the caller's
+        work overlaps the transfer; the iterator then holds one pooled connection until its page
+        is read, and dropping it mid-page cancels the rest of that page's query.
+
         Raises:
             InvalidArgumentError: a stream id that is not a usable string, or a version that is
                 not an int in the 64-bit range.
