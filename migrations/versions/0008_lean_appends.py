@@ -14,7 +14,7 @@ changes.
   repeats the index's condition so both planners use it; a read of the two frequent types scans
   by position, where most rows match anyway.
 - SQLite: ``wg_events`` is rebuilt without ``AUTOINCREMENT``, whose ``sqlite_sequence`` row was
-  one more page written by every commit. The writer hands out positions itself under the write
+  one more page written by every commit (views, indexes and triggers users added survive). The writer hands out positions itself under the write
   lock, and the triggers refuse deletes, so a position is never handed out twice either way.
   SQLite cannot drop ``AUTOINCREMENT`` in place: the rows are copied, in one transaction, once
   (16 s for a million events, 790 MB, on the 2-core machine of bench/README.md; the disk needs
@@ -59,10 +59,10 @@ def _create_type_index(partial: bool) -> None:
     )
 
 
-def _events_table(autoincrement: bool) -> None:
+def _events_table(name: str, autoincrement: bool) -> None:
     """Create SQLite's ``wg_events`` as 0001 and 0004 left it, with or without AUTOINCREMENT."""
     op.create_table(
-        "wg_events",
+        name,
         sa.Column("position", sa.Integer(), nullable=False),
         sa.Column("event_id", sa.String(36), nullable=False),
         sa.Column("stream_id", sa.Text(), nullable=False),
@@ -85,21 +85,35 @@ def _events_table(autoincrement: bool) -> None:
 
 
 def _rebuild_sqlite(autoincrement: bool, partial: bool) -> None:
-    """Copy ``wg_events`` into a new table; its view, triggers and index are made again."""
+    """Copy ``wg_events`` into a new table, SQLite's way (``lang_altertable.html``, "other kinds
+    of table schema changes"): the users' own views of it keep working, and their own indexes
+    and triggers on it are made again; wgstore's view, triggers and index are made anew."""
+    bind = op.get_bind()
+    theirs = [
+        sql
+        for (sql,) in bind.exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = 'wg_events' "
+            "AND type IN ('index', 'trigger') AND sql IS NOT NULL AND name NOT IN "
+            f"('{TYPE_INDEX}', 'wg_events_no_update', 'wg_events_no_delete') ORDER BY rowid"
+        )
+    ]
     op.execute("DROP VIEW wg_event_log")
-    op.execute("DROP TRIGGER wg_events_no_update")
-    op.execute("DROP TRIGGER wg_events_no_delete")
-    op.execute("ALTER TABLE wg_events RENAME TO wg_events_rebuilt")
-    _events_table(autoincrement)
+    _events_table("wg_events_new", autoincrement)
     op.execute(
-        f"INSERT INTO wg_events ({COLUMNS}) SELECT {COLUMNS} FROM wg_events_rebuilt "
-        "ORDER BY position"
+        f"INSERT INTO wg_events_new ({COLUMNS}) SELECT {COLUMNS} FROM wg_events ORDER BY position"
     )
-    op.execute("DROP TABLE wg_events_rebuilt")  # its indexes and sqlite_sequence row with it
+    op.execute("DROP TABLE wg_events")  # its indexes, triggers and sqlite_sequence row with it
+    # Legacy mode renames the table alone: views that name wg_events are left as they are (and
+    # work again), where the modern rename would try to rewrite them.
+    op.execute("PRAGMA legacy_alter_table = ON")
+    op.execute("ALTER TABLE wg_events_new RENAME TO wg_events")
+    op.execute("PRAGMA legacy_alter_table = OFF")
     _create_type_index(partial)
     for statement in _revision("0001_event_log").SQLITE_TRIGGERS:
         op.execute(statement)
     op.execute(_revision("0002_read_models").SQLITE_VIEW)
+    for statement in theirs:
+        op.execute(statement)
 
 
 def upgrade() -> None:

@@ -71,7 +71,7 @@ def test_upgrading_keeps_every_row_and_the_chains_and_positions_continue(
         assert _sql(store, "SELECT seq FROM sqlite_sequence WHERE name = 'wg_events'") == []
         names = {row[0] for row in _sql(store, "SELECT name FROM sqlite_master")}
         assert {"wg_events_no_update", "wg_events_no_delete", "wg_event_log"} <= names
-        assert "wg_events_rebuilt" not in names
+        assert "wg_events_new" not in names
 
 
 def test_the_rebuilt_sqlite_log_still_refuses_updates_and_deletes(sqlite_url: str) -> None:
@@ -144,3 +144,33 @@ def test_a_read_of_rare_types_uses_the_partial_index(
 def test_the_migration_and_the_schema_name_the_same_frequent_types() -> None:
     migration = importlib.import_module("wgstore.migrations.versions.0008_lean_appends")
     assert migration.TYPE_INDEX_WHERE == TYPE_INDEX_WHERE
+
+
+def test_the_sqlite_rebuild_keeps_the_users_own_views_indexes_and_triggers(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'theirs.db'}"
+    with EventStore.open(url) as store:
+        with store.engine.begin() as connection:
+            downgrade(connection, BEFORE)
+            for statement in (
+                "CREATE VIEW my_reports AS SELECT position, data FROM wg_events "
+                "WHERE event_type = 'WorkerReported'",
+                "CREATE INDEX my_recorded_at ON wg_events (recorded_at)",
+                "CREATE TABLE my_counter (n INTEGER NOT NULL)",
+                "INSERT INTO my_counter VALUES (0)",
+                "CREATE TRIGGER my_count AFTER INSERT ON wg_events "
+                "BEGIN UPDATE my_counter SET n = n + 1; END",
+            ):
+                connection.exec_driver_sql(statement)
+        store.append("worker-group-a", _events(6))
+        with store.engine.begin() as connection:
+            upgrade(connection)
+        store.append("worker-group-a", _events(3))
+        assert len(_sql(store, "SELECT * FROM my_reports")) == 2 + 1
+        assert _sql(store, "SELECT n FROM my_counter") == [(9,)]
+        plan = _sql(store, "EXPLAIN QUERY PLAN SELECT * FROM wg_events WHERE recorded_at > ''")
+        assert "my_recorded_at" in str(plan)
+        names = {row[0] for row in _sql(store, "SELECT name FROM sqlite_master")}
+        assert "wg_events_new" not in names
+        assert store.verify().ok
