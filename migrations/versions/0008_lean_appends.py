@@ -12,7 +12,8 @@ changes.
   ``WorkerGroupPolled``, the bulk of any log, are left out of it. The read it serves,
   ``read_all(types=...)`` of rare types (``wgstore groups`` lists ``WorkerGroupStartRequested``),
   repeats the index's condition so both planners use it; a read of the two frequent types scans
-  by position, where most rows match anyway.
+  by position, where most rows match anyway. On Postgres this is all the upgrade does (0.1 s
+  for a log of 300,000 reports here).
 - SQLite: ``wg_events`` is rebuilt without ``AUTOINCREMENT``, whose ``sqlite_sequence`` row was
   one more page written by every commit (views, indexes and triggers users added survive). The writer hands out positions itself under the write
   lock, and the triggers refuse deletes, so a position is never handed out twice either way.
