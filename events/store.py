@@ -12,6 +12,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from itertools import islice
 from typing import Any
@@ -407,11 +408,15 @@ class EventStore:
         retry = True
         while version <= last:
             if self._stream_rows is not None:
-                start = version
-                version, dropped = yield from self._stream_page(
-                    sql, stream_id, version, last, retry
-                )
-                retry = version > start or not dropped  # dropped twice in a row: give up
+                with self._streamed_page(sql, (stream_id, version, last), retry) as page:
+                    yield from self._decode_rows(islice(page.rows, _PAGE), stream_id)
+                retry = page.count > 0 or not page.dropped  # dropped twice in a row: give up
+                if page.count > _PAGE:  # the row after the page: the next page's first
+                    version = page.last[1]
+                elif not page.dropped:
+                    return
+                elif page.last is not None:
+                    version = page.last[1] + 1
                 continue
             rows = self._fetch(sql, (stream_id, version, last))
             if len(rows) <= _PAGE:
@@ -420,34 +425,36 @@ class EventStore:
             yield from self._decode_rows(rows[:_PAGE], stream_id)
             version = rows[_PAGE][1]
 
-    def _stream_page(
-        self, sql: str, stream_id: str, version: int, last: int, retry: bool
-    ) -> Generator[RecordedEvent, None, tuple[int, bool]]:
-        """One page of :meth:`read_stream`, each event yielded as soon as its row arrives.
+    @contextmanager
+    def _streamed_page(self, sql: str, params: Sequence[Any], retry: bool) -> Iterator[_Page]:
+        """One page's query, its rows handed over as they arrive (:meth:`read_stream`,
+        :meth:`read_all` on Postgres with libpq 17+).
 
         The recorder's ``stream_rows`` hands the rows over in chunks: the reader's work on one
         chunk (decoding, and whatever it does with the events, a fold say) overlaps the server
-        sending the next, instead of following the whole page. The connection is held until the
-        page ends (or the reader drops the iterator, which cancels the rest of the query).
+        sending the next, instead of following the whole page. The block reads ``page.rows``;
+        the rows it leaves are read after it (not handed over), and the connection is held until
+        then (or until the reader drops the iterator, which cancels the rest of the query).
 
-        Returns the version to read next, and whether the server dropped the connection: the
-        page then ends after the last event yielded, and the next one goes on from there (when
-        ``retry``, or when this page got somewhere).
+        When the server drops the connection, the block ends (the error is swallowed) with
+        ``page.dropped`` set: the page then ends after ``page.last``, the last row handed over,
+        and the next one goes on from there. Unless ``retry`` is False and no row came: then the
+        error is raised.
         """
         stream_rows = self._stream_rows
-        assert stream_rows is not None  # read_stream calls this only then
-        start, following = version, None
+        assert stream_rows is not None  # the readers call this only then
+        page = _Page()
         with translate_errors(self.url):
             connection = self.engine.raw_connection()
             try:
                 self.recorder.prepare_read(connection)
                 cursor = connection.cursor()
-                rows = _one_ahead(stream_rows(cursor, sql, (stream_id, version, last)))
+                rows = _one_ahead(stream_rows(cursor, sql, params))
+                page.rows = page.track(rows)
                 try:
-                    for record in self._decode_rows(islice(rows, _PAGE), stream_id):
-                        yield record
-                        version = record.version + 1
-                    following = next(rows, None)  # the row after the page, then the end
+                    yield page
+                    for _ in page.rows:  # what the block left of the page
+                        pass
                 finally:
                     rows.close()
                 cursor.close()
@@ -456,11 +463,11 @@ class EventStore:
                     self._release(connection)
                     raise
                 connection.invalidate()
-                if not retry and version == start:
+                if not retry and page.count == 0:
                     raise
-                return version, True
+                page.dropped = True
+                return
             self._release(connection)
-        return (following[1] if following is not None else last + 1), False
 
     def read_all(
         self,
@@ -471,6 +478,10 @@ class EventStore:
         streams: str | tuple[str, ...] | None = None,
     ) -> Iterator[RecordedEvent]:
         """Every event after position ``after``, in global order.
+
+        Read in pages of 1,000 rows. On Postgres (libpq 17 or later) each event is yielded as its
+        row arrives, as in :meth:`read_stream`: the iterator then holds one pooled connection
+        until its page is read, and dropping it mid-page cancels the rest of that page's query.
 
         Args:
             after: a position (a checkpoint); 0 reads from the start.
@@ -497,14 +508,30 @@ class EventStore:
                 where += f" AND {TYPE_INDEX_WHERE}"  # lets the planner use the partial index
         remaining = limit if limit is not None else -1
         position = after
+        retry = True
         while remaining != 0:
             # The stream filter runs here, not in SQL: a LIKE there can make Postgres' planner
             # trade the position index for a sort of every later row, page after page.
             page = _PAGE if remaining < 0 or streams is not None else min(_PAGE, remaining)
-            rows = self._fetch(
-                f"SELECT {self._columns} FROM wg_events WHERE {where} ORDER BY position LIMIT {page}",
-                (position, *names),
-            )
+            sql = f"SELECT {self._columns} FROM wg_events WHERE {where} ORDER BY position LIMIT {page}"
+            if self._stream_rows is not None:
+                with self._streamed_page(sql, (position, *names), retry) as streamed:
+                    kept: Iterable[Any] = streamed.rows
+                    if streams is not None:
+                        kept = (r for r in kept if r[1].startswith(streams))
+                    if remaining > 0:
+                        kept = islice(kept, remaining)
+                    for record in self._decode_rows(kept):
+                        yield record
+                        if remaining > 0:
+                            remaining -= 1
+                retry = streamed.count > 0 or not streamed.dropped  # dropped twice: give up
+                if streamed.last is not None:  # the next page starts after its last row
+                    position = streamed.last[0]
+                if streamed.count < page and not streamed.dropped:
+                    return
+                continue
+            rows = self._fetch(sql, (position, *names))
             kept = rows if streams is None else [r for r in rows if r[1].startswith(streams)]
             if remaining > 0:
                 kept = kept[:remaining]
@@ -744,6 +771,25 @@ class EventStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailableError("this EventStore is closed; open a new one")
+
+
+class _Page:
+    """The rows of one streamed page (:meth:`EventStore._streamed_page`) as they are handed over:
+    how many, the last one, and whether the server dropped the connection meanwhile."""
+
+    __slots__ = ("count", "dropped", "last", "rows")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: Any = None
+        self.dropped = False
+        self.rows: Iterator[Any] = iter(())
+
+    def track(self, rows: Iterable[Any]) -> Generator[Any, None, None]:
+        for row in rows:
+            self.last = row
+            self.count += 1
+            yield row
 
 
 def _one_ahead(rows: Generator[Any, None, None]) -> Generator[Any, None, None]:
