@@ -1,6 +1,7 @@
-"""``read_all`` on PostgreSQL: events are yielded as their rows arrive (chunked mode), with the
-same events as pages read whole; a connection the server drops in the middle of a page costs no
-event and repeats none; an iterator dropped early gives its connection back."""
+"""``read_stream`` and ``read_all`` on PostgreSQL: events are yielded as their rows arrive
+(chunked mode), with the same events as pages read whole; a connection the server drops in the
+middle of a page costs no event and repeats none; an iterator dropped early gives its connection
+back; without chunked mode (libpq before 17) pages are fetched whole."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ import psycopg
 import pytest
 
 from wgstore.events import EventStore, StoreUnavailableError, event_type
+from wgstore.events.postgres_recorder import PostgresRecorder, chunked_mode_available
 
 
-@event_type("ReadAllStreamingProbe", version=1)
+@event_type("StreamedReadProbe", version=1)
 @dataclass(frozen=True)
 class Probe:
     n: int
 
 
-@event_type("ReadAllStreamingOther", version=1)
+@event_type("StreamedReadOther", version=1)
 @dataclass(frozen=True)
 class Other:
     n: int
@@ -83,7 +85,55 @@ def _seen(records: Iterator[Any]) -> list[tuple[int, str, int, int]]:
     return [(r.position, r.stream_id, r.version, r.event.n) for r in records]
 
 
-def test_a_connection_dropped_mid_page_goes_on_from_the_next_event(pg_store: EventStore) -> None:
+def test_read_stream_a_connection_dropped_mid_page_goes_on_from_the_next_event(
+    pg_store: EventStore,
+) -> None:
+    pg_store.append("s-1", [Probe(n=i) for i in range(2500)])
+    got = _dropping(pg_store, [300, 0, 1500])
+    assert [r.event.n for r in pg_store.read_stream("s-1")] == list(range(2500))
+    # 300 rows, dropped (299 events yielded: a row is handed on once the next one is read); a
+    # drop before any row (retried: the page before got somewhere); then from event 300 in
+    # pages of 1,000 (+1 row, the next page's first)
+    assert got == [300, 0, 1001, 1001, 201]
+    assert pg_store.engine.pool.checkedout() == 1  # the writer
+
+
+def test_read_stream_a_connection_dropped_twice_before_any_event_is_an_error(
+    pg_store: EventStore,
+) -> None:
+    pg_store.append("s-1", [Probe(n=i) for i in range(10)])
+    got = _dropping(pg_store, [0, 0])
+    with pytest.raises(StoreUnavailableError, match="cannot reach the database"):
+        list(pg_store.read_stream("s-1"))
+    assert got == [0, 0]
+    assert [r.event.n for r in pg_store.read_stream("s-1")] == list(range(10))
+
+
+def test_read_stream_without_chunked_mode_pages_are_read_whole_with_the_same_events(
+    pg_store: EventStore,
+) -> None:
+    # libpq before 17 (a system libpq under psycopg's C or Python implementation) has no
+    # chunked mode: the recorder then offers no stream_rows and read_stream fetches each page.
+    pg_store.append("s-1", [Probe(n=i) for i in range(2100)])
+    streamed = [(r.version, r.event.n, r.event_id) for r in pg_store.read_stream("s-1")]
+    pg_store._stream_rows = None
+    fetched = [(r.version, r.event.n, r.event_id) for r in pg_store.read_stream("s-1")]
+    assert fetched == streamed and len(fetched) == 2100
+    assert [r.event.n for r in pg_store.read_stream("s-1", 1000, 1001)] == [999, 1000]
+
+
+def test_read_stream_chunked_mode_is_offered_only_with_a_libpq_that_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert PostgresRecorder().stream_rows is not None  # the psycopg[binary] wheel: libpq 17+
+    monkeypatch.setattr(psycopg.pq, "version", lambda: 160004)
+    assert not chunked_mode_available()
+    assert PostgresRecorder().stream_rows is None
+
+
+def test_read_all_a_connection_dropped_mid_page_goes_on_from_the_next_event(
+    pg_store: EventStore,
+) -> None:
     pg_store.append("s-1", [Probe(n=i) for i in range(2500)])
     got = _dropping(pg_store, [300, 0, 1500])
     assert [r.event.n for r in pg_store.read_all()] == list(range(2500))
@@ -94,7 +144,7 @@ def test_a_connection_dropped_mid_page_goes_on_from_the_next_event(pg_store: Eve
     assert pg_store.engine.pool.checkedout() == 1  # the writer
 
 
-def test_a_drop_under_a_stream_filter_and_a_limit_loses_and_repeats_nothing(
+def test_read_all_a_drop_under_a_stream_filter_and_a_limit_loses_and_repeats_nothing(
     pg_store: EventStore,
 ) -> None:
     _interleaved(pg_store, 3000)
@@ -107,7 +157,9 @@ def test_a_drop_under_a_stream_filter_and_a_limit_loses_and_repeats_nothing(
     assert pg_store.engine.pool.checkedout() == 1
 
 
-def test_a_connection_dropped_twice_before_any_event_is_an_error(pg_store: EventStore) -> None:
+def test_read_all_a_connection_dropped_twice_before_any_event_is_an_error(
+    pg_store: EventStore,
+) -> None:
     pg_store.append("s-1", [Probe(n=i) for i in range(10)])
     got = _dropping(pg_store, [0, 0])
     with pytest.raises(StoreUnavailableError, match="cannot reach the database"):
@@ -135,7 +187,7 @@ def test_a_connection_dropped_twice_before_any_event_is_an_error(pg_store: Event
         (0, 5, None, "nothing-"),
     ],
 )
-def test_filters_and_limits_across_pages_give_the_events_of_whole_pages(
+def test_read_all_filters_and_limits_across_pages_give_the_events_of_whole_pages(
     pg_store: EventStore,
     after: int,
     limit: int | None,
@@ -157,7 +209,7 @@ def test_filters_and_limits_across_pages_give_the_events_of_whole_pages(
     assert pg_store.engine.pool.checkedout() == 1
 
 
-def test_pages_start_after_their_last_row_not_after_their_last_kept_event(
+def test_read_all_pages_start_after_their_last_row_not_after_their_last_kept_event(
     pg_store: EventStore,
 ) -> None:
     _interleaved(pg_store, 2500)
@@ -167,7 +219,7 @@ def test_pages_start_after_their_last_row_not_after_their_last_kept_event(
     assert got == [1000, 1000, 500]  # every row read once
 
 
-def test_an_iterator_dropped_early_gives_its_connection_back(pg_store: EventStore) -> None:
+def test_read_all_an_iterator_dropped_early_gives_its_connection_back(pg_store: EventStore) -> None:
     _interleaved(pg_store, 2500)
     base = pg_store.engine.pool.checkedout()
     events = pg_store.read_all()
