@@ -129,6 +129,14 @@ def test_a_read_of_rare_types_uses_the_partial_index(
             return fetch(sql, params)
 
         monkeypatch.setattr(store, "_fetch", capture)
+        stream_rows = store._stream_rows  # Postgres streams its pages: the SQL goes through here
+        if stream_rows is not None:
+
+            def capture_streamed(cursor: Any, sql: str, params: Sequence[Any]) -> Any:
+                statements.append(sql)
+                return stream_rows(cursor, sql, params)
+
+            monkeypatch.setattr(store, "_stream_rows", capture_streamed)
         list(store.read_all(types=["WorkerGroupShutdownRequested"]))
         [select] = statements
         explain = "EXPLAIN" if store.is_postgres else "EXPLAIN QUERY PLAN"
