@@ -516,12 +516,7 @@ class EventStore:
             sql = f"SELECT {self._columns} FROM wg_events WHERE {where} ORDER BY position LIMIT {page}"
             if self._stream_rows is not None:
                 with self._streamed_page(sql, (position, *names), retry) as streamed:
-                    kept: Iterable[Any] = streamed.rows
-                    if streams is not None:
-                        kept = (r for r in kept if r[1].startswith(streams))
-                    if remaining > 0:
-                        kept = islice(kept, remaining)
-                    for record in self._decode_rows(kept):
+                    for record in self._decode_rows(_kept(streamed.rows, streams, remaining)):
                         yield record
                         if remaining > 0:
                             remaining -= 1
@@ -532,11 +527,10 @@ class EventStore:
                     return
                 continue
             rows = self._fetch(sql, (position, *names))
-            kept = rows if streams is None else [r for r in rows if r[1].startswith(streams)]
-            if remaining > 0:
-                kept = kept[:remaining]
-                remaining -= len(kept)
-            yield from self._decode_rows(kept)
+            for record in self._decode_rows(_kept(rows, streams, remaining)):
+                yield record
+                if remaining > 0:
+                    remaining -= 1
             if len(rows) < page:
                 return
             position = rows[-1][0]
@@ -771,6 +765,16 @@ class EventStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailableError("this EventStore is closed; open a new one")
+
+
+def _kept(
+    rows: Iterable[Any], streams: str | tuple[str, ...] | None, remaining: int
+) -> Iterable[Any]:
+    """The rows of a :meth:`EventStore.read_all` page it hands on: those of the ``streams``
+    prefixes (all when None), at most ``remaining`` of them (all when negative)."""
+    if streams is not None:
+        rows = (row for row in rows if row[1].startswith(streams))
+    return rows if remaining < 0 else islice(rows, remaining)
 
 
 class _Page:
