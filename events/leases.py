@@ -3,8 +3,14 @@
 A controller takes a run's lease before it acts and renews it while it works; another controller
 (or ``wgstore gc``) may take the run only once the lease has expired. Times come from the
 caller's clock (``now``, default the wall clock): controllers on different machines need clocks
-that agree to well within a lease (NTP does). The lease is coordination only; the log records
-each controller that took the run (``ControllerStarted``).
+that agree to well within a lease (NTP does). The log records each controller that took the run
+(``ControllerStarted``).
+
+A lease fences: each grant carries an ``epoch`` that grows by one whenever the lease changes
+hands (a renewal keeps it), and a holder's appends carry ``Lease.fence``; the database refuses
+them once the row names another holder or epoch (migration ``0009_fencing``). Expiry decides who
+may *take* a lease; the epoch decides whose writes count, so a holder that paused past its
+lease cannot write after someone else took over, whatever its clock says.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from wgstore.events._translate import translate_errors
+from wgstore.events.records import Fence
 from wgstore.events.schema import wg_run_leases
 from wgstore.events.store import EventStore
 
@@ -31,6 +38,12 @@ class Lease:
     acquired_at: datetime
     renewed_at: datetime
     expires_at: datetime
+    epoch: int = 1
+
+    @property
+    def fence(self) -> Fence:
+        """This grant as a fencing token for appends (``store.append(..., fence=...)``)."""
+        return Fence(lease=self.run_id, holder=self.holder, epoch=self.epoch)
 
     def expired(self, now: datetime | None = None) -> bool:
         """True once ``now`` (default: the wall clock) is past ``expires_at``."""
@@ -52,39 +65,56 @@ def _check(lease_s: float) -> None:
 
 def acquire_lease(
     store: EventStore, run_id: str, holder: str, lease_s: float, now: datetime | None = None
-) -> bool:
-    """Take run ``run_id`` for ``holder`` for ``lease_s`` seconds; False if another holds it.
+) -> Lease | None:
+    """Take run ``run_id`` for ``holder`` for ``lease_s`` seconds; None if another holds it.
 
-    Succeeds when nobody holds the run, when ``holder`` already does (a renewal), or when the
-    lease of another holder has expired at ``now``. Atomic on both backends.
+    Succeeds when nobody holds the run, when ``holder`` already does (a renewal: same epoch), or
+    when the lease of another holder has expired at ``now`` (a takeover: the epoch grows by one,
+    which fences the previous holder's appends). Atomic on both backends.
+
+    Returns:
+        The lease now held (its :attr:`Lease.fence` goes with the holder's appends), or None.
     """
     _check(lease_s)
     now = now or _now()
     expires = now + timedelta(seconds=lease_s)
+    leases_ = wg_run_leases.c
     with translate_errors(store.url), store.engine.begin() as connection:
-        taken = connection.execute(
+        row = connection.execute(
             wg_run_leases.update()
             .where(
-                wg_run_leases.c.run_id == run_id,
-                sa.or_(wg_run_leases.c.holder == holder, wg_run_leases.c.expires_at <= now),
+                leases_.run_id == run_id,
+                sa.or_(leases_.holder == holder, leases_.expires_at <= now),
             )
-            .values(holder=holder, acquired_at=now, renewed_at=now, expires_at=expires)
-        ).rowcount
-        if taken:
-            return True
+            .values(
+                epoch=sa.case((leases_.holder == holder, leases_.epoch), else_=leases_.epoch + 1),
+                holder=holder,
+                acquired_at=sa.case((leases_.holder == holder, leases_.acquired_at), else_=now),
+                renewed_at=now,
+                expires_at=expires,
+            )
+            .returning(*wg_run_leases.c)
+        ).first()
+        if row is not None:
+            return _lease(row)
         exists = connection.execute(
-            sa.select(wg_run_leases.c.run_id).where(wg_run_leases.c.run_id == run_id)
+            sa.select(leases_.run_id).where(leases_.run_id == run_id)
         ).first()
         if exists is not None:
-            return False
+            return None
         inserted = connection.execute(
             _insert_if_absent(connection)
             .values(
-                run_id=run_id, holder=holder, acquired_at=now, renewed_at=now, expires_at=expires
+                run_id=run_id,
+                holder=holder,
+                acquired_at=now,
+                renewed_at=now,
+                expires_at=expires,
+                epoch=1,
             )
-            .returning(wg_run_leases.c.run_id)
+            .returning(*wg_run_leases.c)
         ).first()
-        return inserted is not None
+        return _lease(inserted) if inserted is not None else None
 
 
 def _insert_if_absent(connection: sa.Connection) -> sa.Insert:
@@ -128,6 +158,7 @@ def _lease(row: sa.Row[Any]) -> Lease:
         acquired_at=_aware(row.acquired_at),
         renewed_at=_aware(row.renewed_at),
         expires_at=_aware(row.expires_at),
+        epoch=row.epoch,
     )
 
 

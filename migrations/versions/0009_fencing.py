@@ -11,7 +11,7 @@ keeps it. A holder's appends carry ``(lease, holder, epoch)`` and the database r
 the append's own transaction, once the row says otherwise:
 
 - Postgres: ``wg_check_fence`` locks the lease row ``FOR SHARE`` (a takeover's UPDATE waits until
-  the append commits) and raises ``WG003`` when holder or epoch differ; the store calls it in the
+  the append commits) and raises ``WG004`` when holder or epoch differ; the store calls it in the
   same transaction as ``wg_append``.
 - SQLite: the store reads the row inside the append's ``BEGIN IMMEDIATE`` (one writer at a time).
 
@@ -42,7 +42,7 @@ BEGIN
       FROM wg_run_leases WHERE run_id = p_lease FOR SHARE;
     IF NOT FOUND OR v_holder <> p_holder OR v_epoch <> p_epoch THEN
         RAISE EXCEPTION 'wgstore: lease % is not held by % at epoch %', p_lease, p_holder, p_epoch
-            USING ERRCODE = 'WG003',
+            USING ERRCODE = 'WG004',
                   DETAIL = coalesce(v_holder, '') || E'\\n' || coalesce(v_epoch::text, '');
     END IF;
 END $$
