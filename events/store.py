@@ -181,6 +181,11 @@ class EventStore:
         return self._hmac_key
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    @property
     def is_postgres(self) -> bool:
         """True when the store lives in PostgreSQL."""
         return self.backend == "postgresql"

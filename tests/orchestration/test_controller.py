@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from tests.orchestration.decide_sim import World
+from tests.waiting import wait_until
 from wgstore.events import NO_STREAM
 from wgstore.events.leases import acquire_lease, lease_of
 from wgstore.events.run import FailureConfig, RunCreated, ScalingConfig
@@ -165,18 +166,59 @@ def test_a_controller_abandoned_between_its_two_appends_is_resumed_without_repea
 
 
 def test_a_controller_that_lost_its_lease_stops_without_acting(store: Any) -> None:
+    """Paused past its lease (the keeper thread too) while another holder took the run with a
+    clock ahead of the lease: the controller stops, and nothing it tries is written."""
     _create(store)
-    controller = RunController(store, "r1", executor="external", lease_s=0.3).start()
-    deadline = time.monotonic() + 10
-    while not lease_of(store, "r1").expired():  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, "the lease did not expire"
-        time.sleep(0.02)
-    assert acquire_lease(store, "r1", "thief", 30.0)  # taken over once expired
+    controller = RunController(store, "r1", executor="external", lease_s=30.0).start()
+    ahead = datetime.now(UTC) + timedelta(minutes=5)
+    assert acquire_lease(store, "r1", "thief", 30.0, now=ahead)  # taken over: epoch + 1
     version = store.stream_version(run_stream("r1"))
     with pytest.raises(RunLeaseLostError, match="thief"):
-        controller.run(timeout_s=5)
+        controller.run(timeout_s=30)
     assert store.stream_version(run_stream("r1")) == version
     assert lease_of(store, "r1").holder == "thief"  # type: ignore[union-attr]
+    controller.close()
+    assert lease_of(store, "r1").holder == "thief"  # type: ignore[union-attr]
+
+
+def test_a_stale_controller_writes_neither_the_run_decision_nor_the_group_start(
+    store: Any,
+) -> None:
+    """The defect of the fencing issue: a controller paused between deciding and appending
+    thaws after gc took the run. Its decision (the run's events and the attempt's start
+    request, one atomic append) is refused by the database, not by a check in the client."""
+    _create(store)
+    controller = RunController(store, "r1", executor="external", lease_s=30.0).start()
+    run = read_run(store, "r1")
+    decision = decide(run, None, datetime.now(UTC))
+    assert decision.run_events and decision.group_events  # the first attempt's start
+    ahead = datetime.now(UTC) + timedelta(minutes=5)
+    assert acquire_lease(store, "r1", "gc-x", 30.0, now=ahead)
+    before = [(r.stream_id, r.version) for r in store.read_all()]
+    with pytest.raises(RunLeaseLostError, match="gc-x"):
+        controller.step()
+    assert [(r.stream_id, r.version) for r in store.read_all()] == before
+    assert not store.stream_version(group_stream(attempt_group_id("r1", 1)))
+    controller.close()
+
+
+def test_the_lease_is_renewed_while_the_controller_is_busy_elsewhere(store: Any) -> None:
+    """Item 3: the controller never steps (it is blocked, connecting to Ray, say), yet its lease
+    stays ahead of the clock for several lease lengths."""
+    _create(store)
+    controller = RunController(store, "r1", executor="external", lease_s=0.6).start()
+    try:
+        first = lease_of(store, "r1").expires_at  # type: ignore[union-attr]
+        wait_until(
+            lambda: lease_of(store, "r1").expires_at > first + timedelta(seconds=1.2),  # type: ignore[union-attr]
+            timeout_s=60,
+            what="the keeper to renew the lease twice",
+        )
+        assert not lease_of(store, "r1").expired()  # type: ignore[union-attr]
+        controller.keep_lease()  # still ours
+    finally:
+        controller.close()
+    assert lease_of(store, "r1") is None
 
 
 def test_an_unknown_run_is_refused_with_how_to_find_one(store: Any) -> None:
