@@ -447,3 +447,25 @@ def test_actor_failpoints_need_ray_and_scopes_need_collections(store: Any) -> No
         RayExecutor(store, runtime=FakeRuntime(), run_ids="r1")
     with pytest.raises(ValueError, match="unknown RayRuntime failpoint"):
         RayExecutor(store, failpoints={"poll_hangs": 1})
+
+
+class TestRunEnded:
+    def test_a_group_whose_run_has_ended_is_never_started_and_its_leftovers_are_released(
+        self, store: Any, runtime: FakeRuntime, fake_executor: RayExecutor
+    ) -> None:
+        """A start request for a run that is over (appended by a controller that had lost the
+        run, before fencing existed) starts nothing: the executor records why and releases
+        anything left under the group's name."""
+        from wgstore.events.run import RunAborted, RunCreated
+        from wgstore.events.streams import run_stream
+
+        store.append(run_stream("r9"), [RunCreated(run_id="r9"), RunAborted(reason="gc")])
+        runtime.reserve_placement_group("g9", [{"CPU": 0.25}], "PACK", 5.0)  # a leftover
+        _request(store, "g9", run_id="r9")
+        state = _follow(store, "g9", _ended)
+        assert state.status is WorkerGroupStatus.START_FAILED
+        assert state.start_failure.error.type == "RunEnded"
+        assert "run r9 had ended (ABORTED)" in state.start_failure.error.message
+        assert state.released == ("placement_group:wgstore-g9",)
+        assert runtime.list_group_resources() == {}
+        assert _types(store, "g9") == ["WorkerGroupStartRequested", "WorkerGroupStartFailed"]
