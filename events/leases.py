@@ -15,6 +15,7 @@ lease cannot write after someone else took over, whatever its clock says.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,7 +27,15 @@ from wgstore.events.records import Fence
 from wgstore.events.schema import wg_run_leases
 from wgstore.events.store import EventStore
 
-__all__ = ["Lease", "acquire_lease", "lease_of", "leases", "release_lease", "renew_lease"]
+__all__ = [
+    "Lease",
+    "acquire_lease",
+    "lease_of",
+    "leases",
+    "release_lease",
+    "renew_lease",
+    "renew_leases",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +147,30 @@ def renew_lease(
             .values(renewed_at=now, expires_at=now + timedelta(seconds=lease_s))
         ).rowcount
     return bool(renewed)
+
+
+def renew_leases(
+    store: EventStore,
+    run_ids: Iterable[str],
+    holder: str,
+    lease_s: float,
+    now: datetime | None = None,
+) -> set[str]:
+    """Extend every lease of ``run_ids`` that ``holder`` still holds, in one statement; returns
+    the ids renewed (the others were lost)."""
+    _check(lease_s)
+    wanted = list(run_ids)
+    if not wanted:
+        return set()
+    now = now or _now()
+    with translate_errors(store.url), store.engine.begin() as connection:
+        rows = connection.execute(
+            wg_run_leases.update()
+            .where(wg_run_leases.c.run_id.in_(wanted), wg_run_leases.c.holder == holder)
+            .values(renewed_at=now, expires_at=now + timedelta(seconds=lease_s))
+            .returning(wg_run_leases.c.run_id)
+        ).all()
+    return {row.run_id for row in rows}
 
 
 def release_lease(store: EventStore, run_id: str, holder: str) -> bool:

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from wgstore.events import ConcurrencyError, EventStore, NewEvent
+from wgstore.events import ConcurrencyError, EventStore, FencedError, NewEvent
 from wgstore.events.streams import run_stream
 from wgstore.events.worker_group import (
     ErrorInfo,
@@ -74,7 +74,9 @@ def _finish_start_with(
             metadata=ex.metadata(command),
         )
         try:
-            ex.store.append(stream, [new], expected_version=state.version)
+            ex.store.append(
+                stream, [new], expected_version=state.version, fence=ex.fence(command.group_id)
+            )
             return
         except ConcurrencyError:
             for record in ex.store.read_stream(stream, from_version=state.version + 1):
@@ -118,7 +120,12 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
         return
     runtime = ex.runtime
     builder = WorkerGroupStateBuilder(
-        ex.store, runtime, state, command_id=command.command_id, metadata=ex.metadata(command)
+        ex.store,
+        runtime,
+        state,
+        command_id=command.command_id,
+        metadata=ex.metadata(command),
+        fence=ex.fence(group_id),
     )
     stage = StartStage.PLACEMENT_GROUP
     hook_failures = ex.invoke("before_worker_group_start", context)
@@ -179,6 +186,8 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
         builder.launched(context.train_fn)  # from here on, failures are the workers'
         hook_failures += ex.invoke("after_worker_group_training_start", builder.state)
 
+    except FencedError:
+        raise  # another executor took the group over: what was built is its business now
     except StartAborted:
         released = builder.release()
         failure = WorkerGroupStartFailed(stage=stage, error=_aborted(), released=released)
@@ -251,7 +260,7 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
         )
     )
     events += [NewEvent(f, metadata=ex.metadata(command)) for f in hook_failures]
-    ex.store.append(command.stream_id, events)
+    ex.store.append(command.stream_id, events, fence=ex.fence(command.group_id))
 
 
 def release_resources(command: ReleaseResources, ex: RayExecutor) -> None:
