@@ -221,6 +221,45 @@ def test_the_lease_is_renewed_while_the_controller_is_busy_elsewhere(store: Any)
     assert lease_of(store, "r1") is None
 
 
+def test_the_lease_stays_live_while_the_executor_is_still_connecting(store: Any) -> None:
+    """Item 3 of the fencing issue: with Ray unreachable, connecting took longer than the lease
+    and a second controller took the run from a live one. The keeper thread renews the lease
+    while ``start()`` is blocked in the executor's connect, so a second controller is refused."""
+    from wgstore.orchestration import RayExecutor
+    from wgstore.orchestration.errors import RunLeaseHeldError
+    from wgstore.orchestration.fake_runtime import FakeRuntime
+
+    connecting = threading.Event()
+    reachable = threading.Event()
+
+    class SlowCluster(FakeRuntime):
+        def connect(self) -> None:
+            connecting.set()
+            reachable.wait(60)
+            super().connect()
+
+    _create(store)
+    executor = RayExecutor(store, runtime=SlowCluster(), read_models_interval_s=None)
+    controller = RunController(store, "r1", executor=executor, lease_s=2.0)
+    starting = threading.Thread(target=controller.start)
+    starting.start()
+    try:
+        assert connecting.wait(30)
+        first = lease_of(store, "r1").expires_at  # type: ignore[union-attr]
+        wait_until(
+            lambda: lease_of(store, "r1").expires_at > first + timedelta(seconds=3),  # type: ignore[union-attr]
+            timeout_s=60,
+            what="the lease to be renewed past its first length while connecting",
+        )
+        with pytest.raises(RunLeaseHeldError):
+            RunController(store, "r1", executor="external").start()
+    finally:
+        reachable.set()
+        starting.join(30)
+        executor.stop()
+        controller.close()
+
+
 def test_an_unknown_run_is_refused_with_how_to_find_one(store: Any) -> None:
     with pytest.raises(RunNotFoundError, match="wgstore runs"):
         RunController(store, "nope", executor="external")
