@@ -15,9 +15,12 @@ lease cannot write after someone else took over, whatever its clock says.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,6 +31,7 @@ from wgstore.events.schema import wg_run_leases
 from wgstore.events.store import EventStore
 
 __all__ = [
+    "HolderProcess",
     "Lease",
     "acquire_lease",
     "lease_of",
@@ -35,7 +39,58 @@ __all__ = [
     "release_lease",
     "renew_lease",
     "renew_leases",
+    "this_process",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class HolderProcess:
+    """The process that holds a lease: its host, pid and start (boot id and start time in clock
+    ticks, from ``/proc``; empty where there is no ``/proc``), so a reused pid is not taken for
+    the holder."""
+
+    host: str
+    pid: int
+    start: str = ""
+
+    def gone(self) -> bool:
+        """True when this is a process of this host (and this boot) that no longer runs.
+
+        False whenever that cannot be known (another host, no ``/proc``): such a holder is
+        waited out instead.
+        """
+        if self.host != socket.gethostname() or not self.start:
+            return False
+        here = _process_start(self.pid)
+        if here is None:  # no such process now
+            return _boot_id() == self.start.split("/", 1)[0]
+        return here != self.start
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str | None:
+    """``<boot id>/<start time>`` of process ``pid``, None if it does not exist, "" if unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ""
+    boot = _boot_id()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return f"{boot}/{fields[19]}" if boot else ""  # field 22 of stat: starttime
+
+
+def this_process() -> HolderProcess:
+    """This process, as a lease holder."""
+    pid = os.getpid()
+    return HolderProcess(socket.gethostname(), pid, _process_start(pid) or "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +103,8 @@ class Lease:
     renewed_at: datetime
     expires_at: datetime
     epoch: int = 1
+    process: HolderProcess | None = None
+    """The holder's process, when it said (None for rows written before 0009_fencing)."""
 
     @property
     def fence(self) -> Fence:
@@ -73,7 +130,14 @@ def _check(lease_s: float) -> None:
 
 
 def acquire_lease(
-    store: EventStore, run_id: str, holder: str, lease_s: float, now: datetime | None = None
+    store: EventStore,
+    run_id: str,
+    holder: str,
+    lease_s: float,
+    now: datetime | None = None,
+    *,
+    process: HolderProcess | None = None,
+    take_from: Lease | None = None,
 ) -> Lease | None:
     """Take run ``run_id`` for ``holder`` for ``lease_s`` seconds; None if another holds it.
 
@@ -81,26 +145,38 @@ def acquire_lease(
     when the lease of another holder has expired at ``now`` (a takeover: the epoch grows by one,
     which fences the previous holder's appends). Atomic on both backends.
 
+    Args:
+        process: the process that will hold it (default: this one), recorded in the row.
+        take_from: take the lease from this grant even though it has not expired, provided the
+            row is still exactly that grant (holder and epoch): for a holder whose process is
+            known to be gone (:meth:`HolderProcess.gone`).
+
     Returns:
         The lease now held (its :attr:`Lease.fence` goes with the holder's appends), or None.
     """
     _check(lease_s)
     now = now or _now()
     expires = now + timedelta(seconds=lease_s)
+    process = process or this_process()
     leases_ = wg_run_leases.c
+    takeable = sa.or_(leases_.holder == holder, leases_.expires_at <= now)
+    if take_from is not None:
+        takeable = sa.or_(
+            takeable,
+            sa.and_(leases_.holder == take_from.holder, leases_.epoch == take_from.epoch),
+        )
+    owner = {"host": process.host, "pid": process.pid, "process_start": process.start}
     with translate_errors(store.url), store.engine.begin() as connection:
         row = connection.execute(
             wg_run_leases.update()
-            .where(
-                leases_.run_id == run_id,
-                sa.or_(leases_.holder == holder, leases_.expires_at <= now),
-            )
+            .where(leases_.run_id == run_id, takeable)
             .values(
                 epoch=sa.case((leases_.holder == holder, leases_.epoch), else_=leases_.epoch + 1),
                 holder=holder,
                 acquired_at=sa.case((leases_.holder == holder, leases_.acquired_at), else_=now),
                 renewed_at=now,
                 expires_at=expires,
+                **owner,
             )
             .returning(*wg_run_leases.c)
         ).first()
@@ -120,6 +196,7 @@ def acquire_lease(
                 renewed_at=now,
                 expires_at=expires,
                 epoch=1,
+                **owner,
             )
             .returning(*wg_run_leases.c)
         ).first()
@@ -192,6 +269,9 @@ def _lease(row: sa.Row[Any]) -> Lease:
         renewed_at=_aware(row.renewed_at),
         expires_at=_aware(row.expires_at),
         epoch=row.epoch,
+        process=HolderProcess(row.host, row.pid, row.process_start or "")
+        if row.host is not None and row.pid is not None
+        else None,
     )
 
 

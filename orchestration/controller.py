@@ -108,6 +108,19 @@ def abort_events(run: RunState, reason: str) -> list[NewEvent]:
     ]
 
 
+def _held_error(run_id: str, held: Lease | None) -> RunLeaseHeldError:
+    holder = held.holder if held else "another controller"
+    until = held.expires_at.isoformat(timespec="seconds") if held else "soon"
+    where = ""
+    if held is not None and held.process is not None:
+        where = f" (pid {held.process.pid} on {held.process.host})"
+    return RunLeaseHeldError(
+        f"run {run_id} is held by {holder}{where}, whose lease expires at {until}; it is still "
+        "working on the run. Wait for it to end, or resume the run after that time if that "
+        "process is gone (--wait waits for it)"
+    )
+
+
 class _LeaseKeeper:
     """Renews a lease every ``lease_s / 3`` from its own thread, so nothing the controller
     blocks on (Ray connecting, a long read) lets the lease lapse while the process lives."""
@@ -160,6 +173,9 @@ class RunController:
         on_update: called with the current group's state whenever it changed.
         extra_sys_path: for the in-process executor (see :class:`RayExecutor`).
         clock: the wall clock (UTC), for tests.
+        lease_wait_s: when another holder's lease is live, wait up to this long for it to
+            expire (default 0: refuse at once). A holder on this host whose process is gone is
+            taken over at once either way.
     """
 
     def __init__(
@@ -172,8 +188,10 @@ class RunController:
         on_update: Callable[[WorkerGroupState], None] | None = None,
         extra_sys_path: Collection[str] | None = None,
         clock: Callable[[], datetime] = _now,
+        lease_wait_s: float = 0.0,
     ) -> None:
         self.store = store
+        self.lease_wait_s = lease_wait_s
         self.run_id = run_id
         self.controller_id = uuid.uuid4().hex
         self.on_update = on_update
@@ -228,16 +246,21 @@ class RunController:
         return self._keeper.lease.fence if self._keeper is not None else None
 
     def _take_lease(self) -> None:
-        lease = acquire_lease(self.store, self.run_id, self.controller_id, self.lease_s)
-        if lease is None:
-            held = lease_of(self.store, self.run_id)
-            holder = held.holder if held else "another controller"
-            until = held.expires_at.isoformat(timespec="seconds") if held else "soon"
-            raise RunLeaseHeldError(
-                f"run {self.run_id} is held by controller {holder}, whose lease expires at "
-                f"{until}; it is still working on the run. Wait for it to end, or resume the "
-                "run after that time if that controller is gone"
-            )
+        deadline = time.monotonic() + self.lease_wait_s
+        while True:
+            lease = acquire_lease(self.store, self.run_id, self.controller_id, self.lease_s)
+            held = lease_of(self.store, self.run_id) if lease is None else None
+            if held is not None and held.process is not None and held.process.gone():
+                # Its holder ran on this host and its process is gone: no need to wait it out.
+                log.info("run %s: its holder %s is gone; taking it over", self.run_id, held.holder)
+                lease = acquire_lease(
+                    self.store, self.run_id, self.controller_id, self.lease_s, take_from=held
+                )
+            if lease is not None:
+                break
+            if held is None or time.monotonic() >= deadline:
+                raise _held_error(self.run_id, held)
+            time.sleep(min(1.0, max(0.05, (held.expires_at - self._clock()).total_seconds())))
         self._keeper = _LeaseKeeper(self.store, lease, self.lease_s)
 
     def _drop_lease(self) -> None:

@@ -16,6 +16,10 @@ the append's own transaction, once the row says otherwise:
 - SQLite: the store reads the row inside the append's ``BEGIN IMMEDIATE`` (one writer at a time).
 
 Existing rows start at epoch 1.
+
+The row also says which process holds the lease (``host``, ``pid``, ``process_start``: the
+kernel's boot id and the process's start time), so a holder on the same host whose process is
+gone is taken over at once instead of after the lease time.
 """
 
 from __future__ import annotations
@@ -61,6 +65,16 @@ def upgrade() -> None:
                 comment="grows by one each time the lease changes hands; appends carry it",
             )
         )
+        batch.add_column(sa.Column("host", sa.Text(), nullable=True))
+        batch.add_column(sa.Column("pid", sa.Integer(), nullable=True))
+        batch.add_column(
+            sa.Column(
+                "process_start",
+                sa.Text(),
+                nullable=True,
+                comment="boot id and start time of the holder's process (tells a reused pid)",
+            )
+        )
     if op.get_bind().dialect.name == "postgresql":
         op.execute(CHECK_FENCE)
 
@@ -70,4 +84,5 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute("DROP FUNCTION IF EXISTS wg_check_fence(text, text, bigint)")
     with op.batch_alter_table("wg_run_leases") as batch:
-        batch.drop_column("epoch")
+        for column in ("process_start", "pid", "host", "epoch"):
+            batch.drop_column(column)

@@ -130,6 +130,48 @@ def test_a_second_controller_is_refused_naming_the_holder_and_its_expiry(store: 
     assert [c.controller_id for c in read_run(store, "r1").controllers] == [first.controller_id]
 
 
+def test_a_controller_killed_on_this_host_is_taken_over_at_once(store: Any) -> None:
+    """A ``wgstore run`` whose process was SIGKILLed: its 10-minute lease has not expired, but
+    its pid is gone on this host, so a resume takes the run at once (the epoch grows)."""
+    import signal
+    import subprocess
+    import sys
+
+    from wgstore.events.leases import HolderProcess, this_process
+
+    _create(store, lease_s=600.0)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    me = this_process()
+    gone = HolderProcess(me.host, child.pid, f"{me.start.split('/')[0]}/{_start_of(child.pid)}")
+    held = acquire_lease(store, "r1", "killed-controller", 600.0, process=gone)
+    assert held is not None
+    live = RunController(store, "r1", executor="external")
+    with pytest.raises(RunLeaseHeldError, match=f"pid {child.pid} on {me.host}"):
+        live.start()  # its process still runs: refused
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    with RunController(store, "r1", executor="external") as resumed:
+        assert resumed.fence is not None and resumed.fence.epoch == held.epoch + 1
+    assert read_run(store, "r1").controllers[-1].controller_id == resumed.controller_id
+
+
+def _start_of(pid: int) -> str:
+    from pathlib import Path
+
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2 :].split()[19]
+
+
+def test_a_controller_asked_to_wait_takes_the_run_once_the_lease_expires(store: Any) -> None:
+    _create(store)
+    from wgstore.events.leases import HolderProcess
+
+    remote = HolderProcess("another-host", 1, "x/1")
+    assert acquire_lease(store, "r1", "remote-controller", 1.0, process=remote)
+    with RunController(store, "r1", executor="external", lease_wait_s=60) as waited:
+        assert waited.fence is not None and waited.fence.epoch == 2
+
+
 def test_a_controller_deciding_on_a_stale_read_appends_nothing(store: Any) -> None:
     _create(store)
     with RunController(store, "r1", executor="external") as controller:
