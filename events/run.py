@@ -159,12 +159,18 @@ class RunCreated:
 @event_type("ControllerStarted", version=1)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControllerStarted:
-    """A controller process took the run (holds its lease); ``resumed`` when the run had one before."""
+    """A controller process took the run (holds its lease); ``resumed`` when the run had one before.
+
+    ``lease_s``: the length of the lease it holds and renews while it lives (None: it holds none,
+    as Ray Train runs recorded before recorders held leases). Past it, a run that has not ended
+    is orphaned.
+    """
 
     controller_id: str
     host: str = ""
     pid: int = 0
     resumed: bool = False
+    lease_s: float | None = None
 
 
 @event_type("ControllerStateChanged", version=1)

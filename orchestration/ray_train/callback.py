@@ -116,6 +116,10 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             store is opened anyway. Opening it (~0.3 s of the controller's CPU) then does not
             slow the workers' start; the price is that a controller killed in that window
             leaves no record. ``0`` writes from the first event.
+        lease_s: the run's lease, which the recording controller takes once the store is open
+            and renews while it lives. When the driver dies, Ray ends the controller, the lease
+            lapses, and within ``lease_s`` the run shows as orphaned (``wgstore runs``), for
+            ``wgstore gc`` to end or ``wgstore resume`` / ``supervise`` to continue.
     """
 
     def __init__(
@@ -127,6 +131,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         retry_limit_s: float = 30.0,
         flush_timeout_s: float = 10.0,
         hold_s: float = 30.0,
+        lease_s: float = 30.0,
     ) -> None:
         if not isinstance(url, str) or "://" not in url:
             raise ValueError(
@@ -139,10 +144,14 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self.retry_limit_s = retry_limit_s
         self.flush_timeout_s = flush_timeout_s
         self.hold_s = hold_s
+        if not lease_s > 0:
+            raise ValueError(f"lease_s must be > 0 seconds, got {lease_s!r}")
+        self.lease_s = float(lease_s)
         self._reset()
 
     def _reset(self) -> None:
         self._writer: BackgroundWriter | None = None
+        self._keeper: Any = None  # LeaseKeeper, made in the writer's thread
         self._run_id = ""
         self._metadata: dict[str, Any] = {}
         self._attempt = 0
@@ -178,6 +187,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "retry_limit_s": self.retry_limit_s,
             "flush_timeout_s": self.flush_timeout_s,
             "hold_s": self.hold_s,
+            "lease_s": self.lease_s,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -194,7 +204,36 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     def _open_store(self) -> Any:
         from wgstore.events import EventStore
 
-        return EventStore.open(self.url)
+        store = EventStore.open(self.url)
+        try:
+            self._keep_lease(store)
+        except Exception:
+            logger.warning(
+                "wgstore: run %s is recorded without a lease", self._run_id, exc_info=True
+            )
+        return store
+
+    def _keep_lease(self, store: Any) -> None:
+        """Take the run's lease (once the store is open, in the writer's thread) and keep it
+        renewed while this controller lives; after a reopen, renew it on the new store."""
+        from wgstore.events.leases import acquire_lease, lease_of
+        from wgstore.orchestration.lease_keeper import LeaseKeeper
+
+        holder = self._metadata.get("ray_controller_actor_id") or f"ray-train-{os.getpid()}"
+        lease = acquire_lease(store, self._run_id, holder, self.lease_s)
+        if lease is None:
+            held = lease_of(store, self._run_id)
+            if held is not None and held.process is not None and held.process.gone():
+                lease = acquire_lease(store, self._run_id, holder, self.lease_s, take_from=held)
+        if lease is None:
+            logger.warning(
+                "wgstore: run %s is held by another live process; recording it without a lease",
+                self._run_id,
+            )
+            return
+        if self._keeper is not None:
+            self._keeper.stop()
+        self._keeper = LeaseKeeper(store, lease, self.lease_s)
 
     def _submit(self, stream_id: str, *events: Any, metadata: dict[str, Any] | None = None) -> None:
         if self._writer is None:
@@ -259,6 +298,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             controller_id=self._metadata["ray_controller_actor_id"] or "",
             host=socket.gethostname(),
             pid=os.getpid(),
+            lease_s=self.lease_s,
         )
         self._submit(run_stream(self._run_id), created, controller)
 
@@ -388,7 +428,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             return
         self._closed = True
         writer = self._writer
-        if not writer.close(self.flush_timeout_s):
+        closed = writer.close(self.flush_timeout_s)
+        if self._keeper is not None:
+            # Stopped, not released: a run whose ending was written is not orphaned anyway, and
+            # one whose ending could not be written should show as orphaned once this lapses.
+            self._keeper.stop()
+        if not closed:
             logger.error(
                 "wgstore: the record of Ray Train run %s is incomplete: %d event(s) were not "
                 "written (%s)",
