@@ -152,6 +152,13 @@ wg_run_leases = sa.Table(
         nullable=False,
         comment="the holder's clock; past it the run is orphaned (coordination, not history)",
     ),
+    sa.Column(
+        "epoch",
+        sa.BigInteger(),
+        nullable=False,
+        server_default="1",
+        comment="grows by one each time the lease changes hands; appends carry it",
+    ),
 )
 
 wg_blobs = sa.Table(

@@ -19,7 +19,7 @@ from wgstore.events.worker_group import (
     WorkerGroupShutdownRequested,
     WorkerReported,
 )
-from wgstore.migrations.runner import current_revision, downgrade, upgrade
+from wgstore.migrations.runner import HEAD_REVISION, current_revision, downgrade, upgrade
 
 BEFORE = "0007_run_read_models"
 
@@ -57,7 +57,7 @@ def test_upgrading_keeps_every_row_and_the_chains_and_positions_continue(
         before = _rows(store)
         with store.engine.begin() as connection:
             upgrade(connection)
-            assert current_revision(connection) == "0008_lean_appends"
+            assert current_revision(connection) == HEAD_REVISION
         assert _rows(store) == before
         assert store.verify().ok
         [record] = store.append("worker-group-0", [WorkerGroupShutdownRequested(reason="after")])
