@@ -57,7 +57,6 @@ _Json = sa.Text().with_variant(postgresql.JSONB(), "postgresql")
 _EventId = sa.String(36).with_variant(postgresql.UUID(as_uuid=True), "postgresql")
 
 wg_events = sa.Table(
-    "wg_blobs",
     "wg_events",
     metadata,
     sa.Column(
