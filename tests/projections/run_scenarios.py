@@ -72,7 +72,8 @@ class Run:
             start=datetime.now(UTC),
             step=timedelta(milliseconds=5),
         )
-        stream.running().reported(0, checkpoint, loss=1.0 / self.attempt).polled()
+        stream.running().reported(0, checkpoint, loss=1.0 / self.attempt)
+        stream.reported(1, checkpoint, loss=1.0 / self.attempt).polled()  # both: committed
         if fail:
             stream.polled(stopped(1, error(f"rank 1 died in {group_id}")), unchanged=2)
         else:
@@ -154,7 +155,8 @@ def running(store: Any, run_id: str = "live", *, lease_expired: bool = False) ->
         start=datetime.now(UTC),
         step=timedelta(milliseconds=5),
     )
-    append_stream(store, stream.running().reported(0, f"/ckpt/{run_id}/1", loss=0.5).polled())
+    stream.running().reported(0, f"/ckpt/{run_id}/1", loss=0.5)
+    append_stream(store, stream.reported(1, f"/ckpt/{run_id}/1", loss=0.5).polled())
     run.groups.append(stream.group_id)
     run.attempt = 1
     taken = datetime.now(UTC) - (timedelta(hours=1) if lease_expired else timedelta(0))
