@@ -185,6 +185,11 @@ def runs_command(
             Text("ORPHANED", style="bold red") if summary["orphaned"] else "",
             format_time(summary["updated_at"]),
         )
+        if summary["resumable"] is False:
+            table.add_row(
+                "",
+                Text(f"not resumable: {first_line(summary['not_resumable_reason'] or '')}", "dim"),
+            )
     if as_json:
         return
     if shown:
@@ -235,6 +240,8 @@ def print_run(detail: dict[str, Any]) -> None:
             "reported",
             Text(f"{reported} (not by every rank: not committed, no retry starts from it)", "dim"),
         )
+    if run["resumable"] is False:
+        facts.add_row("resumable", Text(f"no: {run['not_resumable_reason']}", style="yellow"))
     facts.add_row("created", format_time(run["created_at"]))
     if run["ended_at"]:
         facts.add_row("ended", format_time(run["ended_at"]))

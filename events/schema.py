@@ -303,6 +303,8 @@ wg_runs = sa.Table(
     sa.Column("latest_checkpoint", sa.Text()),
     sa.Column("checkpoint_committed_at", _Time),
     sa.Column("latest_reported_checkpoint", sa.Text()),
+    sa.Column("resumable", sa.Boolean()),
+    sa.Column("not_resumable_reason", sa.Text()),
     sa.Column("num_workers", sa.Integer()),
     sa.Column("resources_per_worker", _Json),
     sa.Column("train_fn", sa.Text()),

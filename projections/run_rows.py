@@ -20,7 +20,12 @@ from typing import Any
 
 import msgspec
 
-from wgstore.projections.run_state import RunState, lease_lapsed, needs_controller
+from wgstore.projections.run_state import (
+    RunState,
+    lease_lapsed,
+    needs_controller,
+    resume_problem,
+)
 from wgstore.projections.state import WorkerGroupState
 
 __all__ = [
@@ -166,6 +171,8 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
     last = run.decisions[-1] if run.decisions else None
     current = run.current_group_id or (attempts[-1].group_id if attempts else None)
     committed = _committed(attempts)
+    problem = resume_problem(run)
+    problem = resume_problem(run)
     return {
         "run_id": run.run_id,
         "stream_id": run.stream_id,
@@ -186,6 +193,8 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
         "latest_checkpoint": None if committed is None else committed.latest_checkpoint,
         "checkpoint_committed_at": None if committed is None else committed.checkpoint_committed_at,
         "latest_reported_checkpoint": _latest_reported(attempts),
+        "resumable": problem is None,
+        "not_resumable_reason": problem,
         "num_workers": num_workers,
         "resources_per_worker": None if resources is None else _plain(resources),
         "train_fn": None if context is None else context.train_fn,

@@ -59,6 +59,8 @@ RUN_SUMMARY_KEYS = (
     "latest_checkpoint",
     "checkpoint_committed_at",
     "latest_reported_checkpoint",
+    "resumable",
+    "not_resumable_reason",
     "orphaned",
     "lease_holder",
     "lease_expires_at",

@@ -1,4 +1,4 @@
-"""Committed checkpoints in the read models, and ``wg_blobs`` for large recorded pickles.
+"""Committed checkpoints and resumability in the read models; ``wg_blobs`` for large pickles.
 
 Revision ID: 0010_committed_checkpoints
 Revises: 0009_fencing
@@ -8,7 +8,9 @@ Create Date: 2026-12-01
 that of the highest report index every rank of the attempt reported (as Ray Train registers one).
 New columns say when it was committed (``checkpoint_committed_at``), at which report index
 (``wg_worker_groups.checkpoint_index``), and which checkpoint a rank reported last whether or not
-it was committed (``latest_reported_checkpoint``). The values of existing rows were computed by
+it was committed (``latest_reported_checkpoint``). ``wg_runs.resumable`` /
+``not_resumable_reason`` say whether the run can be started again from the log (a Ray Train run's
+``TrainerRecorded``). The values of existing rows were computed by
 the old rule, so the upgrade empties the read models and moves their checkpoint back to 0, as
 0007 did: the next catch-up folds the whole log again (read models are derived data).
 
@@ -49,6 +51,8 @@ def upgrade() -> None:
     with op.batch_alter_table("wg_runs") as batch:
         batch.add_column(sa.Column("checkpoint_committed_at", _Time, nullable=True))
         batch.add_column(sa.Column("latest_reported_checkpoint", sa.Text(), nullable=True))
+        batch.add_column(sa.Column("resumable", sa.Boolean(), nullable=True))
+        batch.add_column(sa.Column("not_resumable_reason", sa.Text(), nullable=True))
     op.create_table(
         "wg_blobs",
         sa.Column("sha256", sa.Text(), nullable=False, comment="hex SHA-256 of bytes"),
@@ -67,6 +71,8 @@ def downgrade() -> None:
     """Drop wg_blobs and the new columns (the read models are folded again)."""
     op.drop_table("wg_blobs")
     with op.batch_alter_table("wg_runs") as batch:
+        batch.drop_column("not_resumable_reason")
+        batch.drop_column("resumable")
         batch.drop_column("latest_reported_checkpoint")
         batch.drop_column("checkpoint_committed_at")
     with op.batch_alter_table("wg_worker_groups") as batch:

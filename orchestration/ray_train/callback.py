@@ -58,7 +58,7 @@ from wgstore.events.worker_group import (
     WorkersStarted,
 )
 from wgstore.orchestration.poll_recorder import PollRecorder
-from wgstore.orchestration.ray_train import translate
+from wgstore.orchestration.ray_train import run_spec, translate
 from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
 from wgstore.projections.state import WorkerStatus
 
@@ -140,6 +140,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self.flush_timeout_s = flush_timeout_s
         self.hold_s = hold_s
         self._reset()
+        self._driver_part: run_spec.DriverPart | None = None
 
     def _reset(self) -> None:
         self._writer: BackgroundWriter | None = None
@@ -157,6 +158,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._train_fn: Any = None
         self._loop_config: dict[str, Any] = {}
         self._latest_checkpoint: str | None = None
+        self._spec_inputs: dict[str, Any] | None = None
+        self._spec_recorded = False
         self._shutdown_started = 0.0
         self._attempt_started = 0.0
         self._raised = False
@@ -169,7 +172,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         """Per hook: how many calls, the seconds they took, and the CPU seconds of the
         controller's thread in them (the rest is waiting: for the CPU, for the GIL)."""
 
-    # Ray pickles the callback to the controller: only the settings travel.
+    # Ray pickles the callback to the controller: the settings travel, and what only the driver
+    # can see of the run (the trainer, its train loop and datasets: run_spec.find_trainer).
     def __getstate__(self) -> dict[str, Any]:
         return {
             "url": self.url,
@@ -178,11 +182,45 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "retry_limit_s": self.retry_limit_s,
             "flush_timeout_s": self.flush_timeout_s,
             "hold_s": self.hold_s,
+            "_driver_part": self._capture_driver_part(),
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        driver_part = state.pop("_driver_part", None)
         self.__dict__.update(state)
         self._reset()
+        self._driver_part = driver_part
+
+    def _capture_driver_part(self) -> run_spec.DriverPart | None:
+        """The driver's part of ``TrainerRecorded``, taken once (Ray may pickle the callback
+        more than once: in the callbacks and in the run config). Never raises."""
+        part = getattr(self, "_driver_part", None)
+        if part is not None:
+            return part
+        try:
+            trainer = run_spec.find_trainer()
+            part = None if trainer is None else run_spec.encode_driver_part(trainer)
+        except Exception:  # recording never fails a run
+            logger.warning("wgstore: cannot record the trainer for a resume", exc_info=True)
+            part = None
+        self._driver_part = part
+        return part
+
+    def _record_trainer(self, fallback_train_loop: Any = None) -> None:
+        """``TrainerRecorded`` on the run stream, once, with its large pickles as blobs."""
+        if self._spec_recorded or self._spec_inputs is None:
+            return
+        self._spec_recorded = True
+        event, blobs = run_spec.encode_run_spec(
+            getattr(self, "_driver_part", None),
+            fallback_train_loop=fallback_train_loop,
+            **self._spec_inputs,
+        )
+        if self._writer is not None:
+            meta = {**self._metadata, "ray_time_ns": time.time_ns()}
+            self._writer.submit(
+                run_stream(self._run_id), [NewEvent(event, metadata=meta)], blobs=blobs
+            )
 
     @property
     def writer(self) -> BackgroundWriter | None:
@@ -261,6 +299,14 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             pid=os.getpid(),
         )
         self._submit(run_stream(self._run_id), created, controller)
+        self._spec_inputs = {
+            "train_loop_config": train_run_context.train_loop_config,
+            "scaling_config": scaling,
+            "run_config": run_config,
+            "backend_config": train_run_context.backend_config,
+        }
+        if getattr(self, "_driver_part", None) is not None:
+            self._record_trainer()
 
     @_hook
     def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
@@ -416,6 +462,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._attempt_started = time.time()
         if self._train_fn is None:
             self._train_fn = _train_fn_of(worker_group_context)
+        if not self._spec_recorded:  # the trainer was not seen in the driver: Ray's train fn
+            try:
+                fallback = worker_group_context.train_fn_ref.get()
+            except Exception:  # noqa: BLE001 - recorded as not resumable below
+                fallback = None
+            self._record_trainer(fallback)
         context = WorkerGroupContext(
             num_workers=int(worker_group_context.num_workers),
             resources_per_worker=dict(worker_group_context.resources_per_worker),
