@@ -15,19 +15,19 @@ import pytest
 
 pytest.importorskip("ray.train.v2")
 
-from ray.train.backend import BackendConfig  # noqa: E402
-from ray.train.v2.api.callback import UserCallback  # noqa: E402
-from ray.train.v2.api.config import (  # noqa: E402
+from ray.train.backend import BackendConfig
+from ray.train.v2.api.callback import UserCallback
+from ray.train.v2.api.config import (
     CheckpointConfig,
     FailureConfig,
     RunConfig,
     ScalingConfig,
 )
-from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer  # noqa: E402
+from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-from wgstore.events.codec import Codec  # noqa: E402
-from wgstore.orchestration.ray_train.callback import RecordingCallback  # noqa: E402
-from wgstore.orchestration.ray_train.run_spec import (  # noqa: E402
+from wgstore.events.codec import Codec
+from wgstore.orchestration.ray_train.callback import RecordingCallback
+from wgstore.orchestration.ray_train.run_spec import (
     INLINE_LIMIT,
     NotResumableError,
     build_trainer,
