@@ -155,6 +155,23 @@ def test_one_run_shows_its_committed_checkpoint_and_the_one_only_some_ranks_repo
     assert "/ckpt/step2 (not by every rank: not committed" in table.stdout
 
 
+def test_a_ray_train_run_that_cannot_be_resumed_says_why(cli: Any, store_url: str) -> None:
+    with EventStore.open(store_url) as store:
+        scenarios.from_ray_train_unpicklable(store)
+        scenarios.finished_after_a_retry(store)
+        catch_up_read_models(store)
+    for from_log in ((), ("--from-log",)):
+        listed = _json_lines(cli("runs", "--url", store_url, "--json", *from_log).stdout)
+        assert {r["run_id"]: (r["resumable"], r["not_resumable_reason"]) for r in listed} == {
+            "rayx": (False, "the train loop __main__:train cannot be pickled (TypeError)"),
+            "fin": (True, None),
+        }
+    table = cli("runs", "--url", store_url, env={"COLUMNS": "200"})
+    assert "not resumable: the train loop __main__:train cannot be pickled" in table.stdout
+    detail = cli("runs", "rayx", "--url", store_url, env={"COLUMNS": "200"})
+    assert "no: the train loop __main__:train cannot be pickled" in detail.stdout
+
+
 def test_one_orphaned_run_says_how_to_continue_or_release_it(cli: Any, runs_url: str) -> None:
     result = cli("runs", "orph", "--url", runs_url, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.stderr

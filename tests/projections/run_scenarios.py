@@ -23,6 +23,7 @@ from wgstore.events.run import (
     RunErrored,
     RunFinished,
     ScalingConfig,
+    TrainerRecorded,
 )
 from wgstore.events.streams import run_stream
 from wgstore.events.worker_group import WorkerGroupContext
@@ -172,6 +173,20 @@ def running(store: Any, run_id: str = "live", *, lease_expired: bool = False) ->
     taken = datetime.now(UTC) - (timedelta(hours=1) if lease_expired else timedelta(0))
     assert acquire_lease(store, run_id, "c1", 60.0, now=taken)
     return run
+
+
+def from_ray_train_unpicklable(store: Any, run_id: str = "rayx") -> Run:
+    """Recorded from Ray Train with a train loop that could not be pickled (not in ALL)."""
+    run = Run(store, run_id, name="ray-run", scaling_config=ScalingConfig(num_workers=2))
+    run.add(
+        TrainerRecorded(
+            trainer="ray.train.v2.api.data_parallel_trainer:DataParallelTrainer",
+            train_loop="__main__:train",
+            resumable=False,
+            not_resumable_reason="the train loop __main__:train cannot be pickled (TypeError)",
+        )
+    )
+    return run.to("SCHEDULING").to("RUNNING", f"{run_id}-g1")
 
 
 def from_ray_train(store: Any, run_id: str = "ray") -> Run:
