@@ -73,6 +73,7 @@ def render_html(data: dict[str, Any]) -> str:
                 "events",
                 f"{group['version']}; {group['polls_total']} polls, {group['reports_total']} reports",
             ),
+            _fact("checkpoint", _checkpoint_text(group)),
         ]
         + ([_fact("shutdown", esc(group["shutdown_reason"]))] if group["shutdown_reason"] else [])
     )

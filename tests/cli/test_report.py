@@ -290,6 +290,13 @@ def test_the_run_report_shows_committed_and_only_reported_checkpoints(
     assert data["run"]["latest_reported_checkpoint"] == "/ckpt/step2"
     assert '<code>/ckpt/step1</code> <span class="muted">committed ' in page
     assert "reported, not by every rank (not committed): <code>/ckpt/step2</code>" in page
+    group_page = tmp_path / "group.html"
+    result = cli("report", "part-g1", "--url", store_url, "-o", str(group_page))
+    assert result.exit_code == 0, result.stderr
+    group = _embedded_data(group_page.read_text(encoding="utf-8"))["group"]
+    assert (group["latest_checkpoint"], group["checkpoint_index"]) == ("/ckpt/step1", 1)
+    assert group["latest_reported_checkpoint"] == "/ckpt/step2"
+    assert "not committed" in group_page.read_text(encoding="utf-8")
 
 
 def test_the_run_report_renders_in_headless_chromium_with_no_console_errors(
