@@ -5,6 +5,7 @@ The tree::
     WgstoreError
      └─ EventStoreError
          ├─ ConcurrencyError        the stream was not at the expected version
+         ├─ FencedError             the append's lease has passed to another holder
          ├─ DuplicateEventError     an event id is already stored somewhere else
          ├─ UnknownEventTypeError   an event type that is not registered
          ├─ RegistrationError       a type name or upcaster registered twice (also a ValueError)
@@ -29,6 +30,7 @@ __all__ = [
     "EventDecodeError",
     "EventEncodeError",
     "EventStoreError",
+    "FencedError",
     "ImmutableEventError",
     "InvalidArgumentError",
     "RegistrationError",
@@ -68,6 +70,33 @@ class ConcurrencyError(EventStoreError):
             f"stream {stream_id!r} is at version {actual}, but the append expected {expected}: "
             "another writer appended first. Read the stream again, decide again, and retry "
             "with expected_version set to the version you read."
+        )
+
+
+class FencedError(EventStoreError):
+    """The append carried a lease (a fencing token) that its holder no longer has.
+
+    The database checked the lease row in the append's own transaction and found another holder
+    or a later epoch: the lease passed to someone else (after it expired, say, while this
+    process was paused). Nothing was written. The process must stop acting for that lease.
+    """
+
+    def __init__(
+        self, lease: str, holder: str, epoch: int, now_holder: str | None, now_epoch: int | None
+    ) -> None:
+        self.lease = lease
+        self.holder = holder
+        self.epoch = epoch
+        self.now_holder = now_holder
+        self.now_epoch = now_epoch
+        now = (
+            f"it is now held by {now_holder} at epoch {now_epoch}"
+            if now_holder is not None
+            else "it is held by nobody now"
+        )
+        super().__init__(
+            f"lease {lease!r} was held by {holder} at epoch {epoch}, but {now}: this process "
+            "lost the lease, nothing was written, and it must stop acting for it"
         )
 
 

@@ -3,23 +3,94 @@
 A controller takes a run's lease before it acts and renews it while it works; another controller
 (or ``wgstore gc``) may take the run only once the lease has expired. Times come from the
 caller's clock (``now``, default the wall clock): controllers on different machines need clocks
-that agree to well within a lease (NTP does). The lease is coordination only; the log records
-each controller that took the run (``ControllerStarted``).
+that agree to well within a lease (NTP does). The log records each controller that took the run
+(``ControllerStarted``).
+
+A lease fences: each grant carries an ``epoch`` that grows by one whenever the lease changes
+hands (a renewal keeps it), and a holder's appends carry ``Lease.fence``; the database refuses
+them once the row names another holder or epoch (migration ``0009_fencing``). Expiry decides who
+may *take* a lease; the epoch decides whose writes count, so a holder that paused past its
+lease cannot write after someone else took over, whatever its clock says.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
 from wgstore.events._translate import translate_errors
+from wgstore.events.records import Fence
 from wgstore.events.schema import wg_run_leases
 from wgstore.events.store import EventStore
 
-__all__ = ["Lease", "acquire_lease", "lease_of", "leases", "release_lease", "renew_lease"]
+__all__ = [
+    "HolderProcess",
+    "Lease",
+    "acquire_lease",
+    "lease_of",
+    "leases",
+    "release_lease",
+    "renew_lease",
+    "renew_leases",
+    "this_process",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class HolderProcess:
+    """The process that holds a lease: its host, pid and start (boot id and start time in clock
+    ticks, from ``/proc``; empty where there is no ``/proc``), so a reused pid is not taken for
+    the holder."""
+
+    host: str
+    pid: int
+    start: str = ""
+
+    def gone(self) -> bool:
+        """True when this is a process of this host (and this boot) that no longer runs.
+
+        False whenever that cannot be known (another host, no ``/proc``): such a holder is
+        waited out instead.
+        """
+        if self.host != socket.gethostname() or not self.start:
+            return False
+        here = _process_start(self.pid)
+        if here is None:  # no such process now
+            return _boot_id() == self.start.split("/", 1)[0]
+        return here != self.start
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str | None:
+    """``<boot id>/<start time>`` of process ``pid``, None if it does not exist, "" if unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ""
+    boot = _boot_id()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return f"{boot}/{fields[19]}" if boot else ""  # field 22 of stat: starttime
+
+
+def this_process() -> HolderProcess:
+    """This process, as a lease holder."""
+    pid = os.getpid()
+    return HolderProcess(socket.gethostname(), pid, _process_start(pid) or "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +102,14 @@ class Lease:
     acquired_at: datetime
     renewed_at: datetime
     expires_at: datetime
+    epoch: int = 1
+    process: HolderProcess | None = None
+    """The holder's process, when it said (None for rows written before 0009_fencing)."""
+
+    @property
+    def fence(self) -> Fence:
+        """This grant as a fencing token for appends (``store.append(..., fence=...)``)."""
+        return Fence(lease=self.run_id, holder=self.holder, epoch=self.epoch)
 
     def expired(self, now: datetime | None = None) -> bool:
         """True once ``now`` (default: the wall clock) is past ``expires_at``."""
@@ -51,40 +130,77 @@ def _check(lease_s: float) -> None:
 
 
 def acquire_lease(
-    store: EventStore, run_id: str, holder: str, lease_s: float, now: datetime | None = None
-) -> bool:
-    """Take run ``run_id`` for ``holder`` for ``lease_s`` seconds; False if another holds it.
+    store: EventStore,
+    run_id: str,
+    holder: str,
+    lease_s: float,
+    now: datetime | None = None,
+    *,
+    process: HolderProcess | None = None,
+    take_from: Lease | None = None,
+) -> Lease | None:
+    """Take run ``run_id`` for ``holder`` for ``lease_s`` seconds; None if another holds it.
 
-    Succeeds when nobody holds the run, when ``holder`` already does (a renewal), or when the
-    lease of another holder has expired at ``now``. Atomic on both backends.
+    Succeeds when nobody holds the run, when ``holder`` already does (a renewal: same epoch), or
+    when the lease of another holder has expired at ``now`` (a takeover: the epoch grows by one,
+    which fences the previous holder's appends). Atomic on both backends.
+
+    Args:
+        process: the process that will hold it (default: this one), recorded in the row.
+        take_from: take the lease from this grant even though it has not expired, provided the
+            row is still exactly that grant (holder and epoch): for a holder whose process is
+            known to be gone (:meth:`HolderProcess.gone`).
+
+    Returns:
+        The lease now held (its :attr:`Lease.fence` goes with the holder's appends), or None.
     """
     _check(lease_s)
     now = now or _now()
     expires = now + timedelta(seconds=lease_s)
+    process = process or this_process()
+    leases_ = wg_run_leases.c
+    takeable = sa.or_(leases_.holder == holder, leases_.expires_at <= now)
+    if take_from is not None:
+        takeable = sa.or_(
+            takeable,
+            sa.and_(leases_.holder == take_from.holder, leases_.epoch == take_from.epoch),
+        )
+    owner = {"host": process.host, "pid": process.pid, "process_start": process.start}
     with translate_errors(store.url), store.engine.begin() as connection:
-        taken = connection.execute(
+        row = connection.execute(
             wg_run_leases.update()
-            .where(
-                wg_run_leases.c.run_id == run_id,
-                sa.or_(wg_run_leases.c.holder == holder, wg_run_leases.c.expires_at <= now),
+            .where(leases_.run_id == run_id, takeable)
+            .values(
+                epoch=sa.case((leases_.holder == holder, leases_.epoch), else_=leases_.epoch + 1),
+                holder=holder,
+                acquired_at=sa.case((leases_.holder == holder, leases_.acquired_at), else_=now),
+                renewed_at=now,
+                expires_at=expires,
+                **owner,
             )
-            .values(holder=holder, acquired_at=now, renewed_at=now, expires_at=expires)
-        ).rowcount
-        if taken:
-            return True
+            .returning(*wg_run_leases.c)
+        ).first()
+        if row is not None:
+            return _lease(row)
         exists = connection.execute(
-            sa.select(wg_run_leases.c.run_id).where(wg_run_leases.c.run_id == run_id)
+            sa.select(leases_.run_id).where(leases_.run_id == run_id)
         ).first()
         if exists is not None:
-            return False
+            return None
         inserted = connection.execute(
             _insert_if_absent(connection)
             .values(
-                run_id=run_id, holder=holder, acquired_at=now, renewed_at=now, expires_at=expires
+                run_id=run_id,
+                holder=holder,
+                acquired_at=now,
+                renewed_at=now,
+                expires_at=expires,
+                epoch=1,
+                **owner,
             )
-            .returning(wg_run_leases.c.run_id)
+            .returning(*wg_run_leases.c)
         ).first()
-        return inserted is not None
+        return _lease(inserted) if inserted is not None else None
 
 
 def _insert_if_absent(connection: sa.Connection) -> sa.Insert:
@@ -110,6 +226,30 @@ def renew_lease(
     return bool(renewed)
 
 
+def renew_leases(
+    store: EventStore,
+    run_ids: Iterable[str],
+    holder: str,
+    lease_s: float,
+    now: datetime | None = None,
+) -> set[str]:
+    """Extend every lease of ``run_ids`` that ``holder`` still holds, in one statement; returns
+    the ids renewed (the others were lost)."""
+    _check(lease_s)
+    wanted = list(run_ids)
+    if not wanted:
+        return set()
+    now = now or _now()
+    with translate_errors(store.url), store.engine.begin() as connection:
+        rows = connection.execute(
+            wg_run_leases.update()
+            .where(wg_run_leases.c.run_id.in_(wanted), wg_run_leases.c.holder == holder)
+            .values(renewed_at=now, expires_at=now + timedelta(seconds=lease_s))
+            .returning(wg_run_leases.c.run_id)
+        ).all()
+    return {row.run_id for row in rows}
+
+
 def release_lease(store: EventStore, run_id: str, holder: str) -> bool:
     """Give up ``holder``'s lease of ``run_id`` (e.g. the run ended); False if it held none."""
     with translate_errors(store.url), store.engine.begin() as connection:
@@ -128,6 +268,10 @@ def _lease(row: sa.Row[Any]) -> Lease:
         acquired_at=_aware(row.acquired_at),
         renewed_at=_aware(row.renewed_at),
         expires_at=_aware(row.expires_at),
+        epoch=row.epoch,
+        process=HolderProcess(row.host, row.pid, row.process_start or "")
+        if row.host is not None and row.pid is not None
+        else None,
     )
 
 

@@ -14,7 +14,9 @@ from datetime import UTC, datetime, timedelta
 from inspect import signature
 from typing import Any
 
-from wgstore.events.recorder import AppendResult, Pending, StreamVersionMismatch
+from wgstore.events.errors import DuplicateEventError
+from wgstore.events.recorder import AppendResult, Batch, Pending, StreamVersionMismatch, fenced
+from wgstore.events.records import Fence
 
 __all__ = ["APPEND_FUNCTION", "APPEND_SIGNATURE", "PostgresRecorder", "chunked_mode_available"]
 
@@ -161,6 +163,7 @@ _CALL = (
     "SELECT * FROM wg_append(%s, %s, %b::uuid[], %b::text[], %b::smallint[], "
     "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %s)"
 )
+_CHECK_FENCE = "SELECT wg_check_fence(%s, %s, %s)"  # migration 0009_fencing
 
 
 def chunked_mode_available() -> bool:
@@ -234,24 +237,77 @@ class PostgresRecorder:
 
         cursor = writer.driver_connection.cursor()
         try:
-            cursor.execute(
-                _CALL,
-                (
-                    stream_id,
-                    expected,
-                    [p.event_id for p in pending],
-                    [p.type for p in pending],
-                    [p.schema_version for p in pending],
-                    [p.data for p in pending],
-                    [p.metadata_text for p in pending],
-                    macs,
-                    check_ids,
-                ),
-            )
+            cursor.execute(_CALL, _arguments(stream_id, expected, pending, macs, check_ids))
             return cursor.fetchall()  # type: ignore[no-any-return]
         except psycopg.Error as error:
-            if error.sqlstate == "WG001":
-                raise StreamVersionMismatch(int(error.diag.message_detail or 0)) from None
-            raise
+            raise _translated(error, stream_id) from None
         finally:
             cursor.close()
+
+    def append_many(
+        self, writer: Any, batches: list[Batch], check_ids: bool, fence: Fence | None
+    ) -> list[list[AppendResult]]:
+        """Append batches atomically (see :meth:`wgstore.events.recorder.Recorder.append_many`).
+
+        One transaction: ``wg_check_fence`` (its lock on the lease row holds a takeover back
+        until the commit), then one ``wg_append`` per batch (the first takes the table lock).
+        """
+        import psycopg
+
+        connection = writer.driver_connection
+        cursor = connection.cursor()
+        stream_id = None
+        try:
+            with connection.transaction():
+                if fence is not None:
+                    cursor.execute(_CHECK_FENCE, (fence.lease, fence.holder, fence.epoch))
+                results = []
+                for batch in batches:
+                    stream_id = batch.stream_id
+                    cursor.execute(
+                        _CALL,
+                        _arguments(
+                            batch.stream_id, batch.expected, batch.pending, batch.macs, check_ids
+                        ),
+                    )
+                    results.append(cursor.fetchall())
+                existed = {rows[0][4] for rows in results}
+                if len(existed) > 1:  # the transaction rolls back on the way out
+                    raise DuplicateEventError(
+                        "some of the batches' event ids are already stored and others are not: "
+                        "give each new event a new id, or retry the whole original append "
+                        "unchanged"
+                    )
+            return results
+        except psycopg.Error as error:
+            raise _translated(error, stream_id, fence) from None
+        finally:
+            cursor.close()
+
+
+def _arguments(
+    stream_id: str, expected: int, pending: list[Pending], macs: list[str | None], check_ids: bool
+) -> tuple[Any, ...]:
+    return (
+        stream_id,
+        expected,
+        [p.event_id for p in pending],
+        [p.type for p in pending],
+        [p.schema_version for p in pending],
+        [p.data for p in pending],
+        [p.metadata_text for p in pending],
+        macs,
+        check_ids,
+    )
+
+
+def _translated(error: Any, stream_id: str | None, fence: Fence | None = None) -> BaseException:
+    """``wg_append``'s and ``wg_check_fence``'s own errors as the recorder's; others as they are."""
+    if error.sqlstate == "WG001":
+        return StreamVersionMismatch(int(error.diag.message_detail or 0), stream_id)
+    if error.sqlstate == "WG004" and fence is not None:
+        holder, _, epoch = (error.diag.message_detail or "").partition("\n")
+        refused = fenced(fence, holder or None, int(epoch) if epoch else None)
+        if refused is not None:
+            return refused
+    return error  # type: ignore[no-any-return]

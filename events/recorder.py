@@ -16,7 +16,18 @@ from typing import Any, Protocol
 
 import msgspec
 
-__all__ = ["AppendResult", "Pending", "Recorder", "StreamVersionMismatch", "recorder_for"]
+from wgstore.events.errors import FencedError
+from wgstore.events.records import Fence
+
+__all__ = [
+    "AppendResult",
+    "Batch",
+    "Pending",
+    "Recorder",
+    "StreamVersionMismatch",
+    "fenced",
+    "recorder_for",
+]
 
 AppendResult = tuple[int, int, datetime, str, bool]
 """One appended (or, with ``True`` last, already stored) event: position, version, recorded
@@ -36,12 +47,30 @@ class Pending(msgspec.Struct, frozen=True):
     metadata_text: str
 
 
+class Batch(msgspec.Struct, frozen=True):
+    """One stream's encoded events in an append (several make an atomic multi-stream append)."""
+
+    stream_id: str
+    expected: int
+    pending: list[Pending]
+    macs: list[str | None]
+
+
 class StreamVersionMismatch(Exception):
     """The stream is not at the expected version (the store raises ``ConcurrencyError``)."""
 
-    def __init__(self, actual: int) -> None:
-        super().__init__(actual)
+    def __init__(self, actual: int, stream_id: str | None = None) -> None:
+        super().__init__(actual, stream_id)
         self.actual = actual
+        self.stream_id = stream_id
+
+
+def fenced(fence: Fence, holder: str | None, epoch: int | None) -> FencedError | None:
+    """The error for an append carrying ``fence`` when the lease row says ``holder``/``epoch``
+    (both None: no row); None when the fence holds."""
+    if holder == fence.holder and epoch == fence.epoch:
+        return None
+    return FencedError(fence.lease, fence.holder, fence.epoch, holder, epoch)
 
 
 class Recorder(Protocol):
@@ -83,6 +112,21 @@ class Recorder(Protocol):
         Raises:
             StreamVersionMismatch: the stream is not at ``expected``.
             DuplicateEventError: an id is stored, but not as this exact batch.
+        """
+        ...
+
+    def append_many(
+        self, writer: Any, batches: list[Batch], check_ids: bool, fence: Fence | None
+    ) -> list[list[AppendResult]]:
+        """Append several streams' batches in one transaction, all or nothing.
+
+        With ``fence``, the lease row is checked in that transaction first. With ``check_ids``,
+        batches all already stored as they are come back as stored and nothing is written.
+
+        Raises:
+            FencedError: the lease is no longer ``fence.holder``'s at ``fence.epoch``.
+            StreamVersionMismatch: a stream (named) is not at its batch's ``expected``.
+            DuplicateEventError: an id is stored, but not as these exact batches.
         """
         ...
 

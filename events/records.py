@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,7 +15,9 @@ __all__ = [
     "ANY",
     "NO_STREAM",
     "STREAM_EXISTS",
+    "AppendRequest",
     "ExpectedVersion",
+    "Fence",
     "NewEvent",
     "RecordedEvent",
     "UnknownEvent",
@@ -57,6 +59,30 @@ class NewEvent:
     event: Any
     event_id: uuid.UUID | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A lease as a fencing token, carried by an append (``append(..., fence=...)``).
+
+    The database refuses the append, in its own transaction, unless the lease row ``lease``
+    (``wg_run_leases.run_id``) still names ``holder`` at ``epoch``: a process that lost its
+    lease cannot write, however long it was paused. :func:`wgstore.events.leases.acquire_lease`
+    hands one out (``Lease.fence``).
+    """
+
+    lease: str
+    holder: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """One stream's part of an atomic multi-stream append (:meth:`EventStore.append_many`)."""
+
+    stream_id: str
+    events: Sequence[Any]
+    expected_version: ExpectedVersion = _StreamState.ANY
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,6 +158,14 @@ wg_run_leases = sa.Table(
         server_default="1",
         comment="grows by one each time the lease changes hands; appends carry it",
     ),
+    sa.Column("host", sa.Text(), nullable=True),
+    sa.Column("pid", sa.Integer(), nullable=True),
+    sa.Column(
+        "process_start",
+        sa.Text(),
+        nullable=True,
+        comment="boot id and start time of the holder's process (tells a reused pid)",
+    ),
 )
 
 wg_blobs = sa.Table(

@@ -15,7 +15,8 @@ from typing import Any
 
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, epoch_us
-from wgstore.events.recorder import AppendResult, Pending, StreamVersionMismatch
+from wgstore.events.recorder import AppendResult, Batch, Pending, StreamVersionMismatch, fenced
+from wgstore.events.records import Fence
 
 __all__ = ["SqliteRecorder", "parse_time"]
 
@@ -41,6 +42,7 @@ _HEADS = (
     "(SELECT log_hash FROM wg_events ORDER BY position DESC LIMIT 1), "
     "coalesce((SELECT max(position) FROM wg_events), 0)"
 )
+_LEASE = "SELECT holder, epoch FROM wg_run_leases WHERE run_id = ?"
 _AFTER_STREAM_ID = (  # the columns after position and stream_id
     "stream_version, event_id, event_type, schema_version, data, metadata, recorded_at, hash"
 )
@@ -109,41 +111,57 @@ class SqliteRecorder:
             done = self._append_cached(writer, stream_id, expected, pending, macs)
             if done is not None:
                 return done
-        return self._append_locked(writer, stream_id, expected, pending, macs, check_ids)
+        return self._append_locked(
+            writer, [Batch(stream_id, expected, pending, macs)], check_ids, None
+        )[0]
+
+    def append_many(
+        self, writer: Any, batches: list[Batch], check_ids: bool, fence: Fence | None
+    ) -> list[list[AppendResult]]:
+        """Append batches atomically (see :meth:`wgstore.events.recorder.Recorder.append_many`)."""
+        return self._append_locked(writer, batches, check_ids, fence)
 
     def _append_locked(
-        self,
-        writer: Any,
-        stream_id: str,
-        expected: int,
-        pending: list[Pending],
-        macs: list[str | None],
-        check_ids: bool,
-    ) -> list[AppendResult]:
+        self, writer: Any, batches: list[Batch], check_ids: bool, fence: Fence | None
+    ) -> list[list[AppendResult]]:
         connection = writer.driver_connection
         cursor = connection.cursor()
         cursor.execute("BEGIN IMMEDIATE")
         try:
+            if fence is not None:  # under the write lock: no takeover can come between
+                row = cursor.execute(_LEASE, (fence.lease,)).fetchone()
+                refused = fenced(fence, *(row or (None, None)))
+                if refused is not None:
+                    raise refused
             if check_ids:
-                stored = _stored_ids(cursor, stream_id, pending)
+                stored = _stored_batches(cursor, batches)
                 if stored is not None:
                     cursor.execute("ROLLBACK")
                     return stored
-            version, previous, log, position = cursor.execute(
-                _HEADS, (stream_id, stream_id)
-            ).fetchone()
-            version, previous, log = version or 0, previous or "", log or GENESIS
-            if _mismatch(expected, version):
-                raise StreamVersionMismatch(version)
-            # One writer at a time (BEGIN IMMEDIATE): positions continue from the log's last
-            # (rows are never deleted, so none is handed out twice), and so does the log chain.
-            rows, results = _rows(stream_id, pending, macs, version, previous, log, position)
-            if len(rows) == 1:
-                cursor.execute(_INSERT, rows[0])
-            else:
-                cursor.executemany(_INSERT, rows)
+            results = []
+            last_rows = []
+            for batch in batches:
+                version, previous, log, position = cursor.execute(
+                    _HEADS, (batch.stream_id, batch.stream_id)
+                ).fetchone()
+                version, previous, log = version or 0, previous or "", log or GENESIS
+                if _mismatch(batch.expected, version):
+                    raise StreamVersionMismatch(version, batch.stream_id)
+                # One writer at a time (BEGIN IMMEDIATE): positions continue from the log's last
+                # (rows are never deleted, so none is handed out twice), and so does the log
+                # chain; a later batch's heads are read after the earlier batch's rows are in.
+                rows, batch_results = _rows(
+                    batch.stream_id, batch.pending, batch.macs, version, previous, log, position
+                )
+                if len(rows) == 1:
+                    cursor.execute(_INSERT, rows[0])
+                else:
+                    cursor.executemany(_INSERT, rows)
+                results.append(batch_results)
+                last_rows.append((batch.stream_id, rows[-1]))
             cursor.execute("COMMIT")
-            self._remember_heads(stream_id, rows[-1])
+            for stream_id, last_row in last_rows:
+                self._remember_heads(stream_id, last_row)
             return results
         except BaseException:
             if connection.in_transaction:
@@ -215,6 +233,24 @@ class SqliteRecorder:
             cursor.close()
         self._remember_heads(stream_id, rows[-1])
         return results
+
+
+def _stored_batches(cursor: Any, batches: list[Batch]) -> list[list[AppendResult]] | None:
+    """Every batch as stored (a retry of an append that committed), or None if none is stored.
+
+    An append is atomic, so a retry finds all of its batches stored or none; some but not all
+    means the ids were used elsewhere.
+    """
+    stored = [_stored_ids(cursor, batch.stream_id, batch.pending) for batch in batches]
+    found = [result for result in stored if result is not None]
+    if not found:
+        return None
+    if len(found) < len(stored):
+        raise DuplicateEventError(
+            "some of the batches' event ids are already stored and others are not: give each "
+            "new event a new id, or retry the whole original append unchanged"
+        )
+    return found
 
 
 def _stored_ids(cursor: Any, stream_id: str, pending: list[Pending]) -> list[AppendResult] | None:

@@ -13,9 +13,8 @@ import threading
 import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import sqlalchemy as sa
@@ -36,12 +35,21 @@ from wgstore.events.hashing import (
     content_mac,
     normalize_key,
 )
-from wgstore.events.recorder import Pending, Recorder, StreamVersionMismatch, recorder_for
+from wgstore.events.recorder import (
+    AppendResult,
+    Batch,
+    Pending,
+    Recorder,
+    StreamVersionMismatch,
+    recorder_for,
+)
 from wgstore.events.records import (
     ANY,
     NO_STREAM,
     STREAM_EXISTS,
+    AppendRequest,
     ExpectedVersion,
+    Fence,
     NewEvent,
     RecordedEvent,
     _StreamState,
@@ -64,6 +72,7 @@ _set_int = vars(uuid.UUID)["int"].__set__
 _set_safety = vars(uuid.UUID)["is_safe"].__set__
 
 _UNSET: Any = object()
+_T = TypeVar("_T")
 # Stored ids as UUIDs, parsed in C: the id in quotes is a JSON string. A third of UUID(text)'s
 # cost, and cheaper than msgspec.convert(text, UUID), which resolves the type on every call.
 _parse_uuid: Callable[[str], uuid.UUID] = msgspec.json.Decoder(uuid.UUID).decode
@@ -172,6 +181,11 @@ class EventStore:
         return self._hmac_key
 
     @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    @property
     def is_postgres(self) -> bool:
         """True when the store lives in PostgreSQL."""
         return self.backend == "postgresql"
@@ -205,6 +219,7 @@ class EventStore:
         events: Sequence[Any],
         *,
         expected_version: ExpectedVersion = ANY,
+        fence: Fence | None = None,
     ) -> list[RecordedEvent]:
         """Append ``events`` to ``stream_id`` as one all-or-nothing batch.
 
@@ -214,6 +229,8 @@ class EventStore:
                 and add metadata.
             expected_version: the version the stream must be at (an int; 0 means no stream),
                 or ``NO_STREAM``, ``STREAM_EXISTS`` or ``ANY`` (the default).
+            fence: the writer's lease (``Lease.fence``): the database refuses the append in
+                its own transaction unless the lease is still the writer's at that epoch.
 
         Returns:
             The recorded events, in order. When every event id of the batch is already stored
@@ -222,12 +239,14 @@ class EventStore:
 
         Raises:
             ConcurrencyError: the stream is not at ``expected_version``.
+            FencedError: ``fence`` no longer holds (another holder took the lease).
             DuplicateEventError: an event id is already stored elsewhere.
             UnknownEventTypeError / EventEncodeError: an event cannot be stored; nothing is.
         """
-        self._check_open()
-        if self.read_only:
-            raise StoreUnavailableError(f"{mask_url(self.url)} was opened read-only; cannot append")
+        if fence is not None:
+            request = AppendRequest(stream_id, events, expected_version)
+            return self.append_many([request], fence=fence)[0]
+        self._check_writable()
         _check_stream_id(stream_id)
         expected = _expected_code(expected_version)
         pending, check_ids = self._encode_batch(events)
@@ -236,26 +255,86 @@ class EventStore:
         macs = self._macs(stream_id, pending)
         with translate_errors(self.url):
             rows = self._append_with_retry(
-                stream_id, expected, expected_version, pending, macs, check_ids
+                lambda writer, check: self.recorder.append(
+                    writer, stream_id, expected, pending, macs, check
+                ),
+                {stream_id: expected_version},
+                check_ids,
             )
         if rows[0][4]:  # already stored: return what is in the log
             return self._read_positions([row[0] for row in rows])
         self._notifier.local_append()
-        return [
-            RecordedEvent(
-                position=row[0],
-                stream_id=stream_id,
-                version=row[1],
-                event_id=item.uuid,
-                type=item.type,
-                schema_version=item.schema_version,
-                event=item.event,
-                metadata=item.metadata,
-                recorded_at=row[2],
-                hash=row[3],
+        return _recorded(stream_id, pending, rows)
+
+    def append_many(
+        self, requests: Sequence[AppendRequest], *, fence: Fence | None = None
+    ) -> list[list[RecordedEvent]]:
+        """Append to several streams in one transaction: every stream is written, or none.
+
+        For a decision that spans streams (a run's decision and its new attempt's start
+        request), with an expected version per stream, and optionally the writer's lease.
+        Positions are consecutive, in the order of ``requests``. A request without events
+        writes nothing and checks nothing.
+
+        Returns:
+            One list of recorded events per request, in order (an empty list for an empty one).
+            A retry of an append that committed returns the stored records, unwritten.
+
+        Raises:
+            ConcurrencyError: a stream (named in the error) is not at its expected version.
+            FencedError: ``fence`` no longer holds. Nothing is written in either case.
+            InvalidArgumentError: a stream named twice, or a bad stream id.
+        """
+        self._check_writable()
+        if fence is not None and not isinstance(fence, Fence):
+            raise TypeError(f"fence must be a wgstore.events.Fence, got {fence!r}")
+        batches: list[Batch] = []
+        expected_versions: dict[str, ExpectedVersion] = {}
+        check_ids = False
+        for request in requests:
+            if not isinstance(request, AppendRequest):
+                raise TypeError(
+                    "append_many() takes AppendRequest(stream_id, events, expected_version) "
+                    f"items, got {request!r}"
+                )
+            _check_stream_id(request.stream_id)
+            if request.stream_id in expected_versions:
+                raise InvalidArgumentError(
+                    f"stream {request.stream_id!r} is named twice in one append_many(): put its "
+                    "events in one request"
+                )
+            expected_versions[request.stream_id] = request.expected_version
+            expected = _expected_code(request.expected_version)
+            pending, ids = self._encode_batch(request.events)
+            check_ids = check_ids or ids
+            if pending:
+                macs = self._macs(request.stream_id, pending)
+                batches.append(Batch(request.stream_id, expected, pending, macs))
+        if not batches:
+            return [[] for _ in requests]
+        with translate_errors(self.url):
+            results = self._append_with_retry(
+                lambda writer, check: self.recorder.append_many(writer, batches, check, fence),
+                expected_versions,
+                check_ids,
             )
-            for item, row in zip(pending, rows, strict=True)
-        ]
+        if results[0][0][4]:  # already stored
+            appended = [self._read_positions([row[0] for row in rows]) for rows in results]
+        else:
+            self._notifier.local_append()
+            appended = [
+                _recorded(batch.stream_id, batch.pending, rows)
+                for batch, rows in zip(batches, results, strict=True)
+            ]
+        by_stream = {
+            batch.stream_id: records for batch, records in zip(batches, appended, strict=True)
+        }
+        return [by_stream.get(request.stream_id, []) for request in requests]
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.read_only:
+            raise StoreUnavailableError(f"{mask_url(self.url)} was opened read-only; cannot append")
 
     def _encode_batch(self, events: Sequence[Any]) -> tuple[list[Pending], bool]:
         if isinstance(events, NewEvent) or not isinstance(events, Sequence | Iterable):
@@ -334,22 +413,20 @@ class EventStore:
 
     def _append_with_retry(
         self,
-        stream_id: str,
-        expected: int,
-        expected_version: ExpectedVersion,
-        pending: list[Pending],
-        macs: list[str | None],
+        write: Callable[[Any, bool], _T],
+        expected_versions: dict[str, ExpectedVersion],
         check_ids: bool,
-    ) -> list[tuple[int, int, datetime, str, bool]]:
+    ) -> _T:
         with self._write_lock:
             for attempt in (1, 2):
                 writer = self._writer_connection()
                 try:
-                    return self.recorder.append(
-                        writer, stream_id, expected, pending, macs, check_ids
-                    )
+                    return write(writer, check_ids)
                 except StreamVersionMismatch as mismatch:
-                    raise ConcurrencyError(stream_id, expected_version, mismatch.actual) from None
+                    stream_id = mismatch.stream_id or next(iter(expected_versions))
+                    raise ConcurrencyError(
+                        stream_id, expected_versions[stream_id], mismatch.actual
+                    ) from None
                 except Exception as error:
                     if not self._connection_died(writer, error):
                         raise
@@ -817,6 +894,26 @@ def _like_prefix(prefix: str) -> str:
     """A LIKE pattern (escape character ``\\``) matching ids that start with ``prefix``."""
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return escaped + "%"
+
+
+def _recorded(
+    stream_id: str, pending: list[Pending], rows: list[AppendResult]
+) -> list[RecordedEvent]:
+    return [
+        RecordedEvent(
+            position=row[0],
+            stream_id=stream_id,
+            version=row[1],
+            event_id=item.uuid,
+            type=item.type,
+            schema_version=item.schema_version,
+            event=item.event,
+            metadata=item.metadata,
+            recorded_at=row[2],
+            hash=row[3],
+        )
+        for item, row in zip(pending, rows, strict=True)
+    ]
 
 
 def _check_stream_id(stream_id: object) -> None:

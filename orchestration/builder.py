@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from wgstore.events import ConcurrencyError, EventStore, NewEvent
+from wgstore.events import ConcurrencyError, EventStore, Fence, NewEvent
 from wgstore.events.worker_group import (
     PlacementGroupReserved,
     SyncActorStarted,
@@ -62,6 +62,7 @@ class WorkerGroupStateBuilder:
         command_id: the ``StartWorkerGroup`` command; event ids derive from it, so a retried
             append after a lost reply is idempotent.
         metadata: metadata for every appended event (``causation_id`` and the like).
+        fence: the executor's claim of the group, carried by every append.
     """
 
     def __init__(
@@ -72,8 +73,10 @@ class WorkerGroupStateBuilder:
         *,
         command_id: uuid.UUID,
         metadata: Mapping[str, Any],
+        fence: Fence | None = None,
     ) -> None:
         self.store = store
+        self._fence = fence
         self.runtime = runtime
         self.state = state
         self._command_id = command_id
@@ -97,7 +100,10 @@ class WorkerGroupStateBuilder:
         while True:
             try:
                 records = self.store.append(
-                    self.state.stream_id, [new], expected_version=self.state.version
+                    self.state.stream_id,
+                    [new],
+                    expected_version=self.state.version,
+                    fence=self._fence,
                 )
             except ConcurrencyError:
                 for record in self.store.read_stream(

@@ -5,8 +5,13 @@ stream and the stream of the run's current worker group, decide, append the run 
 ``expected_version`` = the run's version (a ``ConcurrencyError`` means another controller acted
 first: re-read, decide again, and usually find nothing to do), then the group events (their ids
 are derived, so appending them again is harmless). When a step finds nothing to do it waits for
-the next event (``store.wait_for_new``). It renews the lease every ``lease_s / 3``; a controller
-that cannot renew stops at once (:class:`RunLeaseLostError`) without appending anything more.
+the next event (``store.wait_for_new``).
+
+The lease fences: every append the controller makes carries it (``fence=``), so the database
+refuses it once the lease has passed to another holder, however long this process was paused;
+a decision that touches the run and a group (a retry's new attempt) is one atomic append over
+both streams. A thread renews the lease every ``lease_s / 3`` whatever the loop is doing
+(connecting to Ray, say); a controller that lost it stops (:class:`RunLeaseLostError`).
 
 Worker groups are carried out by an executor: by default a :class:`RayExecutor` in this process
 scoped to the run (``run_ids={run_id}``), or ``"external"`` when a standalone
@@ -21,14 +26,24 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from wgstore.events import ConcurrencyError, EventStore, NewEvent
-from wgstore.events.leases import acquire_lease, lease_of, release_lease, renew_lease
+from wgstore.events import (
+    ANY,
+    AppendRequest,
+    ConcurrencyError,
+    DuplicateEventError,
+    EventStore,
+    Fence,
+    FencedError,
+    NewEvent,
+)
+from wgstore.events.leases import Lease, acquire_lease, lease_of, release_lease, renew_lease
 from wgstore.events.run import ControllerStarted, ControllerStateChanged, RunAborted
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
@@ -48,6 +63,9 @@ if TYPE_CHECKING:
 __all__ = ["RunController", "abort_events", "read_run"]
 
 log = logging.getLogger("wgstore.controller")
+
+
+_LIVE = (WorkerGroupStatus.REQUESTED, WorkerGroupStatus.STARTING, WorkerGroupStatus.RUNNING)
 
 
 def _now() -> datetime:
@@ -90,6 +108,58 @@ def abort_events(run: RunState, reason: str) -> list[NewEvent]:
     ]
 
 
+def _held_error(run_id: str, held: Lease | None) -> RunLeaseHeldError:
+    holder = held.holder if held else "another controller"
+    until = held.expires_at.isoformat(timespec="seconds") if held else "soon"
+    where = ""
+    if held is not None and held.process is not None:
+        where = f" (pid {held.process.pid} on {held.process.host})"
+    return RunLeaseHeldError(
+        f"run {run_id} is held by {holder}{where}, whose lease expires at {until}; it is still "
+        "working on the run. Wait for it to end, or resume the run after that time if that "
+        "process is gone (--wait waits for it)"
+    )
+
+
+class _LeaseKeeper:
+    """Renews a lease every ``lease_s / 3`` from its own thread, so nothing the controller
+    blocks on (Ray connecting, a long read) lets the lease lapse while the process lives."""
+
+    def __init__(self, store: EventStore, lease: Lease, lease_s: float) -> None:
+        self.store = store
+        self.lease = lease
+        self.lease_s = lease_s
+        self.lost = False
+        self.valid_until = time.monotonic() + lease_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"wgstore-lease-{lease.run_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            if self.store.closed:
+                return
+            started = time.monotonic()
+            try:
+                renewed = renew_lease(
+                    self.store, self.lease.run_id, self.lease.holder, self.lease_s
+                )
+            except Exception as error:  # noqa: BLE001 - a store hiccup: retried, within the lease
+                log.warning("could not renew the lease of run %s: %s", self.lease.run_id, error)
+                continue
+            if not renewed:
+                self.lost = True
+                return
+            self.valid_until = started + self.lease_s
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+
 class RunController:
     """Drives one run from its log to the end: lease, decide, append, wait.
 
@@ -103,6 +173,9 @@ class RunController:
         on_update: called with the current group's state whenever it changed.
         extra_sys_path: for the in-process executor (see :class:`RayExecutor`).
         clock: the wall clock (UTC), for tests.
+        lease_wait_s: when another holder's lease is live, wait up to this long for it to
+            expire (default 0: refuse at once). A holder on this host whose process is gone is
+            taken over at once either way.
     """
 
     def __init__(
@@ -115,8 +188,10 @@ class RunController:
         on_update: Callable[[WorkerGroupState], None] | None = None,
         extra_sys_path: Collection[str] | None = None,
         clock: Callable[[], datetime] = _now,
+        lease_wait_s: float = 0.0,
     ) -> None:
         self.store = store
+        self.lease_wait_s = lease_wait_s
         self.run_id = run_id
         self.controller_id = uuid.uuid4().hex
         self.on_update = on_update
@@ -127,8 +202,7 @@ class RunController:
         self._run = read_run(store, run_id)
         self.lease_s = float(lease_s if lease_s is not None else self._run.lease_s)
         self._groups: dict[str, WorkerGroupState] = {}
-        self._renew_at = 0.0
-        self._lease_until = 0.0
+        self._keeper: _LeaseKeeper | None = None
         self._started = False
         self.steps: list[Decision] = []
         """Every non-empty decision this controller appended, in order (for tests and audit)."""
@@ -166,50 +240,68 @@ class RunController:
 
     # ------------------------------------------------------------------ lease
 
-    def _take_lease(self) -> None:
-        if not acquire_lease(self.store, self.run_id, self.controller_id, self.lease_s):
-            lease = lease_of(self.store, self.run_id)
-            holder = lease.holder if lease else "another controller"
-            until = lease.expires_at.isoformat(timespec="seconds") if lease else "soon"
-            raise RunLeaseHeldError(
-                f"run {self.run_id} is held by controller {holder}, whose lease expires at "
-                f"{until}; it is still working on the run. Wait for it to end, or resume the "
-                "run after that time if that controller is gone"
-            )
-        self._leased()
+    @property
+    def fence(self) -> Fence | None:
+        """The lease this controller holds, as the fence its appends carry (None before start)."""
+        return self._keeper.lease.fence if self._keeper is not None else None
 
-    def _leased(self) -> None:
-        now = time.monotonic()
-        self._renew_at = now + self.lease_s / 3
-        self._lease_until = now + self.lease_s
+    def _take_lease(self) -> None:
+        deadline = time.monotonic() + self.lease_wait_s
+        while True:
+            lease = acquire_lease(self.store, self.run_id, self.controller_id, self.lease_s)
+            held = lease_of(self.store, self.run_id) if lease is None else None
+            if held is not None and held.process is not None and held.process.gone():
+                # Its holder ran on this host and its process is gone: no need to wait it out.
+                log.info("run %s: its holder %s is gone; taking it over", self.run_id, held.holder)
+                lease = acquire_lease(
+                    self.store, self.run_id, self.controller_id, self.lease_s, take_from=held
+                )
+            if lease is not None:
+                break
+            if held is None or time.monotonic() >= deadline:
+                raise _held_error(self.run_id, held)
+            time.sleep(min(1.0, max(0.05, (held.expires_at - self._clock()).total_seconds())))
+        self._keeper = _LeaseKeeper(self.store, lease, self.lease_s)
+
+    def _drop_lease(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop()
+            with contextlib.suppress(Exception):
+                release_lease(self.store, self.run_id, self.controller_id)
 
     def keep_lease(self) -> None:
-        """Renew the lease if a third of it has passed.
+        """Check that the lease is still this controller's (the keeper thread renews it).
 
         Raises:
-            RunLeaseLostError: the lease could not be renewed (another controller took it).
+            RunLeaseLostError: another holder took the lease, or it could not be renewed for a
+                whole lease (the store was unreachable that long).
         """
-        now = time.monotonic()
-        if now < self._renew_at:
+        keeper = self._keeper
+        if keeper is None:
             return
-        renewed = False
-        with contextlib.suppress(Exception):  # a store hiccup: retried below, within the lease
-            renewed = renew_lease(self.store, self.run_id, self.controller_id, self.lease_s)
-        if renewed:
-            self._leased()
-            return
-        lease = None
-        with contextlib.suppress(Exception):
-            lease = lease_of(self.store, self.run_id)
-        ours = lease is not None and lease.holder == self.controller_id
-        if now < self._lease_until and (ours or (lease is None and self._store_down())):
-            self._renew_at = now + min(1.0, self.lease_s / 10)  # a hiccup: try again soon
-            return
-        raise RunLeaseLostError(
+        if keeper.lost or time.monotonic() > keeper.valid_until:
+            raise self._lost()
+
+    def _lost(self, cause: FencedError | None = None) -> RunLeaseLostError:
+        holder = cause.now_holder if cause is not None else None
+        if holder is None:
+            with contextlib.suppress(Exception):
+                lease = lease_of(self.store, self.run_id)
+                holder = lease.holder if lease is not None else None
+        taken = holder is not None and holder != self.controller_id
+        return RunLeaseLostError(
             f"controller {self.controller_id} lost the lease of run {self.run_id}"
-            + (f" to {lease.holder}" if lease is not None and not ours else "")
+            + (f" to {holder}" if taken else "")
             + "; it stopped without acting further"
         )
+
+    def _append(self, requests: list[AppendRequest]) -> None:
+        """Append ``requests`` atomically, fenced by this controller's lease."""
+        try:
+            self.store.append_many(requests, fence=self.fence)
+        except FencedError as error:
+            raise self._lost(error) from error
 
     def _store_down(self) -> bool:
         try:
@@ -245,14 +337,14 @@ class RunController:
                     resumed=bool(run.controllers),
                 )
                 try:
-                    self.store.append(run.stream_id, [started], expected_version=run.version)
+                    self._append([AppendRequest(run.stream_id, [started], run.version)])
                     break
                 except ConcurrencyError:
                     continue
             if not self._run.ended:
                 self._start_executor()
         except BaseException:
-            release_lease(self.store, self.run_id, self.controller_id)
+            self._drop_lease()
             raise
         self._started = True
         return self
@@ -279,9 +371,7 @@ class RunController:
         if self._owned is not None:
             self._owned.stop()
             self._owned = None
-        if self._started:
-            with contextlib.suppress(Exception):
-                release_lease(self.store, self.run_id, self.controller_id)
+        self._drop_lease()
 
     def __enter__(self) -> RunController:
         return self.start()
@@ -298,25 +388,42 @@ class RunController:
         decision = decide(run, group, self._clock())
         if decision.empty:
             return decision
+        requests = []
         if decision.run_events:
-            try:
-                self.store.append(
-                    run.stream_id, list(decision.run_events), expected_version=run.version
+            requests.append(AppendRequest(run.stream_id, decision.run_events, run.version))
+        if decision.group_events and decision.group_id is not None:
+            expected = decision.group_expected_version
+            requests.append(
+                AppendRequest(
+                    group_stream(decision.group_id),
+                    decision.group_events,
+                    ANY if expected is None else expected,
                 )
-            except ConcurrencyError:
+            )
+        try:
+            # The run's decision and the group events it implies (a retry's start request) are
+            # one atomic append: a controller that lost its lease writes neither.
+            self._append(requests)
+        except ConcurrencyError as error:
+            if error.stream_id == run.stream_id:
                 log.info(
                     "run %s moved under controller %s: re-reading", run.run_id, self.controller_id
                 )
                 return Decision()
-        if decision.group_events and decision.group_id is not None:
-            options: dict[str, Any] = {}
-            if decision.group_expected_version is not None:
-                options["expected_version"] = decision.group_expected_version
-            self.store.append(
-                group_stream(decision.group_id), list(decision.group_events), **options
-            )
+            self._append_left_half_done(requests)
+        except DuplicateEventError:
+            self._append_left_half_done(requests)
         self.steps.append(decision)
         return decision
+
+    def _append_left_half_done(self, requests: list[AppendRequest]) -> None:
+        """A group stream already holds this decision's events: a controller of a version that
+        appended the two streams one after the other died between them. Append the run's part
+        (fenced, at its expected version), then the group's as the ids make idempotent."""
+        self._append(requests[:1])
+        if len(requests) > 1:
+            group = requests[1]
+            self._append([AppendRequest(group.stream_id, group.events)])
 
     def run(self, timeout_s: float | None = None) -> RunState:
         """Drive the run until it ends; returns its final state.
@@ -340,7 +447,7 @@ class RunController:
                 self.refresh()
                 if self._run.ended:
                     break
-                wait_s = max(0.01, self._renew_at - time.monotonic())
+                wait_s = max(0.01, min(1.0, self.lease_s / 3))
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
@@ -363,21 +470,20 @@ class RunController:
             run, group = self.refresh()
             if run.ended:
                 break
+            requests = [AppendRequest(run.stream_id, abort_events(run, reason), run.version)]
+            if group is not None and group.status in _LIVE:
+                shutdown = WorkerGroupShutdownRequested(reason=reason, abort=True)
+                requests.append(AppendRequest(group.stream_id, [shutdown]))
             try:
-                self.store.append(
-                    run.stream_id, abort_events(run, reason), expected_version=run.version
-                )
+                self._append(requests)
+                break
             except ConcurrencyError:
                 continue
         self._run, group = self.refresh()
-        if group is not None and group.status in (
-            WorkerGroupStatus.REQUESTED,
-            WorkerGroupStatus.STARTING,
-            WorkerGroupStatus.RUNNING,
-        ):
-            self.store.append(
-                group.stream_id, [WorkerGroupShutdownRequested(reason=reason, abort=True)]
-            )
+        if group is not None and group.status in _LIVE and group.shutdown_requested_at is None:
+            # The run ended otherwise meanwhile, and its group is still up: abort that too.
+            shutdown = WorkerGroupShutdownRequested(reason=reason, abort=True)
+            self._append([AppendRequest(group.stream_id, [shutdown])])
         if group is not None:
             try:
                 self.wait_group_ended(timeout_s)

@@ -45,12 +45,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import wgstore
-from wgstore.events import EventStore, NewEvent, RecordedEvent
+from wgstore.events import EventStore, Fence, FencedError, NewEvent, RecordedEvent
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream
 from wgstore.events.worker_group import WorkerGroupStartRequested
 from wgstore.orchestration import executor_step as step
 from wgstore.orchestration.builder import BuiltGroup
 from wgstore.orchestration.callbacks import WorkerGroupCallback
+from wgstore.orchestration.claims import CLAIM_S, GroupClaims
 from wgstore.orchestration.commands import (
     Command,
     StartWorkerGroup,
@@ -128,6 +129,12 @@ class RayExecutor:
         read_models_interval_s: bring the SQL read models up to date at most this often while
             the log grows, and once more when the executor stops; ``None`` leaves them alone.
         callbacks: ``WorkerGroupCallback`` hooks, called in Ray Train's order.
+        claim_s: how long this executor's claim of a group lasts unless renewed (see
+            :mod:`~wgstore.orchestration.claims`): how soon another executor takes over the
+            groups of one that died.
+
+    Several executors may follow one store: each group is served by the one that claims it,
+    and every event an executor appends for a group carries its claim as the fence.
     """
 
     def __init__(
@@ -146,6 +153,7 @@ class RayExecutor:
         failpoints: Mapping[str, Any] | None = None,
         read_models_interval_s: float | None = 2.0,
         callbacks: Sequence[WorkerGroupCallback] = (),
+        claim_s: float = CLAIM_S,
     ) -> None:
         if isinstance(group_ids, str) or isinstance(run_ids, str):
             raise TypeError(
@@ -158,6 +166,8 @@ class RayExecutor:
         self.callbacks: tuple[WorkerGroupCallback, ...] = tuple(callbacks)
         """``WorkerGroupCallback`` hooks, called in Ray Train's order (see ``callbacks``)."""
         self.executor_id = uuid.uuid4().hex
+        self.claims = GroupClaims(store, self.executor_id, claim_s)
+        """The groups this executor serves (fenced leases)."""
         self.actor_timeout_s = actor_timeout_s
         self.extra_sys_path: tuple[str, ...] = tuple(
             extra_sys_path if extra_sys_path is not None else (os.getcwd(),)
@@ -173,6 +183,7 @@ class RayExecutor:
             self.runtime,
             executor_id=self.executor_id,
             poll_hook=self._poll_hook if self.callbacks else None,
+            fence=self.fence,
         )
         self._lock = threading.RLock()
         self._slots = threading.BoundedSemaphore(max_threads)
@@ -237,6 +248,7 @@ class RayExecutor:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
         self._join_drainers(timeout_s)
+        self.claims.close()
         self._final_read_models(timeout_s)
         atexit.unregister(self.stop)
 
@@ -304,6 +316,7 @@ class RayExecutor:
             self._run_loop()
         finally:
             self._join_drainers(60.0)
+            self.claims.close()
             self._final_read_models(60.0)
 
     def __enter__(self) -> RayExecutor:
@@ -313,6 +326,10 @@ class RayExecutor:
         self.stop()
 
     # ------------------------------------------------------------------ services for handlers
+
+    def fence(self, group_id: str) -> Fence | None:
+        """This executor's claim of ``group_id``, the fence of every append for it."""
+        return self.claims.fence(group_id)
 
     def metadata(self, command: Command) -> dict[str, Any]:
         """Metadata of every event appended for ``command``."""
@@ -376,6 +393,7 @@ class RayExecutor:
             self.store.append(
                 group_stream(group_id),
                 [NewEvent(f, metadata=metadata) for f in failures],
+                fence=self.fence(group_id),
             )
 
     def _poll_hook(self, group_id: str, status: WorkerGroupPollStatus) -> list[Any]:
@@ -472,6 +490,8 @@ class RayExecutor:
             )
             if applied.book is not None:
                 self._books[group_id] = applied.book
+        if record.type in _ENDED and self.claims.holds(group_id):
+            self.claims.release(group_id)
         if applied.error is not None:
             self._record_error(applied.error, tb=False)
         for command in applied.commands:
@@ -505,11 +525,20 @@ class RayExecutor:
                 if item is _POLL:
                     self._update(group_id, step.poll_taken)
             try:
+                if self.claims.fence(group_id) is None:
+                    log.debug("group %s is served by another executor: skipped", group_id)
+                    continue
                 with self._slots:
                     if item is _POLL:
                         self._poll_group(group_id)
                     else:
                         COMMAND_HANDLERS[type(item)](item, self)
+            except FencedError as error:  # another executor took the group over
+                log.warning(
+                    "executor %s stops serving group %s: %s", self.executor_id, group_id, error
+                )
+                self.claims.lost(group_id)
+                self._polls.detach(group_id)  # its workers are the new holder's now
             except Exception:  # noqa: BLE001 - one failed command must not stop the executor
                 what = "poll" if item is _POLL else type(item).__name__
                 self._record_error(f"{what} of group {group_id}")

@@ -4,7 +4,9 @@ A run is orphaned (:func:`~wgstore.projections.run_state.is_orphaned`) when it h
 wgstore controller took it, and no controller holds a live lease on it. For each one, gc:
 
 1. takes the run's lease itself, so nothing is released while a live controller holds it (a
-   controller that comes back meanwhile is refused, and gc skips a run it cannot take);
+   controller that comes back meanwhile is refused, and gc skips a run it cannot take); taking
+   it fences the old controller: whatever it appends from then on is refused by the database,
+   and gc's own appends carry the new lease;
 2. aborts the run's live worker group: ``WorkerGroupShutdownRequested(abort=True)``, carried out
    by the store's executor or, by default, by an executor gc runs in this process scoped to the
    run (it re-attaches by actor name, or releases a start left half-done); gc waits until the
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
-from wgstore.events import ConcurrencyError, EventStore
+from wgstore.events import AppendRequest, ConcurrencyError, EventStore, Fence, FencedError
 from wgstore.events.leases import acquire_lease, leases, release_lease
 from wgstore.events.streams import RUN_STREAM_PREFIX, group_stream
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
@@ -127,6 +129,7 @@ def _abort_group(
     group: WorkerGroupState,
     executor: RayExecutor | Literal["external"] | None,
     timeout_s: float,
+    fence: Fence,
 ) -> WorkerGroupState:
     from wgstore.orchestration.worker_group import follow_group
 
@@ -135,7 +138,8 @@ def _abort_group(
         WorkerGroupStatus.STARTING,
         WorkerGroupStatus.RUNNING,
     ):
-        store.append(group.stream_id, [WorkerGroupShutdownRequested(reason=GC_REASON, abort=True)])
+        shutdown = WorkerGroupShutdownRequested(reason=GC_REASON, abort=True)
+        store.append(group.stream_id, [shutdown], fence=fence)
     owned = None
     if executor is None:
         from wgstore.orchestration.executor import RayExecutor
@@ -178,11 +182,14 @@ def collect_garbage(
             outcomes.append(_outcome(run, group, expired, "would abort"))
             continue
         holder = f"gc-{uuid.uuid4().hex[:12]}"
-        if not acquire_lease(store, run.run_id, holder, max(run.lease_s, timeout_s), now=now):
+        lease = acquire_lease(store, run.run_id, holder, max(run.lease_s, timeout_s), now=now)
+        if lease is None:
             outcomes.append(_outcome(run, group, expired, "skipped", detail="a controller took it"))
             continue
         try:
-            outcomes.append(_collect(store, run.run_id, expired, executor, timeout_s))
+            outcomes.append(_collect(store, run.run_id, expired, executor, timeout_s, lease.fence))
+        except FencedError as error:  # another gc (or controller) took the run from us
+            outcomes.append(_outcome(run, group, expired, "skipped", detail=str(error)))
         finally:
             with contextlib.suppress(Exception):
                 release_lease(store, run.run_id, holder)
@@ -195,6 +202,7 @@ def _collect(
     expired: datetime | None,
     executor: RayExecutor | Literal["external"] | None,
     timeout_s: float,
+    fence: Fence,
 ) -> GcOutcome:
     run = read_run(store, run_id)  # afresh, under our lease
     group = _group_of(store, run)
@@ -203,14 +211,15 @@ def _collect(
     released: tuple[str, ...] = ()
     if group is not None and not group.status.is_terminal:
         try:
-            final = _abort_group(store, run, group, executor, timeout_s)
+            final = _abort_group(store, run, group, executor, timeout_s, fence)
         except WorkerGroupTimeoutError as error:
             return _outcome(run, group, expired, "not released", detail=str(error))
         released = final.released
         group = final
     while True:
         try:
-            store.append(run.stream_id, abort_events(run, GC_REASON), expected_version=run.version)
+            aborted = AppendRequest(run.stream_id, abort_events(run, GC_REASON), run.version)
+            store.append_many([aborted], fence=fence)
             break
         except ConcurrencyError:
             run = read_run(store, run_id, run)

@@ -16,7 +16,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from wgstore.events import ConcurrencyError, NewEvent
+from wgstore.events import ConcurrencyError, EventStore, FencedError, NewEvent
+from wgstore.events.streams import run_stream
 from wgstore.events.worker_group import (
     ErrorInfo,
     StartStage,
@@ -37,6 +38,7 @@ from wgstore.orchestration.ranks import assign_ranks
 from wgstore.orchestration.report_writer import absolute_store_url
 from wgstore.orchestration.runtime import TrainSetup
 from wgstore.orchestration.train_context import TrainContext
+from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
 if TYPE_CHECKING:
@@ -72,7 +74,9 @@ def _finish_start_with(
             metadata=ex.metadata(command),
         )
         try:
-            ex.store.append(stream, [new], expected_version=state.version)
+            ex.store.append(
+                stream, [new], expected_version=state.version, fence=ex.fence(command.group_id)
+            )
             return
         except ConcurrencyError:
             for record in ex.store.read_stream(stream, from_version=state.version + 1):
@@ -99,9 +103,29 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
     context = command.context
     group_id = command.group_id
     started = time.monotonic()
+    ended = _run_ended(ex.store, state.run_id)
+    if ended is not None:
+        # Never start a group for a run that is over (its start request came from a controller
+        # that had lost the run, say): record why, and release anything left under its name.
+        released = tuple(ex.runtime.release_group(group_id, wait_s=5.0))
+        refused = ErrorInfo(
+            type="RunEnded",
+            message=f"run {state.run_id} had ended ({ended}) before this group was started: "
+            "nothing was started",
+        )
+        failure = WorkerGroupStartFailed(
+            stage=StartStage.PLACEMENT_GROUP, error=refused, released=released
+        )
+        _finish_start_with(ex, command, state, failure, started)
+        return
     runtime = ex.runtime
     builder = WorkerGroupStateBuilder(
-        ex.store, runtime, state, command_id=command.command_id, metadata=ex.metadata(command)
+        ex.store,
+        runtime,
+        state,
+        command_id=command.command_id,
+        metadata=ex.metadata(command),
+        fence=ex.fence(group_id),
     )
     stage = StartStage.PLACEMENT_GROUP
     hook_failures = ex.invoke("before_worker_group_start", context)
@@ -162,6 +186,8 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
         builder.launched(context.train_fn)  # from here on, failures are the workers'
         hook_failures += ex.invoke("after_worker_group_training_start", builder.state)
 
+    except FencedError:
+        raise  # another executor took the group over: what was built is its business now
     except StartAborted:
         released = builder.release()
         failure = WorkerGroupStartFailed(stage=stage, error=_aborted(), released=released)
@@ -179,6 +205,16 @@ def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
     ex.record_callback_failures(group_id, hook_failures, ex.metadata(command))
     ex.attach(built, builder.state)
     runtime.start_training(list(built.workers), timeout_s=ex.actor_timeout_s)
+
+
+def _run_ended(store: EventStore, run_id: str | None) -> str | None:
+    """The final status of run ``run_id`` if it has ended, else None (also for no run)."""
+    if not run_id:
+        return None
+    state: RunState | None = None
+    for record in store.read_stream(run_stream(run_id)):
+        state = evolve_run(state, record)
+    return state.status.value if state is not None and state.ended else None
 
 
 def _aborted() -> ErrorInfo:
@@ -224,7 +260,7 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
         )
     )
     events += [NewEvent(f, metadata=ex.metadata(command)) for f in hook_failures]
-    ex.store.append(command.stream_id, events)
+    ex.store.append(command.stream_id, events, fence=ex.fence(command.group_id))
 
 
 def release_resources(command: ReleaseResources, ex: RayExecutor) -> None:

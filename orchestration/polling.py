@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from wgstore.events import EventStore, NewEvent
+from wgstore.events import EventStore, Fence, NewEvent
 from wgstore.events.streams import group_stream
 from wgstore.orchestration.commands import COMMAND_NAMESPACE
 from wgstore.orchestration.poll_recorder import PollRecorder
@@ -61,6 +61,7 @@ class GroupPolls:
         executor_id: recorded in every poll's metadata.
         poll_hook: calls ``after_worker_group_poll_status(group_id, status)`` on the callbacks
             and returns the ``CallbackFailed`` events to record (None when there are none).
+        fence: the fence of a group's appends (the executor's claim), or None for none.
     """
 
     def __init__(
@@ -70,8 +71,10 @@ class GroupPolls:
         *,
         executor_id: str,
         poll_hook: Callable[[str, WorkerGroupPollStatus], list[Any]] | None = None,
+        fence: Callable[[str], Fence | None] = lambda _group_id: None,
     ) -> None:
         self.store = store
+        self._fence = fence
         self.runtime = runtime
         self.executor_id = executor_id
         self._poll_hook = poll_hook
@@ -144,7 +147,7 @@ class GroupPolls:
             events = self._poll_events(group_id, attached, metadata)
             if events:
                 try:
-                    self.store.append(group_stream(group_id), events)
+                    self.store.append(group_stream(group_id), events, fence=self._fence(group_id))
                 except Exception:
                     self.detach(group_id)  # rebuild the bookkeeping from the log next time
                     raise

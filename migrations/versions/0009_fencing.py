@@ -11,11 +11,15 @@ keeps it. A holder's appends carry ``(lease, holder, epoch)`` and the database r
 the append's own transaction, once the row says otherwise:
 
 - Postgres: ``wg_check_fence`` locks the lease row ``FOR SHARE`` (a takeover's UPDATE waits until
-  the append commits) and raises ``WG003`` when holder or epoch differ; the store calls it in the
+  the append commits) and raises ``WG004`` when holder or epoch differ; the store calls it in the
   same transaction as ``wg_append``.
 - SQLite: the store reads the row inside the append's ``BEGIN IMMEDIATE`` (one writer at a time).
 
 Existing rows start at epoch 1.
+
+The row also says which process holds the lease (``host``, ``pid``, ``process_start``: the
+kernel's boot id and the process's start time), so a holder on the same host whose process is
+gone is taken over at once instead of after the lease time.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ BEGIN
       FROM wg_run_leases WHERE run_id = p_lease FOR SHARE;
     IF NOT FOUND OR v_holder <> p_holder OR v_epoch <> p_epoch THEN
         RAISE EXCEPTION 'wgstore: lease % is not held by % at epoch %', p_lease, p_holder, p_epoch
-            USING ERRCODE = 'WG003',
+            USING ERRCODE = 'WG004',
                   DETAIL = coalesce(v_holder, '') || E'\\n' || coalesce(v_epoch::text, '');
     END IF;
 END $$
@@ -61,6 +65,16 @@ def upgrade() -> None:
                 comment="grows by one each time the lease changes hands; appends carry it",
             )
         )
+        batch.add_column(sa.Column("host", sa.Text(), nullable=True))
+        batch.add_column(sa.Column("pid", sa.Integer(), nullable=True))
+        batch.add_column(
+            sa.Column(
+                "process_start",
+                sa.Text(),
+                nullable=True,
+                comment="boot id and start time of the holder's process (tells a reused pid)",
+            )
+        )
     if op.get_bind().dialect.name == "postgresql":
         op.execute(CHECK_FENCE)
 
@@ -70,4 +84,5 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute("DROP FUNCTION IF EXISTS wg_check_fence(text, text, bigint)")
     with op.batch_alter_table("wg_run_leases") as batch:
-        batch.drop_column("epoch")
+        for column in ("process_start", "pid", "host", "epoch"):
+            batch.drop_column(column)

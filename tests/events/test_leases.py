@@ -81,3 +81,42 @@ def test_racing_acquirers_get_one_winner(store_url):
 def test_a_lease_must_last(store, lease_s):
     with pytest.raises(ValueError, match="lease_s must be > 0"):
         acquire_lease(store, "r1", "a", lease_s)
+
+
+def test_a_holder_process_is_gone_only_when_this_host_can_tell():
+    import dataclasses
+    import subprocess
+    import sys
+
+    from wgstore.events.leases import HolderProcess, this_process
+
+    me = this_process()
+    assert me.start and not me.gone()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = HolderProcess(me.host, child.pid, "")
+    child.wait()
+    assert not dead.gone()  # no start recorded: cannot tell a reused pid, so never "gone"
+    ended = dataclasses.replace(me, pid=child.pid)
+    assert ended.gone()  # that pid runs nothing now (or something that started later)
+    assert dataclasses.replace(me, start=me.start + "0").gone()  # same pid, another process
+    assert not dataclasses.replace(ended, host="elsewhere").gone()  # remote: waited out
+
+
+def test_a_lease_whose_holder_process_is_gone_is_taken_at_once(store):
+    import subprocess
+    import sys
+
+    from wgstore.events.leases import HolderProcess, this_process
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    me = this_process()
+    dead = HolderProcess(me.host, child.pid, me.start)
+    held = acquire_lease(store, "r1", "a", 600, process=dead)
+    assert held is not None and held.process == dead
+    assert acquire_lease(store, "r1", "b", 60) is None  # not expired
+    stale = acquire_lease(store, "r1", "b", 60, take_from=held)
+    assert stale is not None and (stale.holder, stale.epoch) == ("b", 2)
+    assert stale.process == me
+    # take_from names one grant: once the lease moved on, it takes nothing.
+    assert acquire_lease(store, "r1", "c", 60, take_from=held) is None

@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from tests.orchestration.decide_sim import World
+from tests.waiting import wait_until
 from wgstore.events import NO_STREAM
 from wgstore.events.leases import acquire_lease, lease_of
 from wgstore.events.run import FailureConfig, RunCreated, ScalingConfig
@@ -129,6 +130,48 @@ def test_a_second_controller_is_refused_naming_the_holder_and_its_expiry(store: 
     assert [c.controller_id for c in read_run(store, "r1").controllers] == [first.controller_id]
 
 
+def test_a_controller_killed_on_this_host_is_taken_over_at_once(store: Any) -> None:
+    """A ``wgstore run`` whose process was SIGKILLed: its 10-minute lease has not expired, but
+    its pid is gone on this host, so a resume takes the run at once (the epoch grows)."""
+    import signal
+    import subprocess
+    import sys
+
+    from wgstore.events.leases import HolderProcess, this_process
+
+    _create(store, lease_s=600.0)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    me = this_process()
+    gone = HolderProcess(me.host, child.pid, f"{me.start.split('/')[0]}/{_start_of(child.pid)}")
+    held = acquire_lease(store, "r1", "killed-controller", 600.0, process=gone)
+    assert held is not None
+    live = RunController(store, "r1", executor="external")
+    with pytest.raises(RunLeaseHeldError, match=f"pid {child.pid} on {me.host}"):
+        live.start()  # its process still runs: refused
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    with RunController(store, "r1", executor="external") as resumed:
+        assert resumed.fence is not None and resumed.fence.epoch == held.epoch + 1
+    assert read_run(store, "r1").controllers[-1].controller_id == resumed.controller_id
+
+
+def _start_of(pid: int) -> str:
+    from pathlib import Path
+
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2 :].split()[19]
+
+
+def test_a_controller_asked_to_wait_takes_the_run_once_the_lease_expires(store: Any) -> None:
+    _create(store)
+    from wgstore.events.leases import HolderProcess
+
+    remote = HolderProcess("another-host", 1, "x/1")
+    assert acquire_lease(store, "r1", "remote-controller", 1.0, process=remote)
+    with RunController(store, "r1", executor="external", lease_wait_s=60) as waited:
+        assert waited.fence is not None and waited.fence.epoch == 2
+
+
 def test_a_controller_deciding_on_a_stale_read_appends_nothing(store: Any) -> None:
     _create(store)
     with RunController(store, "r1", executor="external") as controller:
@@ -165,18 +208,98 @@ def test_a_controller_abandoned_between_its_two_appends_is_resumed_without_repea
 
 
 def test_a_controller_that_lost_its_lease_stops_without_acting(store: Any) -> None:
+    """Paused past its lease (the keeper thread too) while another holder took the run with a
+    clock ahead of the lease: the controller stops, and nothing it tries is written."""
     _create(store)
-    controller = RunController(store, "r1", executor="external", lease_s=0.3).start()
-    deadline = time.monotonic() + 10
-    while not lease_of(store, "r1").expired():  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, "the lease did not expire"
-        time.sleep(0.02)
-    assert acquire_lease(store, "r1", "thief", 30.0)  # taken over once expired
+    controller = RunController(store, "r1", executor="external", lease_s=30.0).start()
+    ahead = datetime.now(UTC) + timedelta(minutes=5)
+    assert acquire_lease(store, "r1", "thief", 30.0, now=ahead)  # taken over: epoch + 1
     version = store.stream_version(run_stream("r1"))
     with pytest.raises(RunLeaseLostError, match="thief"):
-        controller.run(timeout_s=5)
+        controller.run(timeout_s=30)
     assert store.stream_version(run_stream("r1")) == version
     assert lease_of(store, "r1").holder == "thief"  # type: ignore[union-attr]
+    controller.close()
+    assert lease_of(store, "r1").holder == "thief"  # type: ignore[union-attr]
+
+
+def test_a_stale_controller_writes_neither_the_run_decision_nor_the_group_start(
+    store: Any,
+) -> None:
+    """The defect of the fencing issue: a controller paused between deciding and appending
+    thaws after gc took the run. Its decision (the run's events and the attempt's start
+    request, one atomic append) is refused by the database, not by a check in the client."""
+    _create(store)
+    controller = RunController(store, "r1", executor="external", lease_s=30.0).start()
+    run = read_run(store, "r1")
+    decision = decide(run, None, datetime.now(UTC))
+    assert decision.run_events and decision.group_events  # the first attempt's start
+    ahead = datetime.now(UTC) + timedelta(minutes=5)
+    assert acquire_lease(store, "r1", "gc-x", 30.0, now=ahead)
+    before = [(r.stream_id, r.version) for r in store.read_all()]
+    with pytest.raises(RunLeaseLostError, match="gc-x"):
+        controller.step()
+    assert [(r.stream_id, r.version) for r in store.read_all()] == before
+    assert not store.stream_version(group_stream(attempt_group_id("r1", 1)))
+    controller.close()
+
+
+def test_the_lease_is_renewed_while_the_controller_is_busy_elsewhere(store: Any) -> None:
+    """Item 3: the controller never steps (it is blocked, connecting to Ray, say), yet its lease
+    stays ahead of the clock for several lease lengths."""
+    _create(store)
+    controller = RunController(store, "r1", executor="external", lease_s=0.6).start()
+    try:
+        first = lease_of(store, "r1").expires_at  # type: ignore[union-attr]
+        wait_until(
+            lambda: lease_of(store, "r1").expires_at > first + timedelta(seconds=1.2),  # type: ignore[union-attr]
+            timeout_s=60,
+            what="the keeper to renew the lease twice",
+        )
+        assert not lease_of(store, "r1").expired()  # type: ignore[union-attr]
+        controller.keep_lease()  # still ours
+    finally:
+        controller.close()
+    assert lease_of(store, "r1") is None
+
+
+def test_the_lease_stays_live_while_the_executor_is_still_connecting(store: Any) -> None:
+    """Item 3 of the fencing issue: with Ray unreachable, connecting took longer than the lease
+    and a second controller took the run from a live one. The keeper thread renews the lease
+    while ``start()`` is blocked in the executor's connect, so a second controller is refused."""
+    from wgstore.orchestration import RayExecutor
+    from wgstore.orchestration.errors import RunLeaseHeldError
+    from wgstore.orchestration.fake_runtime import FakeRuntime
+
+    connecting = threading.Event()
+    reachable = threading.Event()
+
+    class SlowCluster(FakeRuntime):
+        def connect(self) -> None:
+            connecting.set()
+            reachable.wait(60)
+            super().connect()
+
+    _create(store)
+    executor = RayExecutor(store, runtime=SlowCluster(), read_models_interval_s=None)
+    controller = RunController(store, "r1", executor=executor, lease_s=2.0)
+    starting = threading.Thread(target=controller.start)
+    starting.start()
+    try:
+        assert connecting.wait(30)
+        first = lease_of(store, "r1").expires_at  # type: ignore[union-attr]
+        wait_until(
+            lambda: lease_of(store, "r1").expires_at > first + timedelta(seconds=3),  # type: ignore[union-attr]
+            timeout_s=60,
+            what="the lease to be renewed past its first length while connecting",
+        )
+        with pytest.raises(RunLeaseHeldError):
+            RunController(store, "r1", executor="external").start()
+    finally:
+        reachable.set()
+        starting.join(30)
+        executor.stop()
+        controller.close()
 
 
 def test_an_unknown_run_is_refused_with_how_to_find_one(store: Any) -> None:

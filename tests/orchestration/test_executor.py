@@ -29,6 +29,7 @@ from wgstore.orchestration.commands import command_id_for
 from wgstore.orchestration.fake_runtime import FakeFaults, FakeRuntime, FakeScript
 from wgstore.orchestration.worker_group import follow_group
 from wgstore.projections import TrainingOutcome, WorkerGroupStatus
+from wgstore.projections.state import project_worker_group
 
 DEADLINE_S = 20.0
 
@@ -447,3 +448,122 @@ def test_actor_failpoints_need_ray_and_scopes_need_collections(store: Any) -> No
         RayExecutor(store, runtime=FakeRuntime(), run_ids="r1")
     with pytest.raises(ValueError, match="unknown RayRuntime failpoint"):
         RayExecutor(store, failpoints={"poll_hangs": 1})
+
+
+class TestRunEnded:
+    def test_a_group_whose_run_has_ended_is_never_started_and_its_leftovers_are_released(
+        self, store: Any, runtime: FakeRuntime, fake_executor: RayExecutor
+    ) -> None:
+        """A start request for a run that is over (appended by a controller that had lost the
+        run, before fencing existed) starts nothing: the executor records why and releases
+        anything left under the group's name."""
+        from wgstore.events.run import RunAborted, RunCreated
+        from wgstore.events.streams import run_stream
+
+        store.append(run_stream("r9"), [RunCreated(run_id="r9"), RunAborted(reason="gc")])
+        runtime.reserve_placement_group("g9", [{"CPU": 0.25}], "PACK", 5.0)  # a leftover
+        _request(store, "g9", run_id="r9")
+        state = _follow(store, "g9", _ended)
+        assert state.status is WorkerGroupStatus.START_FAILED
+        assert state.start_failure.error.type == "RunEnded"
+        assert "run r9 had ended (ABORTED)" in state.start_failure.error.message
+        assert state.released == ("placement_group:wgstore-g9",)
+        assert runtime.list_group_resources() == {}
+        assert _types(store, "g9") == ["WorkerGroupStartRequested", "WorkerGroupStartFailed"]
+
+
+class TestSeveralExecutors:
+    """Item 2 of the fencing issue: two executors on one store once started a group twice and
+    made its stream unreadable (polls with ``poll_seq`` going backwards). Each group is now
+    served by the executor that claims it, and its appends are fenced by the claim."""
+
+    @staticmethod
+    def _executor_ids(store: Any, group_id: str) -> list[str]:
+        return [
+            r.metadata["executor_id"]
+            for r in store.read_stream(group_stream(group_id))
+            if "executor_id" in r.metadata and r.type != "WorkerReported"  # workers append those
+        ]
+
+    @staticmethod
+    def _poll_seqs(store: Any, group_id: str) -> list[int]:
+        return [
+            r.event.poll_seq
+            for r in store.read_stream(group_stream(group_id))
+            if r.type == "WorkerGroupPolled"
+        ]
+
+    def test_two_executors_start_each_group_once_and_keep_its_stream_whole(
+        self, store: Any
+    ) -> None:
+        runtime = FakeRuntime(script=FakeScript(reports=5, return_value={"done": True}))
+        with (
+            RayExecutor(store, runtime=runtime, read_models_interval_s=None) as first,
+            RayExecutor(store, runtime=runtime, read_models_interval_s=None) as second,
+        ):
+            groups = [f"g{n}" for n in range(4)]
+            for group_id in groups:
+                _request(store, group_id)
+            for group_id in groups:
+                _follow(
+                    store, group_id, lambda s: s.poll_status is not None and s.poll_status.finished
+                )
+        assert first.errors == [] and second.errors == []
+        for group_id in groups:
+            starts = [c for c in runtime.calls if c == ("start_workers", group_id)]
+            assert len(starts) == 1, f"{group_id} was started {len(starts)} times"
+            assert len(set(self._executor_ids(store, group_id))) == 1
+            seqs = self._poll_seqs(store, group_id)
+            assert seqs == sorted(set(seqs))
+            project_worker_group(store.read_stream(group_stream(group_id)))  # readable
+        served = {self._executor_ids(store, g)[0] for g in groups}
+        assert served <= {first.executor_id, second.executor_id}
+
+    def test_an_executor_whose_claim_was_taken_stops_and_the_new_holder_carries_on(
+        self, store: Any
+    ) -> None:
+        """The first executor paused past its claim while another took the group (a clock ahead
+        of the claim): its next append is refused by the database, it lets the group go, and
+        the new holder re-attaches to the workers by name and polls the group to its end."""
+        from datetime import UTC, datetime, timedelta
+
+        from wgstore.events.leases import acquire_lease
+
+        runtime = FakeRuntime(script=FakeScript(reports=60, return_value={"done": True}))
+        first = RayExecutor(store, runtime=runtime, read_models_interval_s=None).start()
+        second = RayExecutor(store, runtime=runtime, read_models_interval_s=None)
+        try:
+            _request(store, "g1", poll_interval_s=0.05)
+            _follow(store, "g1", lambda s: s.training_launched and s.version >= 12)  # reports
+            ahead = datetime.now(UTC) + timedelta(minutes=5)
+            assert acquire_lease(store, group_stream("g1"), second.executor_id, 30.0, now=ahead)
+            second.start()
+            state = _follow(
+                store, "g1", lambda s: s.poll_status is not None and s.poll_status.finished
+            )
+            assert state.poll_status.finished
+        finally:
+            first.stop()
+            second.stop()
+        assert first.errors == [] and second.errors == []
+        ids = self._executor_ids(store, "g1")
+        assert ids[0] == first.executor_id and ids[-1] == second.executor_id
+        handover = ids.index(second.executor_id)
+        assert set(ids[handover:]) == {second.executor_id}  # nothing of the first after it
+        seqs = self._poll_seqs(store, "g1")
+        assert seqs == sorted(set(seqs))
+        assert [c for c in runtime.calls if c[0] == "start_workers"] == [("start_workers", "g1")]
+
+    def test_an_executor_that_stops_hands_its_groups_over_at_once(self, store: Any) -> None:
+        from wgstore.events.leases import lease_of
+
+        runtime = FakeRuntime(script=FakeScript(reports=40, return_value={"done": True}))
+        first = RayExecutor(store, runtime=runtime, read_models_interval_s=None).start()
+        _request(store, "g1", poll_interval_s=0.05)
+        _follow(store, "g1", lambda s: s.training_launched and s.version >= 10)  # reports
+        first.stop()  # a clean stop gives the claims up
+        assert lease_of(store, group_stream("g1")) is None
+        with RayExecutor(store, runtime=runtime, read_models_interval_s=None) as second:
+            _follow(store, "g1", lambda s: s.poll_status is not None and s.poll_status.finished)
+        assert second.errors == []
+        assert self._executor_ids(store, "g1")[-1] == second.executor_id

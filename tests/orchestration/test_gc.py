@@ -12,6 +12,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from tests.orchestration.decide_sim import World
@@ -34,6 +35,7 @@ def _abandoned(
     """A run whose controller took it, decided attempt 1 and died (its lease left to expire)."""
     _create(store, run_id, lease_s=lease_s)
     controller = RunController(store, run_id, executor="external").start()
+    controller._keeper.stop()  # type: ignore[union-attr]  # it died: nothing renews the lease
     run = read_run(store, run_id)
     decision = decide(run, None, datetime.now(UTC))
     store.append(run.stream_id, list(decision.run_events), expected_version=run.version)
@@ -124,3 +126,24 @@ def test_the_gc_command_lists_with_json_and_aborts(store_url: str, store: Any) -
     done = runner.invoke(app, ["gc", "--url", store_url], catch_exceptions=False)
     assert done.exit_code == 0, done.stdout
     assert "aborted" in done.stdout
+
+
+def test_a_controller_that_thaws_after_gc_aborted_its_run_writes_nothing(store: Any) -> None:
+    """The fencing issue's reproduction: a controller decided, then paused past its lease
+    (SIGSTOP, a VM pause) while gc aborted the run; it thaws and appends what it decided, with
+    its lease as the fence, as the controller does. The database refuses it: no group is
+    requested for the aborted run, and the run is not ended twice."""
+    from wgstore.events import AppendRequest, FencedError
+
+    paused = _abandoned(store, "r1", group_events=False)
+    run = read_run(store, "r1")
+    stale = decide(run, None, datetime.now(UTC))  # decided before the pause
+    fence = paused.fence
+    (outcome,) = collect_garbage(store, now=datetime.now(UTC) + timedelta(minutes=10))
+    assert outcome.action == "aborted"
+    log = [(r.stream_id, r.version) for r in store.read_all()]
+    requests = [AppendRequest(group_stream(stale.group_id), stale.group_events)]  # type: ignore[arg-type]
+    with pytest.raises(FencedError, match="lost the lease"):
+        store.append_many(requests, fence=fence)
+    assert [(r.stream_id, r.version) for r in store.read_all()] == log
+    assert read_run(store, "r1").status.value == "ABORTED"

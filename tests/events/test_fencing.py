@@ -1,0 +1,194 @@
+"""Leases fence appends, and appends can span streams atomically (both backends).
+
+The database checks the lease in the append's own transaction: a holder that lost its lease
+(it paused past it and someone took over) writes nothing, whatever it believes.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from wgstore.events import (
+    ANY,
+    NO_STREAM,
+    AppendRequest,
+    ConcurrencyError,
+    EventStore,
+    Fence,
+    FencedError,
+    InvalidArgumentError,
+    NewEvent,
+)
+from wgstore.events.leases import acquire_lease, lease_of, release_lease, renew_lease
+from wgstore.events.worker_group import WorkerGroupShutdownRequested
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _event(reason: str = "x") -> WorkerGroupShutdownRequested:
+    return WorkerGroupShutdownRequested(reason=reason)
+
+
+def _log(store: EventStore) -> list[tuple[str, int]]:
+    return [(record.stream_id, record.version) for record in store.read_all()]
+
+
+def test_epochs_grow_when_a_lease_changes_hands_and_not_when_it_is_renewed(store):
+    first = acquire_lease(store, "r1", "a", 10, now=T0)
+    assert first is not None and first.epoch == 1
+    again = acquire_lease(store, "r1", "a", 10, now=T0 + timedelta(seconds=5))
+    assert again is not None and again.epoch == 1
+    assert renew_lease(store, "r1", "a", 10, now=T0 + timedelta(seconds=6))
+    taken = acquire_lease(store, "r1", "b", 10, now=T0 + timedelta(seconds=16))
+    assert taken is not None and taken.epoch == 2
+    assert lease_of(store, "r1").fence == Fence("r1", "b", 2)
+    back = acquire_lease(store, "r1", "a", 10, now=T0 + timedelta(seconds=30))
+    assert back is not None and back.epoch == 3
+
+
+def test_the_holder_appends_with_its_fence(store):
+    lease = acquire_lease(store, "r1", "a", 60)
+    [record] = store.append("s", [_event()], expected_version=NO_STREAM, fence=lease.fence)
+    assert record.version == 1
+    assert _log(store) == [("s", 1)]
+
+
+def test_a_holder_whose_lease_was_taken_over_writes_nothing(store):
+    old = acquire_lease(store, "r1", "a", 10, now=T0)
+    new = acquire_lease(store, "r1", "b", 10, now=T0 + timedelta(seconds=11))
+    assert new is not None
+    with pytest.raises(FencedError) as refused:
+        store.append("s", [_event("late")], fence=old.fence)
+    error = refused.value
+    assert (error.holder, error.epoch, error.now_holder, error.now_epoch) == ("a", 1, "b", 2)
+    assert "lost the lease" in str(error)
+    assert _log(store) == []
+    store.append("s", [_event("new holder")], fence=new.fence)
+    assert _log(store) == [("s", 1)]
+
+
+def test_a_fence_with_a_stale_epoch_is_refused_even_for_the_same_holder_name(store):
+    acquire_lease(store, "r1", "a", 10, now=T0)
+    acquire_lease(store, "r1", "b", 10, now=T0 + timedelta(seconds=11))
+    acquire_lease(store, "r1", "a", 10, now=T0 + timedelta(seconds=22))  # epoch 3
+    with pytest.raises(FencedError):
+        store.append("s", [_event()], fence=Fence("r1", "a", 1))
+    assert _log(store) == []
+
+
+def test_a_released_or_unknown_lease_fences_everything(store):
+    lease = acquire_lease(store, "r1", "a", 60)
+    assert release_lease(store, "r1", "a")
+    with pytest.raises(FencedError) as refused:
+        store.append("s", [_event()], fence=lease.fence)
+    assert refused.value.now_holder is None
+    with pytest.raises(FencedError):
+        store.append("s", [_event()], fence=Fence("nobody", "a", 1))
+    assert _log(store) == []
+
+
+def test_an_append_racing_a_takeover_is_either_before_it_or_refused(store_url):
+    """Each of many appends of the old holder commits before the takeover or is refused: none
+    lands after the new holder's first append (the check and the write are one transaction)."""
+    with EventStore.open(store_url) as store:
+        old = acquire_lease(store, "race", "old", 60, now=T0)
+        go = threading.Barrier(2)
+        outcomes: list[str] = []
+
+        def old_holder() -> None:
+            with EventStore.open(store_url) as own:
+                go.wait()
+                for n in range(40):
+                    try:
+                        own.append("s", [_event(f"old {n}")], fence=old.fence)
+                        outcomes.append("ok")
+                    except FencedError:
+                        outcomes.append("fenced")
+
+        thread = threading.Thread(target=old_holder)
+        thread.start()
+        go.wait()
+        new = acquire_lease(store, "race", "new", 60, now=T0 + timedelta(seconds=61))
+        store.append("s", [_event("new holder")], fence=new.fence)
+        thread.join()
+        reasons = [record.event.reason for record in store.read_stream("s")]
+    first_new = reasons.index("new holder")
+    assert all(reason.startswith("old") for reason in reasons[:first_new])
+    assert all(not reason.startswith("old") for reason in reasons[first_new:])
+    # Once fenced, always fenced: no "ok" after the first "fenced".
+    if "fenced" in outcomes:
+        assert "ok" not in outcomes[outcomes.index("fenced") :]
+    assert outcomes.count("ok") == first_new
+
+
+def test_a_multi_stream_append_writes_every_stream_or_none(store):
+    store.append("b", [_event()])
+    appended = store.append_many(
+        [
+            AppendRequest("a", [_event("a1"), _event("a2")], NO_STREAM),
+            AppendRequest("b", [_event("b2")], 1),
+        ]
+    )
+    assert [[r.version for r in records] for records in appended] == [[1, 2], [2]]
+    positions = [r.position for records in appended for r in records]
+    assert positions == sorted(positions) and len(set(positions)) == 3
+    assert store.verify().ok
+
+    with pytest.raises(ConcurrencyError) as stale:
+        store.append_many(
+            [AppendRequest("a", [_event("a3")], 2), AppendRequest("b", [_event("b3")], 1)]
+        )
+    assert stale.value.stream_id == "b" and stale.value.actual == 2
+    assert store.stream_version("a") == 2  # "a" was fine, and still nothing was written
+    assert store.stream_version("b") == 2
+
+
+def test_a_fenced_multi_stream_append_is_refused_whole(store):
+    old = acquire_lease(store, "r1", "a", 10, now=T0)
+    acquire_lease(store, "r1", "b", 10, now=T0 + timedelta(seconds=11))
+    with pytest.raises(FencedError):
+        store.append_many(
+            [AppendRequest("run-x", [_event()], ANY), AppendRequest("g", [_event()], NO_STREAM)],
+            fence=old.fence,
+        )
+    assert _log(store) == []
+
+
+def test_a_retried_multi_stream_append_returns_what_it_stored(store):
+    ids = [uuid.uuid4() for _ in range(3)]
+    requests = [
+        AppendRequest("a", [NewEvent(_event(), event_id=ids[0])], NO_STREAM),
+        AppendRequest("b", [NewEvent(_event(), event_id=i) for i in ids[1:]], NO_STREAM),
+    ]
+    first = store.append_many(requests)
+    again = store.append_many(requests)
+    assert [[r.position for r in batch] for batch in again] == [
+        [r.position for r in batch] for batch in first
+    ]
+    assert len(_log(store)) == 3
+    # The same ids split differently are not a retry.
+    from wgstore.events import DuplicateEventError
+
+    with pytest.raises(DuplicateEventError):
+        store.append_many(
+            [
+                AppendRequest("a", [NewEvent(_event(), event_id=ids[0])]),
+                AppendRequest("c", [NewEvent(_event(), event_id=uuid.uuid4())]),
+            ]
+        )
+    assert len(_log(store)) == 3
+
+
+def test_bad_multi_stream_requests_are_refused_before_anything_is_written(store):
+    with pytest.raises(InvalidArgumentError, match="named twice"):
+        store.append_many([AppendRequest("a", [_event()]), AppendRequest("a", [_event()])])
+    with pytest.raises(TypeError, match="AppendRequest"):
+        store.append_many([("a", [_event()])])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="Fence"):
+        store.append("a", [_event()], fence=("r1", "a", 1))  # type: ignore[arg-type]
+    assert store.append_many([AppendRequest("a", [])]) == [[]]
+    assert _log(store) == []
