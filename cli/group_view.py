@@ -103,7 +103,20 @@ def print_state(state: WorkerGroupState) -> None:
     if state.reports_total:
         facts.add_row("reports", str(state.reports_total))
     if state.latest_checkpoint:
-        facts.add_row("checkpoint", state.latest_checkpoint)
+        at = state.checkpoint_committed_at
+        facts.add_row(
+            "checkpoint",
+            f"{state.latest_checkpoint} (report {state.checkpoint_index}, committed "
+            f"{format_time(at)})"
+            if at is not None
+            else state.latest_checkpoint,
+        )
+    reported = state.latest_reported_checkpoint
+    if reported and reported != state.latest_checkpoint:
+        facts.add_row(
+            "reported",
+            Text(f"{reported} (not by every rank: not committed)", style="dim"),
+        )
     if state.start_failure is not None:
         failure = state.start_failure
         facts.add_row(

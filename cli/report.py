@@ -73,6 +73,7 @@ def render_html(data: dict[str, Any]) -> str:
                 "events",
                 f"{group['version']}; {group['polls_total']} polls, {group['reports_total']} reports",
             ),
+            _fact("checkpoint", _checkpoint_text(group)),
         ]
         + ([_fact("shutdown", esc(group["shutdown_reason"]))] if group["shutdown_reason"] else [])
     )
@@ -140,6 +141,25 @@ def _decision_text(decision: dict[str, Any]) -> str:
     )
 
 
+def _checkpoint_text(item: dict[str, Any]) -> str:
+    """The committed checkpoint of a run or an attempt, when it was committed, and the latest
+    one a rank reported when that is another (not every rank reported it: not committed)."""
+    esc = html.escape
+    committed = item.get("latest_checkpoint")
+    text = f"<code>{esc(committed or '-')}</code>"
+    at = item.get("checkpoint_committed_at")
+    if committed and at:
+        shown = at if isinstance(at, str) else format_time(at)
+        text += f' <span class="muted">committed {esc(shown)}</span>'
+    reported = item.get("latest_reported_checkpoint")
+    if reported and reported != committed:
+        text += (
+            f'<br><span class="muted uncommitted">reported, not by every rank (not committed): '
+            f"<code>{esc(reported)}</code></span>"
+        )
+    return text
+
+
 def render_run_html(data: dict[str, Any]) -> str:
     """The report page of a run for ``data`` (from
     :func:`~wgstore.projections.timeline.run_timeline_data`), with nothing to download."""
@@ -161,7 +181,7 @@ def render_run_html(data: dict[str, Any]) -> str:
             f"start {_budget(run['start_failures'], run['controller_failure_limit'])}, "
             f"preemption {_budget(run['preemption_failures'], run['max_preemption_failures'])}",
         ),
-        _fact("checkpoint", f"<code>{esc(run['latest_checkpoint'] or '-')}</code>"),
+        _fact("checkpoint", _checkpoint_text(run)),
         _fact("created", esc(format_time(run["created_at"]))),
     ]
     if run["train_fn"]:
@@ -184,6 +204,7 @@ def render_run_html(data: dict[str, Any]) -> str:
     attempts = "".join(
         f"<tr class=attempt-row><td>{a['number']}</td><td><code>{esc(a['group_id'])}</code></td>"
         f"<td>{_badge(a['status'] or 'NO EVENTS')} {_badge(a['outcome'])}</td>"
+        f"<td>{_checkpoint_text(a)}</td>"
         f"<td>{esc(a['error'] or '')}</td>"
         f"<td>{'<br>'.join(_decision_text(d) for d in _decisions_of(data, a['group_id']))}</td></tr>"
         for a in data["attempts"]

@@ -185,6 +185,11 @@ def runs_command(
             Text("ORPHANED", style="bold red") if summary["orphaned"] else "",
             format_time(summary["updated_at"]),
         )
+        if summary["resumable"] is False:
+            table.add_row(
+                "",
+                Text(f"not resumable: {first_line(summary['not_resumable_reason'] or '')}", "dim"),
+            )
     if as_json:
         return
     if shown:
@@ -224,7 +229,19 @@ def print_run(detail: dict[str, Any]) -> None:
     facts.add_row("failures", _failures(run) + " (worker group failures used / max_failures)")
     facts.add_row("attempts", str(run["attempts"]))
     if run["latest_checkpoint"]:
-        facts.add_row("checkpoint", run["latest_checkpoint"])
+        at = run["checkpoint_committed_at"]
+        facts.add_row(
+            "checkpoint",
+            run["latest_checkpoint"] + (f" (committed {format_time(at)})" if at else ""),
+        )
+    reported = run["latest_reported_checkpoint"]
+    if reported and reported != run["latest_checkpoint"]:
+        facts.add_row(
+            "reported",
+            Text(f"{reported} (not by every rank: not committed, no retry starts from it)", "dim"),
+        )
+    if run["resumable"] is False:
+        facts.add_row("resumable", Text(f"no: {run['not_resumable_reason']}", style="yellow"))
     facts.add_row("created", format_time(run["created_at"]))
     if run["ended_at"]:
         facts.add_row("ended", format_time(run["ended_at"]))

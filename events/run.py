@@ -6,7 +6,8 @@ worker-group context every attempt starts from); ``ControllerStarted`` records e
 process that took the run (a resumed run shows more than one); ``ControllerStateChanged`` uses Ray
 Train's controller state names; ``FailureDecisionMade`` answers one failure (RETRY or RAISE) with
 the failures of its kind counted so far; the run ends with exactly one of ``RunFinished``,
-``RunErrored`` or ``RunAborted``.
+``RunErrored`` or ``RunAborted``. A run recorded from Ray Train also holds, once,
+``TrainerRecorded``: what it takes to build its trainer again (or why it cannot be).
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ __all__ = [
     "ControllerStateChanged",
     "FailureConfig",
     "FailureDecisionMade",
+    "Pickled",
     "RankError",
     "RunAborted",
     "RunCreated",
     "RunErrored",
     "RunFinished",
+    "RunResumed",
     "ScalingConfig",
+    "TrainerRecorded",
     "stream_id_for_run",
 ]
 
@@ -230,3 +234,59 @@ class RunAborted:
     """The run was stopped by a person, a signal or ``wgstore gc`` before it finished."""
 
     reason: str
+
+
+@event_type("RunResumed", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResumed:
+    """A process resumed the run after its driver or controller was lost.
+
+    ``by``: ``wgstore resume`` or ``supervisor <id>``; ``reason``: why (what was lost);
+    ``attempt``: the attempt the run goes on with (1 + the attempts it had).
+    """
+
+    by: str
+    reason: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pickled:
+    """A value as cloudpickle bytes, named by their SHA-256.
+
+    ``data`` holds the bytes when they are small; larger ones are stored once in ``wg_blobs``
+    under ``sha256`` (``data`` is then ``None``). ``type`` is the value's qualified type name.
+    """
+
+    sha256: str
+    size: int
+    type: str = ""
+    data: bytes | None = None
+
+
+@event_type("TrainerRecorded", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainerRecorded:
+    """What a Ray Train run needs to be started again, recorded once by ``RecordingCallback``.
+
+    ``trainer`` is the trainer's class (``module:qualname``); ``train_loop`` the train loop's
+    import path, or the qualified name of a pickled one (``train_loop_pickle``, checked against
+    its SHA-256 before it is loaded). ``train_loop_config``, ``scaling_config`` and
+    ``backend_config`` are pickled as given (``train_loop_config_json`` is a readable copy);
+    ``run_config`` holds the ``RunConfig`` fields a resume sets again (name, storage path,
+    failure and checkpoint config, the workers' runtime env) and the callbacks other than
+    wgstore's, by qualified name. ``datasets`` are pickled by name. ``resumable`` is False when
+    something could not be pickled; ``not_resumable_reason`` then says what and why.
+    """
+
+    trainer: str
+    train_loop: str
+    train_loop_pickle: Pickled | None = None
+    train_loop_config: Pickled | None = None
+    train_loop_config_json: Mapping[str, Any] = field(default_factory=dict)
+    scaling_config: Pickled | None = None
+    run_config: Mapping[str, Any] = field(default_factory=dict)
+    backend_config: Pickled | None = None
+    datasets: Mapping[str, Pickled] = field(default_factory=dict)
+    resumable: bool = True
+    not_resumable_reason: str | None = None

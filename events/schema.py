@@ -26,6 +26,7 @@ __all__ = [
     "READ_MODEL_TABLES",
     "TYPE_INDEX_WHERE",
     "metadata",
+    "wg_blobs",
     "wg_events",
     "wg_poll_history",
     "wg_reports",
@@ -167,6 +168,17 @@ wg_run_leases = sa.Table(
     ),
 )
 
+wg_blobs = sa.Table(
+    "wg_blobs",
+    metadata,
+    sa.Column("sha256", sa.Text(), primary_key=True, comment="hex SHA-256 of bytes"),
+    sa.Column("size", sa.BigInteger(), nullable=False),
+    sa.Column("bytes", sa.LargeBinary(), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""Bytes too large for an event (a recorded run's pickled train loop or datasets), stored once
+per content and named by their SHA-256 from the event (:mod:`wgstore.events.blobs`)."""
+
 # ---------------------------------------------------------------- read models
 
 EVENT_LOG_VIEW = "wg_event_log"
@@ -199,6 +211,9 @@ wg_worker_groups = sa.Table(
     sa.Column("last_polled_at", _Time),
     sa.Column("reports_total", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("latest_checkpoint", sa.Text()),
+    sa.Column("checkpoint_index", sa.Integer()),
+    sa.Column("checkpoint_committed_at", _Time),
+    sa.Column("latest_reported_checkpoint", sa.Text()),
     sa.Column("start_failed_stage", sa.Text()),
     sa.Column("error_type", sa.Text()),
     sa.Column("error_message", sa.Text()),
@@ -294,6 +309,10 @@ wg_runs = sa.Table(
     sa.Column("max_preemption_failures", sa.Integer()),
     sa.Column("last_decision", sa.Text()),
     sa.Column("latest_checkpoint", sa.Text()),
+    sa.Column("checkpoint_committed_at", _Time),
+    sa.Column("latest_reported_checkpoint", sa.Text()),
+    sa.Column("resumable", sa.Boolean()),
+    sa.Column("not_resumable_reason", sa.Text()),
     sa.Column("num_workers", sa.Integer()),
     sa.Column("resources_per_worker", _Json),
     sa.Column("train_fn", sa.Text()),

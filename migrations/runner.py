@@ -33,7 +33,7 @@ __all__ = [
 _HERE = Path(__file__).resolve().parent
 _log = logging.getLogger(__name__)
 
-HEAD_REVISION = "0009_fencing"
+HEAD_REVISION = "0010_committed_checkpoints"
 """The newest revision in ``versions/``; a new migration updates it (a test checks the two agree)."""
 
 

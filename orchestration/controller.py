@@ -137,6 +137,7 @@ class RunController:
         lease_wait_s: when another holder's lease is live, wait up to this long for it to
             expire (default 0: refuse at once). A holder on this host whose process is gone is
             taken over at once either way.
+        take_lease_from: a lease handed over to this controller (a supervisor's).
     """
 
     def __init__(
@@ -150,9 +151,11 @@ class RunController:
         extra_sys_path: Collection[str] | None = None,
         clock: Callable[[], datetime] = _now,
         lease_wait_s: float = 0.0,
+        take_lease_from: Fence | None = None,
     ) -> None:
         self.store = store
         self.lease_wait_s = lease_wait_s
+        self._handed = take_lease_from
         self.run_id = run_id
         self.controller_id = uuid.uuid4().hex
         self.on_update = on_update
@@ -209,13 +212,15 @@ class RunController:
     def _take_lease(self) -> None:
         deadline = time.monotonic() + self.lease_wait_s
         while True:
-            lease = acquire_lease(self.store, self.run_id, self.controller_id, self.lease_s)
+            lease = acquire_lease(
+                self.store, self.run_id, self.controller_id, self.lease_s, take_from=self._handed
+            )
             held = lease_of(self.store, self.run_id) if lease is None else None
             if held is not None and held.process is not None and held.process.gone():
                 # Its holder ran on this host and its process is gone: no need to wait it out.
                 log.info("run %s: its holder %s is gone; taking it over", self.run_id, held.holder)
                 lease = acquire_lease(
-                    self.store, self.run_id, self.controller_id, self.lease_s, take_from=held
+                    self.store, self.run_id, self.controller_id, self.lease_s, take_from=held.fence
                 )
             if lease is not None:
                 break

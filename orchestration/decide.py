@@ -14,7 +14,7 @@ States and steps (Ray Train 2.60's controller state names)::
             └─► RESTARTING  (a worker failed, budget left: RETRY, the group is shut down)
             └─► SHUTTING_DOWN (a worker failed, budget exhausted: RAISE)
     RESTARTING ─► RESCHEDULING (the failed attempt released: next attempt requested, from the
-                  latest checkpoint any attempt reported)
+                  latest checkpoint every rank of an attempt reported)
     SHUTTING_DOWN ─► FINISHED + RunFinished, or ERRORED + RunErrored (every failed rank's error:
                      those the decision saw and those the shutdown's last poll found)
 
@@ -179,8 +179,10 @@ def is_retryable_start_failure(stage: StartStage, error: ErrorInfo) -> bool:
 
 
 def latest_checkpoint(group: WorkerGroupState) -> str | None:
-    """The latest checkpoint of any attempt up to ``group``: its own latest report's, else the one
-    it started from (which was the latest before it)."""
+    """The latest committed checkpoint of any attempt up to ``group``: its own (the highest
+    report index every rank of it reported with a checkpoint, as Ray Train commits one), else
+    the one it started from (which was the latest before it). A checkpoint only some ranks
+    reported before the attempt failed is never a retry's start: its shards may be missing."""
     checkpoint: str | None = group.latest_checkpoint or group.context.resume_checkpoint
     return checkpoint
 

@@ -489,6 +489,11 @@ def _group_row(state: WorkerGroupState) -> dict[str, Any]:
         "last_polled_at": None if state.last_polled_at is None else to_utc(state.last_polled_at),
         "reports_total": state.reports_total,
         "latest_checkpoint": state.latest_checkpoint,
+        "checkpoint_index": state.checkpoint_index,
+        "checkpoint_committed_at": None
+        if state.checkpoint_committed_at is None
+        else to_utc(state.checkpoint_committed_at),
+        "latest_reported_checkpoint": state.latest_reported_checkpoint,
         "start_failed_stage": None
         if state.start_failure is None
         else state.start_failure.stage.value,
@@ -637,6 +642,8 @@ def _attempts(connection: sa.Connection, run: RunState) -> list[Attempt]:
         table.c.outcome,
         table.c.requested_at,
         table.c.latest_checkpoint,
+        table.c.checkpoint_committed_at,
+        table.c.latest_reported_checkpoint,
         table.c.error_type,
         table.c.error_message,
     ).where(
@@ -651,6 +658,10 @@ def _attempts(connection: sa.Connection, run: RunState) -> list[Attempt]:
             outcome=row.outcome,
             requested_at=None if row.requested_at is None else _time(row.requested_at),
             latest_checkpoint=row.latest_checkpoint,
+            checkpoint_committed_at=None
+            if row.checkpoint_committed_at is None
+            else _time(row.checkpoint_committed_at),
+            latest_reported_checkpoint=row.latest_reported_checkpoint,
             error=None if row.error_type is None else f"{row.error_type}: {row.error_message}",
         )
         for row in connection.execute(query)

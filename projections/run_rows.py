@@ -5,8 +5,9 @@ the SQL read model, ``wgstore runs`` and ``project_run`` cannot disagree.
 
 A run's attempts are the worker groups of the run: those whose ``WorkerGroupStartRequested``
 names the run (``run_id``) and those the run's controller named (:attr:`RunState.groups`), ordered
-by when they were requested. The run's latest checkpoint is the latest one reported over its
-attempts (a retry's context carries it as ``resume_checkpoint``).
+by when they were requested. The run's latest checkpoint is the latest one committed over its
+attempts (every rank of the attempt reported it; a retry's context carries it as
+``resume_checkpoint``); ``latest_reported_checkpoint`` is the latest any rank reported.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from typing import Any
 
 import msgspec
 
-from wgstore.projections.run_state import RunState, lease_lapsed, needs_controller
+from wgstore.projections.run_state import (
+    RunState,
+    lease_lapsed,
+    needs_controller,
+    resume_problem,
+)
 from wgstore.projections.state import WorkerGroupState
 
 __all__ = [
@@ -54,6 +60,10 @@ class Attempt:
     outcome: str | None = None
     requested_at: datetime | None = None
     latest_checkpoint: str | None = None
+    """The attempt's committed checkpoint (every rank reported it)."""
+    checkpoint_committed_at: datetime | None = None
+    latest_reported_checkpoint: str | None = None
+    """The latest checkpoint any rank of the attempt reported, committed or not."""
     error: str | None = None
 
 
@@ -68,6 +78,8 @@ def attempt_of(state: WorkerGroupState) -> Attempt:
         outcome=None if outcome is None else outcome.value,
         requested_at=_utc(state.requested_at),
         latest_checkpoint=state.latest_checkpoint,
+        checkpoint_committed_at=_utc(state.checkpoint_committed_at),
+        latest_reported_checkpoint=state.latest_reported_checkpoint,
         error=None if error is None else str(error),
     )
 
@@ -102,10 +114,22 @@ def order_attempts(run: RunState, attempts: Iterable[Attempt]) -> list[Attempt]:
 
 
 def latest_checkpoint(attempts: Sequence[Attempt]) -> str | None:
-    """The latest checkpoint reported over ``attempts`` (in order): the last one that has one."""
+    """The latest committed checkpoint over ``attempts`` (in order): the last one that has one."""
+    committed = _committed(attempts)
+    return None if committed is None else committed.latest_checkpoint
+
+
+def _committed(attempts: Sequence[Attempt]) -> Attempt | None:
     for attempt in reversed(attempts):
         if attempt.latest_checkpoint is not None:
-            return attempt.latest_checkpoint
+            return attempt
+    return None
+
+
+def _latest_reported(attempts: Sequence[Attempt]) -> str | None:
+    for attempt in reversed(attempts):
+        if attempt.latest_reported_checkpoint is not None:
+            return attempt.latest_reported_checkpoint
     return None
 
 
@@ -146,6 +170,9 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
     error = run.error
     last = run.decisions[-1] if run.decisions else None
     current = run.current_group_id or (attempts[-1].group_id if attempts else None)
+    committed = _committed(attempts)
+    problem = resume_problem(run)
+    problem = resume_problem(run)
     return {
         "run_id": run.run_id,
         "stream_id": run.stream_id,
@@ -163,7 +190,11 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
         "controller_failure_limit": failure.controller_failure_limit,
         "max_preemption_failures": failure.max_preemption_failures,
         "last_decision": None if last is None else last.decision,
-        "latest_checkpoint": latest_checkpoint(attempts),
+        "latest_checkpoint": None if committed is None else committed.latest_checkpoint,
+        "checkpoint_committed_at": None if committed is None else committed.checkpoint_committed_at,
+        "latest_reported_checkpoint": _latest_reported(attempts),
+        "resumable": problem is None,
+        "not_resumable_reason": problem,
         "num_workers": num_workers,
         "resources_per_worker": None if resources is None else _plain(resources),
         "train_fn": None if context is None else context.train_fn,

@@ -28,7 +28,9 @@ from wgstore.events.run import (
     RunCreated,
     RunErrored,
     RunFinished,
+    RunResumed,
     ScalingConfig,
+    TrainerRecorded,
 )
 from wgstore.events.worker_group import ErrorInfo, WorkerGroupContext
 from wgstore.projections.errors import ProjectionError
@@ -45,6 +47,7 @@ __all__ = [
     "lease_lapsed",
     "needs_controller",
     "project_run",
+    "resume_problem",
 ]
 
 
@@ -144,6 +147,8 @@ class RunState:
     ray: Mapping[str, Any] = field(default_factory=dict)
     controllers: tuple[ControllerSession, ...] = ()
     """Every controller process that took the run, in order."""
+    resumes: tuple[RunResumed, ...] = ()
+    """Every ``RunResumed``: who resumed the run after its driver was lost, why, and when."""
     groups: tuple[str, ...] = ()
     """Every worker group the controller used, in the order it first named them."""
     transitions: tuple[ControllerTransition, ...] = ()
@@ -156,6 +161,8 @@ class RunState:
     """Every failed rank's error, when the run errored."""
     abort_reason: str | None = None
     final_group_id: str | None = None
+    trainer: TrainerRecorded | None = None
+    """What a run recorded from Ray Train needs to be started again (``TrainerRecorded``)."""
 
     @property
     def attempts(self) -> int:
@@ -293,6 +300,12 @@ def _controller_started(state: RunState, record: RecordedEvent) -> dict[str, Any
     return {"controllers": (*state.controllers, session)}
 
 
+def _trainer_recorded(state: RunState, record: RecordedEvent) -> dict[str, Any]:
+    if state.trainer is not None:
+        raise ProjectionError.at(record, f"run {state.run_id!r} already recorded its trainer")
+    return {"trainer": record.event}
+
+
 _Handler = Callable[[RunState, RecordedEvent], dict[str, Any]]
 
 _HANDLERS: dict[type, _Handler] = {
@@ -302,6 +315,8 @@ _HANDLERS: dict[type, _Handler] = {
     RunFinished: _finished,
     RunErrored: _errored,
     RunAborted: _aborted,
+    TrainerRecorded: _trainer_recorded,
+    RunResumed: lambda state, record: {"resumes": (*state.resumes, record.event)},
 }
 """Each run event type and its handler: it reads the state and returns the fields it changes
 (the same style as the worker-group fold's table in :mod:`wgstore.projections.state`)."""
@@ -405,3 +420,18 @@ def is_orphaned(state: RunState, lease_expires_at: datetime | None, now: datetim
     See :func:`needs_controller` for which runs need a lease.
     """
     return needs_controller(state) and lease_lapsed(lease_expires_at, now)
+
+
+def resume_problem(state: RunState) -> str | None:
+    """Why the run could not be started again from the log (``None``: it could).
+
+    A run of wgstore's controller can (its ``RunCreated`` holds the context every attempt starts
+    from). A run recorded from Ray Train can once its ``TrainerRecorded`` says it is resumable.
+    """
+    if state.context is not None:
+        return None
+    if state.trainer is None:
+        return "no TrainerRecorded in the log (recorded by an older wgstore, or it was not written)"
+    if not state.trainer.resumable:
+        return state.trainer.not_resumable_reason or "recorded as not resumable"
+    return None

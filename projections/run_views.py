@@ -57,6 +57,10 @@ RUN_SUMMARY_KEYS = (
     "preemption_failures",
     "max_preemption_failures",
     "latest_checkpoint",
+    "checkpoint_committed_at",
+    "latest_reported_checkpoint",
+    "resumable",
+    "not_resumable_reason",
     "orphaned",
     "lease_holder",
     "lease_expires_at",
@@ -81,7 +85,7 @@ def _time(value: Any) -> datetime | None:
 def _summary(row: Mapping[str, Any], lease: Lease | None, now: datetime) -> dict[str, Any]:
     """A summary from a ``wg_runs``-shaped row and the run's lease."""
     summary = {key: row.get(key) for key in RUN_SUMMARY_KEYS}
-    for key in ("created_at", "updated_at", "ended_at"):
+    for key in ("created_at", "updated_at", "ended_at", "checkpoint_committed_at"):
         summary[key] = _time(summary[key])
     summary["error"] = (
         f"{row['error_type']}: {row['error_message']}" if row.get("error_type") else None

@@ -29,6 +29,11 @@ Decisions worth knowing:
   another program's own event type appended to the stream) is stepped over: it moves the state's
   ``version``, ``position`` and ``updated_at`` and nothing else, even after a terminal state.
   An event of a known type that the fold has no rule for is still an error.
+- A checkpoint counts once every rank of the group reported its report index, as Ray Train
+  commits one (:func:`commit_round`): ``latest_checkpoint`` is that of the highest such index,
+  with ``checkpoint_index`` and ``checkpoint_committed_at``; ``latest_reported_checkpoint`` is
+  the latest any rank reported, which a rank that died before its peers reported may never see
+  committed (a shard of a sharded checkpoint missing).
 - The training ``outcome`` is separate from the lifecycle status: ``errored`` as soon as a
   recorded poll shows a worker error, ``finished`` when a recorded poll shows every worker stopped
   without error, ``aborted`` when the group shut down before either was seen.
@@ -67,6 +72,7 @@ from wgstore.projections.errors import ProjectionError
 
 __all__ = [
     "TRANSITIONS",
+    "ReportRound",
     "TrainingOutcome",
     "WorkerGroupFold",
     "WorkerGroupPollStatus",
@@ -74,6 +80,7 @@ __all__ = [
     "WorkerGroupStatus",
     "WorkerStatus",
     "apply_poll_changes",
+    "commit_round",
     "evolve",
     "project_worker_group",
 ]
@@ -208,6 +215,44 @@ def _truncate(text: str) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ReportRound:
+    """The reports of one report index so far: how many ranks reported it, the checkpoint they
+    carry, and whether two ranks carried different paths (the round can then commit none)."""
+
+    reported: int
+    checkpoint: str | None = None
+    conflict: bool = False
+
+
+def commit_round(
+    round_: ReportRound | None, checkpoint: str | None, num_workers: int
+) -> tuple[ReportRound, bool]:
+    """One more rank's report of an index: the round after it, and whether it is now complete.
+
+    Ray Train's ``ReportCallbackHandler`` consolidates the n-th report of every rank into one
+    report once every rank made it; the reports that carry a checkpoint must name the same path
+    (ranks that carry none are fine: with DDP only rank 0 saves), and that path is the
+    checkpoint Ray registers. A complete round with a checkpoint and no conflict commits it. A
+    round whose ranks named different paths commits nothing (Ray raises; wgstore's workers
+    refuse such a report, so only another writer's log can hold one): the previous committed
+    checkpoint stays, as no rank's set of shards is known to be whole.
+    """
+    if round_ is None:
+        round_ = _EMPTY_ROUND
+    path, conflict = round_.checkpoint, round_.conflict
+    if checkpoint is not None:
+        if path is None:
+            path = checkpoint
+        elif path != checkpoint:
+            conflict = True
+    after = ReportRound(round_.reported + 1, path, conflict)
+    return after, after.reported >= num_workers
+
+
+_EMPTY_ROUND = ReportRound(0)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerGroupState:
     """A worker group as the log tells it, after the event at ``version`` of its stream.
@@ -251,7 +296,17 @@ class WorkerGroupState:
     report_counts: Mapping[int, int] = field(default_factory=dict)
     last_report_index: Mapping[int, int] = field(default_factory=dict)
     latest_checkpoint: str | None = None
-    """The checkpoint of the latest report that carried one."""
+    """The committed checkpoint: that of the highest report index every rank reported (see
+    :func:`commit_round`); what a retry or a resume starts from."""
+    checkpoint_index: int | None = None
+    """The report index of :attr:`latest_checkpoint`."""
+    checkpoint_committed_at: datetime | None = None
+    """When :attr:`latest_checkpoint` was committed: the ``recorded_at`` of the last rank's
+    report of its index."""
+    latest_reported_checkpoint: str | None = None
+    """The checkpoint of the latest report (any rank) that carried one, committed or not."""
+    report_rounds: Mapping[int, ReportRound] = field(default_factory=dict)
+    """Report indexes above the last complete one that some but not every rank reported."""
     start_failure: WorkerGroupStartFailed | None = None
     shutdown_reason: str | None = None
     shutdown_requested_at: datetime | None = None
@@ -540,28 +595,50 @@ def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     metrics: dict[int, Mapping[str, Any]]
     counts: dict[int, int]
     indexes: dict[int, int]
+    rounds: dict[int, ReportRound]
     draft: Any = state  # a _Draft while folding (its fields are plain attributes)
     changes: dict[str, Any]
     if isinstance(state, _Draft) and state.owns_reports:
         # this fold's own copies, which no frozen state shares yet: update them in place
-        metrics, counts, indexes = (
+        metrics, counts, indexes, rounds = (
             draft.latest_metrics,
             draft.report_counts,
             draft.last_report_index,
+            draft.report_rounds,
         )
-        changes = {} if event.checkpoint is None else {"latest_checkpoint": event.checkpoint}
+        changes = {}
     else:
         metrics = dict(state.latest_metrics)
         counts = dict(state.report_counts)
         indexes = dict(state.last_report_index)
+        rounds = dict(state.report_rounds)
         if isinstance(state, _Draft):
             state.owns_reports = True
-        changes = {"latest_metrics": metrics, "report_counts": counts, "last_report_index": indexes}
-        if event.checkpoint is not None:
-            changes["latest_checkpoint"] = event.checkpoint
+        changes = {
+            "latest_metrics": metrics,
+            "report_counts": counts,
+            "last_report_index": indexes,
+            "report_rounds": rounds,
+        }
+    checkpoint = event.checkpoint
+    if checkpoint is not None:
+        changes["latest_reported_checkpoint"] = checkpoint
     metrics[rank] = event.metrics
     counts[rank] = counts.get(rank, 0) + 1
-    indexes[rank] = event.index
+    index = event.index
+    indexes[rank] = index
+    round_, complete = commit_round(rounds.get(index), checkpoint, len(state.workers))
+    if not complete:
+        rounds[index] = round_
+        return changes
+    # Every rank reported this index. Each rank's indexes only grow, so no lower index that
+    # is still open can complete any more: drop them with this one.
+    for stale in [i for i in rounds if i <= index]:
+        del rounds[stale]
+    if round_.checkpoint is not None and not round_.conflict:
+        changes["latest_checkpoint"] = round_.checkpoint
+        changes["checkpoint_index"] = index
+        changes["checkpoint_committed_at"] = record.recorded_at
     return changes
 
 
@@ -743,8 +820,8 @@ class WorkerGroupFold:
 
         Has the attributes of :class:`WorkerGroupState` (not its properties); cheaper than
         :meth:`state` when only a few fields are needed after each event. Its report mappings
-        (``latest_metrics``, ``report_counts``, ``last_report_index``) are updated in place by
-        later reports: copy one to keep it as it is now (:meth:`state`'s are never changed).
+        (``latest_metrics``, ``report_counts``, ``last_report_index``, ``report_rounds``) are
+        updated in place by later reports: copy one to keep it as it is now (:meth:`state`'s are never changed).
         """
         return self._draft
 

@@ -146,6 +146,11 @@ def describe(event: Any) -> str:
         return "finished" + (f" (group {event.group_id})" if event.group_id else "")
     if name == "RunAborted":
         return f"reason: {event.reason}"
+    if name == "TrainerRecorded":
+        text = f"{event.trainer.rpartition(':')[2]} with {event.train_loop}"
+        if event.datasets:
+            text += f", datasets {', '.join(sorted(event.datasets))}"
+        return text + ("" if event.resumable else f"; not resumable: {event.not_resumable_reason}")
     data = msgspec.to_builtins(event)
     if isinstance(data, dict):
         return " ".join(f"{key}={value}" for key, value in data.items() if value not in ("", None))

@@ -175,6 +175,12 @@ def timeline_data(store: EventStore, group_id: str) -> dict[str, Any]:
             "version": state.version,
             "polls_total": state.polls_total,
             "reports_total": state.reports_total,
+            "latest_checkpoint": state.latest_checkpoint,
+            "checkpoint_index": state.checkpoint_index,
+            "checkpoint_committed_at": None
+            if state.checkpoint_committed_at is None
+            else format_time(state.checkpoint_committed_at),
+            "latest_reported_checkpoint": state.latest_reported_checkpoint,
             "shutdown_reason": state.shutdown_reason,
             "error": None if error is None else str(error),
         },

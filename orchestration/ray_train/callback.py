@@ -21,6 +21,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ray.train.v2._internal.execution.callback import (
@@ -29,7 +30,7 @@ from ray.train.v2._internal.execution.callback import (
     WorkerGroupCallback,
 )
 
-from wgstore.events.records import NewEvent
+from wgstore.events.records import Fence, NewEvent
 from wgstore.events.run import (
     ControllerStarted,
     ControllerStateChanged,
@@ -58,11 +59,11 @@ from wgstore.events.worker_group import (
     WorkersStarted,
 )
 from wgstore.orchestration.poll_recorder import PollRecorder
-from wgstore.orchestration.ray_train import translate
+from wgstore.orchestration.ray_train import run_spec, translate
 from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
 from wgstore.projections.state import WorkerStatus
 
-__all__ = ["RecordingCallback"]
+__all__ = ["ContinueRun", "RecordingCallback"]
 
 logger = logging.getLogger("wgstore.ray_train")
 
@@ -99,6 +100,16 @@ def _hook(method: _F) -> _F:
     return guarded  # type: ignore[return-value]
 
 
+@dataclass(frozen=True, slots=True)
+class ContinueRun:
+    """A recorded run a resume continues: its id, how many attempts it had, and the lease the
+    resuming driver holds and hands over to the controller it starts."""
+
+    run_id: str
+    attempts: int
+    lease: Fence | None = None
+
+
 class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):
     """Records a Ray Train v2 run (controller, attempts, polls, reports) in a wgstore log.
 
@@ -116,6 +127,9 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             store is opened anyway. Opening it (~0.3 s of the controller's CPU) then does not
             slow the workers' start; the price is that a controller killed in that window
             leaves no record. ``0`` writes from the first event.
+        continue_run: record into an existing run instead of a new one (``wgstore resume``):
+            the new controller's attempts continue that run's, ``ControllerStarted(resumed=True)``
+            and no second ``RunCreated`` or ``TrainerRecorded``.
         lease_s: the run's lease, which the recording controller takes once the store is open
             and renews while it lives. When the driver dies, Ray ends the controller, the lease
             lapses, and within ``lease_s`` the run shows as orphaned (``wgstore runs``), for
@@ -132,6 +146,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         flush_timeout_s: float = 10.0,
         hold_s: float = 30.0,
         lease_s: float = 30.0,
+        continue_run: ContinueRun | None = None,
     ) -> None:
         if not isinstance(url, str) or "://" not in url:
             raise ValueError(
@@ -147,7 +162,9 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         if not lease_s > 0:
             raise ValueError(f"lease_s must be > 0 seconds, got {lease_s!r}")
         self.lease_s = float(lease_s)
+        self.continue_run = continue_run
         self._reset()
+        self._driver_part: run_spec.DriverPart | None = None
 
     def _reset(self) -> None:
         self._writer: BackgroundWriter | None = None
@@ -166,6 +183,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._train_fn: Any = None
         self._loop_config: dict[str, Any] = {}
         self._latest_checkpoint: str | None = None
+        self._spec_inputs: dict[str, Any] | None = None
+        self._spec_recorded = False
         self._shutdown_started = 0.0
         self._attempt_started = 0.0
         self._raised = False
@@ -178,7 +197,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         """Per hook: how many calls, the seconds they took, and the CPU seconds of the
         controller's thread in them (the rest is waiting: for the CPU, for the GIL)."""
 
-    # Ray pickles the callback to the controller: only the settings travel.
+    # Ray pickles the callback to the controller: the settings travel, and what only the driver
+    # can see of the run (the trainer, its train loop and datasets: run_spec.find_trainer).
     def __getstate__(self) -> dict[str, Any]:
         return {
             "url": self.url,
@@ -188,11 +208,46 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "flush_timeout_s": self.flush_timeout_s,
             "hold_s": self.hold_s,
             "lease_s": self.lease_s,
+            "continue_run": self.continue_run,
+            "_driver_part": self._capture_driver_part() if self.continue_run is None else None,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        driver_part = state.pop("_driver_part", None)
         self.__dict__.update(state)
         self._reset()
+        self._driver_part = driver_part
+
+    def _capture_driver_part(self) -> run_spec.DriverPart | None:
+        """The driver's part of ``TrainerRecorded``, taken once (Ray may pickle the callback
+        more than once: in the callbacks and in the run config). Never raises."""
+        part = getattr(self, "_driver_part", None)
+        if part is not None:
+            return part
+        try:
+            trainer = run_spec.find_trainer()
+            part = None if trainer is None else run_spec.encode_driver_part(trainer)
+        except Exception:  # recording never fails a run
+            logger.warning("wgstore: cannot record the trainer for a resume", exc_info=True)
+            part = None
+        self._driver_part = part
+        return part
+
+    def _record_trainer(self, fallback_train_loop: Any = None) -> None:
+        """``TrainerRecorded`` on the run stream, once, with its large pickles as blobs."""
+        if self._spec_recorded or self._spec_inputs is None:
+            return
+        self._spec_recorded = True
+        event, blobs = run_spec.encode_run_spec(
+            getattr(self, "_driver_part", None),
+            fallback_train_loop=fallback_train_loop,
+            **self._spec_inputs,
+        )
+        if self._writer is not None:
+            meta = {**self._metadata, "ray_time_ns": time.time_ns()}
+            self._writer.submit(
+                run_stream(self._run_id), [NewEvent(event, metadata=meta)], blobs=blobs
+            )
 
     @property
     def writer(self) -> BackgroundWriter | None:
@@ -220,11 +275,14 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         from wgstore.orchestration.lease_keeper import LeaseKeeper
 
         holder = self._metadata.get("ray_controller_actor_id") or f"ray-train-{os.getpid()}"
-        lease = acquire_lease(store, self._run_id, holder, self.lease_s)
+        handed = self.continue_run.lease if self.continue_run is not None else None
+        lease = acquire_lease(store, self._run_id, holder, self.lease_s, take_from=handed)
         if lease is None:
             held = lease_of(store, self._run_id)
             if held is not None and held.process is not None and held.process.gone():
-                lease = acquire_lease(store, self._run_id, holder, self.lease_s, take_from=held)
+                lease = acquire_lease(
+                    store, self._run_id, holder, self.lease_s, take_from=held.fence
+                )
         if lease is None:
             logger.warning(
                 "wgstore: run %s is held by another live process; recording it without a lease",
@@ -269,6 +327,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "ray_job_id": runtime.get_job_id(),
             "ray_controller_actor_id": runtime.get_actor_id(),
         }
+        resumed = self.continue_run
+        if resumed is not None:  # Ray's new run id is kept as metadata; the run stays the same
+            self._metadata["ray_run_id"] = self._run_id
+            self._run_id = resumed.run_id
+            self._attempt = resumed.attempts
+            self._spec_recorded = True
         # Held until training starts (or hold_s): the store's open then does not compete
         # with the controller while it starts the workers.
         self._writer = BackgroundWriter(
@@ -298,9 +362,21 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             controller_id=self._metadata["ray_controller_actor_id"] or "",
             host=socket.gethostname(),
             pid=os.getpid(),
+            resumed=resumed is not None,
             lease_s=self.lease_s,
         )
-        self._submit(run_stream(self._run_id), created, controller)
+        if resumed is None:
+            self._submit(run_stream(self._run_id), created, controller)
+        else:
+            self._submit(run_stream(self._run_id), controller)
+        self._spec_inputs = {
+            "train_loop_config": train_run_context.train_loop_config,
+            "scaling_config": scaling,
+            "run_config": run_config,
+            "backend_config": train_run_context.backend_config,
+        }
+        if getattr(self, "_driver_part", None) is not None:
+            self._record_trainer()
 
     @_hook
     def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
@@ -461,6 +537,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._attempt_started = time.time()
         if self._train_fn is None:
             self._train_fn = _train_fn_of(worker_group_context)
+        if not self._spec_recorded:  # the trainer was not seen in the driver: Ray's train fn
+            try:
+                fallback = worker_group_context.train_fn_ref.get()
+            except Exception:  # noqa: BLE001 - recorded as not resumable below
+                fallback = None
+            self._record_trainer(fallback)
         context = WorkerGroupContext(
             num_workers=int(worker_group_context.num_workers),
             resources_per_worker=dict(worker_group_context.resources_per_worker),

@@ -80,6 +80,8 @@ class WriterStats:
 class _Item:
     stream_id: str
     event: NewEvent
+    blobs: tuple[bytes, ...] = ()
+    """Bytes the event names by hash: put in ``wg_blobs`` before the event is appended."""
 
 
 class BackgroundWriter:
@@ -144,8 +146,14 @@ class BackgroundWriter:
 
     # ------------------------------------------------------------------ the caller's side
 
-    def submit(self, stream_id: str, events: Sequence[NewEvent]) -> None:
-        """Queue ``events`` for ``stream_id``; returns at once (never raises for the database)."""
+    def submit(
+        self, stream_id: str, events: Sequence[NewEvent], *, blobs: Sequence[bytes] = ()
+    ) -> None:
+        """Queue ``events`` for ``stream_id``; returns at once (never raises for the database).
+
+        ``blobs`` are stored in ``wg_blobs`` (:func:`~wgstore.events.blobs.put_blobs`) before
+        the events are appended, in the same retried step, so no event names missing bytes.
+        """
         with self._cond:
             self.stats.submitted += len(events)
             if self._closing:
@@ -156,10 +164,12 @@ class BackgroundWriter:
                 self._drop(len(events), f"more than {self._max_pending} events waiting")
                 return
             was_empty = not self._queue
+            extra = tuple(blobs)
             for event in events:
                 if event.event_id is None:  # fixed now, so a retry is idempotent
                     event = NewEvent(event.event, event_id=_new_id(), metadata=event.metadata)
-                self._queue.append(_Item(stream_id, event))
+                self._queue.append(_Item(stream_id, event, extra))
+                extra = ()
             if was_empty or len(self._queue) >= self._max_batch:
                 self._cond.notify()  # wake the thread only when it has work to start
 
@@ -305,6 +315,11 @@ class BackgroundWriter:
             try:
                 if self._store is None:
                     self._store = self._open_store()
+                blobs = [blob for item in batch for blob in item.blobs]
+                if blobs:
+                    from wgstore.events.blobs import put_blobs
+
+                    put_blobs(self._store, blobs)
                 self._store.append(batch[0].stream_id, [item.event for item in batch])
             except _PERMANENT as error:
                 with self._cond:

@@ -272,6 +272,33 @@ def test_the_run_report_holds_every_attempt_failure_and_decision(
     assert external == []
 
 
+def test_the_run_report_shows_committed_and_only_reported_checkpoints(
+    cli: Any, store_url: str, tmp_path: Path
+) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
+    import run_scenarios
+
+    from wgstore.events import EventStore
+
+    with EventStore.open(store_url) as store:
+        run_scenarios.retried_from_the_committed_step(store)
+    page = _run_report(cli, store_url, "part", tmp_path / "run.html")
+    data = _embedded_data(page)
+    assert data["run"]["latest_checkpoint"] == "/ckpt/step1"
+    assert data["run"]["latest_reported_checkpoint"] == "/ckpt/step2"
+    assert '<code>/ckpt/step1</code> <span class="muted">committed ' in page
+    assert "reported, not by every rank (not committed): <code>/ckpt/step2</code>" in page
+    group_page = tmp_path / "group.html"
+    result = cli("report", "part-g1", "--url", store_url, "-o", str(group_page))
+    assert result.exit_code == 0, result.stderr
+    group = _embedded_data(group_page.read_text(encoding="utf-8"))["group"]
+    assert (group["latest_checkpoint"], group["checkpoint_index"]) == ("/ckpt/step1", 1)
+    assert group["latest_reported_checkpoint"] == "/ckpt/step2"
+    assert "not committed" in group_page.read_text(encoding="utf-8")
+
+
 def test_the_run_report_renders_in_headless_chromium_with_no_console_errors(
     cli: Any, run_recorded: str, tmp_path: Path
 ) -> None:

@@ -130,6 +130,48 @@ def test_one_run_shows_every_attempt_with_its_failure_and_decision(cli: Any, run
     assert "rank 1: RuntimeError: rank 1 died in err-g2" in table.stdout
 
 
+def test_one_run_shows_its_committed_checkpoint_and_the_one_only_some_ranks_reported(
+    cli: Any, store_url: str
+) -> None:
+    with EventStore.open(store_url) as store:
+        run = scenarios.retried_from_the_committed_step(store)
+        run.group("part-g2")  # attempt 2 reports no checkpoint of its own
+        catch_up_read_models(store)
+    listed = _json_lines(cli("runs", "--url", store_url, "--json").stdout)
+    assert [(r["latest_checkpoint"], r["latest_reported_checkpoint"]) for r in listed] == [
+        ("/ckpt/step1", "/ckpt/step2")
+    ]
+    assert listed[0]["checkpoint_committed_at"] is not None
+    detail = json.loads(cli("runs", "part", "--url", store_url, "--json").stdout)
+    assert [
+        (a["latest_checkpoint"], a["latest_reported_checkpoint"]) for a in detail["attempts"]
+    ] == [
+        ("/ckpt/step1", "/ckpt/step2"),
+        (None, None),
+    ]
+    table = cli("runs", "part", "--url", store_url, env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.stderr
+    assert "/ckpt/step1 (committed " in table.stdout
+    assert "/ckpt/step2 (not by every rank: not committed" in table.stdout
+
+
+def test_a_ray_train_run_that_cannot_be_resumed_says_why(cli: Any, store_url: str) -> None:
+    with EventStore.open(store_url) as store:
+        scenarios.from_ray_train_unpicklable(store)
+        scenarios.finished_after_a_retry(store)
+        catch_up_read_models(store)
+    for from_log in ((), ("--from-log",)):
+        listed = _json_lines(cli("runs", "--url", store_url, "--json", *from_log).stdout)
+        assert {r["run_id"]: (r["resumable"], r["not_resumable_reason"]) for r in listed} == {
+            "rayx": (False, "the train loop __main__:train cannot be pickled (TypeError)"),
+            "fin": (True, None),
+        }
+    table = cli("runs", "--url", store_url, env={"COLUMNS": "200"})
+    assert "not resumable: the train loop __main__:train cannot be pickled" in table.stdout
+    detail = cli("runs", "rayx", "--url", store_url, env={"COLUMNS": "200"})
+    assert "no: the train loop __main__:train cannot be pickled" in detail.stdout
+
+
 def test_one_orphaned_run_says_how_to_continue_or_release_it(cli: Any, runs_url: str) -> None:
     result = cli("runs", "orph", "--url", runs_url, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.stderr

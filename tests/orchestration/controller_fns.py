@@ -5,7 +5,9 @@
 ``kill_rank`` / ``kill_at``: on a fresh start (no checkpoint) that rank SIGKILLs its own process
 after reporting step ``kill_at``; ``fail`` (a folder): every rank raises after its first report,
 on every attempt, once every rank of its group got there (so all fail at one moment); ``wait_for``: before the last step, wait for this file to exist (so a test can act
-while training runs); ``step_sleep_s``.
+while training runs); ``step_sleep_s``; ``raise_rank`` / ``raise_after`` with ``sync`` (a
+folder): on a fresh start that rank raises after reporting step ``raise_after``, once every other
+rank has stored its report of the next step (so the log holds a step only some ranks reported).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def resumable_fn(config: dict[str, Any]) -> dict[str, Any]:
             while not Path(wait_for).exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
         report({"step": step, "resumed_from": resumed}, checkpoint=f"memory://ckpt/step{step}")
+        if config.get("sync"):
+            _raise_after_the_others(ctx, config, Path(config["sync"]), step, resumed)
         if config.get("fail"):
             _all_ranks_here(ctx, Path(config["fail"]))
             raise RuntimeError(f"rank {ctx.world_rank} fails on purpose at step {step}")
@@ -53,3 +57,22 @@ def _all_ranks_here(ctx: Any, folder: Path) -> None:
         if all((folder / f"{ctx.group_id}-{r}").exists() for r in range(ctx.world_size)):
             return
         time.sleep(0.01)
+
+
+def _raise_after_the_others(
+    ctx: Any, config: dict[str, Any], folder: Path, step: int, resumed: str | None
+) -> None:
+    """Mark this rank's report of ``step`` as stored; the raising rank, at its step, waits (up to
+    60 s) for every other rank's mark of the next step, then raises."""
+    (folder / f"{ctx.group_id}-{ctx.world_rank}-step{step}").touch()
+    if resumed is not None or ctx.world_rank != config.get("raise_rank"):
+        return
+    if step != config.get("raise_after"):
+        return
+    others = [r for r in range(ctx.world_size) if r != ctx.world_rank]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if all((folder / f"{ctx.group_id}-{r}-step{step + 1}").exists() for r in others):
+            break
+        time.sleep(0.01)
+    raise RuntimeError(f"rank {ctx.world_rank} fails on purpose after step {step}")

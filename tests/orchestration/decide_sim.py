@@ -174,14 +174,17 @@ class World:
             )
         self._add(group.group_id, failure)
 
-    def report(self, group: WorkerGroupState, checkpoint: str | None) -> None:
+    def report(
+        self, group: WorkerGroupState, checkpoint: str | None, ranks: list[int] | None = None
+    ) -> None:
+        """Report ``index`` on every rank (or only ``ranks``: the others died before it)."""
         index = self.reports.get(group.group_id, 0) + 1
         self.reports[group.group_id] = index
         self._add(
             group.group_id,
             *[
                 WorkerReported(world_rank=rank, index=index, checkpoint=checkpoint)
-                for rank in range(group.num_workers)
+                for rank in (range(group.num_workers) if ranks is None else ranks)
             ],
         )
 

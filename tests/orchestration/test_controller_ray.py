@@ -92,9 +92,42 @@ def test_a_worker_sigkilled_mid_training_is_retried_from_the_latest_checkpoint(
     checkpoint = first.latest_checkpoint
     assert checkpoint is not None and second.context.resume_checkpoint == checkpoint
     resumed_at = int(checkpoint.rsplit("step", 1)[1])
-    assert 2 <= resumed_at < 8  # rank 0 went on after rank 1 died; not to the end
+    assert resumed_at == 2  # rank 0 may have gone on after rank 1 died: not committed
     assert second.return_values == {r: {"start": resumed_at, "end": 8} for r in (0, 1)}
     assert {m["resumed_from"] for m in second.latest_metrics.values()} == {checkpoint}
+    for group_id in run.groups:
+        assert_nothing_left(group_id)
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_a_retry_starts_from_the_last_step_every_rank_reported_not_one_rank_alone(
+    store: EventStore, in_repo: None, tmp_path: Path
+) -> None:
+    # The user's case (issue 22): a checkpoint every step, rank 1 raises after step 3 while
+    # rank 0 has already reported step 4; the retry must start from step 3.
+    result = start_run(
+        store,
+        FN,
+        scaling_config=SCALING,
+        failure_config=FailureConfig(max_failures=2),
+        train_fn_config={
+            "steps": 6,
+            "raise_rank": 1,
+            "raise_after": 3,
+            "sync": str(tmp_path),
+            "step_sleep_s": 0.05,
+        },
+        **FAST,
+    )
+    run = result.run_state
+    assert run is not None
+    assert (run.status.value, run.attempts, run.failures) == ("FINISHED", 2, 1)
+    first, second = (_group(store, gid) for gid in run.groups)
+    assert first.latest_reported_checkpoint not in (None, "memory://ckpt/step3")  # step 4 or on
+    assert first.last_report_index[1] < first.last_report_index[0]
+    assert (first.latest_checkpoint, first.checkpoint_index) == ("memory://ckpt/step3", 2)
+    assert second.context.resume_checkpoint == "memory://ckpt/step3"
+    assert second.return_values == {r: {"start": 3, "end": 6} for r in (0, 1)}
     for group_id in run.groups:
         assert_nothing_left(group_id)
 

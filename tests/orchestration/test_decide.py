@@ -153,6 +153,32 @@ class TestTransitions:
             "/ckpt/1",
         )
 
+    def test_a_retry_starts_from_the_last_checkpoint_every_rank_reported(self) -> None:
+        # the user's case: rank 1 died after step 3, rank 0 reported step 4 alone
+        log = _new(FailureConfig(max_failures=2))
+        world = _running(log)
+        for step_number in (1, 2, 3):
+            world.report(_current(log), f"/ckpt/step{step_number}")
+        world.report(_current(log), "/ckpt/step4", ranks=[0])
+        assert _current(log).latest_reported_checkpoint == "/ckpt/step4"
+        world.fail(_current(log), [1])
+        step(log)
+        world.shut_down(_current(log))
+        decision = step(log)
+        moved: ControllerStateChanged = decision.run_events[0].event
+        assert (moved.to_state, moved.resume_checkpoint) == ("RESCHEDULING", "/ckpt/step3")
+        assert decision.group_events[0].event.context.resume_checkpoint == "/ckpt/step3"
+
+    def test_a_checkpoint_no_rank_but_one_reported_does_not_replace_the_start_one(self) -> None:
+        log = _new(FailureConfig(max_failures=1), checkpoint="/c0")
+        world = _running(log)
+        world.report(_current(log), "/ckpt/1", ranks=[0])
+        world.fail(_current(log), [1])
+        step(log)
+        world.shut_down(_current(log))
+        decision = step(log)
+        assert decision.group_events[0].event.context.resume_checkpoint == "/c0"
+
     def test_an_attempt_without_a_report_keeps_the_checkpoint_it_started_from(self) -> None:
         log = _new(FailureConfig(max_failures=-1))
         world = _running(log)

@@ -194,6 +194,46 @@ def test_every_field_of_rays_train_run_and_attempts_is_in_the_log(clean_run: Run
         }
 
 
+def test_the_run_records_what_a_resume_needs_and_it_builds_the_trainer_again(
+    clean_run: Run,
+) -> None:
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    from wgstore.events.blobs import get_blob
+    from wgstore.events.run import TrainerRecorded
+    from wgstore.orchestration.ray_train.run_spec import build_trainer, decode_run_spec
+
+    with EventStore.open(clean_run.url) as store:
+        records = list(store.read_stream(run_stream(clean_run.run_id)))
+        recorded = [r.event for r in records if isinstance(r.event, TrainerRecorded)]
+        assert len(recorded) == 1  # once per run
+        event = recorded[0]
+        spec = decode_run_spec(event, lambda sha256: get_blob(store, sha256))
+        assert project_run(records).trainer == event
+    assert event.resumable, event.not_resumable_reason
+    assert event.trainer == "ray.train.v2.api.data_parallel_trainer:DataParallelTrainer"
+    assert event.train_loop == "examples.ray_train_recorded:train_func"  # by path: no pickle
+    assert event.train_loop_pickle is None
+    assert spec.trainer_class is DataParallelTrainer
+    assert spec.train_loop is ray_train_recorded.train_func
+    assert spec.train_loop_config == {"steps": STEPS, "fail_once": False}
+    assert (spec.scaling_config.num_workers, spec.scaling_config.resources_per_worker) == (
+        2,
+        {"CPU": 0.5},
+    )
+    assert spec.run_config["storage_path"].endswith("storage")
+    assert spec.run_config["checkpoint_config"].num_to_keep == 2
+    assert spec.run_config["failure_config"].max_failures == 0
+    assert spec.other_callbacks == ()  # RecordingCallback itself is not listed
+    trainer = build_trainer(spec, callbacks=[])
+    assert isinstance(trainer, DataParallelTrainer)
+    assert trainer.run_config.name == clean_run.result.path.rstrip("/").rsplit("/", 1)[-1]
+    runs = json.loads(
+        _cli("runs", "--url", clean_run.url, "--json", "--from-log").output.splitlines()[0]
+    )
+    assert (runs["resumable"], runs["not_resumable_reason"]) == (True, None)
+
+
 def test_every_event_says_where_it_came_from(clean_run: Run) -> None:
     ray_run = clean_run.ray_runs[clean_run.run_id]
     with EventStore.open(clean_run.url) as store:

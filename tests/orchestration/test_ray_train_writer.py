@@ -262,3 +262,18 @@ def test_flush_and_close_do_not_wait_for_the_hold(
     assert time.monotonic() - started < 30.0
     assert _reasons(reader, "run-end") == ["e0", "e1", "e2", "e3"]
     writer.close(5.0)
+
+
+def test_blobs_are_stored_before_the_event_that_names_them_even_after_a_retry(
+    store_url: str, reader: EventStore
+) -> None:
+    from wgstore.events.blobs import get_blob, sha256_of
+
+    opener = FlakyOpener(store_url, failures=2)
+    writer = BackgroundWriter(opener, url=store_url, backoff_s=0.01, max_backoff_s=0.05)
+    big = b"x" * 300_000
+    writer.submit("run-a", _events(2, "spec"), blobs=[big])
+    assert writer.close(timeout_s=30)
+    assert opener.calls == 3 and writer.stats.dropped == 0
+    assert _reasons(reader, "run-a") == ["spec0", "spec1"]
+    assert get_blob(reader, sha256_of(big)) == big

@@ -23,6 +23,7 @@ from wgstore.events.run import (
     RunErrored,
     RunFinished,
     ScalingConfig,
+    TrainerRecorded,
 )
 from wgstore.events.streams import run_stream
 from wgstore.events.worker_group import WorkerGroupContext
@@ -60,8 +61,16 @@ class Run:
         self.state = state
         return self
 
-    def group(self, group_id: str, *, checkpoint: str | None = None, fail: bool = False) -> Stream:
-        """An attempt that starts, reports (with ``checkpoint``), and finishes or loses rank 1."""
+    def group(
+        self,
+        group_id: str,
+        *,
+        checkpoint: str | None = None,
+        fail: bool = False,
+        rank0_alone: str | None = None,
+    ) -> Stream:
+        """An attempt that starts, reports (with ``checkpoint``), and finishes or loses rank 1;
+        with ``rank0_alone``, rank 0 reports that checkpoint once more before rank 1 fails."""
         self.attempt += 1
         self.groups.append(group_id)
         stream = Stream(
@@ -72,7 +81,10 @@ class Run:
             start=datetime.now(UTC),
             step=timedelta(milliseconds=5),
         )
-        stream.running().reported(0, checkpoint, loss=1.0 / self.attempt).polled()
+        stream.running().reported(0, checkpoint, loss=1.0 / self.attempt)
+        stream.reported(1, checkpoint, loss=1.0 / self.attempt).polled()  # both: committed
+        if rank0_alone is not None:
+            stream.reported(0, rank0_alone, loss=0.5 / self.attempt)
         if fail:
             stream.polled(stopped(1, error(f"rank 1 died in {group_id}")), unchanged=2)
         else:
@@ -154,12 +166,27 @@ def running(store: Any, run_id: str = "live", *, lease_expired: bool = False) ->
         start=datetime.now(UTC),
         step=timedelta(milliseconds=5),
     )
-    append_stream(store, stream.running().reported(0, f"/ckpt/{run_id}/1", loss=0.5).polled())
+    stream.running().reported(0, f"/ckpt/{run_id}/1", loss=0.5)
+    append_stream(store, stream.reported(1, f"/ckpt/{run_id}/1", loss=0.5).polled())
     run.groups.append(stream.group_id)
     run.attempt = 1
     taken = datetime.now(UTC) - (timedelta(hours=1) if lease_expired else timedelta(0))
     assert acquire_lease(store, run_id, "c1", 60.0, now=taken)
     return run
+
+
+def from_ray_train_unpicklable(store: Any, run_id: str = "rayx") -> Run:
+    """Recorded from Ray Train with a train loop that could not be pickled (not in ALL)."""
+    run = Run(store, run_id, name="ray-run", scaling_config=ScalingConfig(num_workers=2))
+    run.add(
+        TrainerRecorded(
+            trainer="ray.train.v2.api.data_parallel_trainer:DataParallelTrainer",
+            train_loop="__main__:train",
+            resumable=False,
+            not_resumable_reason="the train loop __main__:train cannot be pickled (TypeError)",
+        )
+    )
+    return run.to("SCHEDULING").to("RUNNING", f"{run_id}-g1")
 
 
 def from_ray_train(store: Any, run_id: str = "ray") -> Run:
@@ -176,6 +203,16 @@ def from_ray_train(store: Any, run_id: str = "ray") -> Run:
     run.to("SCHEDULING").to("RUNNING", f"{run_id}-g1")
     run.group(f"{run_id}-g1", checkpoint="/ckpt/ray/1")
     return run.to("FINISHED").add(RunFinished(group_id=f"{run_id}-g1"))
+
+
+def retried_from_the_committed_step(store: Any, run_id: str = "part") -> Run:
+    """Attempt 1: both ranks report step 1, rank 0 alone step 2, rank 1 dies; attempt 2 runs
+    from step 1 (not in :data:`ALL`)."""
+    run = _wgstore_run(store, run_id).to("SCHEDULING").to("RUNNING", f"{run_id}-g1")
+    run.group(f"{run_id}-g1", checkpoint="/ckpt/step1", rank0_alone="/ckpt/step2", fail=True)
+    run.decided("RETRY", f"{run_id}-g1", 1, 2).to("RESTARTING", reason="worker died")
+    run.to("SCHEDULING").to("RUNNING", f"{run_id}-g2")
+    return run
 
 
 ALL = (finished_after_a_retry, errored_budget_exhausted, aborted, running, from_ray_train)

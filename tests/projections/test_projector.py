@@ -37,6 +37,11 @@ def _rows(store: Any, table: sa.Table, **where: Any) -> list[dict[str, Any]]:
         return [dict(row) for row in connection.execute(query).mappings()]
 
 
+def _utc(value: datetime) -> datetime:
+    """A time read back from SQLite (naive, UTC) or Postgres (aware), as aware UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 def _all_rows(store: Any) -> Any:
     with store.engine.connect() as connection:
         return read_model_rows(connection)
@@ -61,7 +66,9 @@ def test_catching_up_writes_one_row_per_group_worker_poll_and_report(store: Any)
     assert (group["running_workers"], group["errored_workers"]) == (0, 1)
     assert (group["recorded_polls"], group["polls_total"], group["last_poll_seq"]) == (3, 8, 8)
     assert group["reports_total"] == 3
-    assert group["latest_checkpoint"] == "/ckpt/1"
+    # rank 2 died before it reported: /ckpt/1 was reported, never committed
+    assert group["latest_checkpoint"] is None and group["checkpoint_committed_at"] is None
+    assert group["latest_reported_checkpoint"] == "/ckpt/1"
     assert (group["error_type"], group["error_message"]) == ("RuntimeError", "oom")
     assert group["shutdown_reason"] == "failure"
     assert group["stream_version"] == state.version
@@ -186,3 +193,39 @@ def test_the_event_log_view_shows_the_log_with_readable_columns(store: Any) -> N
         (recorded[0].position + 1, "run", None, "r9", "RunCreated"),
     ]
     assert rows[0][5] and int(rows[0][6]) > 0
+
+
+def test_the_read_models_show_the_committed_checkpoint_and_the_one_only_reported(
+    store: Any,
+) -> None:
+    # a 2-rank attempt of run r1: both ranks report steps 1-3, rank 0 alone reaches step 4
+    run = RunStream("r1").created().to("SCHEDULING", "g1").to("RUNNING", "g1")
+    store.append(run.stream_id, [e.event for e in run.events])
+    stream = _stream("g1").running()
+    for step in (1, 2, 3):
+        stream.reported(0, f"/ckpt/step{step}").reported(1, f"/ckpt/step{step}")
+    stream.reported(0, "/ckpt/step4")
+    recorded = append_stream(store, stream)
+    catch_up_read_models(store)
+    (group,) = _rows(store, wg_worker_groups)
+    committed_by = recorded[-2]  # rank 1's report of step 3
+    assert (group["latest_checkpoint"], group["checkpoint_index"]) == ("/ckpt/step3", 3)
+    assert _utc(group["checkpoint_committed_at"]) == committed_by.recorded_at
+    assert group["latest_reported_checkpoint"] == "/ckpt/step4"
+    (row,) = _rows(store, wg_runs)
+    assert row["latest_checkpoint"] == "/ckpt/step3"
+    assert _utc(row["checkpoint_committed_at"]) == committed_by.recorded_at
+    assert row["latest_reported_checkpoint"] == "/ckpt/step4"
+    # the same in plain SQL, as a reader would ask it
+    with store.engine.connect() as connection:
+        found = connection.execute(
+            sa.text(
+                "SELECT g.latest_checkpoint, r.checkpoint FROM wg_worker_groups g "
+                "JOIN wg_reports r ON r.group_id = g.group_id "
+                "AND r.report_index = g.checkpoint_index ORDER BY r.world_rank"
+            )
+        ).all()
+    assert [tuple(f) for f in found] == [("/ckpt/step3", "/ckpt/step3")] * 2
+    # the fold and the read models agree, whichever way they were built
+    rebuild_read_models(store)
+    assert _rows(store, wg_worker_groups)[0]["checkpoint_index"] == 3

@@ -126,3 +126,26 @@ def test_run_events_out_of_order_are_an_error() -> None:
 def test_folding_no_run_events_is_an_error() -> None:
     with pytest.raises(ProjectionError, match="no events"):
         project_run([])
+
+
+def test_a_recorded_trainer_tells_whether_and_why_not_the_run_can_be_resumed() -> None:
+    from wgstore.events.run import TrainerRecorded
+    from wgstore.projections.run_state import resume_problem
+
+    stream = RunStream().created()
+    assert "no TrainerRecorded" in (resume_problem(project_run(stream.events)) or "")
+    stream.add(TrainerRecorded(trainer="m:T", train_loop="m:f"))
+    state = project_run(stream.events)
+    assert state.trainer is not None and resume_problem(state) is None
+    refused = RunStream().created()
+    refused.add(
+        TrainerRecorded(
+            trainer="m:T",
+            train_loop="m:f",
+            resumable=False,
+            not_resumable_reason="dataset 'x' cannot be pickled",
+        )
+    )
+    assert resume_problem(project_run(refused.events)) == "dataset 'x' cannot be pickled"
+    with pytest.raises(ProjectionError, match="already recorded its trainer"):
+        project_run(stream.add(TrainerRecorded(trainer="m:T", train_loop="m:f")).events)

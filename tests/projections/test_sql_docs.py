@@ -215,3 +215,12 @@ def test_query_14_lists_the_failures_used_against_the_budget(runs: Any) -> None:
         ("ray", "FINISHED", 1, 0, 0),
     ]
     assert rows[0]["latest_checkpoint"] == "/ckpt/fin/2"
+
+
+def test_query_15_lists_the_checkpoints_reported_but_not_committed(scenario: Any) -> None:
+    # g2: both ranks made report 1 (no checkpoint); only rank 0 made report 2, with /ckpt/2
+    rows = _run(scenario, 15)
+    assert [
+        (r["group_id"], r["report_index"], r["checkpoint"], r["ranks_reported"], r["committed"])
+        for r in rows
+    ] == [("g2", 2, "/ckpt/2", 1, None)]

@@ -232,7 +232,66 @@ class TestReports:
         assert state.report_counts == {0: 2, 1: 1}
         assert state.last_report_index == {0: 2, 1: 1}
         assert state.reports_total == 3
+        assert state.latest_reported_checkpoint == "/ckpt/1"
+        assert state.latest_checkpoint is None  # rank 1 has not reported index 2 yet
+
+
+class TestCommittedCheckpoint:
+    """A checkpoint counts once every rank reported its index (Ray's ReportCallbackHandler)."""
+
+    def test_a_checkpoint_is_committed_when_the_last_rank_reports_its_index(self) -> None:
+        stream = Stream().running().reported(0, "/ckpt/1")
+        assert project_worker_group(stream.events).latest_checkpoint is None
+        state = project_worker_group(stream.reported(1, "/ckpt/1").events)
         assert state.latest_checkpoint == "/ckpt/1"
+        assert state.checkpoint_index == 1
+        assert state.checkpoint_committed_at == stream.events[-1].recorded_at
+        assert state.report_rounds == {}
+
+    def test_a_step_only_some_ranks_reported_before_one_died_is_not_committed(self) -> None:
+        stream = Stream().running()
+        for step in (1, 2, 3):
+            stream.reported(0, f"/ckpt/{step}").reported(1, f"/ckpt/{step}")
+        stream.reported(0, "/ckpt/4").polled(stopped(1, error()))
+        state = project_worker_group(stream.events)
+        assert state.latest_checkpoint == "/ckpt/3"
+        assert state.checkpoint_index == 3
+        assert state.latest_reported_checkpoint == "/ckpt/4"
+        assert set(state.report_rounds) == {4}
+
+    def test_ranks_that_carry_no_checkpoint_still_complete_the_round(self) -> None:
+        # DDP: only rank 0 saves; Ray registers the checkpoint once every rank reported
+        stream = Stream().running().reported(0, "/ckpt/1").reported(1, loss=1.0)
+        assert project_worker_group(stream.events).latest_checkpoint == "/ckpt/1"
+
+    def test_a_later_round_without_a_checkpoint_keeps_the_committed_one(self) -> None:
+        stream = Stream().running().reported(0, "/ckpt/1").reported(1, "/ckpt/1")
+        state = project_worker_group(stream.reported(1).reported(0).events)
+        assert (state.latest_checkpoint, state.checkpoint_index) == ("/ckpt/1", 1)
+
+    def test_a_round_whose_ranks_named_different_paths_commits_nothing(self) -> None:
+        stream = Stream().running().reported(0, "/ckpt/1").reported(1, "/ckpt/1")
+        state = project_worker_group(stream.reported(0, "/a/2").reported(1, "/b/2").events)
+        assert (state.latest_checkpoint, state.checkpoint_index) == ("/ckpt/1", 1)
+        assert state.report_rounds == {}
+
+    def test_a_rank_ahead_of_another_is_committed_when_the_slow_one_catches_up(self) -> None:
+        stream = Stream(num_workers=3).running()
+        for step in (1, 2, 3):
+            stream.reported(0, f"/c/{step}")
+        stream.reported(1, "/c/1").reported(2, "/c/1").reported(1, "/c/2")
+        state = project_worker_group(stream.events)
+        assert state.checkpoint_index == 1 and set(state.report_rounds) == {2, 3}
+        state = project_worker_group(stream.reported(2, "/c/2").events)
+        assert (state.latest_checkpoint, state.checkpoint_index) == ("/c/2", 2)
+        assert set(state.report_rounds) == {3}
+
+    def test_one_event_at_a_time_gives_the_same_state_as_one_fold(self) -> None:
+        stream = Stream().running().reported(0, "/c/1").reported(1, "/c/1").reported(0, "/c/2")
+        state = None
+        for event in stream.events:
+            state = evolve(state, event)
+        assert state == project_worker_group(stream.events)
 
     def test_a_report_from_an_unknown_rank_is_an_error(self) -> None:
         with pytest.raises(ProjectionError, match="no worker has world rank 2"):
@@ -311,7 +370,8 @@ class TestShutdown:
         stream.reported(0, checkpoint="/ckpt/2", loss=0.5)
         state = project_worker_group(stream.events)
         assert state.status is S.SHUT_DOWN
-        assert state.report_counts[0] == 2 and state.latest_checkpoint == "/ckpt/2"
+        assert state.report_counts[0] == 2 and state.latest_reported_checkpoint == "/ckpt/2"
+        assert state.latest_checkpoint is None  # rank 1 never reported
         with pytest.raises(ProjectionError, match="already SHUT_DOWN"):
             project_worker_group(stream.shutdown_requested().events)
 
