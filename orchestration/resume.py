@@ -34,7 +34,7 @@ from wgstore.events.records import Fence
 from wgstore.events.run import ControllerStateChanged, RunResumed
 from wgstore.events.worker_group import WorkerGroupShutDown, WorkerGroupShutdownRequested
 from wgstore.orchestration.controller import RunController, read_run
-from wgstore.orchestration.errors import RunNotResumableError
+from wgstore.orchestration.errors import RunLeaseHeldError, RunNotResumableError
 from wgstore.projections.run_state import RunState, resume_problem
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 
@@ -202,6 +202,10 @@ def resume_run(
     controller = RunController(
         store, run_id, lease_wait_s=wait_s, take_lease_from=take_lease_from, **controller_options
     )
+    try:
+        controller.start()
+    except RunLeaseHeldError as error:
+        raise RunNotResumableError(f"run {run_id} is live: {error}") from None  # names holder
     with controller:
         resumed = RunResumed(by=by, reason=DRIVER_LOST, attempt=len(run.groups) or 1)
         store.append(run.stream_id, [resumed], fence=controller.fence)
