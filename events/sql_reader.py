@@ -44,7 +44,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from wgstore.events.engine import mask_url, parse_url
+from wgstore.events.engine import mask_url, parse_url, sqlite_read_only_uri
 from wgstore.events.errors import EventStoreError, SchemaVersionError, StoreUnavailableError
 
 __all__ = [
@@ -250,12 +250,10 @@ def _sqlite_rows(path: Path, query: str, timeout_s: float, behind_of: str | None
         )
     try:
         connection = sqlite3.connect(
-            f"{path.resolve().as_uri().replace('file://', 'file:', 1)}?mode=ro",
-            uri=True,
-            isolation_level=None,
-            check_same_thread=False,
+            sqlite_read_only_uri(path), uri=True, isolation_level=None, check_same_thread=False
         )
         connection.execute("PRAGMA query_only = ON")
+        _sqlite_is_wgstore(connection, path)
         behind = _sqlite_behind(connection, behind_of)
     except sqlite3.Error as error:
         raise StoreUnavailableError(f"cannot read {path} as a SQLite database: {error}") from None
@@ -286,6 +284,30 @@ def _sqlite_rows(path: Path, query: str, timeout_s: float, behind_of: str | None
             connection.close()
 
     return QueryResult(columns, rows(), behind)
+
+
+def _sqlite_is_wgstore(connection: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file whose ``wg_events`` is another application's (no wgstore revision)."""
+    tables = {
+        str(row[0])
+        for row in connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND name IN ('wg_events', 'wg_alembic_version')"
+        )
+    }
+    if "wg_events" not in tables:
+        return
+    if (
+        "wg_alembic_version" in tables
+        and connection.execute("SELECT count(*) FROM wg_alembic_version").fetchone()[0]
+    ):
+        return
+    connection.close()
+    raise SchemaVersionError(
+        f"{path} has a table wg_events that is not wgstore's (no wgstore revision in "
+        "wg_alembic_version): it belongs to another application, so wgstore does not read it; "
+        "give the path of a wgstore database"
+    )
 
 
 def _sqlite_behind(connection: sqlite3.Connection, subscription: str | None) -> int | None:
