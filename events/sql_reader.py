@@ -8,10 +8,16 @@ The boundary is the database's, never a parse of the query:
   ``pg_execute_server_program``, ``pg_signal_backend`` or ``pg_write_*``), with ``USAGE`` on the
   store's schema and ``SELECT`` on its ``wg_`` tables and views. ``set_config('role', ...)``
   inside the query cannot switch to anything else: the login role has nothing to switch to.
-  The transaction is also ``READ ONLY`` and always rolled back, and the query goes through the
-  extended protocol (one statement only).
+  The transaction is also ``READ ONLY`` and always rolled back (as soon as the rows have
+  arrived), and the query goes through the extended protocol (one statement only). The role has
+  the settings of a reporting role (:data:`READER_SETTINGS`: read-only by default, timeouts, a
+  temp file limit) and may not run the functions PostgreSQL lets every role run that write WAL,
+  create large objects, take advisory locks, signal sessions or reach other servers
+  (``_DANGEROUS_FUNCTIONS``): preparing it revokes them from PUBLIC in the store's database,
+  which only a superuser may do, and says so in :attr:`ReaderRole.changes`.
 
-  The URL the user already has (the *admin* URL) prepares the reader (:func:`prepare_reader`:
+  The URL the user already has (the *admin* URL) prepares the reader (:func:`prepare_reader`,
+  waiting at most ``_PREPARE_TIMEOUT_S`` for its lock:
   the role, one per database and schema, its grants, and a fresh random password valid for two
   minutes, sent to the server already SCRAM-hashed) and then the query runs in a second
   connection as the reader. Where that cannot be arranged (the URL's user may not create or
