@@ -58,10 +58,12 @@ CONTROLLER_STATES = (
 )
 """Ray Train 2.60's controller state names, in the order a run usually meets them."""
 
-FAILURE_KINDS = ("worker_group", "start", "preemption")
+FAILURE_KINDS = ("worker_group", "start", "preemption", "controller")
 """What failed, as Ray Train 2.60 counts failures: a running worker group (against
 ``max_failures``), a start (placement group timeout, a worker that died while starting; against
-``controller_failure_limit``), a node lost under the workers (against ``max_preemption_failures``)."""
+``controller_failure_limit``), a node lost under the workers (against ``max_preemption_failures``),
+the controller's cluster lost with the whole group while the controller was away (the local Ray
+of a driver that died; against ``controller_failure_limit``, sharing its count with starts)."""
 
 
 def _check_limit(name: str, value: object) -> None:
@@ -124,6 +126,7 @@ class FailureConfig:
             "worker_group": self.max_failures,
             "start": self.controller_failure_limit,
             "preemption": self.max_preemption_failures,
+            "controller": self.controller_failure_limit,
         }
         if kind not in limits:
             raise ValueError(f"unknown failure kind {kind!r}; known: {', '.join(FAILURE_KINDS)}")

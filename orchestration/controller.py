@@ -1,11 +1,12 @@
 """``RunController``: the thin loop around :func:`~wgstore.orchestration.decide.decide`.
 
 It takes the run's lease, records itself (``ControllerStarted``), then repeats: read the run
-stream and the stream of the run's current worker group, decide, append the run events with
-``expected_version`` = the run's version (a ``ConcurrencyError`` means another controller acted
-first: re-read, decide again, and usually find nothing to do), then the group events (their ids
-are derived, so appending them again is harmless). When a step finds nothing to do it waits for
-the next event (``store.wait_for_new``).
+stream and the stream of the run's current worker group, decide, and append the decision in one
+atomic append over both streams: the run events with ``expected_version`` = the run's version (a
+``ConcurrencyError`` on it means another controller acted first: re-read, decide again, and
+usually find nothing to do) and the group events they imply (ids derived from the decision, so
+a retry is idempotent). When a step finds nothing to do it waits for the next event
+(``store.wait_for_new``).
 
 The lease fences: every append the controller makes carries it (``fence=``), so the database
 refuses it once the lease has passed to another holder, however long this process was paused;

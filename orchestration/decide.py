@@ -34,7 +34,10 @@ Decisions worth knowing:
   died is a ``worker_group`` failure against ``max_failures``; if any failed worker died because
   its node was preempted (Ray's ``RayActorError.preempted``, recorded by the poller as
   :data:`PREEMPTED_NOTE` in the health-check error) it is a ``preemption`` failure against
-  ``max_preemption_failures`` instead; a failed start is a ``start`` failure against
+  ``max_preemption_failures`` instead; if every failed worker went with its cluster
+  (``ClusterLostError``: the group was found again with no actor and no placement group left) it
+  is a ``controller`` failure against ``controller_failure_limit``; a failed start is a ``start``
+  failure against
   ``controller_failure_limit`` when Ray would retry it (a placement group timeout, a worker or
   the executor lost while starting) and RAISE at once otherwise (the train function cannot be
   loaded or launched, the cluster can never fit the group). ``failures_so_far`` counts the
@@ -67,6 +70,7 @@ from wgstore.events.worker_group import (
     WorkerGroupShutdownRequested,
     WorkerGroupStartRequested,
 )
+from wgstore.orchestration.poll_recorder import CLUSTER_LOST
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
 
@@ -219,7 +223,12 @@ def classify_failure(run: RunState, group: WorkerGroupState) -> FailureVerdict |
     errors = group.errors
     if errors:
         ranked = [RankError(world_rank=rank, error=errors[rank]) for rank in sorted(errors)]
-        kind = "preemption" if any(is_preemption(e) for e in errors.values()) else "worker_group"
+        if all(error.type == CLUSTER_LOST for error in errors.values()):
+            kind = "controller"  # not the training's failure: the driver's cluster went away
+        elif any(is_preemption(e) for e in errors.values()):
+            kind = "preemption"
+        else:
+            kind = "worker_group"
         first = min(errors)
         what = "rank" if len(errors) == 1 else "ranks"
         ranks = ",".join(str(rank) for rank in sorted(errors))

@@ -46,6 +46,26 @@ def health_check_failed(detail: str, traceback: str = "") -> ErrorInfo:
     )
 
 
+CLUSTER_LOST = "ClusterLostError"
+"""The error type of a worker whose cluster lost the whole group: when the group was found again
+(an executor or controller resumed), none of its actors and not its placement group existed any
+more (the local Ray of a driver that died, a cluster restarted). Not the training's failure: the
+run's controller counts it against ``controller_failure_limit``, as Ray Train 2.60 counts a lost
+controller, never against ``max_failures``."""
+
+
+def cluster_lost(name: str) -> ErrorInfo:
+    """The error of worker ``name`` when its cluster lost the whole group (see above)."""
+    from wgstore.events.worker_group import ErrorInfo
+
+    return ErrorInfo(
+        type=CLUSTER_LOST,
+        message=f"Worker actor {name} is gone, with every other actor and the placement group of "
+        "its group: the cluster lost the group (its driver's local Ray died, or the cluster "
+        "restarted).",
+    )
+
+
 def health_check_timed_out(timeout_s: float, name: str) -> ErrorInfo:
     """The error of a worker whose poll hung longer than ``timeout_s`` (Ray Train's words)."""
     from wgstore.events.worker_group import ErrorInfo

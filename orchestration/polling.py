@@ -21,7 +21,7 @@ from typing import Any
 from wgstore.events import EventStore, Fence, NewEvent
 from wgstore.events.streams import group_stream
 from wgstore.orchestration.commands import COMMAND_NAMESPACE
-from wgstore.orchestration.poll_recorder import PollRecorder
+from wgstore.orchestration.poll_recorder import PollRecorder, cluster_lost
 from wgstore.orchestration.runtime import WorkerGroupRuntime, WorkerPoller
 from wgstore.projections.state import (
     WorkerGroupPollStatus,
@@ -50,6 +50,9 @@ class _Attached:
     recorder: PollRecorder
     causation_id: str
     finished: bool = False
+    lost: tuple[tuple[int, str], ...] = ()
+    """Found again with none of its actors and no placement group (the cluster lost it): the
+    (rank, actor name) of each worker the log has running, which the next poll records lost."""
 
 
 class GroupPolls:
@@ -116,7 +119,15 @@ class GroupPolls:
         workers = self.runtime.find_workers(  # after a restart: found again by name
             {info.world_rank: info.actor_name for info in state.workers}
         )
-        return self._attach(state, workers, causation_id())
+        attached = self._attach(state, workers, causation_id())
+        if not any(workers.values()) and state.group_id not in self.runtime.list_group_resources():
+            known = state.poll_status.worker_statuses if state.poll_status is not None else {}
+            attached.lost = tuple(
+                (info.world_rank, info.actor_name)
+                for info in state.workers
+                if info.world_rank not in known or known[info.world_rank].running
+            )
+        return attached
 
     def detach(self, group_id: str) -> list[Any]:
         """Forget a group's handles (it is being released); returns them."""
@@ -182,6 +193,13 @@ class GroupPolls:
         self, group_id: str, attached: _Attached, metadata: Mapping[str, Any]
     ) -> list[NewEvent]:
         statuses = attached.poller.poll(POLL_WAIT_S)
+        if attached.lost:  # every running worker went with its cluster: say so, not "gone"
+            statuses = {
+                **statuses,
+                **{rank: WorkerStatus(running=False, error=cluster_lost(name))
+                   for rank, name in attached.lost},
+            }  # fmt: skip
+            attached.lost = ()
         polled = attached.recorder.observe(statuses, datetime.now(UTC))
         events: list[NewEvent] = []
         if polled is not None:

@@ -180,8 +180,10 @@ class RunState:
         return len(self.decisions)
 
     def failures_of(self, kind: str) -> int:
-        """How many failures of ``kind`` (``worker_group``, ``start``, ``preemption``) were decided."""
-        return sum(1 for decision in self.decisions if decision.failure_kind == kind)
+        """How many failures counted against the limit of ``kind`` were decided (``start`` and
+        ``controller`` share ``controller_failure_limit``, as in Ray Train)."""
+        kinds = _SAME_LIMIT.get(kind, (kind,))
+        return sum(1 for decision in self.decisions if decision.failure_kind in kinds)
 
     @property
     def is_terminal(self) -> bool:
@@ -395,6 +397,9 @@ def project_run(events: Iterable[RecordedEvent], state: RunState | None = None) 
     if state is None:
         raise ProjectionError.nothing_to_fold()
     return state
+
+
+_SAME_LIMIT = {"start": ("start", "controller"), "controller": ("start", "controller")}
 
 
 def needs_controller(state: RunState) -> bool:
