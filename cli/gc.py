@@ -41,6 +41,14 @@ def gc_command(
         float,
         typer.Option(min=1, metavar="SECONDS", help="How long to wait for one run's group."),
     ] = 120.0,
+    expiring: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="With --dry-run: also list runs whose lease lapses within this many seconds.",
+        ),
+    ] = 60.0,
 ) -> None:
     """Abort runs whose controller is gone (no live lease) and release their worker groups.
 
@@ -60,14 +68,15 @@ def gc_command(
             dry_run=dry_run,
             executor="external" if external_executor else None,
             timeout_s=timeout,
+            expiring_s=expiring,
         )
     if as_json:
         for outcome in outcomes:
             typer.echo(json_line(outcome.as_dict()))
     elif not outcomes:
-        out_console().print("no orphaned runs")
+        out_console().print("no orphaned runs" + (", none expiring" if dry_run else ""))
     else:
-        table = Table("run", "controller", "group", "group status", "lease expired", "action")
+        table = Table("run", "controller", "group", "group status", "lease ends", "action")
         for outcome in outcomes:
             table.add_row(
                 outcome.run_id,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from wgstore.events import AppendRequest, ConcurrencyError, EventStore, Fence, FencedError
@@ -57,7 +57,8 @@ DRIVER_LOST_REASON = "driver lost"
 class GcOutcome:
     """What gc found and did for one orphaned run.
 
-    ``action``: ``would abort`` (dry run), ``aborted``, ``skipped`` (a controller took the run
+    ``action``: ``would abort`` (dry run), ``expiring`` (dry run: its lease lapses soon),
+    ``aborted``, ``skipped`` (a controller took the run
     back, or it ended meanwhile) or ``not released`` (its group did not shut down in time;
     nothing recorded, run gc again).
     """
@@ -95,10 +96,15 @@ def _group_of(store: EventStore, run: RunState) -> WorkerGroupState | None:
 
 
 def orphaned_runs(
-    store: EventStore, now: datetime | None = None
+    store: EventStore, now: datetime | None = None, *, within_s: float = 0.0
 ) -> list[tuple[RunState, datetime | None]]:
-    """Every orphaned run, with when its lease expired (``None``: it has no lease row)."""
+    """Every orphaned run, with when its lease expired (``None``: it has no lease row).
+
+    With ``within_s``, also the runs whose lease lapses within that many seconds of ``now``
+    (their holder stopped renewing, or is about to: a dry run lists them as "expiring").
+    """
     now = now or datetime.now(UTC)
+    later = now + timedelta(seconds=within_s)
     held = leases(store)
     found: list[tuple[RunState, datetime | None]] = []
     for stream_id, _version in store.streams(RUN_STREAM_PREFIX):
@@ -109,7 +115,7 @@ def orphaned_runs(
             continue
         lease = held.get(run_id)
         expires = lease.expires_at if lease is not None else None
-        if is_orphaned(run, expires, now):
+        if is_orphaned(run, expires, later):
             found.append((run, expires))
     return found
 
@@ -172,6 +178,7 @@ def collect_garbage(
     executor: RayExecutor | Literal["external"] | None = None,
     now: datetime | None = None,
     timeout_s: float = 120.0,
+    expiring_s: float = 0.0,
 ) -> list[GcOutcome]:
     """End every orphaned run and release its Ray resources (see the module docstring).
 
@@ -183,12 +190,16 @@ def collect_garbage(
             ``wgstore executor`` serves the store.
         now: the clock (UTC) that decides which leases expired.
         timeout_s: how long to wait for one run's group to shut down.
+        expiring_s: with ``dry_run``, also list runs whose lease lapses within this many
+            seconds (action ``expiring``: a driver that stopped renewing, or one about to).
     """
     outcomes: list[GcOutcome] = []
-    for run, expired in orphaned_runs(store, now):
+    now = now or datetime.now(UTC)
+    for run, expired in orphaned_runs(store, now, within_s=expiring_s if dry_run else 0.0):
         group = _group_of(store, run)
         if dry_run:
-            outcomes.append(_outcome(run, group, expired, "would abort"))
+            live = expired is not None and expired > now
+            outcomes.append(_outcome(run, group, expired, "expiring" if live else "would abort"))
             continue
         holder = f"gc-{uuid.uuid4().hex[:12]}"
         lease = acquire_lease(store, run.run_id, holder, max(run.lease_s, timeout_s), now=now)

@@ -109,8 +109,13 @@ def test_runs_that_ended_or_came_from_ray_train_are_not_orphaned(store: Any) -> 
 def test_the_gc_command_lists_with_json_and_aborts(store_url: str, store: Any) -> None:
     _abandoned(store, "r1", group_events=False, lease_s=1.0)
     runner = CliRunner()
-    live = runner.invoke(app, ["gc", "--url", store_url, "--dry-run"], catch_exceptions=False)
-    assert (live.exit_code, live.stdout.strip()) == (0, "no orphaned runs")  # lease still live
+    live = runner.invoke(
+        app, ["gc", "--url", store_url, "--dry-run", "--expiring", "0"], catch_exceptions=False
+    )
+    assert (live.exit_code, live.stdout.strip()) == (0, "no orphaned runs, none expiring")
+    soon = runner.invoke(app, ["gc", "--url", store_url, "--dry-run", "--json"])
+    (row,) = [json.loads(line) for line in soon.stdout.splitlines()]  # the lease lapses in < 60 s
+    assert (row["run_id"], row["action"]) == ("r1", "expiring")
     lease = lease_of(store, "r1")
     assert lease is not None
     deadline = time.monotonic() + 30
