@@ -305,7 +305,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "run_config": run_config,
             "backend_config": train_run_context.backend_config,
         }
-        if getattr(self, "_driver_part", None) is not None:
+        if self._capture_driver_part() is not None:  # pickled in fit(), or not pickled at all
             self._record_trainer()
 
     @_hook
