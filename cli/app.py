@@ -14,10 +14,12 @@ from wgstore.cli import (
     history,
     projections,
     report,
+    resume,
     run,
     runs,
     sql,
     state,
+    supervise,
     verify,
 )
 from wgstore.cli.root import WgstoreGroup
@@ -53,6 +55,8 @@ app.add_typer(projections.projections_app, name="projections")
 app.command("export")(export.export_command)
 app.command("report")(report.report_command)
 app.command("gc")(gc.gc_command)
+app.command("resume")(resume.resume_command)
+app.command("supervise")(supervise.supervise_command)
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ from wgstore.cli.common import (
 )
 from wgstore.events._translate import translate_errors
 from wgstore.events.engine import create_store_engine, parse_url
-from wgstore.events.sql_reader import READER_URL_ENV, prepare_reader
-from wgstore.migrations.runner import current_revision, head_revision
+from wgstore.events.sql_reader import READER_SETTINGS, READER_URL_ENV, prepare_reader
+from wgstore.migrations.runner import check_wgstore_schema, current_revision, head_revision
 
 __all__ = ["db_app"]
 
@@ -31,6 +31,8 @@ def _current(url: str) -> str | None:
     try:
         with translate_errors(url), engine.connect() as connection:
             revision = current_revision(connection)
+            if revision is None:
+                check_wgstore_schema(connection, url)
             connection.rollback()
         return revision
     finally:
@@ -105,6 +107,13 @@ def reader_command(url: UrlOption = DEFAULT_URL) -> None:
         f"{role.schema} and SELECT on {len(role.relations)} tables and views "
         f"({', '.join(role.relations)}), nothing else"
     )
+    typer.echo(
+        f"its settings: {', '.join(f'{k}={v}' for k, v in READER_SETTINGS.items())}; no "
+        "EXECUTE on functions that write WAL, create large objects, take advisory locks or "
+        "signal sessions"
+    )
+    for change in role.changes:
+        typer.echo(f"changed: {change}")
     typer.echo(
         "wgstore sql logs in as it with a fresh password when its --url user may manage roles; "
         f"otherwise give it a password and pass --reader-url (or {READER_URL_ENV})"

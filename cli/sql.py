@@ -49,7 +49,10 @@ def _timeout_seconds(text: str) -> float:
     except OverflowError:
         seconds = float("inf")
     if not 0 < seconds <= MAX_TIMEOUT_S:
-        raise UsageProblem(f"--timeout {text!r} must be more than 0 and at most 24h, e.g. 30s, 10m")
+        raise UsageProblem(
+            f"--timeout {text!r} must be more than 0 and at most {MAX_TIMEOUT_S / 3600:g}h, "
+            "e.g. 30s, 10m"
+        )
     return seconds
 
 
@@ -104,13 +107,15 @@ def sql_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per row.")] = False,
     limit: Annotated[int, typer.Option(min=0, help="Show at most this many rows (0: all).")] = 1000,
     timeout: Annotated[
-        str, typer.Option(help="Stop the query after this long (at most 24h).")
+        str, typer.Option(help="Stop the query after this long (at most 1h).")
     ] = "60s",
     reader_url: ReaderUrlOption = None,
 ) -> None:
     """Run one read-only SQL query on the log, the read models and the views."""
     timeout_s = _timeout_seconds(timeout)
     result = run_query(url, query, timeout_s=timeout_s, reader_url=reader_url or None)
+    for note in result.notes:  # what preparing the reader changed in the database
+        err_console().print(Text(note, style="yellow"))
     columns = _unique(result.columns)
     shown = 0
     more = False

@@ -14,6 +14,7 @@ from wgstore.events.errors import (
     EventStoreError,
     ImmutableEventError,
     SchemaVersionError,
+    StoreFullError,
     StoreUnavailableError,
 )
 
@@ -26,6 +27,10 @@ def _psycopg() -> Any:
 
 __all__ = ["translate_errors"]
 
+_FULL = (
+    "{url}: the database could not write, its disk is full ({text}); nothing was written. Free "
+    "space on {where} (or raise its quota), then retry"
+)
 _NOT_MIGRATED = (
     "the database at {url} has no wgstore tables (or an old version of them): run "
     "`wgstore db upgrade --url ...`, or open the store with migrate=True"
@@ -72,6 +77,13 @@ def _translate(error: BaseException | None, url: str) -> Exception:
                 f"an event id is already stored ({text}); give each event a new id, or retry the "
                 "whole original batch unchanged"
             )
+        if (
+            getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+            or "disk is full" in text
+        ):
+            return StoreFullError(
+                _FULL.format(url=masked, text=text, where="the filesystem of the database file")
+            )
         if "no such table" in text:
             return SchemaVersionError(_NOT_MIGRATED.format(url=masked))
         if "database is locked" in text or "database is busy" in text:
@@ -93,6 +105,12 @@ def _translate(error: BaseException | None, url: str) -> Exception:
             return DuplicateEventError(
                 f"{_first_line(text)}; give each event a new id, or retry the whole original "
                 "batch unchanged"
+            )
+        if isinstance(error, pg_errors.DiskFull):
+            return StoreFullError(
+                _FULL.format(
+                    url=masked, text=_first_line(text), where="the PostgreSQL server's data disk"
+                )
             )
         if isinstance(error, pg_errors.UndefinedTable | pg_errors.UndefinedFunction):
             return SchemaVersionError(_NOT_MIGRATED.format(url=masked))

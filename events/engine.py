@@ -13,17 +13,26 @@ first ping that fails discards every pooled connection made before it.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
 from wgstore.events.errors import StoreUnavailableError
 
-__all__ = ["READ_ONLY_OPTION", "SQLITE_SYNCHRONOUS", "create_store_engine", "mask_url", "parse_url"]
+__all__ = [
+    "READ_ONLY_OPTION",
+    "SQLITE_SYNCHRONOUS",
+    "create_store_engine",
+    "mask_url",
+    "parse_url",
+    "sqlite_read_only_uri",
+]
 
 SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 # An execution option: a SQLite transaction that only reads starts with a plain BEGIN, so it
@@ -126,7 +135,7 @@ def _sqlite_engine(
             raise StoreUnavailableError(
                 f"no wgstore database at {path}: check the path or --url / WGSTORE_URL"
             )
-        url = url.set(database=f"file:{path.resolve()}?mode=ro").update_query_dict({"uri": "true"})
+        url = url.set(database=sqlite_read_only_uri(path)).update_query_dict({"uri": "true"})
     elif not path.parent.exists():
         raise StoreUnavailableError(
             f"cannot create {path}: the folder {path.parent} does not exist"
@@ -142,6 +151,9 @@ def _sqlite_engine(
             _set_wal(cursor, busy_s)
         cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
+        # LIKE compares case-sensitively, as on PostgreSQL: a stream or group id prefix matches
+        # the same ids on both (ids are compared exactly everywhere else).
+        cursor.execute("PRAGMA case_sensitive_like = ON")
         cursor.close()
 
     @sa.event.listens_for(engine, "begin")
@@ -150,6 +162,50 @@ def _sqlite_engine(
         connection.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def sqlite_read_only_uri(path: Path) -> str:
+    """The ``file:`` URI that opens the SQLite database at ``path`` for reading.
+
+    ``mode=ro`` normally. A database in WAL mode needs its ``-shm`` file (made on open, beside
+    the database) even to read, so on a read-only filesystem a cleanly closed database (no
+    ``-wal`` with content, no ``-shm``: SQLite removes them when the last connection closes)
+    is opened ``immutable=1`` instead: nothing can change it there, which is what immutable
+    promises SQLite. Otherwise, when the folder cannot take the ``-shm`` file, the error says
+    what to do.
+
+    Raises:
+        StoreUnavailableError: the database cannot be read where it is, and why.
+    """
+    resolved = path.resolve()
+    base = f"file:{quote(str(resolved))}"
+    folder = resolved.parent
+    shm = Path(f"{resolved}-shm")
+    wal = Path(f"{resolved}-wal")
+    if shm.exists() or os.access(folder, os.W_OK):
+        return f"{base}?mode=ro"
+    dirty = wal.exists() and wal.stat().st_size > 0
+    if _read_only_filesystem(folder) and not dirty:
+        return f"{base}?mode=ro&immutable=1"
+    if dirty:
+        raise StoreUnavailableError(
+            f"cannot read {path}: it was not closed cleanly (its {wal.name} holds changes not yet "
+            f"in the database) and {folder} is not writable, so SQLite cannot make the "
+            f"{shm.name} file it needs to read them; copy the database with its {wal.name} to "
+            "a writable folder and read it there (opening it there folds the changes in)"
+        )
+    raise StoreUnavailableError(
+        f"cannot read {path}: {folder} is not writable for this user, and SQLite needs to make "
+        f"{shm.name} there to read a WAL database; let this user write to {folder}, or copy the "
+        "database to a writable folder"
+    )
+
+
+def _read_only_filesystem(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _postgres_engine(url: URL, read_only: bool, lock_timeout_s: float = 30.0) -> sa.Engine:

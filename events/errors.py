@@ -13,6 +13,7 @@ The tree::
          ├─ InvalidArgumentError    a bad argument (stream id, version, position); a ValueError
          ├─ EventDecodeError        stored data that no longer decodes (names stream and position)
          ├─ StoreUnavailableError   the database cannot be reached (the URL's password is masked)
+         ├─ StoreFullError          the database's disk (or quota) is full: nothing was written
          ├─ ImmutableEventError     an UPDATE or DELETE on the log was refused
          └─ SchemaVersionError      the database is not migrated to head
 
@@ -35,6 +36,7 @@ __all__ = [
     "InvalidArgumentError",
     "RegistrationError",
     "SchemaVersionError",
+    "StoreFullError",
     "StoreUnavailableError",
     "UnknownEventTypeError",
     "WgstoreError",
@@ -135,6 +137,14 @@ class EventDecodeError(EventStoreError):
 
 class StoreUnavailableError(EventStoreError):
     """The database cannot be reached, or the URL is not a usable database URL."""
+
+
+class StoreFullError(EventStoreError):
+    """The database could not write because its disk, or the space it may use, is full.
+
+    Not :class:`StoreUnavailableError`: the database is there and answers (reads still work);
+    retrying does not help until space is freed. The write was rolled back.
+    """
 
 
 class ImmutableEventError(EventStoreError):

@@ -137,7 +137,7 @@ def acquire_lease(
     now: datetime | None = None,
     *,
     process: HolderProcess | None = None,
-    take_from: Lease | None = None,
+    take_from: Fence | None = None,
 ) -> Lease | None:
     """Take run ``run_id`` for ``holder`` for ``lease_s`` seconds; None if another holds it.
 
@@ -147,9 +147,10 @@ def acquire_lease(
 
     Args:
         process: the process that will hold it (default: this one), recorded in the row.
-        take_from: take the lease from this grant even though it has not expired, provided the
-            row is still exactly that grant (holder and epoch): for a holder whose process is
-            known to be gone (:meth:`HolderProcess.gone`).
+        take_from: take the lease from this grant (``Lease.fence``) even though it has not
+            expired, provided the row is still exactly that grant (holder and epoch): for a
+            holder whose process is known to be gone (:meth:`HolderProcess.gone`), or one that
+            hands its lease over (a resuming driver to the controller it starts).
 
     Returns:
         The lease now held (its :attr:`Lease.fence` goes with the holder's appends), or None.

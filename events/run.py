@@ -33,6 +33,7 @@ __all__ = [
     "RunCreated",
     "RunErrored",
     "RunFinished",
+    "RunResumed",
     "ScalingConfig",
     "TrainerRecorded",
     "stream_id_for_run",
@@ -162,12 +163,18 @@ class RunCreated:
 @event_type("ControllerStarted", version=1)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControllerStarted:
-    """A controller process took the run (holds its lease); ``resumed`` when the run had one before."""
+    """A controller process took the run (holds its lease); ``resumed`` when the run had one before.
+
+    ``lease_s``: the length of the lease it holds and renews while it lives (None: it holds none,
+    as Ray Train runs recorded before recorders held leases). Past it, a run that has not ended
+    is orphaned.
+    """
 
     controller_id: str
     host: str = ""
     pid: int = 0
     resumed: bool = False
+    lease_s: float | None = None
 
 
 @event_type("ControllerStateChanged", version=1)
@@ -227,6 +234,20 @@ class RunAborted:
     """The run was stopped by a person, a signal or ``wgstore gc`` before it finished."""
 
     reason: str
+
+
+@event_type("RunResumed", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResumed:
+    """A process resumed the run after its driver or controller was lost.
+
+    ``by``: ``wgstore resume`` or ``supervisor <id>``; ``reason``: why (what was lost);
+    ``attempt``: the attempt the run goes on with (1 + the attempts it had).
+    """
+
+    by: str
+    reason: str
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

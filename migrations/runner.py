@@ -9,13 +9,15 @@ critical path).
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+import sqlalchemy.exc as sa_exc
 
 from wgstore.events.engine import READ_ONLY_OPTION, mask_url
-from wgstore.events.errors import SchemaVersionError
+from wgstore.events.errors import SchemaVersionError, StoreUnavailableError
 from wgstore.events.schema import ALEMBIC_VERSION_TABLE
 
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEAD_REVISION",
     "alembic_config",
+    "check_wgstore_schema",
     "current_revision",
     "ensure_schema",
     "head_revision",
@@ -32,6 +35,13 @@ __all__ = [
 
 _HERE = Path(__file__).resolve().parent
 _log = logging.getLogger(__name__)
+
+UPGRADE_LOCK_TIMEOUT_S = 1.0
+"""PostgreSQL: how long one try of an upgrade waits for a lock. A schema change waits for an
+``ACCESS EXCLUSIVE`` lock behind every open transaction on the table, and every later writer
+and reader queues behind *it*; so a try gives up soon, lets them through, and tries again."""
+UPGRADE_PATIENCE_S = 300.0
+"""PostgreSQL: how long an upgrade keeps trying before it says which transaction to end."""
 
 HEAD_REVISION = "0010_committed_checkpoints"
 """The newest revision in ``versions/``; a new migration updates it (a test checks the two agree)."""
@@ -97,6 +107,8 @@ def ensure_schema(engine: sa.Engine, url: str, migrate: bool) -> None:
             connection.rollback()
             return
         current = current_revision(connection)
+        if current is None:
+            check_wgstore_schema(connection, url)
         connection.rollback()
     head = head_revision()
     if current == head:
@@ -107,23 +119,98 @@ def ensure_schema(engine: sa.Engine, url: str, migrate: bool) -> None:
             f"the database at {mask_url(url)} {state}, but this wgstore needs {head}: run "
             "`wgstore db upgrade --url ...` (or open the store with migrate=True)"
         )
-    with engine.begin() as connection:
-        if engine.dialect.name == "postgresql":
-            # One migrator at a time; the others wait here, then find the schema at head.
-            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7263524)")
-        current = current_revision(connection)
-        if current == head:
+    if engine.dialect.name != "postgresql":
+        with engine.begin() as connection:
+            _migrate(connection, url, head)
+        return
+    deadline = time.monotonic() + UPGRADE_PATIENCE_S
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            with engine.begin() as connection:
+                connection.exec_driver_sql(
+                    f"SET LOCAL lock_timeout = {max(1, int(UPGRADE_LOCK_TIMEOUT_S * 1000))}"
+                )
+                # One migrator at a time; the others wait here, then find the schema at head.
+                # (A role without EXECUTE on advisory locks, see docs/sql.md, migrates alone.)
+                if connection.exec_driver_sql(
+                    "SELECT has_function_privilege('pg_advisory_xact_lock(bigint)', 'EXECUTE')"
+                ).scalar():
+                    connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7263524)")
+                _migrate(connection, url, head)
             return
-        _check_known(current, url)
-        if current is not None:  # an existing log: some upgrades copy it (0008 on SQLite)
-            _log.warning(
-                "upgrading the wgstore schema at %s from %s to %s (once; a large log takes a "
-                "while: SQLite copies ~60,000 events/s to 0008)",
-                mask_url(url),
-                current,
-                head,
-            )
-        upgrade(connection)
+        except sa_exc.OperationalError as error:
+            if getattr(error.orig, "sqlstate", None) != "55P03":
+                raise
+            if time.monotonic() > deadline:
+                raise StoreUnavailableError(
+                    f"the upgrade of {mask_url(url)} could not take the locks it needs in "
+                    f"{UPGRADE_PATIENCE_S:g} s ({tries} tries): a long transaction keeps "
+                    "wgstore's tables locked (SELECT pid, xact_start, query FROM "
+                    "pg_stat_activity WHERE state <> 'idle' shows it); end it, then run "
+                    "`wgstore db upgrade` again"
+                ) from None
+        pause = min(0.5 * tries, 5.0)
+        _log.warning(
+            "the upgrade of %s waited %g s for a lock that a long transaction on wgstore's "
+            "tables holds, and gave way so writers are not kept waiting behind it; trying "
+            "again in %g s (try %d)",
+            mask_url(url),
+            UPGRADE_LOCK_TIMEOUT_S,
+            pause,
+            tries + 1,
+        )
+        time.sleep(pause)  # a backoff between tries, not a wait for a condition
+
+
+def _migrate(connection: sa.Connection, url: str, head: str) -> None:
+    current = current_revision(connection)
+    if current == head:
+        return
+    if current is None:
+        check_wgstore_schema(connection, url)
+    _check_known(current, url)
+    if current is not None:  # an existing log: some upgrades copy it (0008 on SQLite)
+        _log.warning(
+            "upgrading the wgstore schema at %s from %s to %s (once; a large log takes a "
+            "while: SQLite copies ~60,000 events/s to 0008)",
+            mask_url(url),
+            current,
+            head,
+        )
+    upgrade(connection)
+
+
+def check_wgstore_schema(connection: sa.Connection, url: str) -> None:
+    """Refuse a database whose ``wg_events`` wgstore did not make (no revision row for it).
+
+    A database with no wgstore revision is either empty of wgstore tables (``wgstore db
+    upgrade`` creates them) or holds another application's tables of the same name, which
+    wgstore must neither read nor try to create over.
+
+    Raises:
+        SchemaVersionError: ``wg_events`` exists and there is no wgstore revision.
+    """
+    inspector = sa.inspect(connection)
+    if not inspector.has_table("wg_events"):
+        return
+    if (
+        inspector.has_table(ALEMBIC_VERSION_TABLE)
+        and connection.exec_driver_sql(f"SELECT count(*) FROM {ALEMBIC_VERSION_TABLE}").scalar()
+    ):
+        return
+    where = (
+        "this SQLite file"
+        if connection.dialect.name == "sqlite"
+        else "the schema the URL's search_path leads to"
+    )
+    raise SchemaVersionError(
+        f"the database at {mask_url(url)} has a table wg_events that is not wgstore's (no "
+        f"wgstore revision in {ALEMBIC_VERSION_TABLE}): it belongs to another application, so "
+        f"wgstore neither reads nor upgrades {where}; give wgstore its own database, schema "
+        "(PostgreSQL: ?options=-csearch_path%3Dwgstore) or file"
+    )
 
 
 def _version_row(connection: sa.Connection) -> str | None:

@@ -26,7 +26,6 @@ import contextlib
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -43,7 +42,7 @@ from wgstore.events import (
     FencedError,
     NewEvent,
 )
-from wgstore.events.leases import Lease, acquire_lease, lease_of, release_lease, renew_lease
+from wgstore.events.leases import Lease, acquire_lease, lease_of
 from wgstore.events.run import ControllerStarted, ControllerStateChanged, RunAborted
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
@@ -54,6 +53,7 @@ from wgstore.orchestration.errors import (
     RunNotFoundError,
     WorkerGroupTimeoutError,
 )
+from wgstore.orchestration.lease_keeper import LeaseKeeper
 from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
@@ -121,45 +121,6 @@ def _held_error(run_id: str, held: Lease | None) -> RunLeaseHeldError:
     )
 
 
-class _LeaseKeeper:
-    """Renews a lease every ``lease_s / 3`` from its own thread, so nothing the controller
-    blocks on (Ray connecting, a long read) lets the lease lapse while the process lives."""
-
-    def __init__(self, store: EventStore, lease: Lease, lease_s: float) -> None:
-        self.store = store
-        self.lease = lease
-        self.lease_s = lease_s
-        self.lost = False
-        self.valid_until = time.monotonic() + lease_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"wgstore-lease-{lease.run_id}", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
-            if self.store.closed:
-                return
-            started = time.monotonic()
-            try:
-                renewed = renew_lease(
-                    self.store, self.lease.run_id, self.lease.holder, self.lease_s
-                )
-            except Exception as error:  # noqa: BLE001 - a store hiccup: retried, within the lease
-                log.warning("could not renew the lease of run %s: %s", self.lease.run_id, error)
-                continue
-            if not renewed:
-                self.lost = True
-                return
-            self.valid_until = started + self.lease_s
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
-
-
 class RunController:
     """Drives one run from its log to the end: lease, decide, append, wait.
 
@@ -176,6 +137,7 @@ class RunController:
         lease_wait_s: when another holder's lease is live, wait up to this long for it to
             expire (default 0: refuse at once). A holder on this host whose process is gone is
             taken over at once either way.
+        take_lease_from: a lease handed over to this controller (a supervisor's).
     """
 
     def __init__(
@@ -189,9 +151,11 @@ class RunController:
         extra_sys_path: Collection[str] | None = None,
         clock: Callable[[], datetime] = _now,
         lease_wait_s: float = 0.0,
+        take_lease_from: Fence | None = None,
     ) -> None:
         self.store = store
         self.lease_wait_s = lease_wait_s
+        self._handed = take_lease_from
         self.run_id = run_id
         self.controller_id = uuid.uuid4().hex
         self.on_update = on_update
@@ -202,7 +166,7 @@ class RunController:
         self._run = read_run(store, run_id)
         self.lease_s = float(lease_s if lease_s is not None else self._run.lease_s)
         self._groups: dict[str, WorkerGroupState] = {}
-        self._keeper: _LeaseKeeper | None = None
+        self._keeper: LeaseKeeper | None = None
         self._started = False
         self.steps: list[Decision] = []
         """Every non-empty decision this controller appended, in order (for tests and audit)."""
@@ -248,27 +212,27 @@ class RunController:
     def _take_lease(self) -> None:
         deadline = time.monotonic() + self.lease_wait_s
         while True:
-            lease = acquire_lease(self.store, self.run_id, self.controller_id, self.lease_s)
+            lease = acquire_lease(
+                self.store, self.run_id, self.controller_id, self.lease_s, take_from=self._handed
+            )
             held = lease_of(self.store, self.run_id) if lease is None else None
             if held is not None and held.process is not None and held.process.gone():
                 # Its holder ran on this host and its process is gone: no need to wait it out.
                 log.info("run %s: its holder %s is gone; taking it over", self.run_id, held.holder)
                 lease = acquire_lease(
-                    self.store, self.run_id, self.controller_id, self.lease_s, take_from=held
+                    self.store, self.run_id, self.controller_id, self.lease_s, take_from=held.fence
                 )
             if lease is not None:
                 break
             if held is None or time.monotonic() >= deadline:
                 raise _held_error(self.run_id, held)
             time.sleep(min(1.0, max(0.05, (held.expires_at - self._clock()).total_seconds())))
-        self._keeper = _LeaseKeeper(self.store, lease, self.lease_s)
+        self._keeper = LeaseKeeper(self.store, lease, self.lease_s)
 
     def _drop_lease(self) -> None:
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
-            keeper.stop()
-            with contextlib.suppress(Exception):
-                release_lease(self.store, self.run_id, self.controller_id)
+            keeper.stop(release=True)
 
     def keep_lease(self) -> None:
         """Check that the lease is still this controller's (the keeper thread renews it).

@@ -18,7 +18,8 @@ The tree::
          ├─ NotInWorkerError               get_context()/report() outside a wgstore worker
          ├─ RunLeaseHeldError              another live controller holds the run's lease
          ├─ RunLeaseLostError              a controller lost its run's lease while working
-         └─ RunNotFoundError               no run stream with that id
+         ├─ RunNotFoundError               no run stream with that id
+         └─ RunNotResumableError           a run that ended, is live, or cannot be rebuilt
 
 Every class pickles (``WgstoreError.__reduce__``), so they cross Ray actor boundaries.
 """
@@ -40,6 +41,7 @@ __all__ = [
     "RunLeaseHeldError",
     "RunLeaseLostError",
     "RunNotFoundError",
+    "RunNotResumableError",
     "TrainFnError",
     "WorkerGroupStartError",
     "WorkerGroupTimeoutError",
@@ -146,3 +148,8 @@ class RunLeaseLostError(OrchestrationError):
 
 class RunNotFoundError(OrchestrationError):
     """No run stream ``run-<run_id>`` in the store."""
+
+
+class RunNotResumableError(OrchestrationError):
+    """A resume was refused: the run has ended, is live (a live process holds its lease), or
+    the log lacks what rebuilding it needs (the message says which)."""

@@ -75,6 +75,11 @@ __all__ = [
 _START_ENDS = (TrainingLaunched, WorkerGroupStartFailed, WorkerGroupShutDown)
 
 
+RAY_TRAIN_SOURCE = "ray_train"
+"""``metadata["source"]`` of events recorded from Ray Train (``RecordingCallback``): their
+groups are carried out by Ray Train's own controller, never by a wgstore executor."""
+
+
 @dataclass(frozen=True, slots=True)
 class Scope:
     """Which groups an executor serves: every group, or those named, or those of the runs named.
@@ -164,6 +169,8 @@ def apply_event(
         event = record.event
         if not isinstance(event, WorkerGroupStartRequested) or not scope.admits(event):
             return Applied(None)  # a group whose beginning this executor never read, or not ours
+        if record.metadata.get("source") == RAY_TRAIN_SOURCE:
+            return Applied(None)  # recorded from Ray Train: Ray's controller runs it, not us
         book = GroupBook(group_id, run_id=event.run_id)
     if book.broken:
         return Applied(book)

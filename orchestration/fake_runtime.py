@@ -351,6 +351,7 @@ class FakeRuntime:
         self._gates: dict[tuple[str, StartStage], Gate] = {}
         self._actors: dict[str, _Actor] = {}
         self._placement_groups: dict[str, str] = {}  # name -> "READY" | "PENDING"
+        self._placement_group_ids: dict[str, str] = {}  # id -> name
         self._polls: dict[str, int] = {}
         self._pids = itertools.count(1000)
         self.connected = False
@@ -455,7 +456,10 @@ class FakeRuntime:
                 f"placement group {name} ({len(bundles)} bundles, strategy {strategy}) was not "
                 f"ready within {timeout_s}s (fake: it never is)"
             )
-        return ReservedPlacementGroup(handle=name, placement_group_id=uuid.uuid4().hex, name=name)
+        placement_group_id = uuid.uuid4().hex
+        with self._lock:
+            self._placement_group_ids[placement_group_id] = name
+        return ReservedPlacementGroup(handle=name, placement_group_id=placement_group_id, name=name)
 
     def start_sync_actor(self, group_id: str, *, timeout_s: float) -> StartedActor:
         """A live sync actor on the first node."""
@@ -584,6 +588,15 @@ class FakeRuntime:
             if self._placement_groups.pop(pg, None) is not None:
                 released.append(f"placement_group:{pg}")
         return tuple(released)
+
+    def release_placement_group(self, placement_group_id: str, name: str) -> tuple[str, ...]:
+        """Forget the placement group of that id, if the fake still holds it."""
+        with self._lock:
+            self.calls.append(("release_placement_group", placement_group_id))
+            held = self._placement_group_ids.pop(placement_group_id, None)
+            if held is None or self._placement_groups.pop(held, None) is None:
+                return ()
+        return (f"placement_group:{name or held}",)
 
     def list_group_resources(self) -> dict[str, list[str]]:
         """Every fake actor and placement group still held, by group id."""

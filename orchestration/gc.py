@@ -16,6 +16,11 @@ wgstore controller took it, and no controller holds a live lease on it. For each
 
 A run whose group does not end in time is left as it was (not marked aborted), so running gc
 again finishes the job.
+
+A run recorded from Ray Train (its driver died, so Ray ended the controller that recorded it) has
+no wgstore executor to shut its group down: gc removes the placement group the log names, if the
+cluster still has it (Ray kills the actors in it), and records the group shut down and the run
+aborted with the reason :data:`DRIVER_LOST_REASON`, in one fenced append.
 """
 
 from __future__ import annotations
@@ -29,19 +34,23 @@ from typing import TYPE_CHECKING, Literal
 from wgstore.events import AppendRequest, ConcurrencyError, EventStore, Fence, FencedError
 from wgstore.events.leases import acquire_lease, leases, release_lease
 from wgstore.events.streams import RUN_STREAM_PREFIX, group_stream
-from wgstore.events.worker_group import WorkerGroupShutdownRequested
+from wgstore.events.worker_group import WorkerGroupShutDown, WorkerGroupShutdownRequested
 from wgstore.orchestration.controller import abort_events, read_run
 from wgstore.orchestration.errors import WorkerGroupTimeoutError
+from wgstore.orchestration.runtime import WorkerGroupRuntime
 from wgstore.projections.run_state import RunState, is_orphaned
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, project_worker_group
 
 if TYPE_CHECKING:
     from wgstore.orchestration.executor import RayExecutor
 
-__all__ = ["GC_REASON", "GcOutcome", "collect_garbage", "orphaned_runs"]
+__all__ = ["DRIVER_LOST_REASON", "GC_REASON", "GcOutcome", "collect_garbage", "orphaned_runs"]
 
 GC_REASON = "controller lost"
 """The ``RunAborted`` reason gc records."""
+
+DRIVER_LOST_REASON = "driver lost"
+"""The ``RunAborted`` reason gc records for a Ray Train run whose driver died."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +205,48 @@ def collect_garbage(
     return outcomes
 
 
+def _collect_recorded(
+    store: EventStore,
+    run: RunState,
+    group: WorkerGroupState | None,
+    expired: datetime | None,
+    executor: RayExecutor | Literal["external"] | None,
+    fence: Fence,
+) -> GcOutcome:
+    """End a recorded Ray Train run whose driver died (see the module docstring)."""
+    released: tuple[str, ...] = ()
+    requests = []
+    if group is not None and not group.status.is_terminal:
+        reserved = group.placement_group
+        if reserved is not None and executor != "external":
+            runtime = executor.runtime if executor is not None else _ray_runtime()
+            released = runtime.release_placement_group(reserved.placement_group_id, reserved.name)
+        ended = [
+            WorkerGroupShutdownRequested(reason=DRIVER_LOST_REASON, abort=True),
+            WorkerGroupShutDown(duration_s=0.0, released=released),
+        ]
+        requests.append(AppendRequest(group.stream_id, ended, group.version))
+    while True:
+        aborted = AppendRequest(run.stream_id, abort_events(run, DRIVER_LOST_REASON), run.version)
+        try:
+            store.append_many([aborted, *requests], fence=fence)
+            break
+        except ConcurrencyError:
+            run = read_run(store, run.run_id, run)
+            if run.ended:
+                return _outcome(run, group, expired, "skipped", detail="it ended meanwhile")
+    group = _group_of(store, run)
+    return _outcome(run, group, expired, "aborted", released=released)
+
+
+def _ray_runtime() -> WorkerGroupRuntime:
+    from wgstore.orchestration.ray_runtime import RayRuntime
+
+    runtime = RayRuntime()
+    runtime.connect()
+    return runtime
+
+
 def _collect(
     store: EventStore,
     run_id: str,
@@ -208,6 +259,8 @@ def _collect(
     group = _group_of(store, run)
     if run.ended:
         return _outcome(run, group, expired, "skipped", detail="it ended meanwhile")
+    if run.context is None:
+        return _collect_recorded(store, run, group, expired, executor, fence)
     released: tuple[str, ...] = ()
     if group is not None and not group.status.is_terminal:
         try:

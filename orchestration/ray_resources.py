@@ -303,6 +303,22 @@ def shutdown_workers(
     return dict(sorted(result.items()))
 
 
+def release_placement_group(placement_group_id: str, name: str) -> tuple[str, ...]:
+    """Remove placement group ``placement_group_id`` if it is not removed yet; Ray kills the
+    actors in it. Returns ``("placement_group:<name>",)`` if it removed it, else ``()``."""
+    from ray._raylet import PlacementGroupID
+
+    info = ray.util.placement_group_table().get(placement_group_id)
+    if info is None or info.get("state") == "REMOVED":
+        return ()
+    try:
+        remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(placement_group_id))))
+    except Exception as error:  # noqa: BLE001 - removed concurrently
+        print(f"wgstore: removing placement group {name}: {error}", file=sys.stderr)
+        return ()
+    return (f"placement_group:{name or placement_group_id}",)
+
+
 def release_group(
     group_id: str, *, extra_actors: Iterable[Any] = (), wait_s: float = 15.0
 ) -> tuple[str, ...]:

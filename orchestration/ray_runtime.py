@@ -192,6 +192,10 @@ class RayRuntime:
         """Kill the group's actors and remove its placement group (found by name)."""
         return ray_resources.release_group(group_id, extra_actors=extra_handles, wait_s=wait_s)
 
+    def release_placement_group(self, placement_group_id: str, name: str) -> tuple[str, ...]:
+        """Remove the placement group by id if Ray still has it (its actors go with it)."""
+        return ray_resources.release_placement_group(placement_group_id, name)
+
     def list_group_resources(self) -> dict[str, list[str]]:
         """Every live wgstore actor and placement group, by group id."""
         return ray_resources.list_group_resources()

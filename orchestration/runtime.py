@@ -181,6 +181,12 @@ class WorkerGroupRuntime(Protocol):
         found by name; returns ``actor:<name>`` / ``placement_group:<name>`` in release order."""
         ...
 
+    def release_placement_group(self, placement_group_id: str, name: str) -> tuple[str, ...]:
+        """Remove the placement group ``placement_group_id`` if it is still there (its actors
+        go with it): what a group the log recorded but wgstore did not start holds (a Ray Train
+        run whose driver died). Returns ``placement_group:<name>`` if it removed it, else ()."""
+        ...
+
     def list_group_resources(self) -> dict[str, list[str]]:
         """Every live ``wgstore-*`` resource, by group id (for the orphan sweep)."""
         ...

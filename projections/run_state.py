@@ -28,6 +28,7 @@ from wgstore.events.run import (
     RunCreated,
     RunErrored,
     RunFinished,
+    RunResumed,
     ScalingConfig,
     TrainerRecorded,
 )
@@ -122,6 +123,7 @@ class ControllerSession:
     resumed: bool
     at: datetime
     version: int
+    lease_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,6 +147,8 @@ class RunState:
     ray: Mapping[str, Any] = field(default_factory=dict)
     controllers: tuple[ControllerSession, ...] = ()
     """Every controller process that took the run, in order."""
+    resumes: tuple[RunResumed, ...] = ()
+    """Every ``RunResumed``: who resumed the run after its driver was lost, why, and when."""
     groups: tuple[str, ...] = ()
     """Every worker group the controller used, in the order it first named them."""
     transitions: tuple[ControllerTransition, ...] = ()
@@ -291,6 +295,7 @@ def _controller_started(state: RunState, record: RecordedEvent) -> dict[str, Any
         resumed=event.resumed,
         at=record.recorded_at,
         version=record.version,
+        lease_s=event.lease_s,
     )
     return {"controllers": (*state.controllers, session)}
 
@@ -311,6 +316,7 @@ _HANDLERS: dict[type, _Handler] = {
     RunErrored: _errored,
     RunAborted: _aborted,
     TrainerRecorded: _trainer_recorded,
+    RunResumed: lambda state, record: {"resumes": (*state.resumes, record.event)},
 }
 """Each run event type and its handler: it reads the state and returns the fields it changes
 (the same style as the worker-group fold's table in :mod:`wgstore.projections.state`)."""
@@ -392,10 +398,13 @@ def project_run(events: Iterable[RecordedEvent], state: RunState | None = None) 
 
 
 def needs_controller(state: RunState) -> bool:
-    """True while a wgstore controller must hold the run's lease: the run has not ended, wgstore's
-    controller runs it (it has a ``context``; Ray Train runs its own) and one took it at least once
-    (a ``ControllerStarted``)."""
-    return not (state.ended or state.context is None or not state.controllers)
+    """True while a live process must hold the run's lease: the run has not ended and its
+    latest controller took a lease: wgstore's own controller (the run has a ``context``) or a Ray
+    Train recorder that holds one (``ControllerStarted.lease_s``). Runs no controller ever took,
+    and Ray Train runs recorded before recorders held leases, never need one."""
+    if state.ended or not state.controllers:
+        return False
+    return state.context is not None or state.controllers[-1].lease_s is not None
 
 
 def lease_lapsed(lease_expires_at: datetime | None, now: datetime) -> bool:
@@ -404,11 +413,11 @@ def lease_lapsed(lease_expires_at: datetime | None, now: datetime) -> bool:
 
 
 def is_orphaned(state: RunState, lease_expires_at: datetime | None, now: datetime) -> bool:
-    """True when a wgstore run has not ended and no controller holds a live lease on it.
+    """True when a run has not ended and the process that must hold its lease holds none live:
+    its wgstore controller, or the Ray Train controller recording it, is gone (its driver died).
 
     ``lease_expires_at`` is the run's lease (``wg_run_leases.expires_at``; ``None`` when no row).
-    A run recorded from Ray Train (no ``context``: Ray's own controller runs it) is never
-    orphaned here, nor is a run that no wgstore controller ever took (no ``ControllerStarted``).
+    See :func:`needs_controller` for which runs need a lease.
     """
     return needs_controller(state) and lease_lapsed(lease_expires_at, now)
 

@@ -21,6 +21,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ray.train.v2._internal.execution.callback import (
@@ -29,7 +30,7 @@ from ray.train.v2._internal.execution.callback import (
     WorkerGroupCallback,
 )
 
-from wgstore.events.records import NewEvent
+from wgstore.events.records import Fence, NewEvent
 from wgstore.events.run import (
     ControllerStarted,
     ControllerStateChanged,
@@ -62,7 +63,7 @@ from wgstore.orchestration.ray_train import run_spec, translate
 from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
 from wgstore.projections.state import WorkerStatus
 
-__all__ = ["RecordingCallback"]
+__all__ = ["ContinueRun", "RecordingCallback"]
 
 logger = logging.getLogger("wgstore.ray_train")
 
@@ -99,6 +100,16 @@ def _hook(method: _F) -> _F:
     return guarded  # type: ignore[return-value]
 
 
+@dataclass(frozen=True, slots=True)
+class ContinueRun:
+    """A recorded run a resume continues: its id, how many attempts it had, and the lease the
+    resuming driver holds and hands over to the controller it starts."""
+
+    run_id: str
+    attempts: int
+    lease: Fence | None = None
+
+
 class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback):
     """Records a Ray Train v2 run (controller, attempts, polls, reports) in a wgstore log.
 
@@ -116,6 +127,13 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             store is opened anyway. Opening it (~0.3 s of the controller's CPU) then does not
             slow the workers' start; the price is that a controller killed in that window
             leaves no record. ``0`` writes from the first event.
+        continue_run: record into an existing run instead of a new one (``wgstore resume``):
+            the new controller's attempts continue that run's, ``ControllerStarted(resumed=True)``
+            and no second ``RunCreated`` or ``TrainerRecorded``.
+        lease_s: the run's lease, which the recording controller takes once the store is open
+            and renews while it lives. When the driver dies, Ray ends the controller, the lease
+            lapses, and within ``lease_s`` the run shows as orphaned (``wgstore runs``), for
+            ``wgstore gc`` to end or ``wgstore resume`` / ``supervise`` to continue.
     """
 
     def __init__(
@@ -127,6 +145,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         retry_limit_s: float = 30.0,
         flush_timeout_s: float = 10.0,
         hold_s: float = 30.0,
+        lease_s: float = 30.0,
+        continue_run: ContinueRun | None = None,
     ) -> None:
         if not isinstance(url, str) or "://" not in url:
             raise ValueError(
@@ -139,11 +159,16 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self.retry_limit_s = retry_limit_s
         self.flush_timeout_s = flush_timeout_s
         self.hold_s = hold_s
+        if not lease_s > 0:
+            raise ValueError(f"lease_s must be > 0 seconds, got {lease_s!r}")
+        self.lease_s = float(lease_s)
+        self.continue_run = continue_run
         self._reset()
         self._driver_part: run_spec.DriverPart | None = None
 
     def _reset(self) -> None:
         self._writer: BackgroundWriter | None = None
+        self._keeper: Any = None  # LeaseKeeper, made in the writer's thread
         self._run_id = ""
         self._metadata: dict[str, Any] = {}
         self._attempt = 0
@@ -182,7 +207,9 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "retry_limit_s": self.retry_limit_s,
             "flush_timeout_s": self.flush_timeout_s,
             "hold_s": self.hold_s,
-            "_driver_part": self._capture_driver_part(),
+            "lease_s": self.lease_s,
+            "continue_run": self.continue_run,
+            "_driver_part": self._capture_driver_part() if self.continue_run is None else None,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -232,7 +259,39 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     def _open_store(self) -> Any:
         from wgstore.events import EventStore
 
-        return EventStore.open(self.url)
+        store = EventStore.open(self.url)
+        try:
+            self._keep_lease(store)
+        except Exception:
+            logger.warning(
+                "wgstore: run %s is recorded without a lease", self._run_id, exc_info=True
+            )
+        return store
+
+    def _keep_lease(self, store: Any) -> None:
+        """Take the run's lease (once the store is open, in the writer's thread) and keep it
+        renewed while this controller lives; after a reopen, renew it on the new store."""
+        from wgstore.events.leases import acquire_lease, lease_of
+        from wgstore.orchestration.lease_keeper import LeaseKeeper
+
+        holder = self._metadata.get("ray_controller_actor_id") or f"ray-train-{os.getpid()}"
+        handed = self.continue_run.lease if self.continue_run is not None else None
+        lease = acquire_lease(store, self._run_id, holder, self.lease_s, take_from=handed)
+        if lease is None:
+            held = lease_of(store, self._run_id)
+            if held is not None and held.process is not None and held.process.gone():
+                lease = acquire_lease(
+                    store, self._run_id, holder, self.lease_s, take_from=held.fence
+                )
+        if lease is None:
+            logger.warning(
+                "wgstore: run %s is held by another live process; recording it without a lease",
+                self._run_id,
+            )
+            return
+        if self._keeper is not None:
+            self._keeper.stop()
+        self._keeper = LeaseKeeper(store, lease, self.lease_s)
 
     def _submit(self, stream_id: str, *events: Any, metadata: dict[str, Any] | None = None) -> None:
         if self._writer is None:
@@ -268,6 +327,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "ray_job_id": runtime.get_job_id(),
             "ray_controller_actor_id": runtime.get_actor_id(),
         }
+        resumed = self.continue_run
+        if resumed is not None:  # Ray's new run id is kept as metadata; the run stays the same
+            self._metadata["ray_run_id"] = self._run_id
+            self._run_id = resumed.run_id
+            self._attempt = resumed.attempts
+            self._spec_recorded = True
         # Held until training starts (or hold_s): the store's open then does not compete
         # with the controller while it starts the workers.
         self._writer = BackgroundWriter(
@@ -297,8 +362,13 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             controller_id=self._metadata["ray_controller_actor_id"] or "",
             host=socket.gethostname(),
             pid=os.getpid(),
+            resumed=resumed is not None,
+            lease_s=self.lease_s,
         )
-        self._submit(run_stream(self._run_id), created, controller)
+        if resumed is None:
+            self._submit(run_stream(self._run_id), created, controller)
+        else:
+            self._submit(run_stream(self._run_id), controller)
         self._spec_inputs = {
             "train_loop_config": train_run_context.train_loop_config,
             "scaling_config": scaling,
@@ -434,7 +504,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             return
         self._closed = True
         writer = self._writer
-        if not writer.close(self.flush_timeout_s):
+        closed = writer.close(self.flush_timeout_s)
+        if self._keeper is not None:
+            # Stopped, not released: a run whose ending was written is not orphaned anyway, and
+            # one whose ending could not be written should show as orphaned once this lapses.
+            self._keeper.stop()
+        if not closed:
             logger.error(
                 "wgstore: the record of Ray Train run %s is incomplete: %d event(s) were not "
                 "written (%s)",

@@ -115,8 +115,8 @@ def test_a_lease_whose_holder_process_is_gone_is_taken_at_once(store):
     held = acquire_lease(store, "r1", "a", 600, process=dead)
     assert held is not None and held.process == dead
     assert acquire_lease(store, "r1", "b", 60) is None  # not expired
-    stale = acquire_lease(store, "r1", "b", 60, take_from=held)
+    stale = acquire_lease(store, "r1", "b", 60, take_from=held.fence)
     assert stale is not None and (stale.holder, stale.epoch) == ("b", 2)
     assert stale.process == me
     # take_from names one grant: once the lease moved on, it takes nothing.
-    assert acquire_lease(store, "r1", "c", 60, take_from=held) is None
+    assert acquire_lease(store, "r1", "c", 60, take_from=held.fence) is None

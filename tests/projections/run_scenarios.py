@@ -9,8 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from projection_builders import Stream, append_stream, error, stopped
-
+from tests.projections.projection_builders import Stream, append_stream, error, stopped
 from wgstore.events.leases import acquire_lease
 from wgstore.events.run import (
     ControllerStarted,

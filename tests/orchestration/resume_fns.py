@@ -1,0 +1,79 @@
+"""A Ray Train loop and driver for the resume tests (test_ray_train_resume.py).
+
+The loop checkpoints every step and appends ``<rank> <step>`` to a file for every step it runs,
+so a test can tell which steps ran twice. ``python -m tests.orchestration.resume_fns RAY_ADDRESS
+STORE_URL STORAGE_PATH STEPS_FILE`` is the driver the test SIGKILLs mid-training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+import cloudpickle
+
+# The loop travels by value wherever this module is imported (the driver, a resume): Ray's
+# workers need not import the tests package.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+NAME = "resume-me"
+STEPS = 40
+
+
+def train_loop(config: dict[str, Any]) -> None:
+    """Checkpoint every step; resume from ``ray.train.get_checkpoint()``."""
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as path, open(os.path.join(path, "state.json")) as f:
+            start = json.load(f)["step"] + 1
+    for step in range(start, int(config["steps"])):
+        with open(config["steps_file"], "a") as f:
+            f.write(f"{rank} {step}\n")
+        time.sleep(float(config["step_s"]))
+        with tempfile.TemporaryDirectory() as directory:
+            with open(os.path.join(directory, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            ray.train.report(
+                {"step": step}, checkpoint=ray.train.Checkpoint.from_directory(directory)
+            )
+
+
+def make_trainer(url: str, storage: str, steps_file: str, **callback_options: Any) -> Any:
+    """A 2-worker recorded DataParallelTrainer of :data:`STEPS` steps, 0.4 s each."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    from wgstore.orchestration.ray_train import RecordingCallback
+
+    return DataParallelTrainer(
+        train_loop,
+        train_loop_config={"steps": STEPS, "step_s": 0.4, "steps_file": steps_file},
+        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.25}),
+        run_config=RunConfig(
+            name=NAME,
+            storage_path=storage,
+            callbacks=[RecordingCallback(url, **callback_options)],
+        ),
+    )
+
+
+def main() -> None:
+    """The driver: connect to the test session's Ray and fit until killed."""
+    import ray
+
+    address, url, storage, steps_file = sys.argv[1:5]
+    ray.init(address=address, log_to_driver=False)
+    print("fitting", flush=True)
+    make_trainer(url, storage, steps_file, hold_s=0, lease_s=3.0).fit()
+
+
+if __name__ == "__main__":
+    main()

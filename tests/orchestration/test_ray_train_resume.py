@@ -1,0 +1,137 @@
+"""A recorded Ray Train run outlives its driver (issue 22), on real Ray, both backends.
+
+A driver process fits a recorded 2-worker ``DataParallelTrainer`` (a checkpoint every step) and
+is SIGKILLed mid-training, as a closed laptop or a lost SSH session would. Ray ends the
+controller with it; the recorder's lease lapses and the run is orphaned. ``wgstore supervise``
+takes it and starts ``wgstore resume``, which rebuilds the trainer from the log alone (no
+script): the run goes on from its latest committed checkpoint as a second attempt of the same
+run, and finishes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.orchestration import resume_fns
+from tests.waiting import wait_until
+from wgstore.events import EventStore
+from wgstore.events.streams import group_stream
+from wgstore.orchestration.controller import read_run
+from wgstore.orchestration.gc import orphaned_runs
+from wgstore.orchestration.supervise import supervise
+from wgstore.projections.state import project_worker_group
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _committed_step(store: EventStore) -> int:
+    """The step of the run's latest committed checkpoint (every rank reported it), or -1."""
+    runs = store.streams("run-")
+    if not runs:
+        return -1
+    run = read_run(store, runs[0][0].removeprefix("run-"))
+    if not run.groups:
+        return -1
+    group = project_worker_group(store.read_stream(group_stream(run.groups[-1])))
+    # The first attempt reports once per step from step 0: a report's index is its step.
+    return -1 if group.checkpoint_index is None else group.checkpoint_index
+
+
+def test_a_run_whose_driver_was_killed_is_resumed_by_the_supervisor_from_its_checkpoint(
+    ray_session: None, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
+    steps_file = tmp_path / "steps.txt"
+    storage = tmp_path / "storage"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.orchestration.resume_fns", address, store_url,
+         str(storage), str(steps_file)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    store = EventStore.open(store_url)
+    try:
+        wait_until(
+            lambda: driver.poll() is not None or _committed_step(store) >= 3,
+            timeout_s=240,
+            what="three committed checkpoints",
+        )
+        assert driver.poll() is None, driver.communicate()[0]
+        driver.send_signal(signal.SIGKILL)  # the driver is lost; Ray ends its controller
+        driver.communicate(timeout=60)
+        killed_at = _committed_step(store)
+
+        wait_until(lambda: bool(orphaned_runs(store)), timeout_s=120, what="the run orphaned")
+        ((orphan, _),) = orphaned_runs(store)
+
+        # The supervisor's resume is a `wgstore resume` process connected to the same cluster.
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        monkeypatch.chdir(REPO)
+        drivers: list[subprocess.Popen[bytes]] = []
+
+        def spawn(url: str, run_id: str, holder: str, epoch: int) -> None:
+            drivers.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "wgstore.cli",
+                        "resume",
+                        run_id,
+                        "--url",
+                        url,
+                        "--lease-from",
+                        f"{holder}:{epoch}",
+                        "--by",
+                        holder,
+                    ],
+                    cwd=REPO,
+                    env=dict(os.environ),
+                )
+            )
+
+        stop = threading.Event()
+        decisions: list[Any] = []
+        watcher = threading.Thread(
+            target=supervise,
+            kwargs={"store": store, "stop": stop, "interval_s": 0.5, "spawn": spawn,
+                    "on_decision": decisions.append},
+        )  # fmt: skip
+        watcher.start()
+        try:
+            wait_until(lambda: bool(drivers), timeout_s=60, what="the supervisor to resume it")
+            assert drivers[0].wait(timeout=300) == 0
+        finally:
+            stop.set()
+            watcher.join(30)
+        run = read_run(store, orphan.run_id)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        store.close()
+
+    assert next(d.action for d in decisions if d.run_id == orphan.run_id) == "resumed"
+    assert len(drivers) == 1  # resumed once, not again while the resume was running
+    assert run.status.value == "FINISHED"
+    assert len(run.groups) == 2  # one run, two attempts
+    assert [c.resumed for c in run.controllers] == [False, True]
+    (resumed,) = run.resumes
+    assert resumed.by.startswith("supervisor") and resumed.attempt == 2
+    ran = Counter(tuple(map(int, line.split())) for line in steps_file.read_text().splitlines())
+    for rank in (0, 1):
+        steps = {step for r, step in ran if r == rank}
+        assert steps == set(range(resume_fns.STEPS))  # every step ran
+        # No step up to the committed checkpoint ran twice: the second attempt began after it.
+        assert all(ran[(rank, step)] == 1 for step in range(killed_at + 1))
