@@ -375,7 +375,9 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "run_config": run_config,
             "backend_config": train_run_context.backend_config,
         }
-        if getattr(self, "_driver_part", None) is not None:
+        # the driver's part came with the pickle (fit()), or the callback was never pickled and
+        # the trainer is on this stack; a continued run recorded its trainer already
+        if not self._spec_recorded and self._capture_driver_part() is not None:
             self._record_trainer()
 
     @_hook
