@@ -16,6 +16,7 @@ from wgstore.cli import (
     report,
     run,
     runs,
+    serve,
     sql,
     state,
     verify,
@@ -53,6 +54,7 @@ app.add_typer(projections.projections_app, name="projections")
 app.command("export")(export.export_command)
 app.command("report")(report.report_command)
 app.command("gc")(gc.gc_command)
+app.command("serve")(serve.serve_command)
 
 
 def main() -> None:

@@ -1,0 +1,254 @@
+"""Prometheus metrics of a wgstore log, computed when Prometheus scrapes (a custom collector).
+
+Mount :func:`metrics_app` in any ASGI app, or register :class:`StoreCollector` in a registry of
+your own. Every name starts with ``wgstore_``; counters end in ``_total``; times are seconds.
+
+Label bounds (Prometheus' cardinality rule): ``state``, ``kind`` and ``status`` take a fixed set
+of values; ``type`` is at most :data:`~wgstore.serve.follower.MAX_EVENT_TYPES` event type names
+(further ones count as ``other``); ``run_id`` / ``name`` appear only on the per-run series of
+runs that have not ended, at most :data:`MAX_RUN_SERIES` of them (the newest), so a log of a
+million finished runs still scrapes as a few hundred series.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, make_asgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from wgstore.events import EventStore
+from wgstore.events.schema import wg_events
+from wgstore.events.streams import group_stream
+from wgstore.projections import RunStatus, WorkerGroupStatus
+from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
+from wgstore.projections.queries import worker_group_state
+from wgstore.projections.run_views import run_summaries
+from wgstore.projections.views import group_summaries, worker_rows
+
+if TYPE_CHECKING:
+    from wgstore.serve.follower import Follower
+
+__all__ = [
+    "MAX_RUN_SERIES",
+    "WORKER_STATUSES",
+    "StoreCollector",
+    "metrics_app",
+    "metrics_registry",
+]
+
+MAX_RUN_SERIES = 100
+"""Per-run series (``run_id``, ``name`` labels) for at most this many unended runs, newest first."""
+WORKER_STATUSES = ("started", "running", "finished", "error")
+"""The values of ``wgstore_workers``' ``status`` label (``worker_rows``' statuses)."""
+_ENDED_GROUP = {WorkerGroupStatus.SHUT_DOWN.value, WorkerGroupStatus.START_FAILED.value}
+_FAILURE_KINDS = {
+    "worker_group": "worker_group_failures",
+    "start": "start_failures",
+    "preemption": "preemption_failures",
+}
+
+
+class StoreCollector(Collector):
+    """Collects the metrics of ``store`` at each scrape (``follower`` adds the append counters
+    it keeps; without one they are counted with a ``GROUP BY`` per scrape)."""
+
+    def __init__(self, store: EventStore, follower: Follower | None = None) -> None:
+        self.store = store
+        self.follower = follower
+
+    def collect(self) -> Iterator[Metric]:
+        """The metrics now; ``wgstore_store_up`` is 0 (and nothing else) when the store is down."""
+        started = time.perf_counter()
+        up = GaugeMetricFamily("wgstore_store_up", "1 when the store answered this scrape")
+        try:
+            families = list(self._families())
+        except Exception:  # noqa: BLE001 - a scrape reports the store as down, never fails
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+        took = GaugeMetricFamily(
+            "wgstore_scrape_duration_seconds", "How long computing this scrape took"
+        )
+        took.add_metric([], time.perf_counter() - started)
+        yield took
+
+    def _families(self) -> Iterator[Metric]:
+        now = datetime.now(UTC)
+        runs = run_summaries(self.store, now=now)
+        groups = group_summaries(self.store)
+        yield from _run_families(runs)
+        yield from self._live_run_families(runs, groups, now)
+        yield _workers(self.store, groups)
+        yield from self._log_families(now)
+
+    def _live_run_families(
+        self, runs: list[dict[str, Any]], groups: list[dict[str, Any]], now: datetime
+    ) -> Iterator[Metric]:
+        live = [r for r in runs if r["ended_at"] is None and r["status"] != "UNREADABLE"]
+        live = live[-MAX_RUN_SERIES:]
+        age = GaugeMetricFamily(
+            "wgstore_run_last_report_age_seconds",
+            "Seconds since the latest report of a running run's current attempt (since the "
+            "attempt was requested when it has not reported yet)",
+            labels=["run_id", "name"],
+        )
+        orphaned = GaugeMetricFamily(
+            "wgstore_run_orphaned",
+            "1 when an unended run has no controller holding a live lease",
+            labels=["run_id", "name"],
+        )
+        requested = {g["group_id"]: g["requested_at"] for g in groups}
+        for run in live:
+            labels = [run["run_id"], run["name"] or ""]
+            orphaned.add_metric(labels, 1 if run["orphaned"] else 0)
+            group_id = run["current_group_id"]
+            if run["status"] != RunStatus.RUNNING.value or not group_id:
+                continue
+            last = _last_report(self.store, group_id) or requested.get(group_id)
+            if last is not None:
+                age.add_metric(labels, max(0.0, (now - last).total_seconds()))
+        yield age
+        yield orphaned
+
+    def _log_families(self, now: datetime) -> Iterator[Metric]:
+        store = self.store
+        checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+        with store.engine.connect() as connection:
+            head = int(
+                connection.execute(sa.select(sa.func.max(wg_events.c.position))).scalar() or 0
+            )
+            behind = connection.execute(
+                sa.select(sa.func.count(), sa.func.min(wg_events.c.recorded_at)).where(
+                    wg_events.c.position > checkpoint
+                )
+            ).one()
+            counts: dict[str, int] = {}
+            checkpoints = 0
+            if self.follower is None:
+                query = sa.select(wg_events.c.event_type, sa.func.count()).group_by(
+                    wg_events.c.event_type
+                )
+                counts = {t: int(n) for t, n in connection.execute(query)}
+            connection.rollback()
+        if self.follower is not None:
+            counts = dict(self.follower.type_counts)
+            checkpoints = self.follower.checkpoints
+        position = GaugeMetricFamily(
+            "wgstore_log_head_position", "Position of the newest event in the log"
+        )
+        position.add_metric([], head)
+        yield position
+        lag = GaugeMetricFamily(
+            "wgstore_read_models_lag_events", "Events the read models have not applied yet"
+        )
+        lag.add_metric([], int(behind[0]))
+        yield lag
+        oldest = behind[1]
+        if isinstance(oldest, str):
+            oldest = datetime.fromisoformat(oldest)
+        if oldest is not None and oldest.tzinfo is None:
+            oldest = oldest.replace(tzinfo=UTC)
+        lag_s = GaugeMetricFamily(
+            "wgstore_read_models_lag_seconds",
+            "Age of the oldest event the read models have not applied (0 when current)",
+        )
+        lag_s.add_metric([], 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds()))
+        yield lag_s
+        appended = CounterMetricFamily(
+            "wgstore_events_appended", "Events in the log, per event type", labels=["type"]
+        )
+        for event_type, count in sorted(counts.items()):
+            appended.add_metric([event_type], count)
+        yield appended
+        if self.follower is not None:
+            reported = CounterMetricFamily(
+                "wgstore_checkpoints_reported",
+                "Worker reports that carried a checkpoint (each rank's, every attempt)",
+            )
+            reported.add_metric([], checkpoints)
+            yield reported
+            clients = GaugeMetricFamily(
+                "wgstore_serve_live_pages", "Pages following the log through this server now"
+            )
+            clients.add_metric([], self.follower.clients)
+            yield clients
+
+
+def _run_families(runs: list[dict[str, Any]]) -> Iterator[Metric]:
+    states = GaugeMetricFamily("wgstore_runs", "Runs by state", labels=["state"])
+    counted = dict.fromkeys([s.value for s in RunStatus] + ["UNREADABLE"], 0)
+    for run in runs:
+        counted[run["status"]] = counted.get(run["status"], 0) + 1
+    for state, count in counted.items():
+        states.add_metric([state], count)
+    yield states
+    orphans = GaugeMetricFamily("wgstore_runs_orphaned", "Unended runs no controller holds")
+    orphans.add_metric([], sum(1 for r in runs if r["orphaned"]))
+    yield orphans
+    attempts = CounterMetricFamily("wgstore_run_attempts", "Worker group attempts of all runs")
+    attempts.add_metric([], sum(r["attempts"] or 0 for r in runs))
+    yield attempts
+    failures = CounterMetricFamily(
+        "wgstore_run_failures", "Failures counted against runs' budgets, by kind", labels=["kind"]
+    )
+    for kind, key in _FAILURE_KINDS.items():
+        failures.add_metric([kind], sum(r[key] or 0 for r in runs))
+    yield failures
+    with_checkpoint = GaugeMetricFamily(
+        "wgstore_runs_with_checkpoint", "Runs with a committed checkpoint"
+    )
+    with_checkpoint.add_metric([], sum(1 for r in runs if r["latest_checkpoint"]))
+    yield with_checkpoint
+
+
+def _workers(store: EventStore, groups: list[dict[str, Any]]) -> Metric:
+    """Workers of the groups not yet shut down, by status (each such group folded once)."""
+    family = GaugeMetricFamily(
+        "wgstore_workers", "Workers of groups not shut down, by status", labels=["status"]
+    )
+    counted = dict.fromkeys(WORKER_STATUSES, 0)
+    for group in groups:
+        if group["status"] in _ENDED_GROUP or group["status"] == "UNREADABLE":
+            continue
+        for row in worker_rows(worker_group_state(store, group["group_id"])):
+            counted[row["status"]] = counted.get(row["status"], 0) + 1
+    for status, count in counted.items():
+        family.add_metric([status], count)
+    return family
+
+
+def _last_report(store: EventStore, group_id: str) -> datetime | None:
+    query = sa.select(sa.func.max(wg_events.c.recorded_at)).where(
+        wg_events.c.stream_id == group_stream(group_id),
+        wg_events.c.event_type == "WorkerReported",
+    )
+    with store.engine.connect() as connection:
+        value = connection.execute(query).scalar()
+        connection.rollback()
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value is not None and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+def metrics_registry(store: EventStore, follower: Follower | None = None) -> CollectorRegistry:
+    """A registry holding only a :class:`StoreCollector` of ``store``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(store, follower))
+    return registry
+
+
+def metrics_app(store: EventStore, follower: Follower | None = None) -> Any:
+    """An ASGI app serving ``store``'s metrics in Prometheus' text format (mount it anywhere)."""
+    return make_asgi_app(metrics_registry(store, follower))
