@@ -174,11 +174,12 @@ def create_app(
         return opened
 
     @asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(started: Starlette) -> AsyncIterator[None]:
         own = store is None
         state["store"] = EventStore.open(url, read_only=True, migrate=False) if own else store
         follower = Follower(current(), wait_s=follower_wait_s)
         state["follower"] = follower
+        started.state.follower = follower
         follower.start()
         state["registry"] = metrics_registry(current(), follower)
         try:
@@ -231,6 +232,8 @@ def create_app(
                 yield {"event": "status", "data": json.dumps(follower.status())}
                 while True:
                     message = await queue.get()
+                    if message["kind"] == "closing":
+                        return
                     yield {"event": message["kind"], "data": json.dumps(message)}
             finally:
                 follower.unsubscribe(queue)

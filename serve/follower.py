@@ -96,6 +96,10 @@ class Follower:
             with contextlib.suppress(RuntimeError):  # the loop closed: the page is gone
                 loop.call_soon_threadsafe(_offer, queue, message)
 
+    def close_streams(self) -> None:
+        """Tell every subscribed page stream to end (before the server stops)."""
+        self._publish({"kind": "closing"})
+
     # ------------------------------------------------------------------ the thread
 
     def start(self) -> None:

@@ -26,7 +26,7 @@ from wgstore.projections import RunStatus, StreamNotFoundError
 from wgstore.projections.queries import poll_history, worker_group_state
 from wgstore.projections.run_rows import RUN_SOURCES
 from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
-from wgstore.projections.text import event_json
+from wgstore.projections.text import describe, event_json
 from wgstore.projections.timeline import timeline_data
 from wgstore.projections.views import (
     check_event_types,
@@ -291,7 +291,8 @@ def event_list(
     types: Sequence[str] = (),
     limit: int = 200,
 ) -> dict[str, Any]:
-    """Events as ``wgstore events --json`` prints them (``event_json``), oldest first.
+    """Events as ``wgstore events --json`` prints them (``event_json``), with the one-line
+    ``summary`` ``wgstore events`` shows (``describe``), oldest first.
 
     With ``after``, the first ``limit`` events past that position; without it, the last
     ``limit`` events of the log. ``stream``, ``group`` (an id or prefix) or ``run`` (an id or
@@ -330,7 +331,7 @@ def event_list(
         ]
     else:
         records = _last(store, head, type_names, limit)
-    shown = [event_json(r) for r in records]
+    shown = [{**event_json(r), "summary": describe(r.event)} for r in records]
     if after is not None and len(records) < limit:
         last = head  # nothing more up to the head: the next page starts past it
     else:

@@ -17,7 +17,7 @@
     for (const [key, value] of Object.entries(attrs || {})) {
       if (value !== null && value !== undefined && value !== false) node.setAttribute(key, String(value));
     }
-    for (const child of children.flat()) {
+    for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined) continue;
       node.append(child instanceof Node ? child : document.createTextNode(String(child)));
     }
@@ -181,7 +181,11 @@
       el("label", {}, "type", el("input", { name: "type", value: q.get("type") || "", size: 18 })),
       el("button", { type: "submit" }, "filter"));
   }
-  function summary(e) { return Object.entries(e.data || {}).map(([k, v]) => k + "=" + (typeof v === "string" ? v : JSON.stringify(v))).join(" "); }
+  function streamLink(id) {
+    if (id.startsWith("worker-group-")) return link("/groups/", id.slice(13), id);
+    if (id.startsWith("run-")) return link("/runs/", id.slice(4), id);
+    return el("span", { class: "mono" }, id);
+  }
   async function drawLog() {
     const q = logQuery();
     const run = q.get("run");
@@ -190,7 +194,7 @@
     logRows = logRows.concat(data.events).slice(-500);
     logNext = data.next;
     return [el("h1", {}, "Log", run ? el("span", { class: "dim" }, " (run " + run + ")") : ""), el("p", { class: "dim" }, "head " + data.head + ", newest last, " + logRows.length + " shown"),
-      table(["pos", "time", "stream", "v", "type", "data"], logRows.map((e) => [el("td", { class: "num" }, e.position), when(e.recorded_at), el("span", { class: "mono" }, e.stream_id), e.version, e.type, el("span", { class: "mono" }, summary(e))]))];
+      table(["pos", "time", "stream", "v", "type", "summary"], logRows.map((e) => [el("td", { class: "num" }, e.position), el("td", { class: "nowrap" }, when(e.recorded_at)), streamLink(e.stream_id), e.version, e.type, el("span", { class: "mono", title: JSON.stringify(e.data) }, e.summary)]))];
   }
 
   // ------------------------------------------------------------------ drawing, live
@@ -204,7 +208,7 @@
     const seen = head;
     try {
       const parts = await draw();
-      main.replaceChildren(...parts);
+      main.replaceChildren(...parts.flat(4));
       rendered += 1;
       body.dataset.rendered = String(rendered);
       body.dataset.head = String(seen);

@@ -34,6 +34,9 @@ def live_server(app: Any) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
+        follower = getattr(app.state, "follower", None)
+        if follower is not None:
+            follower.close_streams()  # uvicorn in a thread: sse-starlette sees no signal
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
