@@ -204,4 +204,4 @@ def _has_checkpoint(store: EventStore) -> sa.ColumnElement[bool]:
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0][:300]
+    return text.splitlines()[0][:600]
