@@ -4,7 +4,9 @@ real SQLite file and a real PostgreSQL; server-sent events through a real uvicor
 from __future__ import annotations
 
 import json
+import re
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -239,3 +241,14 @@ def test_one_follower_fans_each_append_out_to_every_open_stream(filled: Any, wri
                 "stream_id": "worker-group-run-live1-g1",
                 "type": "WorkerReported",
             } in listed
+
+
+def test_the_dashboard_alerts_and_docs_name_only_metrics_the_server_exports(client: Any) -> None:
+    exported = {name for name, _labels in _metrics(client.get("/metrics").text)}
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    for name in ("grafana-wgstore.json", "wgstore-alerts.yml", "serve.md"):
+        text = (docs / name).read_text(encoding="utf-8")
+        named = set(re.findall(r"\bwgstore_[a-z_]+[a-z]\b", text)) - {"wgstore_serve_token"}
+        assert named, name
+        assert named <= exported, (name, sorted(named - exported))
+    json.loads((docs / "grafana-wgstore.json").read_text(encoding="utf-8"))
