@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from serve_scenarios import ERROR_MESSAGE, errored_run, live_run, report
 from serve_support import live_server, wait_for
 from starlette.testclient import TestClient
 
+from wgstore.events import EventRegistry, EventStore, event_type
 from wgstore.serve.app import TOKEN_COOKIE, create_app
 
 TOKEN = "t0ken-for-the-serve-tests-0123456789"
@@ -252,3 +254,26 @@ def test_the_dashboard_alerts_and_docs_name_only_metrics_the_server_exports(clie
         assert named, name
         assert named <= exported, (name, sorted(named - exported))
     json.loads((docs / "grafana-wgstore.json").read_text(encoding="utf-8"))
+
+
+OTHER_PROGRAM = EventRegistry()
+"""Another program's event types: the server has never heard of them."""
+
+
+@event_type("CheckpointPinned", version=1, registry=OTHER_PROGRAM)
+@dataclass(frozen=True)
+class CheckpointPinned:
+    path: str
+
+
+def test_a_foreign_event_type_is_listed_raw_and_can_be_filtered(client: Any, filled: Any) -> None:
+    with EventStore.open(filled["url"], registry=OTHER_PROGRAM) as other:
+        other.append("pins-1", [CheckpointPinned(path="<img src=x onerror=alert(1)>")])
+    events = client.get("/api/events", params={"type": "CheckpointPinned"}).json()["events"]
+    (pinned,) = events
+    assert (pinned["stream_id"], pinned["data"]) == (
+        "pins-1",
+        {"path": "<img src=x onerror=alert(1)>"},
+    )
+    assert "<img src=x onerror=alert(1)>" in pinned["summary"]
+    assert client.get("/api/runs").json()["total"] == 2  # the listing is not disturbed
