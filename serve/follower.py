@@ -195,7 +195,7 @@ def _bounded(counts: Counter[str], event_type: str) -> str:
     return "other"
 
 
-def _has_checkpoint(store: EventStore) -> sa.ColumnElement[bool]:
+def _has_checkpoint(store: EventStore) -> sa.TextClause:
     """``data`` holds a non-null ``checkpoint`` (the JSON column of each backend)."""
     if store.is_postgres:
         return sa.text("(data->>'checkpoint') IS NOT NULL")

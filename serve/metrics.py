@@ -233,13 +233,13 @@ def _last_report(store: EventStore, group_id: str) -> datetime | None:
         wg_events.c.event_type == "WorkerReported",
     )
     with store.engine.connect() as connection:
-        value = connection.execute(query).scalar()
+        value: Any = connection.execute(query).scalar()
         connection.rollback()
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    if value is not None and value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def metrics_registry(store: EventStore, follower: Follower | None = None) -> CollectorRegistry:

@@ -152,10 +152,11 @@ class RunFilter:
 
 
 def _duration_s(summary: dict[str, Any], now: datetime) -> float | None:
-    start = summary.get("created_at")
+    start: datetime | None = summary.get("created_at")
     if start is None:
         return None
-    return ((summary.get("ended_at") or now) - start).total_seconds()
+    end: datetime = summary.get("ended_at") or now
+    return (end - start).total_seconds()
 
 
 def run_list(
@@ -194,7 +195,7 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
         StreamNotFoundError / ProjectionError: as ``run_detail``.
     """
     run_id = resolve_run_id(store, run)
-    detail = run_detail(store, run_id, now=now)
+    detail: dict[str, Any] = run_detail(store, run_id, now=now)
     metrics: dict[str, list[dict[str, Any]]] = {}
     latest: list[dict[str, Any]] = []
     for attempt in detail["attempts"]:
