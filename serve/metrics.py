@@ -24,8 +24,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from wgstore.events import EventStore
-from wgstore.events.schema import wg_events
-from wgstore.events.streams import group_stream
+from wgstore.events.schema import wg_events, wg_worker_groups, wg_workers
+from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream
 from wgstore.projections import RunStatus, WorkerGroupStatus
 from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
 from wgstore.projections.queries import worker_group_state
@@ -84,41 +84,24 @@ class StoreCollector(Collector):
 
     def _families(self) -> Iterator[Metric]:
         now = datetime.now(UTC)
-        runs = run_summaries(self.store, now=now)
-        groups = group_summaries(self.store)
+        store = self.store
+        current = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() >= store.head()
+        runs = run_summaries(store, now=now)
+        groups = group_summaries(store)
+        live = [g for g in groups if g["status"] not in _ENDED_GROUP | {"UNREADABLE"}]
+        if current:
+            workers, reported = _workers_from_read_models(store, live)
+        else:
+            workers, reported = _workers_from_log(store, live)
         yield from _run_families(runs)
-        yield from self._live_run_families(runs, groups, now)
-        yield _workers(self.store, groups)
+        yield from _live_run_families(runs, groups, reported, now)
+        family = GaugeMetricFamily(
+            "wgstore_workers", "Workers of groups not shut down, by status", labels=["status"]
+        )
+        for status, count in workers.items():
+            family.add_metric([status], count)
+        yield family
         yield from self._log_families(now)
-
-    def _live_run_families(
-        self, runs: list[dict[str, Any]], groups: list[dict[str, Any]], now: datetime
-    ) -> Iterator[Metric]:
-        live = [r for r in runs if r["ended_at"] is None and r["status"] != "UNREADABLE"]
-        live = live[-MAX_RUN_SERIES:]
-        age = GaugeMetricFamily(
-            "wgstore_run_last_report_age_seconds",
-            "Seconds since the latest report of a running run's current attempt (since the "
-            "attempt was requested when it has not reported yet)",
-            labels=["run_id", "name"],
-        )
-        orphaned = GaugeMetricFamily(
-            "wgstore_run_orphaned",
-            "1 when an unended run has no controller holding a live lease",
-            labels=["run_id", "name"],
-        )
-        requested = {g["group_id"]: g["requested_at"] for g in groups}
-        for run in live:
-            labels = [run["run_id"], run["name"] or ""]
-            orphaned.add_metric(labels, 1 if run["orphaned"] else 0)
-            group_id = run["current_group_id"]
-            if run["status"] != RunStatus.RUNNING.value or not group_id:
-                continue
-            last = _last_report(self.store, group_id) or requested.get(group_id)
-            if last is not None:
-                age.add_metric(labels, max(0.0, (now - last).total_seconds()))
-        yield age
-        yield orphaned
 
     def _log_families(self, now: datetime) -> Iterator[Metric]:
         store = self.store
@@ -211,30 +194,102 @@ def _run_families(runs: list[dict[str, Any]]) -> Iterator[Metric]:
     yield with_checkpoint
 
 
-def _workers(store: EventStore, groups: list[dict[str, Any]]) -> Metric:
-    """Workers of the groups not yet shut down, by status (each such group folded once)."""
-    family = GaugeMetricFamily(
-        "wgstore_workers", "Workers of groups not shut down, by status", labels=["status"]
+def _live_run_families(
+    runs: list[dict[str, Any]],
+    groups: list[dict[str, Any]],
+    reported: dict[str, datetime],
+    now: datetime,
+) -> Iterator[Metric]:
+    live = [r for r in runs if r["ended_at"] is None and r["status"] != "UNREADABLE"]
+    live = live[-MAX_RUN_SERIES:]
+    age = GaugeMetricFamily(
+        "wgstore_run_last_report_age_seconds",
+        "Seconds since the latest report of a running run's current attempt (since the "
+        "attempt was requested when it has not reported yet)",
+        labels=["run_id", "name"],
     )
-    counted = dict.fromkeys(WORKER_STATUSES, 0)
-    for group in groups:
-        if group["status"] in _ENDED_GROUP or group["status"] == "UNREADABLE":
+    orphaned = GaugeMetricFamily(
+        "wgstore_run_orphaned",
+        "1 when an unended run has no controller holding a live lease",
+        labels=["run_id", "name"],
+    )
+    requested = {g["group_id"]: g["requested_at"] for g in groups}
+    for run in live:
+        labels = [run["run_id"], run["name"] or ""]
+        orphaned.add_metric(labels, 1 if run["orphaned"] else 0)
+        group_id = run["current_group_id"]
+        if run["status"] != RunStatus.RUNNING.value or not group_id:
             continue
-        for row in worker_rows(worker_group_state(store, group["group_id"])):
-            counted[row["status"]] = counted.get(row["status"], 0) + 1
-    for status, count in counted.items():
-        family.add_metric([status], count)
-    return family
+        last = reported.get(group_id) or requested.get(group_id)
+        if last is not None:
+            age.add_metric(labels, max(0.0, (now - last).total_seconds()))
+    yield age
+    yield orphaned
 
 
-def _last_report(store: EventStore, group_id: str) -> datetime | None:
-    query = sa.select(sa.func.max(wg_events.c.recorded_at)).where(
-        wg_events.c.stream_id == group_stream(group_id),
-        wg_events.c.event_type == "WorkerReported",
+def _workers_from_read_models(
+    store: EventStore, live: list[dict[str, Any]]
+) -> tuple[dict[str, int], dict[str, datetime]]:
+    """Workers of the ``live`` groups by status, and each group's latest report, from
+    ``wg_workers`` in one query (``worker_rows``' statuses: ``started`` before the first poll)."""
+    counted = dict.fromkeys(WORKER_STATUSES, 0)
+    reported: dict[str, datetime] = {}
+    ids = [g["group_id"] for g in live]
+    if not ids:
+        return counted, reported
+    w, g = wg_workers, wg_worker_groups
+    query = (
+        sa.select(
+            w.c.group_id, w.c.running, w.c.error_type, w.c.last_reported_at, g.c.recorded_polls
+        )
+        .join(g, g.c.group_id == w.c.group_id)
+        .where(w.c.group_id.in_(ids))
     )
     with store.engine.connect() as connection:
-        value: Any = connection.execute(query).scalar()
+        rows = connection.execute(query).all()
         connection.rollback()
+    for group_id, running, error_type, last_reported_at, polls in rows:
+        if error_type is not None:
+            status = "error"
+        elif not polls:
+            status = "started"
+        else:
+            status = "running" if running else "finished"
+        counted[status] += 1
+        moment = _utc(last_reported_at)
+        if moment is not None and (group_id not in reported or moment > reported[group_id]):
+            reported[group_id] = moment
+    return counted, reported
+
+
+def _workers_from_log(
+    store: EventStore, live: list[dict[str, Any]]
+) -> tuple[dict[str, int], dict[str, datetime]]:
+    """As :func:`_workers_from_read_models`, each live group folded from the log."""
+    counted = dict.fromkeys(WORKER_STATUSES, 0)
+    for group in live:
+        for row in worker_rows(worker_group_state(store, group["group_id"])):
+            counted[row["status"]] = counted.get(row["status"], 0) + 1
+    streams = [group_stream(g["group_id"]) for g in live]
+    reported: dict[str, datetime] = {}
+    if not streams:
+        return counted, reported
+    query = (
+        sa.select(wg_events.c.stream_id, sa.func.max(wg_events.c.recorded_at))
+        .where(wg_events.c.stream_id.in_(streams), wg_events.c.event_type == "WorkerReported")
+        .group_by(wg_events.c.stream_id)
+    )
+    with store.engine.connect() as connection:
+        rows = connection.execute(query).all()
+        connection.rollback()
+    for stream_id, moment in rows:
+        at = _utc(moment)
+        if at is not None:
+            reported[stream_id[len(GROUP_STREAM_PREFIX) :]] = at
+    return counted, reported
+
+
+def _utc(value: Any) -> datetime | None:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     if not isinstance(value, datetime):

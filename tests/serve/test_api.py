@@ -12,12 +12,14 @@ from typing import Any
 
 import httpx
 import pytest
+from projection_builders import Stream, append_stream
 from prometheus_client.parser import text_string_to_metric_families
-from serve_scenarios import ERROR_MESSAGE, errored_run, live_run, report
+from serve_scenarios import ERROR_MESSAGE, errored_run, live_run, new_run, report
 from serve_support import live_server, wait_for
 from starlette.testclient import TestClient
 
 from wgstore.events import EventRegistry, EventStore, event_type
+from wgstore.projections import catch_up_read_models
 from wgstore.serve.app import TOKEN_COOKIE, create_app
 
 TOKEN = "t0ken-for-the-serve-tests-0123456789"
@@ -277,3 +279,28 @@ def test_a_foreign_event_type_is_listed_raw_and_can_be_filtered(client: Any, fil
     )
     assert "<img src=x onerror=alert(1)>" in pinned["summary"]
     assert client.get("/api/runs").json()["total"] == 2  # the listing is not disturbed
+
+
+def test_metrics_read_from_the_read_models_agree_with_the_log_folded(
+    client: Any, writer: Any
+) -> None:
+    started = new_run(writer, "run-new33", "not polled yet")
+    started.to("SCHEDULING").to("RUNNING", "run-new33-g1")
+    stream = Stream("run-new33-g1", num_workers=3, run_id="run-new33")
+    append_stream(writer, stream.running())  # workers started, no poll yet
+    folded = _metrics(client.get("/metrics").text)
+    assert folded[("wgstore_read_models_lag_events", ())] > 0
+    catch_up_read_models(writer)
+    projected = _metrics(client.get("/metrics").text)
+    assert projected[("wgstore_read_models_lag_events", ())] == 0
+    assert projected[("wgstore_read_models_lag_seconds", ())] == 0
+    for name in ("wgstore_workers", "wgstore_runs", "wgstore_run_orphaned"):
+        assert {k: v for k, v in projected.items() if k[0] == name} == {
+            k: v for k, v in folded.items() if k[0] == name
+        }, name
+    workers = {k[1][0][1]: v for k, v in projected.items() if k[0] == "wgstore_workers"}
+    assert workers == {"started": 3, "running": 3, "finished": 0, "error": 1}
+    ages = [k for k in projected if k[0] == "wgstore_run_last_report_age_seconds"]
+    assert len(ages) == 3 and set(ages) == {k for k in folded if k[0] == ages[0][0]}
+    for key in ages:  # the same moment, read a little later
+        assert 0 <= projected[key] - folded[key] < 120
