@@ -123,6 +123,7 @@
   }
   async function drawRun() {
     const d = await api("/api/runs/" + encodeURIComponent(ident));
+    watched = new Set(["run-" + d.run.run_id, ...d.attempts.map((a) => "worker-group-" + a.group_id)]);
     const r = d.run;
     const out = [el("h1", {}, "Run ", r.run_id, r.name ? el("span", { class: "dim" }, " (" + r.name + ")") : null)];
     out.push(facts([["state", state(r.status, r.controller_state)], ["source", r.source], ["train_fn", r.train_fn],
@@ -151,6 +152,7 @@
   // ------------------------------------------------------------------ one group
   async function drawGroup() {
     const d = await api("/api/groups/" + encodeURIComponent(ident));
+    watched = new Set(["worker-group-" + d.group_id]);
     const s = d.state;
     const out = [el("h1", {}, "Worker group ", d.group_id)];
     out.push(facts([["run", s.run_id ? link("/runs/", s.run_id) : ""], ["attempt", s.attempt], ["status", state(s.status, s.outcome)],
@@ -202,6 +204,9 @@
   const controls = { runs: runsControls, log: logControls }[kind];
   if (controls) document.getElementById("controls").append(controls());
   let busy = false, again = false, head = 0;
+  let watched = null; // the streams a run or group page shows (null: every append matters)
+  const matters = (message) =>
+    watched === null || message.more > 0 || message.events.some((e) => watched.has(e.stream_id) || e.type === "WorkerGroupStartRequested");
   async function refresh() {
     if (busy) { again = true; return; }
     busy = true;
@@ -220,7 +225,12 @@
     }
   }
   const source = new EventSource("/api/stream");
-  source.addEventListener("append", (m) => { head = JSON.parse(m.data).head; live.textContent = "live · head " + head; refresh(); });
+  source.addEventListener("append", (m) => {
+    const message = JSON.parse(m.data);
+    head = message.head;
+    live.textContent = "live · head " + head;
+    if (matters(message)) refresh();
+  });
   source.addEventListener("status", (m) => {
     const s = JSON.parse(m.data);
     if (s.available) { hideBanner(); head = Math.max(head, s.head); live.textContent = "live · head " + s.head; refresh(); }

@@ -181,3 +181,19 @@ def test_the_pages_need_the_token_and_work_live_with_it(
         page.goto(base + "/runs/run-tok1")  # a link followed without the token in the URL
         page.wait_for_selector("svg[data-metric='loss']", timeout=WAIT_MS)
         page.screenshot(path=str(tmp_path / "token.png"), full_page=True)
+
+
+def test_a_run_page_redraws_for_its_own_streams_only(
+    page: Any, served: dict[str, Any], writer: Any
+) -> None:
+    page.goto(served["base"] + "/runs/run-live1")
+    page.wait_for_selector("svg[data-metric='loss'][data-points='4']", timeout=WAIT_MS)
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    report(writer, "run-err22-g1", 0, 2, loss=0.4)  # another run's group
+    head = writer.head()
+    page.wait_for_selector(f"#live:has-text('head {head}')", timeout=WAIT_MS)
+    assert [url for url in asked if "/api/" in url] == []
+    report(writer, served["live_group"], 1, 3, loss=0.3)
+    page.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
+    assert [url for url in asked if "/api/" in url] == [served["base"] + "/api/runs/run-live1"]
