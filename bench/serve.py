@@ -183,7 +183,8 @@ def _free_port() -> int:
 
 @contextmanager
 def served(url: str) -> Iterator[str]:
-    """``wgstore serve`` on ``url`` as its own process; yields its base URL."""
+    """``wgstore serve`` on ``url`` as its own process; yields its base URL (its pid is
+    :data:`SERVER_PID` meanwhile)."""
     port = _free_port()
     wgstore = Path(sys.executable).with_name("wgstore")
     process = subprocess.Popen(
@@ -193,6 +194,7 @@ def served(url: str) -> Iterator[str]:
         text=True,
     )
     base = f"http://127.0.0.1:{port}"
+    SERVER_PID[0] = process.pid
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -214,6 +216,71 @@ def served(url: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+SERVER_PID = [0]
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pages_cost(url: str, pages: int, appends: int, rounds: int = 2) -> dict[str, Any]:
+    """Appends at full speed with no page open, then with ``pages`` pages of the run open
+    (every append redraws every page), alternating ``rounds`` times: appends/s of each, and
+    the server's CPU seconds per append."""
+    from playwright.sync_api import sync_playwright
+
+    with EventStore.open(url) as store:
+        group_id = record_run(store, "live", reports=1, finished=False)
+        step = [2]
+
+        def burst() -> tuple[float, float]:
+            cpu = _cpu_s(SERVER_PID[0])
+            started = time.perf_counter()
+            for _ in range(appends):
+                store.append(
+                    group_stream(group_id),
+                    [WorkerReported(world_rank=0, index=step[0], metrics={"loss": 1 / step[0]})],
+                )
+                step[0] += 1
+            took = time.perf_counter() - started
+            time.sleep(2)  # let the pages catch up, so their redraws are counted in this burst
+            return appends / took, (_cpu_s(SERVER_PID[0]) - cpu) / appends
+
+        results: dict[str, list[tuple[float, float]]] = {"none": [], "pages": []}
+        with served(url) as base, sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            try:
+                for _ in range(rounds):
+                    results["none"].append(burst())
+                    context = browser.new_context()
+                    opened = []
+                    for _ in range(pages):
+                        page = context.new_page()
+                        page.goto(base + "/runs/live")
+                        opened.append(page)
+                    for page in opened:
+                        page.wait_for_selector("svg[data-metric='loss']", timeout=120_000)
+                    results["pages"].append(burst())
+                    context.close()
+            finally:
+                browser.close()
+    none_rate = statistics.median(r for r, _ in results["none"])
+    pages_rate = statistics.median(r for r, _ in results["pages"])
+    return {
+        "pages": pages,
+        "appends": appends,
+        "appends_per_s_no_pages": none_rate,
+        "appends_per_s_with_pages": pages_rate,
+        "append_cost_pct": (none_rate / pages_rate - 1) * 100,
+        "server_cpu_ms_per_append_no_pages": statistics.median(c for _, c in results["none"])
+        * 1000,
+        "server_cpu_ms_per_append_with_pages": statistics.median(c for _, c in results["pages"])
+        * 1000,
+    }
 
 
 OBSERVER = """() => {
@@ -294,7 +361,13 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=200)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--scrapes", type=int, default=20)
-    parser.add_argument("--part", choices=["visible", "scrape", "both"], default="both")
+    parser.add_argument("--pages", type=int, default=50)
+    parser.add_argument(
+        "--part",
+        choices=["visible", "scrape", "pages", "both"],
+        default="both",
+        help="both: visible and scrape (pages only when asked: it opens --pages tabs)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
@@ -323,6 +396,19 @@ def main() -> None:
                     f"{scrape['current']['median_ms']:.0f} ms (max "
                     f"{scrape['current']['max_ms']:.0f}), behind median "
                     f"{scrape['behind']['median_ms']:.0f} ms",
+                    flush=True,
+                )
+        if args.part == "pages":
+            with place() as url:
+                row["pages"] = cost = pages_cost(url, args.pages, 300)
+            if not args.json:
+                print(
+                    f"{backend:8} load {os.getloadavg()[0]:.2f}  {cost['pages']} open run pages: "
+                    f"appends/s {cost['appends_per_s_no_pages']:.0f} without, "
+                    f"{cost['appends_per_s_with_pages']:.0f} with "
+                    f"(+{cost['append_cost_pct']:.1f} % per append); server CPU per append "
+                    f"{cost['server_cpu_ms_per_append_no_pages']:.2f} ms without, "
+                    f"{cost['server_cpu_ms_per_append_with_pages']:.2f} ms with",
                     flush=True,
                 )
         results.append(row)

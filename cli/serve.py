@@ -76,7 +76,8 @@ def serve_command(
         ) from None
     store = open_store(url)  # read-only; a bad URL or an unreachable store fails here
     try:
-        app = create_app(url, token=token, store=store)
+        loopback = ["127.0.0.1", "localhost", "::1", "[::1]"] if is_loopback(host) else None
+        app = create_app(url, token=token, store=store, allowed_hosts=loopback)
         shown = "localhost" if is_loopback(host) else host
         err_console().print(
             f"serving {mask_url(url)} read-only at http://{shown}:{port}/"

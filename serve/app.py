@@ -11,16 +11,18 @@ from __future__ import annotations
 import html
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
+from urllib.parse import urlencode
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -55,7 +57,8 @@ def _guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
         try:
             return _Json(handler(request))
         except InvalidArgumentError as error:
-            status = 404 if "no run" in str(error) or "no worker group" in str(error) else 400
+            missing = str(error).startswith(("no run id starts with", "no worker group id starts"))
+            status = 404 if missing else 400
             return _error(status, str(error))
         except StreamNotFoundError as error:
             return _error(404, str(error))
@@ -115,6 +118,14 @@ class TokenGuard:
             return
         if request.query_params.get("token"):
             token = self.token.decode()
+            if request.method == "GET" and not request.url.path.startswith("/api/"):
+                # a page opened with ?token=: keep the token out of the address bar and history
+                kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+                target = request.url.path + (f"?{urlencode(kept)}" if kept else "")
+                redirect = RedirectResponse(target, status_code=303)
+                redirect.set_cookie(TOKEN_COOKIE, token, path="/", httponly=True, samesite="strict")
+                await redirect(scope, receive, send)
+                return
 
             async def send_with_cookie(message: Any) -> None:
                 if message["type"] == "http.response.start":
@@ -158,6 +169,7 @@ def create_app(
     token: str | None = None,
     store: EventStore | None = None,
     follower_wait_s: float = 1.0,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The ``wgstore serve`` app for the store at ``url`` (opened read-only when it starts).
 
@@ -166,6 +178,9 @@ def create_app(
         token: when given, every request must carry it (:class:`TokenGuard`).
         store: an already open store to serve instead of opening ``url`` (it is not closed).
         follower_wait_s: how long the follower blocks per wait (it also wakes on appends).
+        allowed_hosts: answer only requests whose ``Host`` is one of these (``wgstore serve`` on
+            a loopback address allows only loopback names: a web page cannot reach the server
+            through a DNS name rebound to 127.0.0.1).
     """
     state: dict[str, Any] = {}
 
@@ -280,4 +295,6 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan)
     if token:
         app.add_middleware(TokenGuard, token=token)
+    if allowed_hosts:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     return app

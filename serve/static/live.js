@@ -1,7 +1,31 @@
 // wgstore serve: draws the page from /api/... and redraws it on each server-sent event.
 // Every string from the log goes into the page as a text node (never as HTML).
+// Loaded as a SharedWorker, this same file holds the one /api/stream connection that every tab
+// of the browser shares (a browser opens at most 6 HTTP/1.1 connections to one server).
 "use strict";
-(function () {
+if (typeof document === "undefined") {
+  const ports = new Set();
+  let source = null;
+  let status = null;
+  const send = (message) => { for (const port of ports) port.postMessage(message); };
+  self.onconnect = (event) => {
+    const port = event.ports[0];
+    ports.add(port);
+    port.onmessage = (m) => { if (m.data === "bye") ports.delete(port); };
+    port.start();
+    if (status) port.postMessage(status);
+    if (source) return;
+    source = new EventSource("/api/stream");
+    for (const kind of ["status", "append"]) {
+      source.addEventListener(kind, (m) => {
+        const message = { kind, data: m.data };
+        if (kind === "status") status = message;
+        send(message);
+      });
+    }
+    source.onerror = () => send({ kind: "error" });
+  };
+} else (function () {
   const body = document.body;
   const kind = body.dataset.kind;
   const ident = body.dataset.id;
@@ -224,18 +248,33 @@
       if (again) { again = false; refresh(); }
     }
   }
-  const source = new EventSource("/api/stream");
-  source.addEventListener("append", (m) => {
-    const message = JSON.parse(m.data);
-    head = message.head;
-    live.textContent = "live · head " + head;
-    if (matters(message)) refresh();
-  });
-  source.addEventListener("status", (m) => {
-    const s = JSON.parse(m.data);
-    if (s.available) { hideBanner(); head = Math.max(head, s.head); live.textContent = "live · head " + s.head; refresh(); }
-    else { showBanner(s.problem); live.textContent = "store unavailable"; }
-  });
-  source.onerror = () => { live.textContent = "reconnecting…"; };
+  function receive(kind, data) {
+    if (kind === "error") { live.textContent = "reconnecting…"; return; }
+    const message = JSON.parse(data);
+    if (kind === "append") {
+      head = message.head;
+      live.textContent = "live · head " + head;
+      if (matters(message)) refresh();
+    } else if (message.available) {
+      hideBanner();
+      head = Math.max(head, message.head);
+      live.textContent = "live · head " + message.head;
+      refresh();
+    } else {
+      showBanner(message.problem);
+      live.textContent = "store unavailable";
+    }
+  }
+  if (window.SharedWorker) {
+    const worker = new SharedWorker(document.currentScript.src, { name: "wgstore-live" });
+    worker.port.onmessage = (m) => receive(m.data.kind, m.data.data);
+    worker.port.start();
+    addEventListener("pagehide", () => worker.port.postMessage("bye"));
+    addEventListener("pageshow", (event) => { if (event.persisted) location.reload(); });
+  } else {
+    const source = new EventSource("/api/stream");
+    for (const kind of ["status", "append"]) source.addEventListener(kind, (m) => receive(kind, m.data));
+    source.onerror = () => receive("error");
+  }
   refresh();
 })();

@@ -193,10 +193,13 @@ def test_every_request_needs_the_token_when_one_is_set(filled: Any) -> None:
         assert client.get("/api/runs", params={"token": TOKEN[:-1]}).status_code == 401
         bearer = client.get("/api/runs", headers={"Authorization": f"Bearer {TOKEN}"})
         assert bearer.status_code == 200
-        first = client.get("/", params={"token": TOKEN})
+        first = client.get("/runs/run-li", params={"token": TOKEN, "x": "1"})
         assert first.status_code == 200
-        assert TOKEN_COOKIE in first.headers["set-cookie"]
-        assert "HttpOnly" in first.headers["set-cookie"]
+        (redirect,) = first.history  # the token leaves the address bar for a cookie
+        assert redirect.status_code == 303
+        assert redirect.headers["location"] == "/runs/run-li?x=1"
+        assert TOKEN_COOKIE in redirect.headers["set-cookie"]
+        assert "httponly" in redirect.headers["set-cookie"].lower()
         assert client.get("/api/runs").status_code == 200  # the cookie from the first visit
 
 
@@ -304,3 +307,13 @@ def test_metrics_read_from_the_read_models_agree_with_the_log_folded(
     assert len(ages) == 3 and set(ages) == {k for k in folded if k[0] == ages[0][0]}
     for key in ages:  # the same moment, read a little later
         assert 0 <= projected[key] - folded[key] < 120
+
+
+def test_on_loopback_only_loopback_host_names_are_answered(filled: Any) -> None:
+    app = create_app(filled["url"], allowed_hosts=["127.0.0.1", "localhost"])
+    with TestClient(app, base_url="http://localhost:8275") as client:
+        assert client.get("/api/runs").status_code == 200
+    with TestClient(app, base_url="http://rebound.example:8275") as client:
+        refused = client.get("/api/runs")
+        assert refused.status_code == 400
+        assert refused.text == "Invalid host header"

@@ -197,3 +197,23 @@ def test_a_run_page_redraws_for_its_own_streams_only(
     report(writer, served["live_group"], 1, 3, loss=0.3)
     page.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
     assert [url for url in asked if "/api/" in url] == [served["base"] + "/api/runs/run-live1"]
+
+
+def test_more_tabs_than_the_browsers_connections_per_server_all_stay_live(
+    browser: Any, served: dict[str, Any], writer: Any
+) -> None:
+    """Chromium opens at most 6 HTTP/1.1 connections to one server: the tabs share one stream."""
+    context = browser.new_context()
+    try:
+        tabs = []
+        for _ in range(10):
+            tab = context.new_page()
+            tab.goto(served["base"] + "/runs/run-live1")
+            tabs.append(tab)
+        for tab in tabs:
+            tab.wait_for_selector("svg[data-metric='loss'][data-points='4']", timeout=WAIT_MS)
+        report(writer, served["live_group"], 0, 3, loss=0.2)
+        for tab in tabs:
+            tab.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
+    finally:
+        context.close()
