@@ -31,6 +31,7 @@ from wgstore.events.errors import EventStoreError
 from wgstore.projections import ProjectionError, StreamNotFoundError
 from wgstore.projections.text import json_default
 from wgstore.serve import views
+from wgstore.serve.cache import AnswerCache
 from wgstore.serve.follower import Follower
 from wgstore.serve.metrics import metrics_registry
 
@@ -42,20 +43,29 @@ PING_S = 15
 
 class _Json(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, default=json_default, ensure_ascii=False).encode()
+        return _encode(content)
 
 
 def _error(status: int, message: str) -> _Json:
     return _Json({"error": message}, status_code=status)
 
 
-def _guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
-    """Turn the library's errors into JSON answers: 400 bad input, 404 not found, 422 a stream
+def _encode(content: Any) -> bytes:
+    return json.dumps(content, default=json_default, ensure_ascii=False).encode()
+
+
+def _guarded(
+    handler: Callable[[Request], Any], answers: AnswerCache, head: Callable[[], int]
+) -> Callable[[Request], Any]:
+    """Answer with ``handler``'s data as JSON, shared through ``answers`` at the same log head;
+    turn the library's errors into JSON answers: 400 bad input, 404 not found, 422 a stream
     that cannot be folded, 503 the store is unavailable."""
 
     def endpoint(request: Request) -> Response:
         try:
-            return _Json(handler(request))
+            key = f"{request.url.path}?{request.url.query}"
+            body = answers.get(key, head(), lambda: _encode(handler(request)))
+            return Response(body, media_type="application/json")
         except InvalidArgumentError as error:
             missing = str(error).startswith(("no run id starts with", "no worker group id starts"))
             status = 404 if missing else 400
@@ -183,6 +193,10 @@ def create_app(
             through a DNS name rebound to 127.0.0.1).
     """
     state: dict[str, Any] = {}
+    answers = AnswerCache()
+
+    def head() -> int:  # the log's head now (one index lookup), so no answer is stale
+        return int(current().head())
 
     def current() -> EventStore:
         opened: EventStore = state["store"]
@@ -195,6 +209,7 @@ def create_app(
         follower = Follower(current(), wait_s=follower_wait_s)
         state["follower"] = follower
         started.state.follower = follower
+        started.state.answers = answers
         follower.start()
         state["registry"] = metrics_registry(current(), follower)
         try:
@@ -285,10 +300,10 @@ def create_app(
         Route("/groups/{group}", group_page),
         Route("/log", log_page),
         Route("/static/live.js", script),
-        Route("/api/runs", _guarded(api_runs)),
-        Route("/api/runs/{run}", _guarded(api_run)),
-        Route("/api/groups/{group}", _guarded(api_group)),
-        Route("/api/events", _guarded(api_events)),
+        Route("/api/runs", _guarded(api_runs, answers, head)),
+        Route("/api/runs/{run}", _guarded(api_run, answers, head)),
+        Route("/api/groups/{group}", _guarded(api_group, answers, head)),
+        Route("/api/events", _guarded(api_events, answers, head)),
         Route("/api/stream", api_stream),
         Route("/metrics", metrics),
     ]

@@ -49,8 +49,8 @@ class Follower:
         self.wait_s = wait_s
         self.retry_s = retry_s
         self.head = 0
-        self.available = False
-        self.problem: str | None = "connecting to the store"
+        self.available = True  # until a read fails (pages show no banner while it starts)
+        self.problem: str | None = None
         self.type_counts: Counter[str] = Counter()
         self.checkpoints = 0
         self.started_at = time.time()
