@@ -95,6 +95,7 @@ if (typeof document === "undefined") {
     const states = ["", "INITIALIZING", "SCHEDULING", "RUNNING", "RESTARTING", "RESIZING", "FINISHED", "ERRORED", "ABORTED"];
     return el("form", { method: "get", action: "/" },
       el("label", {}, "state", el("select", { name: "status" }, states.map((s) => el("option", { value: s, selected: q.get("status") === s }, s || "any")))),
+      el("label", {}, "source", el("select", { name: "source" }, ["", "wgstore", "ray_train"].map((s) => el("option", { value: s, selected: q.get("source") === s }, s || "any")))),
       el("label", {}, "name contains", el("input", { name: "name", value: q.get("name") || "", size: 14 })),
       el("label", {}, "since (10m, 2h, ISO)", el("input", { name: "since", value: q.get("since") || "", size: 10 })),
       el("label", {}, "orphaned", el("input", { type: "checkbox", name: "orphaned", value: "1", checked: q.get("orphaned") === "1" })),

@@ -217,3 +217,19 @@ def test_more_tabs_than_the_browsers_connections_per_server_all_stay_live(
             tab.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
     finally:
         context.close()
+
+
+def test_the_runs_page_filters_by_state_and_name_from_its_form(
+    page: Any, served: dict[str, Any]
+) -> None:
+    page.goto(served["base"] + "/")
+    page.wait_for_selector("a[href='/runs/run-err22']", timeout=WAIT_MS)
+    page.fill("input[name='name']", "ERRORED")
+    page.select_option("select[name='status']", "RUNNING")
+    page.click("button[type='submit']")
+    page.wait_for_url("**/?status=RUNNING*name=ERRORED*", timeout=WAIT_MS)
+    page.wait_for_selector(".pager:has-text(' of 1')", timeout=WAIT_MS)
+    assert page.locator("main a[href^='/runs/']").all_inner_texts() == ["run-err22"]
+    page.select_option("select[name='status']", "FINISHED")
+    page.click("button[type='submit']")
+    page.wait_for_selector("text=no runs match", timeout=WAIT_MS)
