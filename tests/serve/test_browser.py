@@ -188,6 +188,8 @@ def test_a_run_page_redraws_for_its_own_streams_only(
 ) -> None:
     page.goto(served["base"] + "/runs/run-live1")
     page.wait_for_selector("svg[data-metric='loss'][data-points='4']", timeout=WAIT_MS)
+    # drawn twice on opening: once as it loads, once when the stream's first status arrives
+    page.wait_for_selector("body[data-rendered='2']", timeout=WAIT_MS)
     asked: list[str] = []
     page.on("request", lambda request: asked.append(request.url))
     report(writer, "run-err22-g1", 0, 2, loss=0.4)  # another run's group
@@ -197,6 +199,7 @@ def test_a_run_page_redraws_for_its_own_streams_only(
     report(writer, served["live_group"], 1, 3, loss=0.3)
     page.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
     assert [url for url in asked if "/api/" in url] == [served["base"] + "/api/runs/run-live1"]
+    assert page.get_attribute("body", "data-rendered") == "3"
 
 
 def test_more_tabs_than_the_browsers_connections_per_server_all_stay_live(
