@@ -41,6 +41,7 @@ __all__ = [
     "BUILDER_STEPS",
     "MAX_PAGE",
     "POLLS_SHOWN",
+    "POLLS_WINDOW",
     "RunFilter",
     "event_list",
     "group_page",
@@ -52,7 +53,9 @@ __all__ = [
 MAX_PAGE = 500
 """At most this many runs or events per request."""
 POLLS_SHOWN = 50
-"""A group page shows its last this many recorded polls."""
+"""A group page shows its last this many recorded polls ..."""
+POLLS_WINDOW = timedelta(hours=1)
+"""... of the hour before its last poll (a windowed read: the polls, not the whole stream)."""
 BUILDER_STEPS = (
     "WorkerGroupStartRequested",
     "PlacementGroupReserved",
@@ -268,7 +271,7 @@ def group_page(store: EventStore, group: str) -> dict[str, Any]:
             "running": None if record.status is None else record.status.num_running,
             "version": record.version,
         }
-        for record in poll_history(store, group_id)[-POLLS_SHOWN:]
+        for record in poll_history(store, group_id, since=_polls_since(state))[-POLLS_SHOWN:]
     ]
     return {
         "group_id": group_id,
@@ -280,6 +283,11 @@ def group_page(store: EventStore, group: str) -> dict[str, Any]:
         "phases": timeline["phases"],
         "metrics": timeline["metrics"],
     }
+
+
+def _polls_since(state: Any) -> datetime:
+    last: datetime = state.last_polled_at or state.requested_at
+    return last - POLLS_WINDOW
 
 
 def event_list(
