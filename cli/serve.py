@@ -13,6 +13,7 @@ import typer
 
 from wgstore.cli.common import DEFAULT_URL, UrlOption, UsageProblem, err_console, open_store
 from wgstore.events.engine import mask_url
+from wgstore.serve import DEFAULT_PORT
 
 __all__ = ["TOKEN_ENV", "is_loopback", "serve_command"]
 
@@ -40,7 +41,7 @@ def serve_command(
         typer.Option(
             min=1, max=65535, help="The port (default 8275: next to Ray's dashboard on 8265)."
         ),
-    ] = 8275,
+    ] = DEFAULT_PORT,
     token: Annotated[
         str | None,
         typer.Option(
