@@ -17,6 +17,7 @@ from wgstore.cli import (
     resume,
     run,
     runs,
+    serve,
     sql,
     state,
     supervise,
@@ -57,6 +58,7 @@ app.command("report")(report.report_command)
 app.command("gc")(gc.gc_command)
 app.command("resume")(resume.resume_command)
 app.command("supervise")(supervise.supervise_command)
+app.command("serve")(serve.serve_command)
 
 
 def main() -> None:

@@ -1,0 +1,281 @@
+// wgstore serve: draws the page from /api/... and redraws it on each server-sent event.
+// Every string from the log goes into the page as a text node (never as HTML).
+// Loaded as a SharedWorker, this same file holds the one /api/stream connection that every tab
+// of the browser shares (a browser opens at most 6 HTTP/1.1 connections to one server).
+"use strict";
+if (typeof document === "undefined") {
+  const ports = new Set();
+  let source = null;
+  let status = null;
+  const send = (message) => { for (const port of ports) port.postMessage(message); };
+  self.onconnect = (event) => {
+    const port = event.ports[0];
+    ports.add(port);
+    port.onmessage = (m) => { if (m.data === "bye") ports.delete(port); };
+    port.start();
+    if (status) port.postMessage(status);
+    if (source) return;
+    source = new EventSource("/api/stream");
+    for (const kind of ["status", "append"]) {
+      source.addEventListener(kind, (m) => {
+        const message = { kind, data: m.data };
+        if (kind === "status") status = message;
+        send(message);
+      });
+    }
+    source.onerror = () => send({ kind: "error" });
+  };
+} else (function () {
+  const body = document.body;
+  const kind = body.dataset.kind;
+  const ident = body.dataset.id;
+  const main = document.getElementById("main");
+  const banner = document.getElementById("banner");
+  const live = document.getElementById("live");
+  const SVG = "http://www.w3.org/2000/svg";
+  const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+  let rendered = 0;
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value !== null && value !== undefined && value !== false) node.setAttribute(key, String(value));
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+    for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    return node;
+  }
+  const link = (path, id, text) => el("a", { href: path + encodeURIComponent(id) }, text || id);
+  const short = (id) => (id || "").slice(0, 12);
+  function when(value) {
+    if (!value) return "";
+    const d = new Date(value);
+    return isNaN(d) ? String(value) : d.toISOString().replace("T", " ").slice(0, 19);
+  }
+  function seconds(s) {
+    if (s === null || s === undefined) return "";
+    if (s < 120) return s.toFixed(1) + "s";
+    if (s < 7200) return (s / 60).toFixed(1) + "m";
+    return (s / 3600).toFixed(1) + "h";
+  }
+  const budget = (used, limit) =>
+    used === null || used === undefined ? "" : limit === null || limit === undefined ? String(used) : used + "/" + (limit < 0 ? "∞" : limit);
+  const stateClass = (s) => ({ ERRORED: "bad", UNREADABLE: "bad", START_FAILED: "bad", error: "bad", RUNNING: "ok", running: "ok", ABORTED: "warn", RESTARTING: "warn" })[s] || "";
+  const state = (s, extra) => el("span", { class: stateClass(s) }, s || "", extra ? el("span", { class: "dim" }, " (" + extra + ")") : null);
+  function table(headers, rows) {
+    return el("div", { class: "scroll" }, el("table", {}, el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) => (c instanceof Node && c.tagName === "TD" ? c : el("td", {}, c))))))));
+  }
+  const facts = (pairs) => el("dl", {}, pairs.filter((p) => p[1] !== null && p[1] !== undefined && p[1] !== "").map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  const metricsText = (m) => Object.entries(m || {}).map(([k, v]) => k + "=" + (typeof v === "number" ? +v.toPrecision(6) : JSON.stringify(v))).join(" ");
+
+  async function api(path) {
+    const response = await fetch(path, { credentials: "same-origin", cache: "no-store" });
+    let data = null;
+    try { data = await response.json(); } catch (e) { data = { error: response.statusText }; }
+    if (response.status === 503) { showBanner(data.error); throw new Error(data.error); }
+    if (!response.ok) throw Object.assign(new Error(data.error || response.statusText), { status: response.status });
+    hideBanner();
+    return data;
+  }
+  function showBanner(text) { banner.hidden = false; banner.textContent = "The store is unavailable; this page will catch up when it is back. " + (text || ""); }
+  function hideBanner() { banner.hidden = true; }
+
+  // ------------------------------------------------------------------ runs
+  function runsControls() {
+    const q = new URLSearchParams(location.search);
+    const states = ["", "INITIALIZING", "SCHEDULING", "RUNNING", "RESTARTING", "RESIZING", "FINISHED", "ERRORED", "ABORTED"];
+    return el("form", { method: "get", action: "/" },
+      el("label", {}, "state", el("select", { name: "status" }, states.map((s) => el("option", { value: s, selected: q.get("status") === s }, s || "any")))),
+      el("label", {}, "source", el("select", { name: "source" }, ["", "wgstore", "ray_train"].map((s) => el("option", { value: s, selected: q.get("source") === s }, s || "any")))),
+      el("label", {}, "name contains", el("input", { name: "name", value: q.get("name") || "", size: 14 })),
+      el("label", {}, "since (10m, 2h, ISO)", el("input", { name: "since", value: q.get("since") || "", size: 10 })),
+      el("label", {}, "orphaned", el("input", { type: "checkbox", name: "orphaned", value: "1", checked: q.get("orphaned") === "1" })),
+      el("button", { type: "submit" }, "filter"));
+  }
+  async function drawRuns() {
+    const q = new URLSearchParams(location.search);
+    for (const [k, v] of [...q.entries()]) if (!v) q.delete(k);
+    const data = await api("/api/runs?" + q.toString());
+    const rows = data.runs.map((r) => [
+      link("/runs/", r.run_id, short(r.run_id)), r.name || "", state(r.status, r.controller_state !== r.status ? r.controller_state : null),
+      el("td", { class: "num" }, r.attempts ?? ""), budget(r.worker_group_failures, r.max_failures), r.latest_checkpoint || "",
+      r.orphaned ? el("span", { class: "bad" }, "ORPHANED") : r.ended_at ? "" : r.lease_holder ? "alive (" + r.lease_holder + ")" : "",
+      when(r.created_at), when(r.ended_at), seconds(r.duration_s), r.status === "UNREADABLE" ? el("span", { class: "bad" }, r.error) : r.error || ""]);
+    const pager = el("div", { class: "pager" });
+    const page = (offset, text) => { const p = new URLSearchParams(q); p.set("offset", offset); return el("a", { href: "/?" + p }, text); };
+    if (data.offset > 0) pager.append(page(Math.max(0, data.offset - data.limit), "← newer"));
+    pager.append(el("span", { class: "dim" }, `${data.total ? data.offset + 1 : 0}–${data.offset + data.runs.length} of ${data.total}`));
+    if (data.offset + data.limit < data.total) pager.append(page(data.offset + data.limit, "older →"));
+    return [el("h1", {}, "Runs"), data.runs.length ? table(["run", "name", "state", "attempts", "failures", "checkpoint", "driver", "started", "ended", "duration", "error"], rows) : el("p", { class: "dim" }, "no runs match"), pager];
+  }
+
+  // ------------------------------------------------------------------ one run
+  function chart(name, series) {
+    const W = 600, H = 220, L = 48, R = 8, T = 8, B = 22;
+    const all = series.flatMap((s) => s.points);
+    const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
+    let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+    if (x0 === x1) { x0 -= 1; x1 += 1; }
+    if (y0 === y1) { y0 -= 1; y1 += 1; }
+    const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R), Y = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+    const last = Math.max(...series.map((s) => s.attempt));
+    const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "data-metric": name, "data-points": all.length });
+    plot.append(svg("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "none", stroke: "#8886" }));
+    plot.append(svg("text", { x: L - 4, y: T + 8, "text-anchor": "end" }, +y1.toPrecision(4)));
+    plot.append(svg("text", { x: L - 4, y: H - B, "text-anchor": "end" }, +y0.toPrecision(4)));
+    plot.append(svg("text", { x: L, y: H - 6 }, "step " + x0));
+    plot.append(svg("text", { x: W - R, y: H - 6, "text-anchor": "end" }, "step " + x1));
+    const legend = el("div", { class: "legend" });
+    series.forEach((s, i) => {
+      const main = s.rank === 0 && s.attempt === last;
+      const color = COLORS[i % COLORS.length];
+      const d = s.points.map((p, j) => (j ? "L" : "M") + X(p[0]).toFixed(1) + " " + Y(p[1]).toFixed(1)).join(" ");
+      plot.append(svg("path", { d, fill: "none", stroke: color, "stroke-width": main ? 2.5 : 1.2, opacity: main ? 1 : 0.7 }, svg("title", {}, `attempt ${s.attempt} rank ${s.rank}`)));
+      if (s.points.length === 1) plot.append(svg("circle", { cx: X(s.points[0][0]), cy: Y(s.points[0][1]), r: 3, fill: color }));
+      const lastPoint = s.points[s.points.length - 1];
+      legend.append(el("span", { style: "color:" + color }, `■ attempt ${s.attempt} rank ${s.rank}: ${+lastPoint[1].toPrecision(6)}`));
+    });
+    return el("figure", {}, el("figcaption", {}, name), plot, legend);
+  }
+  async function drawRun() {
+    const d = await api("/api/runs/" + encodeURIComponent(ident));
+    watched = new Set(["run-" + d.run.run_id, ...d.attempts.map((a) => "worker-group-" + a.group_id)]);
+    const r = d.run;
+    const out = [el("h1", {}, "Run ", r.run_id, r.name ? el("span", { class: "dim" }, " (" + r.name + ")") : null)];
+    out.push(facts([["state", state(r.status, r.controller_state)], ["source", r.source], ["train_fn", r.train_fn],
+      ["workers", r.num_workers === null ? "" : r.num_workers + " × " + JSON.stringify(r.resources_per_worker || {})],
+      ["failures", budget(r.worker_group_failures, r.max_failures) + " (worker group failures used / max_failures)"],
+      ["attempts", r.attempts], ["checkpoint", r.latest_checkpoint], ["started", when(r.created_at)], ["ended", when(r.ended_at)],
+      ["duration", seconds(d.duration_s)], ["driver", r.orphaned ? el("span", { class: "bad" }, "ORPHANED: no controller holds a live lease") : r.lease_holder ? r.lease_holder + " until " + when(r.lease_expires_at) : ""],
+      ["error", r.error ? el("pre", { class: "bad" }, r.error) : ""], ["aborted", r.abort_reason]]));
+    const names = Object.keys(d.metrics);
+    out.push(el("h2", {}, "Metrics"), names.length ? el("div", { class: "charts" }, names.map((n) => chart(n, d.metrics[n]))) : el("p", { class: "dim" }, "no numeric metrics reported yet"));
+    out.push(el("h2", {}, "Latest metrics per rank"), d.latest.length ? table(["attempt", "rank", "status", "reports", "latest metrics", "error"],
+      d.latest.map((w) => [w.attempt, w.rank, state(w.status), el("td", { class: "num" }, w.reports), el("span", { class: "mono" }, metricsText(w.metrics)), el("span", { class: "bad" }, w.error)])) : el("p", { class: "dim" }, "no workers yet"));
+    out.push(el("h2", {}, "Attempts"), d.attempts.length ? table(["#", "group", "try", "status", "requested", "checkpoint", "failure", "decision"],
+      d.attempts.map((a) => [a.number, link("/groups/", a.group_id, short(a.group_id)), a.attempt ?? "", state(a.status || "NO EVENTS", a.outcome), when(a.requested_at), a.latest_checkpoint || "",
+        el("span", { class: "bad" }, a.error || ""), a.decisions.map((x) => x.decision + " " + x.failure_kind + " " + budget(x.failures_so_far, x.limit) + (x.reason ? ": " + x.reason : "")).join("; ")])) : el("p", { class: "dim" }, "no attempts yet"));
+    const timeline = [
+      ...d.transitions.map((t) => [t.at, "state", t.from_state + " → " + t.to_state, t.reason || "", t.group_id]),
+      ...d.decisions.map((x) => [x.at, "decision", x.decision + " " + x.failure_kind + " " + budget(x.failures_so_far, x.limit), x.reason || "", x.group_id]),
+      ...d.controllers.map((c) => [c.at, c.resumed ? "resumed" : "controller", c.controller_id, c.host + " pid " + c.pid, null]),
+    ].sort((a, b) => String(a[0]).localeCompare(String(b[0])));
+    out.push(el("h2", {}, "Timeline"), table(["time", "what", "", "reason", "group"], timeline.map((t) => [when(t[0]), t[1], t[2], t[3], t[4] ? link("/groups/", t[4], short(t[4])) : ""])));
+    out.push(el("p", {}, el("a", { href: "/log?run=" + encodeURIComponent(r.run_id) }, "this run's events")));
+    return out;
+  }
+
+  // ------------------------------------------------------------------ one group
+  async function drawGroup() {
+    const d = await api("/api/groups/" + encodeURIComponent(ident));
+    watched = new Set(["worker-group-" + d.group_id]);
+    const s = d.state;
+    const out = [el("h1", {}, "Worker group ", d.group_id)];
+    out.push(facts([["run", s.run_id ? link("/runs/", s.run_id) : ""], ["attempt", s.attempt], ["status", state(s.status, s.outcome)],
+      ["train_fn", s.context.train_fn], ["workers", s.num_workers + " × " + JSON.stringify(s.context.resources_per_worker)],
+      ["requested", when(s.requested_at)], ["polls", s.polls_total + " (" + s.recorded_polls + " recorded)"], ["reports", s.reports_total],
+      ["checkpoint", s.latest_checkpoint], ["shutdown", s.shutdown_reason], ["as of", "version " + s.version + ", position " + s.position]]));
+    out.push(el("h2", {}, "Workers"), d.workers.length ? table(["rank", "node", "pid", "status", "reports", "latest metrics", "error"],
+      d.workers.map((w) => [w.rank, w.node, w.pid, state(w.status), el("td", { class: "num" }, w.reports), el("span", { class: "mono" }, metricsText(w.metrics)), el("span", { class: "bad" }, w.error)])) : el("p", { class: "dim" }, "no workers started"));
+    out.push(el("h2", {}, "Errors"), d.errors.length ? d.errors.map((e) => el("div", { class: "error" },
+      el("div", { class: "bad" }, (e.rank === null ? "start failed at stage " + e.stage : "rank " + e.rank) + ": " + e.type + ": " + e.message),
+      e.traceback ? el("pre", {}, e.traceback) : null)) : el("p", { class: "dim" }, "no errors"));
+    out.push(el("h2", {}, "Builder steps"), table(["step", "time", "took", "details"], d.builder.map((b) => [b.type, when(b.t), b.took_ms === null ? "" : b.took_ms + " ms", b.summary])));
+    out.push(el("h2", {}, "Poll history (last " + d.polls.length + ")"), d.polls.length ? table(["seq", "polled at", "running", "unchanged polls", "changes"],
+      d.polls.map((p) => [p.poll_seq, when(p.polled_at), p.running ?? "", p.unchanged_polls, p.changes.map((c) => "rank " + c.world_rank + (c.error ? " error " + c.error.type + ": " + c.error.message : c.running ? " running" : " stopped")).join("; ")])) : el("p", { class: "dim" }, "no polls recorded"));
+    out.push(el("p", {}, el("a", { href: "/log?group=" + encodeURIComponent(d.group_id) }, "this group's events")));
+    return out;
+  }
+
+  // ------------------------------------------------------------------ the log
+  let logNext = null;
+  let logRows = [];
+  const logQuery = () => { const q = new URLSearchParams(location.search); for (const [k, v] of [...q.entries()]) if (!v) q.delete(k); return q; };
+  function logControls() {
+    const q = new URLSearchParams(location.search);
+    return el("form", { method: "get", action: "/log" },
+      el("label", {}, "stream", el("input", { name: "stream", value: q.get("stream") || "", size: 24 })),
+      el("label", {}, "group (id or prefix)", el("input", { name: "group", value: q.get("group") || "", size: 12 })),
+      el("label", {}, "type", el("input", { name: "type", value: q.get("type") || "", size: 18 })),
+      el("button", { type: "submit" }, "filter"));
+  }
+  function streamLink(id) {
+    if (id.startsWith("worker-group-")) return link("/groups/", id.slice(13), id);
+    if (id.startsWith("run-")) return link("/runs/", id.slice(4), id);
+    return el("span", { class: "mono" }, id);
+  }
+  async function drawLog() {
+    const q = logQuery();
+    const run = q.get("run");
+    if (logNext !== null) q.set("after", logNext);
+    const data = await api("/api/events?" + q.toString());
+    logRows = logRows.concat(data.events).slice(-500);
+    logNext = data.next;
+    return [el("h1", {}, "Log", run ? el("span", { class: "dim" }, " (run " + run + ")") : ""), el("p", { class: "dim" }, "head " + data.head + ", newest last, " + logRows.length + " shown"),
+      table(["pos", "time", "stream", "v", "type", "summary"], logRows.map((e) => [el("td", { class: "num" }, e.position), el("td", { class: "nowrap" }, when(e.recorded_at)), streamLink(e.stream_id), e.version, e.type, el("span", { class: "mono", title: JSON.stringify(e.data) }, e.summary)]))];
+  }
+
+  // ------------------------------------------------------------------ drawing, live
+  const draw = { runs: drawRuns, run: drawRun, group: drawGroup, log: drawLog }[kind];
+  const controls = { runs: runsControls, log: logControls }[kind];
+  if (controls) document.getElementById("controls").append(controls());
+  let busy = false, again = false, head = 0;
+  let watched = null; // the streams a run or group page shows (null: every append matters)
+  const matters = (message) =>
+    watched === null || message.more > 0 || message.events.some((e) => watched.has(e.stream_id) || e.type === "WorkerGroupStartRequested");
+  async function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    const seen = head;
+    try {
+      const parts = await draw();
+      main.replaceChildren(...parts.flat(4));
+      rendered += 1;
+      body.dataset.rendered = String(rendered);
+      body.dataset.head = String(seen);
+    } catch (error) {
+      if (error.status) main.replaceChildren(el("h1", {}, "Not found"), el("p", { class: "bad" }, error.message));
+    } finally {
+      busy = false;
+      if (again) { again = false; refresh(); }
+    }
+  }
+  function receive(kind, data) {
+    if (kind === "error") { live.textContent = "reconnecting…"; return; }
+    const message = JSON.parse(data);
+    if (kind === "append") {
+      head = message.head;
+      live.textContent = "live · head " + head;
+      if (matters(message)) refresh();
+    } else if (message.available) {
+      hideBanner();
+      head = Math.max(head, message.head);
+      live.textContent = "live · head " + message.head;
+      refresh();
+    } else {
+      showBanner(message.problem);
+      live.textContent = "store unavailable";
+    }
+  }
+  if (window.SharedWorker) {
+    const worker = new SharedWorker(document.currentScript.src, { name: "wgstore-live" });
+    worker.port.onmessage = (m) => receive(m.data.kind, m.data.data);
+    worker.port.start();
+    addEventListener("pagehide", () => worker.port.postMessage("bye"));
+    addEventListener("pageshow", (event) => { if (event.persisted) location.reload(); });
+  } else {
+    const source = new EventSource("/api/stream");
+    for (const kind of ["status", "append"]) source.addEventListener(kind, (m) => receive(kind, m.data));
+    source.onerror = () => receive("error");
+  }
+  refresh();
+})();

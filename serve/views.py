@@ -1,0 +1,359 @@
+"""What the pages and ``/api/...`` show, as JSON-ready data: the library's read-side views, put
+together per page (nothing here folds the log itself).
+
+- :func:`run_list`: :func:`~wgstore.projections.run_views.run_summaries`, filtered as
+  ``wgstore runs`` filters, newest first, paged.
+- :func:`run_page`: :func:`~wgstore.projections.run_views.run_detail` plus each attempt's metric
+  series (:func:`~wgstore.projections.timeline.timeline_data`) and the latest metrics per rank.
+- :func:`group_page`: a group's state (:func:`~wgstore.projections.views.state_json`), its
+  workers (:func:`~wgstore.projections.views.worker_rows`), its timeline (errors with
+  tracebacks, builder steps) and the tail of its poll history.
+- :func:`event_list`: the log after a position, as ``wgstore events --json`` prints it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from wgstore.events import EventStore, InvalidArgumentError
+from wgstore.events.streams import group_stream
+from wgstore.projections import RunStatus, StreamNotFoundError
+from wgstore.projections.queries import poll_history, worker_group_state
+from wgstore.projections.run_rows import RUN_SOURCES
+from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
+from wgstore.projections.text import describe, event_json
+from wgstore.projections.timeline import timeline_data
+from wgstore.projections.views import (
+    check_event_types,
+    resolve_group_id,
+    run_streams,
+    state_json,
+    stored_events,
+    worker_rows,
+)
+
+__all__ = [
+    "BUILDER_STEPS",
+    "MAX_PAGE",
+    "POLLS_SHOWN",
+    "POLLS_WINDOW",
+    "RunFilter",
+    "event_list",
+    "group_page",
+    "parse_since",
+    "run_list",
+    "run_page",
+]
+
+MAX_PAGE = 500
+"""At most this many runs or events per request."""
+POLLS_SHOWN = 50
+"""A group page shows its last this many recorded polls ..."""
+POLLS_WINDOW = timedelta(hours=1)
+"""... of the hour before its last poll (a windowed read: the polls, not the whole stream)."""
+BUILDER_STEPS = (
+    "WorkerGroupStartRequested",
+    "PlacementGroupReserved",
+    "SyncActorStarted",
+    "WorkersStarted",
+    "WorkerGroupStarted",
+    "TrainingLaunched",
+    "WorkerGroupStartFailed",
+)
+"""The events the builder appends while it starts a group, in order."""
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``10m`` / ``2h`` / ``3d`` / ``30s`` ago, or an ISO 8601 time (UTC when it has no zone).
+
+    Raises:
+        InvalidArgumentError: neither form.
+    """
+    text = text.strip()
+    now = now or datetime.now(UTC)
+    unit = _UNITS.get(text[-1:].lower())
+    if unit is not None and text[:-1].replace(".", "", 1).isdigit():
+        return now - timedelta(seconds=float(text[:-1]) * unit)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"since={text!r} is not a time: give an ISO time (2026-12-01T14:00) or 10m, 2h, 3d"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFilter:
+    """The run listing's filters (``wgstore runs``'): all optional."""
+
+    statuses: frozenset[str] = frozenset()
+    name: str | None = None
+    source: str | None = None
+    orphaned: bool = False
+    since: datetime | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        statuses: Sequence[str] = (),
+        name: str | None = None,
+        source: str | None = None,
+        orphaned: bool = False,
+        since: str | None = None,
+    ) -> RunFilter:
+        """Check the filters as given in a URL.
+
+        Raises:
+            InvalidArgumentError: an unknown status or source, or a bad time.
+        """
+        known = [s.value for s in RunStatus]
+        wanted = frozenset(s.strip().upper().replace("-", "_") for s in statuses if s.strip())
+        unknown = sorted(wanted - set(known))
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown status {', '.join(unknown)}; use one of {', '.join(known)}"
+            )
+        if source and source not in RUN_SOURCES:
+            raise InvalidArgumentError(
+                f"unknown source {source!r}; use one of {', '.join(RUN_SOURCES)}"
+            )
+        return cls(
+            statuses=wanted,
+            name=name or None,
+            source=source or None,
+            orphaned=orphaned,
+            since=parse_since(since) if since else None,
+        )
+
+    @property
+    def active(self) -> bool:
+        """True when any filter is set."""
+        return bool(self.statuses or self.name or self.source or self.orphaned or self.since)
+
+    def keep(self, summary: dict[str, Any]) -> bool:
+        """Whether a run summary passes (an unreadable run only passes no filter at all)."""
+        if summary["status"] == "UNREADABLE":
+            return not self.active
+        if self.statuses and summary["status"] not in self.statuses:
+            return False
+        if self.name and self.name.lower() not in (summary["name"] or "").lower():
+            return False
+        if self.source and summary["source"] != self.source:
+            return False
+        if self.orphaned and not summary["orphaned"]:
+            return False
+        created = summary["created_at"]
+        return self.since is None or (created is not None and created >= self.since)
+
+
+def _duration_s(summary: dict[str, Any], now: datetime) -> float | None:
+    start: datetime | None = summary.get("created_at")
+    if start is None:
+        return None
+    end: datetime = summary.get("ended_at") or now
+    return (end - start).total_seconds()
+
+
+def run_list(
+    store: EventStore,
+    run_filter: RunFilter | None = None,
+    *,
+    limit: int = 100,
+    offset: int = 0,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The runs, newest first, filtered and paged: ``{"runs", "total", "offset", "limit"}``.
+
+    Each run is a :func:`~wgstore.projections.run_views.run_summaries` summary with
+    ``duration_s`` added (to its end, or to ``now`` while it goes on).
+    """
+    now = now or datetime.now(UTC)
+    run_filter = run_filter or RunFilter()
+    limit = max(1, min(limit, MAX_PAGE))
+    offset = max(0, offset)
+    kept = [s for s in run_summaries(store, now=now) if run_filter.keep(s)]
+    kept.reverse()
+    page = kept[offset : offset + limit]
+    for summary in page:
+        summary["duration_s"] = _duration_s(summary, now)
+    return {"runs": page, "total": len(kept), "offset": offset, "limit": limit}
+
+
+def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[str, Any]:
+    """One run: :func:`~wgstore.projections.run_views.run_detail` (attempts, decisions,
+    transitions, controllers), plus ``metrics`` (per metric, one series per attempt and rank of
+    ``[step, value, epoch ms]`` points) and ``latest`` (the current attempt's workers with
+    their latest metrics).
+
+    Raises:
+        InvalidArgumentError: no run, or more than one, matches ``run``.
+        StreamNotFoundError / ProjectionError: as ``run_detail``.
+    """
+    run_id = resolve_run_id(store, run)
+    detail: dict[str, Any] = run_detail(store, run_id, now=now)
+    metrics: dict[str, list[dict[str, Any]]] = {}
+    latest: list[dict[str, Any]] = []
+    for attempt in detail["attempts"]:
+        if attempt["status"] in (None, "UNREADABLE"):
+            continue
+        try:
+            timeline = timeline_data(store, attempt["group_id"])
+        except StreamNotFoundError:
+            continue
+        for name, series in timeline["metrics"].items():
+            for rank, points in sorted(series.items(), key=lambda item: int(item[0])):
+                metrics.setdefault(name, []).append(
+                    {"attempt": attempt["number"], "rank": int(rank), "points": points}
+                )
+    readable = [a for a in detail["attempts"] if a["status"] not in (None, "UNREADABLE")]
+    if readable:
+        current = readable[-1]
+        try:
+            state = worker_group_state(store, current["group_id"])
+            latest = [{**row, "attempt": current["number"]} for row in worker_rows(state)]
+        except StreamNotFoundError:
+            latest = []
+    detail["duration_s"] = _duration_s(detail["run"], now or datetime.now(UTC))
+    detail["metrics"] = dict(sorted(metrics.items()))
+    detail["latest"] = latest
+    return detail
+
+
+def group_page(store: EventStore, group: str) -> dict[str, Any]:
+    """One worker group: ``state`` (:func:`~wgstore.projections.views.state_json`),
+    ``workers`` (:func:`~wgstore.projections.views.worker_rows`), ``errors`` (each worker's and
+    the start failure, with tracebacks), ``builder`` (the start steps with the time each took),
+    ``polls`` (the last :data:`POLLS_SHOWN` recorded polls) and ``phases``.
+
+    Raises:
+        InvalidArgumentError: no group, or more than one, matches ``group``.
+        StreamNotFoundError / ProjectionError: the stream cannot be read or folded.
+    """
+    group_id = resolve_group_id(store, group)
+    state = worker_group_state(store, group_id)
+    timeline = timeline_data(store, group_id)
+    errors = [
+        {"rank": worker["rank"], **error}
+        for worker in timeline["workers"]
+        for error in worker["errors"]
+    ]
+    if timeline["start_failure"] is not None:
+        errors.insert(0, {"rank": None, **timeline["start_failure"]})
+    builder = []
+    previous = None
+    for event in timeline["events"]:
+        if event["type"] not in BUILDER_STEPS:
+            continue
+        builder.append(
+            {
+                "type": event["type"],
+                "time": event["time"],
+                "t": event["t"],
+                "took_ms": None if previous is None else round(event["t"] - previous, 1),
+                "summary": event["summary"],
+            }
+        )
+        previous = event["t"]
+    polls = [
+        {
+            "poll_seq": record.poll_seq,
+            "polled_at": record.polled_at,
+            "changes": msgspec.to_builtins(record.changes),
+            "unchanged_polls": record.unchanged_polls,
+            "running": None if record.status is None else record.status.num_running,
+            "version": record.version,
+        }
+        for record in poll_history(store, group_id, since=_polls_since(state))[-POLLS_SHOWN:]
+    ]
+    return {
+        "group_id": group_id,
+        "state": state_json(state),
+        "workers": worker_rows(state),
+        "errors": errors,
+        "builder": builder,
+        "polls": polls,
+        "phases": timeline["phases"],
+        "metrics": timeline["metrics"],
+    }
+
+
+def _polls_since(state: Any) -> datetime:
+    last: datetime = state.last_polled_at or state.requested_at
+    return last - POLLS_WINDOW
+
+
+def event_list(
+    store: EventStore,
+    *,
+    after: int | None = None,
+    stream: str | None = None,
+    group: str | None = None,
+    run: str | None = None,
+    types: Sequence[str] = (),
+    limit: int = 200,
+) -> dict[str, Any]:
+    """Events as ``wgstore events --json`` prints them (``event_json``), with the one-line
+    ``summary`` ``wgstore events`` shows (``describe``), oldest first.
+
+    With ``after``, the first ``limit`` events past that position; without it, the last
+    ``limit`` events of the log. ``stream``, ``group`` (an id or prefix) or ``run`` (an id or
+    prefix: its run stream and every group of it, :func:`~wgstore.projections.views.run_streams`)
+    narrow the streams; ``types`` the types (a foreign type the log holds is shown raw, as in
+    the CLI). Returns ``{"events", "head", "next"}``: ``next`` is the position to ask ``after``
+    next.
+
+    Raises:
+        InvalidArgumentError: an unknown type, group or run, or a negative position.
+    """
+    limit = max(1, min(limit, MAX_PAGE))
+    if after is not None and after < 0:
+        raise InvalidArgumentError(f"after={after} is negative; give a position of 0 or more")
+    type_names = check_event_types([t for t in types if t], store) or None
+    streams: set[str] | None = None
+    if group:
+        streams = {group_stream(resolve_group_id(store, group))}
+    elif run:
+        streams = run_streams(store, resolve_run_id(store, run))
+    elif stream:
+        streams = {stream}
+    head = store.head()
+    if streams is not None:
+        records = [
+            r
+            for r in stored_events(store, streams, type_names or [], head)
+            if after is None or r.position > after
+        ]
+        records = records[:limit] if after is not None else records[-limit:]
+    elif after is not None:
+        records = [
+            r
+            for r in store.read_all(after=after, types=type_names, limit=limit)
+            if r.position <= head
+        ]
+    else:
+        records = _last(store, head, type_names, limit)
+    shown = [{**event_json(r), "summary": describe(r.event)} for r in records]
+    if after is not None and len(records) < limit:
+        last = head  # nothing more up to the head: the next page starts past it
+    else:
+        last = records[-1].position if records else (after if after is not None else head)
+    return {"events": shown, "head": head, "next": max(last or 0, 0)}
+
+
+def _last(store: EventStore, head: int, types: list[str] | None, limit: int) -> list[Any]:
+    """The last ``limit`` events (of ``types``) up to ``head``: read back in widening windows."""
+    window = limit
+    while True:
+        after = max(0, head - window)
+        records = [r for r in store.read_all(after=after, types=types) if r.position <= head]
+        if len(records) >= limit or after == 0:
+            return records[-limit:]
+        window *= 4

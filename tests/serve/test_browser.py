@@ -1,0 +1,238 @@
+"""``wgstore serve``'s pages in a real browser: Debian's Chromium, headless, driven by Playwright
+(its Python package, pointed at /usr/bin/chromium: no browser download).
+
+Each page is served by a real uvicorn over a real store (SQLite and Postgres); the tests append
+to the store while the page is open and wait, with a deadline, for the page to change without a
+reload. A screenshot of each page is kept in the test's tmp dir. Without Chromium the tests are
+skipped on a developer machine and fail when ``CI=true`` (``make system-deps`` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serve_scenarios import ERROR_MESSAGE, errored_run, live_run, new_run, report
+from serve_support import live_server
+
+from wgstore.serve.app import create_app
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need playwright")
+
+TOKEN = "browser-test-token-0123456789abcdef"
+XSS_NAME = "<script>alert(1)</script>"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_MS = 30_000
+"""How long a page may take to show an append (generous under load; the goal is < 1 s)."""
+
+
+def chromium_binary() -> str:
+    """Debian's Chromium, or skip (developer machine) / fail (CI) when it is missing."""
+    found = next(
+        (
+            p
+            for p in ("/usr/bin/chromium", shutil.which("chromium") or "")
+            if p and os.access(p, os.X_OK)
+        ),
+        None,
+    )
+    if found is None:
+        reason = (
+            "Debian's chromium is not installed (make system-deps, or apt-get install chromium)"
+        )
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{reason}. CI must run the browser tests.", pytrace=False)
+        pytest.skip(reason)
+    return found
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    binary = chromium_binary()
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=binary, args=CHROMIUM_FLAGS, headless=True
+        )
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1100, "height": 900})
+    opened = context.new_page()
+    dialogs: list[str] = []
+    opened.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    opened.dialogs = dialogs
+    try:
+        yield opened
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def served(writer: Any, store_url: str) -> Iterator[dict[str, Any]]:
+    """A live run named like a script, an errored run, and the server over them."""
+    live_group = live_run(writer, "run-live1", name=XSS_NAME)
+    errored_run(writer, "run-err22")
+    with live_server(create_app(store_url, follower_wait_s=0.5)) as base:
+        yield {"base": base, "live_group": live_group, "url": store_url}
+
+
+def _mark(page: Any) -> None:
+    """Tag the window: a reload would lose the tag."""
+    page.evaluate("window.__notReloaded = true")
+
+
+def _not_reloaded(page: Any) -> bool:
+    return bool(page.evaluate("window.__notReloaded === true"))
+
+
+def test_the_runs_page_lists_a_run_started_while_it_is_open(
+    page: Any, served: dict[str, Any], writer: Any, tmp_path: Path
+) -> None:
+    page.goto(served["base"] + "/")
+    page.wait_for_selector("text=run-err22", timeout=WAIT_MS)
+    _mark(page)
+    new_run(writer, "run-new99", "started-during-the-test")
+    page.wait_for_selector("a[href='/runs/run-new99']", timeout=WAIT_MS)
+    assert page.locator("text=started-during-the-test").count() == 1
+    assert _not_reloaded(page)
+    page.screenshot(path=str(tmp_path / "runs.png"), full_page=True)
+
+
+def test_a_report_changes_the_run_pages_chart_and_table_without_a_reload(
+    page: Any, served: dict[str, Any], writer: Any, tmp_path: Path
+) -> None:
+    page.goto(served["base"] + "/runs/run-li")  # a prefix, as in the CLI
+    chart = page.locator("svg[data-metric='loss']")
+    chart.wait_for(timeout=WAIT_MS)
+    assert chart.get_attribute("data-points") == "4"  # 2 ranks x 2 steps
+    _mark(page)
+    appended = time.perf_counter()
+    report(writer, served["live_group"], 0, 3, loss=0.25, acc=0.3)
+    page.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
+    seen_ms = (time.perf_counter() - appended) * 1000
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('main td')].some(td => td.textContent.includes('loss=0.25'))",
+        timeout=WAIT_MS,
+    )
+    assert _not_reloaded(page)
+    print(f"append -> chart redrawn: {seen_ms:.0f} ms")
+    page.screenshot(path=str(tmp_path / "run.png"), full_page=True)
+
+
+def test_a_group_page_shows_a_workers_error_with_its_traceback(
+    page: Any, served: dict[str, Any], tmp_path: Path
+) -> None:
+    page.goto(served["base"] + "/groups/run-err2")
+    page.wait_for_selector("h2:has-text('Errors')", timeout=WAIT_MS)
+    errors = page.locator("div.error").inner_text()
+    assert f"rank 1: RuntimeError: {ERROR_MESSAGE}" in errors  # the <b> shown as text
+    assert "Traceback" in errors
+    assert page.locator("main b").count() == 0
+    page.screenshot(path=str(tmp_path / "group.png"), full_page=True)
+
+
+def test_a_run_named_like_a_script_shows_as_text(
+    page: Any, served: dict[str, Any], tmp_path: Path
+) -> None:
+    for path in ("/", "/runs/run-live1", "/log"):
+        page.goto(served["base"] + path)
+        page.wait_for_function(
+            f"() => document.querySelector('main').textContent.includes({XSS_NAME!r})",
+            timeout=WAIT_MS,
+        )
+        assert page.locator("main script").count() == 0
+        assert page.evaluate("document.scripts.length") == 1  # live.js, nothing else
+    assert page.dialogs == []
+    page.screenshot(path=str(tmp_path / "log.png"), full_page=True)
+
+
+def test_the_pages_need_the_token_and_work_live_with_it(
+    page: Any, writer: Any, store_url: str, tmp_path: Path
+) -> None:
+    live_run(writer, "run-tok1")
+    with live_server(create_app(store_url, token=TOKEN, follower_wait_s=0.5)) as base:
+        refused = page.goto(base + "/")
+        assert refused.status == 401
+        assert "give the token" in page.content()
+        allowed = page.goto(base + f"/?token={TOKEN}")
+        assert allowed.status == 200
+        page.wait_for_selector("a[href='/runs/run-tok1']", timeout=WAIT_MS)
+        new_run(writer, "run-tok2", "after-the-token")  # the live stream carries the cookie
+        page.wait_for_selector("a[href='/runs/run-tok2']", timeout=WAIT_MS)
+        page.goto(base + "/runs/run-tok1")  # a link followed without the token in the URL
+        page.wait_for_selector("svg[data-metric='loss']", timeout=WAIT_MS)
+        page.screenshot(path=str(tmp_path / "token.png"), full_page=True)
+
+
+def test_a_run_page_redraws_for_its_own_streams_only(
+    page: Any, served: dict[str, Any], writer: Any
+) -> None:
+    page.goto(served["base"] + "/runs/run-live1")
+    page.wait_for_selector("svg[data-metric='loss'][data-points='4']", timeout=WAIT_MS)
+    # drawn twice on opening: once as it loads, once when the stream's first status arrives
+    page.wait_for_selector("body[data-rendered='2']", timeout=WAIT_MS)
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    report(writer, "run-err22-g1", 0, 2, loss=0.4)  # another run's group
+    head = writer.head()
+    page.wait_for_selector(f"#live:has-text('head {head}')", timeout=WAIT_MS)
+    assert [url for url in asked if "/api/" in url] == []
+    report(writer, served["live_group"], 1, 3, loss=0.3)
+    page.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
+    assert [url for url in asked if "/api/" in url] == [served["base"] + "/api/runs/run-live1"]
+    assert page.get_attribute("body", "data-rendered") == "3"
+
+
+def test_more_tabs_than_the_browsers_connections_per_server_all_stay_live(
+    browser: Any, served: dict[str, Any], writer: Any
+) -> None:
+    """Chromium opens at most 6 HTTP/1.1 connections to one server: the tabs share one stream."""
+    context = browser.new_context()
+    try:
+        tabs = []
+        for _ in range(10):
+            tab = context.new_page()
+            tab.goto(served["base"] + "/runs/run-live1")
+            tabs.append(tab)
+        for tab in tabs:
+            tab.wait_for_selector("svg[data-metric='loss'][data-points='4']", timeout=WAIT_MS)
+        report(writer, served["live_group"], 0, 3, loss=0.2)
+        for tab in tabs:
+            tab.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
+    finally:
+        context.close()
+
+
+def test_the_runs_page_filters_by_state_and_name_from_its_form(
+    page: Any, served: dict[str, Any]
+) -> None:
+    page.goto(served["base"] + "/")
+    page.wait_for_selector("a[href='/runs/run-err22']", timeout=WAIT_MS)
+    page.fill("input[name='name']", "ERRORED")
+    page.select_option("select[name='status']", "RUNNING")
+    page.click("button[type='submit']")
+    page.wait_for_url("**/?status=RUNNING*name=ERRORED*", timeout=WAIT_MS)
+    page.wait_for_selector(".pager:has-text(' of 1')", timeout=WAIT_MS)
+    assert page.locator("main a[href^='/runs/']").all_inner_texts() == ["run-err22"]
+    page.select_option("select[name='status']", "FINISHED")
+    page.click("button[type='submit']")
+    page.wait_for_selector("text=no runs match", timeout=WAIT_MS)

@@ -1,0 +1,118 @@
+"""``wgstore serve`` on the command line: what it refuses (one line, no traceback), and a real
+server process that answers and stops cleanly on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serve_scenarios import live_run
+from typer.testing import CliRunner
+
+from wgstore.cli import app
+from wgstore.cli.serve import is_loopback
+from wgstore.events import EventStore
+
+TOKEN = "command-line-token-0123456789"
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(app, list(args), env=env, catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["--host", "0.0.0.0"], {}, "binding 0.0.0.0 exposes the log beyond this machine"),
+        (["--host", "10.1.2.3"], {}, "give --token (or WGSTORE_SERVE_TOKEN)"),
+        (["--token", "short"], {}, "--token is 5 characters; use at least 16"),
+        (["--host", "0.0.0.0"], {"WGSTORE_SERVE_TOKEN": "tiny"}, "--token is 4 characters"),
+    ],
+)
+def test_a_non_loopback_address_needs_a_real_token(
+    tmp_path: Path, args: list[str], env: dict[str, str], says: str
+) -> None:
+    result = _cli("serve", "--url", f"sqlite:///{tmp_path / 'w.db'}", *args, env=env)
+    assert result.exit_code == 2
+    assert says in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_missing_store_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    result = _cli("serve", "--url", f"sqlite:///{tmp_path / 'missing.db'}")
+    assert result.exit_code == 1
+    assert "Traceback" not in result.stderr
+    assert "missing.db" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.9.9.9", True), ("::1", True), ("localhost", True),
+     ("0.0.0.0", False), ("::", False), ("192.168.1.5", False), ("example.org", False)],
+)  # fmt: skip
+def test_loopback_addresses(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_command_serves_and_stops_on_ctrl_c(store_url: str) -> None:
+    with EventStore.open(store_url) as store:
+        live_run(store, "run-cli1")
+    port = _free_port()
+    wgstore = Path(sys.executable).with_name("wgstore")
+    env = {**os.environ, "WGSTORE_SERVE_TOKEN": TOKEN}
+    process = subprocess.Popen(
+        [str(wgstore), "serve", "--url", store_url, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        answer = None
+        while answer is None:
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "wgstore serve did not answer within 60 s"
+            try:
+                answer = httpx.get(
+                    f"http://127.0.0.1:{port}/api/runs",
+                    headers={"Authorization": f"Bearer {TOKEN}"},
+                    timeout=5,
+                )
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert answer.status_code == 200
+        assert [r["run_id"] for r in answer.json()["runs"]] == ["run-cli1"]
+        assert httpx.get(f"http://127.0.0.1:{port}/api/runs", timeout=5).status_code == 401
+        # a page following the log must not keep the server from stopping
+        with httpx.stream(
+            "GET",
+            f"http://127.0.0.1:{port}/api/stream",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=30,
+        ) as stream:
+            first = next(stream.iter_lines())
+            assert first == "event: status"
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode in (0, 130), stderr
+    assert "Traceback" not in stderr
+    assert f"at http://localhost:{port}/?token=..." in stderr
