@@ -7,10 +7,15 @@ and an optional keyed MAC of each event's content.
   over every stream), the event's position, its stream hash and its MAC. Catches deleted tails,
   deleted streams, moved events and cross-stream swaps; a *digest* (position + log hash) kept
   elsewhere also catches a truncated log.
-- **MAC** (``mac``): HMAC-SHA-256 with a key only the writers and auditors hold, over what the
-  writer knows before the append (stream, event id, type, schema version, data, metadata). It is
-  computed on the client, so the key never reaches the database; a forged event whose hashes
-  were recomputed has no valid MAC.
+- **MAC** (``mac``): HMAC-SHA-256 with a key only the writers and auditors hold, over every
+  field a reader sees (:func:`event_mac`, stored as ``m2:<base64url>``): position, stream,
+  version, event id, type, schema version, ``recorded_at`` and data and metadata as canonical
+  bytes (exact numbers; a duplicated key is refused). It is computed in the client under the
+  write lock (SQLite's ``BEGIN IMMEDIATE``; on Postgres a keyed append takes the table lock and
+  builds its rows itself), so the key never reaches the database; a forged, backdated, moved or
+  replayed event whose hashes were recomputed has no valid MAC. MACs written before that (64 hex
+  digits, :func:`content_mac`) covered the content only: ``verify`` still checks them and counts
+  them as weaker (:attr:`~wgstore.events.verify.VerifyReport.legacy_macs`).
 
 The Postgres function ``wg_append`` computes the very same chain bytes (``data`` and
 ``metadata`` as the database renders them as text), so ``verify`` recomputes every hash from what
@@ -19,10 +24,13 @@ is stored. The test vectors in tests/events/test_tamper.py pin both paths to the
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import json
 import re
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -31,10 +39,15 @@ __all__ = [
     "DIGEST_PREFIX",
     "GENESIS",
     "HMAC_KEY_ENV",
+    "MAC_PREFIX",
+    "DuplicateKeyError",
+    "canonical_bytes",
     "chain_hash",
     "content_mac",
     "epoch_us",
+    "event_mac",
     "format_digest",
+    "is_legacy_mac",
     "log_hash",
     "normalize_key",
 ]
@@ -49,6 +62,10 @@ DIGEST_PREFIX = "wgs1"
 #: The environment variable holding the MAC key when ``EventStore.open`` is given none.
 HMAC_KEY_ENV = "WGSTORE_HMAC_KEY"
 _MAC_DOMAIN = "wgstore-mac-v1"
+#: MACs over every field (:func:`event_mac`) are stored as ``m2:<43 base64url characters>``
+#: (46 characters: the ``mac`` column holds 64); the older content-only MACs are 64 hex digits.
+MAC_PREFIX = "m2:"
+_EVENT_MAC_DOMAIN = "wgstore-mac-v2"
 _EXACT = 2**53  # integers up to here are exact as doubles
 
 
@@ -175,3 +192,97 @@ def _numbers(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return value
     return _number(value)
+
+
+# ---------------------------------------------------------------------- the MAC over every field
+
+
+class DuplicateKeyError(ValueError):
+    """Stored JSON names one key twice: readers disagree on its value (SQLite's ``json_extract``
+    takes the first, msgspec the last), so no writer of wgstore made it."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise DuplicateKeyError(f"the key {twice!r} appears twice in one object")
+    return result
+
+
+def _exact_number(text: str) -> int | Decimal:
+    """A JSON number with a fraction or exponent, exactly, in one form per value.
+
+    ``1e16``, ``10000000000000000`` and ``1.0E16`` are one value (jsonb renders the first as
+    the second); integral values become ints, others a Decimal without trailing zeros.
+    """
+    sign, digits, exponent = Decimal(text).as_tuple()
+    assert isinstance(exponent, int)  # JSON has no NaN or infinity
+    while len(digits) > 1 and digits[-1] == 0:
+        digits, exponent = digits[:-1], exponent + 1
+    if exponent >= 0 or digits == (0,):
+        return int(Decimal((sign, digits, max(exponent, 0))))
+    return Decimal((sign, digits, exponent))
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_exact_decoder = json.JSONDecoder(
+    object_pairs_hook=_no_duplicates, parse_float=_exact_number, parse_constant=_refuse_constant
+)
+_canonical_encoder = msgspec.json.Encoder(order="sorted", decimal_format="number")
+
+
+def canonical_bytes(text: str | bytes) -> bytes:
+    """JSON text in one canonical form: sorted keys, no spaces, numbers by exact value.
+
+    The same bytes whether the text is what the client wrote or how PostgreSQL's jsonb renders
+    it (its key order, spacing, ``1e16`` as ``10000000000000000``). Integers stay exact at any
+    size (2**60 and 2**60 + 100 differ); ``1`` and ``1.0`` are the same number.
+
+    Raises:
+        DuplicateKeyError: an object names a key twice.
+        ValueError: ``text`` is not JSON.
+    """
+    if isinstance(text, bytes):
+        text = text.decode()
+    return _canonical_encoder.encode(_exact_decoder.decode(text))
+
+
+def event_mac(
+    key: bytes,
+    position: int,
+    stream_id: str,
+    version: int,
+    event_id: str,
+    event_type: str,
+    schema_version: int,
+    recorded_us: int,
+    data: str,
+    metadata: str,
+) -> str:
+    """The MAC of a stored event over every field a reader sees, as stored (``m2:...``).
+
+    HMAC-SHA-256 over a JSON array of the scalar fields, then the canonical bytes of ``data``
+    and ``metadata`` (:func:`canonical_bytes`), separated by newlines (none of the three
+    contains a raw newline, so the message parses one way only).
+
+    Raises:
+        DuplicateKeyError: ``data`` or ``metadata`` names a key twice.
+        ValueError: ``data`` or ``metadata`` is not JSON.
+    """
+    header = _canonical_encoder.encode(
+        [_EVENT_MAC_DOMAIN, position, stream_id, version, event_id, event_type,
+         schema_version, recorded_us]
+    )  # fmt: skip
+    message = b"\n".join((header, canonical_bytes(data), canonical_bytes(metadata)))
+    digest = hmac.digest(key, message, "sha256")
+    return MAC_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def is_legacy_mac(mac: str) -> bool:
+    """True for a MAC written before :func:`event_mac` (content only, :func:`content_mac`)."""
+    return not mac.startswith(MAC_PREFIX)

@@ -5,6 +5,12 @@ locks the table, checks the expected version, hands out positions with ``nextval
 visibility order), computes both hash chains, inserts the batch with one set-based INSERT and
 notifies followers (``pg_notify('wg_events', '')``). The client sends the encoded events as
 arrays in binary form and gets back one row per event.
+
+With an HMAC key, each row's MAC must cover its position, version and time, which ``wg_append``
+hands out, and the key must never reach the database: such an append builds its rows in Python
+instead (:meth:`PostgresRecorder._append_keyed`, one transaction that takes the same table lock,
+the same chain bytes and the same positions from the same sequence). Appends without a key
+still make their one ``wg_append`` call.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from datetime import UTC, datetime, timedelta
 from inspect import signature
 from typing import Any
 
+from wgstore.events.errors import DuplicateEventError
+from wgstore.events.hashing import GENESIS, chain_hash, epoch_us, event_mac, log_hash
 from wgstore.events.recorder import AppendResult, Pending, StreamVersionMismatch
 
 __all__ = ["APPEND_FUNCTION", "APPEND_SIGNATURE", "PostgresRecorder", "chunked_mode_available"]
@@ -162,6 +170,35 @@ _CALL = (
     "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %s)"
 )
 
+# The keyed append (PostgresRecorder._append_keyed), under the table lock wg_append takes.
+_KEYED_LOCK = "LOCK TABLE wg_events IN EXCLUSIVE MODE"
+_KEYED_STORED = (
+    "SELECT e.event_id::text, e.stream_id, e.stream_version, e.position, e.recorded_at, e.hash "
+    "FROM wg_events e WHERE e.event_id = ANY(%b::uuid[])"
+)
+# The heads, the time (wg_append's: the clock to the microsecond), and data and metadata as
+# jsonb renders them: the stream hash covers the stored text, as wg_append's does.
+_KEYED_HEADS = (
+    "SELECT (SELECT stream_version FROM wg_events WHERE stream_id = %s "
+    "ORDER BY stream_version DESC LIMIT 1), "
+    "(SELECT hash FROM wg_events WHERE stream_id = %s ORDER BY stream_version DESC LIMIT 1), "
+    "(SELECT log_hash FROM wg_events ORDER BY position DESC LIMIT 1), "
+    "date_trunc('microseconds', clock_timestamp()), "
+    "ARRAY(SELECT x::jsonb::text FROM unnest(%b::text[]) WITH ORDINALITY AS u(x, i) ORDER BY i), "
+    "ARRAY(SELECT x::jsonb::text FROM unnest(%b::text[]) WITH ORDINALITY AS u(x, i) ORDER BY i)"
+)
+_KEYED_POSITIONS = (
+    "SELECT nextval(pg_get_serial_sequence('wg_events', 'position')) FROM generate_series(1, %s)"
+)
+_KEYED_INSERT = (
+    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
+    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
+    "SELECT u.p, u.id, %s, u.v, u.t, u.s, u.d, u.m, %s, u.h, u.l, u.mac "
+    "FROM unnest(%b::bigint[], %b::uuid[], %b::integer[], %b::text[], %b::smallint[], "
+    "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %b::text[], %b::text[]) "
+    "AS u(p, id, v, t, s, d, m, h, l, mac)"
+)
+
 
 def chunked_mode_available() -> bool:
     """Whether psycopg can hand a result over in chunks: libpq 17 or later, psycopg 3.2 or later
@@ -193,7 +230,9 @@ class PostgresRecorder:
         """``recorded_at`` read as microseconds since the epoch, as an aware UTC datetime."""
         return _EPOCH + timedelta(microseconds=stored)
 
-    def __init__(self) -> None:
+    def __init__(self, hmac_key: bytes | None = None) -> None:
+        self.hmac_key = hmac_key
+        """The key of each row's MAC (:func:`~wgstore.events.hashing.event_mac`), or None."""
         self.stream_rows: Callable[[Any, str, Sequence[Any]], Generator[Any, None, None]] | None = (
             _stream_rows if chunked_mode_available() else None
         )
@@ -226,12 +265,13 @@ class PostgresRecorder:
         stream_id: str,
         expected: int,
         pending: list[Pending],
-        macs: list[str | None],
         check_ids: bool,
     ) -> list[AppendResult]:
         """Append one batch (see :meth:`wgstore.events.recorder.Recorder.append`)."""
         import psycopg
 
+        if self.hmac_key is not None:
+            return self._append_keyed(writer, stream_id, expected, pending, check_ids)
         cursor = writer.driver_connection.cursor()
         try:
             cursor.execute(
@@ -244,7 +284,7 @@ class PostgresRecorder:
                     [p.schema_version for p in pending],
                     [p.data for p in pending],
                     [p.metadata_text for p in pending],
-                    macs,
+                    [None] * len(pending),
                     check_ids,
                 ),
             )
@@ -255,3 +295,86 @@ class PostgresRecorder:
             raise
         finally:
             cursor.close()
+
+    def _append_keyed(
+        self,
+        writer: Any,
+        stream_id: str,
+        expected: int,
+        pending: list[Pending],
+        check_ids: bool,
+    ) -> list[AppendResult]:
+        """``wg_append``'s work in one client transaction, so each MAC covers every field.
+
+        The same table lock, expected-version check, idempotent retry, positions (``nextval``
+        under the lock, after the check), time (``clock_timestamp()``), chain bytes (data and
+        metadata as jsonb renders them) and notification; the MACs are computed here, with the
+        key that never leaves the client.
+        """
+        assert self.hmac_key is not None
+        connection = writer.driver_connection
+        with connection.transaction(), connection.cursor() as cursor:
+            cursor.execute(_KEYED_LOCK)
+            if check_ids:
+                stored = _stored_ids(cursor, stream_id, pending)
+                if stored is not None:
+                    return stored
+            cursor.execute(
+                _KEYED_HEADS,
+                (
+                    stream_id,
+                    stream_id,
+                    [p.data for p in pending],
+                    [p.metadata_text for p in pending],
+                ),
+            )
+            version, previous, log, now, data, metadata = cursor.fetchone()
+            version, previous, log = version or 0, previous or "", log or GENESIS
+            if (
+                (expected >= 0 and version != expected)
+                or (expected == -2 and version != 0)
+                or (expected == -3 and version == 0)
+            ):
+                raise StreamVersionMismatch(version)
+            cursor.execute(_KEYED_POSITIONS, (len(pending),))
+            positions = sorted(row[0] for row in cursor.fetchall())
+            us = epoch_us(now)
+            columns: list[list[Any]] = [[] for _ in range(10)]
+            results: list[AppendResult] = []
+            for item, position, text, meta in zip(pending, positions, data, metadata, strict=True):
+                version += 1
+                previous = chain_hash(
+                    previous, stream_id, version, item.event_id, item.type,
+                    item.schema_version, us, text, meta,
+                )  # fmt: skip
+                mac = event_mac(
+                    self.hmac_key, position, stream_id, version, item.event_id, item.type,
+                    item.schema_version, us, text, meta,
+                )  # fmt: skip
+                log = log_hash(log, position, previous, mac)
+                row = (position, item.event_id, version, item.type, item.schema_version,
+                       text, meta, previous, log, mac)  # fmt: skip
+                for column, value in zip(columns, row, strict=True):
+                    column.append(value)
+                results.append((position, version, now, previous, False))
+            cursor.execute(_KEYED_INSERT, (stream_id, now, *columns))
+            cursor.execute("SELECT pg_notify('wg_events', '')")
+        return results
+
+
+def _stored_ids(cursor: Any, stream_id: str, pending: list[Pending]) -> list[AppendResult] | None:
+    """The stored rows of a batch retried after a lost reply, as ``wg_append`` finds them."""
+    cursor.execute(_KEYED_STORED, ([p.event_id for p in pending],))
+    found = {row[0]: row[1:] for row in cursor.fetchall()}
+    if not found:
+        return None
+    in_order = [found.get(p.event_id) for p in pending]
+    if all(in_order) and all(row[0] == stream_id for row in in_order):  # type: ignore[index]
+        offsets = {row[1] - index for index, row in enumerate(in_order)}  # type: ignore[index]
+        if len(offsets) == 1:
+            return [(row[2], row[1], row[3], row[4], True) for row in in_order]  # type: ignore[index]
+    raise DuplicateEventError(
+        f"{len(found)} of {len(pending)} event ids are already stored, but not as this exact "
+        "batch in this stream: give each new event a new id, or retry the whole original "
+        "batch unchanged"
+    )

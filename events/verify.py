@@ -18,10 +18,14 @@ import msgspec
 from wgstore.events.hashing import (
     DIGEST_PREFIX,
     GENESIS,
+    DuplicateKeyError,
+    canonical_bytes,
     chain_hash,
     content_mac,
     epoch_us,
+    event_mac,
     format_digest,
+    is_legacy_mac,
     log_hash,
 )
 
@@ -39,13 +43,16 @@ class VerifyReport:
     """What ``EventStore.verify`` found: ``ok`` when every hash and version checks out.
 
     ``digest`` is the digest of the last event checked, when the whole log was checked and
-    found ok (None otherwise): a value proven consistent, to keep elsewhere.
+    found ok (None otherwise): a value proven consistent, to keep elsewhere. ``legacy_macs``
+    counts the events checked with a key whose MAC predates the MAC over every field: it covers
+    their content only, not their position, version or time (see docs/verify.md).
     """
 
     ok: bool
     problems: list[str] = field(default_factory=list)
     checked: int = 0
     digest: str | None = None
+    legacy_macs: int = 0
 
 
 def parse_digest(text: str) -> tuple[int, str]:
@@ -83,7 +90,12 @@ def verify_log(
     """Check the stored rows of the log (or one stream); see ``EventStore.verify``."""
     target = parse_digest(against) if against is not None else None
     checker = _Checker(
-        store.recorder.time_of, whole_log=stream_id is None, key=hmac_key, target=target
+        store.recorder.time_of,
+        whole_log=stream_id is None,
+        key=hmac_key,
+        target=target,
+        # jsonb keeps one value per key; SQLite stores the text as given.
+        check_json=not store.is_postgres,
     )
     p = store.recorder.param
     columns = (
@@ -105,11 +117,42 @@ def verify_log(
         after = rows[-1][0]
     if target is not None:
         checker.finish_digest(store, stream_id)
+    checker.problems += _repeated_ids(store, stream_id)
     ok = not checker.problems
     digest = None
     if ok and stream_id is None:
         digest = format_digest(checker.previous_position, checker.recomputed_log)
-    return VerifyReport(ok=ok, problems=checker.problems, checked=checker.checked, digest=digest)
+    return VerifyReport(
+        ok=ok,
+        problems=checker.problems,
+        checked=checker.checked,
+        digest=digest,
+        legacy_macs=checker.legacy_macs,
+    )
+
+
+def _repeated_ids(store: EventStore, stream_id: str | None) -> list[str]:
+    """A problem per event id stored more than once (of the stream's ids, with ``stream_id``).
+
+    The unique constraint prevents it; one dropped, a signed event replayed elsewhere in the
+    log would otherwise read as a second occurrence of it.
+    """
+    p = store.recorder.param
+    event_id = "event_id::text" if store.is_postgres else "event_id"
+    where, params = "", ()
+    if stream_id is not None:
+        where = f"WHERE event_id IN (SELECT event_id FROM wg_events WHERE stream_id = {p}) "
+        params = (stream_id,)
+    rows = store._fetch(
+        f"SELECT {event_id}, count(*), min(position), max(position) FROM wg_events {where}"
+        "GROUP BY event_id HAVING count(*) > 1 ORDER BY min(position)",
+        params,
+    )
+    return [
+        f"event id {eid} is stored {count} times (positions {first} to {last}): an event was "
+        "copied (replayed); each event is stored once"
+        for eid, count, first, last in rows
+    ]
 
 
 class _Checker:
@@ -122,8 +165,11 @@ class _Checker:
         whole_log: bool,
         key: bytes | None,
         target: tuple[int, str] | None,
+        check_json: bool = False,
     ) -> None:
         self.time_of = time_of
+        self.check_json = check_json
+        self.legacy_macs = 0
         self.whole_log = whole_log
         self.key = key
         self.target = target
@@ -145,10 +191,11 @@ class _Checker:
                 f"stream {sid!r}: version {version} at position {position} follows "
                 f"version {previous_version}: events are missing or out of order"
             )
+        us = None
         try:
-            moment = self.time_of(at)
+            us = epoch_us(self.time_of(at))
             expected = chain_hash(
-                previous_hash, sid, version, event_id, type_, schema, epoch_us(moment), data, meta
+                previous_hash, sid, version, event_id, type_, schema, us, data, meta
             )
         except (TypeError, ValueError) as error:
             expected = None
@@ -159,22 +206,26 @@ class _Checker:
             )
         self.streams[sid] = (version, stored)
         if self.key is not None:
-            self._check_mac(where, sid, event_id, type_, schema, data, meta, mac)
+            fields = (position, sid, version, event_id, type_, schema, us, data, meta)
+            self._check_mac(where, fields, mac)
+        elif self.check_json:
+            self._check_json(where, data, meta)
         if self.whole_log:
             self._check_log(where, position, stored, logged, mac)
 
-    def _check_mac(
-        self,
-        where: str,
-        sid: str,
-        event_id: str,
-        type_: str,
-        schema: int,
-        data: Any,
-        meta: Any,
-        mac: str | None,
-    ) -> None:
+    def _check_json(self, where: str, data: Any, meta: Any) -> None:
+        """Without a key: stored JSON must still be what a writer makes (one value per key)."""
+        for what, text in (("data", data), ("metadata", meta)):
+            try:
+                canonical_bytes(text)
+            except DuplicateKeyError as error:
+                self.problems.append(f"{where}: its {what} is not what a writer stores ({error})")
+            except (TypeError, ValueError):
+                pass  # not JSON: its hash names it, or an event's decode does
+
+    def _check_mac(self, where: str, fields: tuple[Any, ...], mac: str | None) -> None:
         assert self.key is not None
+        position, sid, version, event_id, type_, schema, us, data, meta = fields
         if not mac:
             self.problems.append(
                 f"{where} has no MAC: it was not written with the key (forged, or written "
@@ -182,7 +233,21 @@ class _Checker:
             )
             return
         try:
-            expected = content_mac(self.key, sid, event_id, type_, schema, data, meta)
+            if is_legacy_mac(mac):
+                self.legacy_macs += 1
+                expected = content_mac(self.key, sid, event_id, type_, schema, data, meta)
+            elif us is None:
+                return  # its time is malformed: already a problem
+            else:
+                expected = event_mac(
+                    self.key, position, sid, version, event_id, type_, schema, us, data, meta
+                )
+        except DuplicateKeyError as error:
+            self.problems.append(
+                f"{where}: its stored JSON names a key twice ({error}), so readers disagree on "
+                "its value: it was changed"
+            )
+            return
         except (TypeError, ValueError, msgspec.DecodeError):
             self.problems.append(f"{where}: its data is not valid JSON, so its MAC cannot match")
             return
