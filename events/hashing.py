@@ -40,6 +40,7 @@ __all__ = [
     "GENESIS",
     "HMAC_KEY_ENV",
     "MAC_PREFIX",
+    "NOT_SEALED",
     "DuplicateKeyError",
     "canonical_bytes",
     "chain_hash",
@@ -50,6 +51,8 @@ __all__ = [
     "is_legacy_mac",
     "log_hash",
     "normalize_key",
+    "open_snapshot",
+    "seal_snapshot",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -286,3 +289,95 @@ def event_mac(
 def is_legacy_mac(mac: str) -> bool:
     """True for a MAC written before :func:`event_mac` (content only, :func:`content_mac`)."""
     return not mac.startswith(MAC_PREFIX)
+
+
+# ---------------------------------------------------------------------- snapshots
+
+_SNAPSHOT_DOMAIN = "wgstore-snapshot-v1"
+#: What :func:`open_snapshot` says of a row written before snapshots were sealed.
+NOT_SEALED = "is not a sealed snapshot (written by an older wgstore, or changed)"
+
+
+class _Sealed(msgspec.Struct, frozen=True):
+    """A ``wg_snapshots.state`` value: the state as stored, its checksum and its MAC."""
+
+    seal: str
+    state: msgspec.Raw
+    mac: str | None = None
+
+
+_sealed_decoder = msgspec.json.Decoder(_Sealed)
+
+
+def _snapshot_message(
+    name: str, stream_id: str, version: int, schema: str, event_hash: str, state: bytes
+) -> bytes:
+    header = _canonical_encoder.encode(
+        [_SNAPSHOT_DOMAIN, name, stream_id, version, schema, event_hash]
+    )
+    return header + b"\n" + canonical_bytes(state)
+
+
+def seal_snapshot(
+    key: bytes | None,
+    name: str,
+    stream_id: str,
+    version: int,
+    schema: str,
+    event_hash: str,
+    state: str,
+) -> str:
+    """The ``wg_snapshots.state`` text of a snapshot: ``state`` wrapped with its seal.
+
+    The seal binds the snapshot to the log: SHA-256 (and, with ``key``, HMAC-SHA-256) over its
+    name, stream, version, schema fingerprint, ``event_hash`` (the stream hash of the event at
+    ``version``) and the state's canonical bytes. :func:`open_snapshot` checks it.
+    """
+    message = _snapshot_message(name, stream_id, version, schema, event_hash, state.encode())
+    mac = None
+    if key is not None:
+        digest = hmac.digest(key, message, "sha256")
+        mac = MAC_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    seal = hashlib.sha256(message).hexdigest()
+    return _canonical_encoder.encode(
+        _Sealed(seal=seal, state=msgspec.Raw(state.encode()), mac=mac)
+    ).decode()
+
+
+def open_snapshot(
+    key: bytes | None,
+    name: str,
+    stream_id: str,
+    version: int,
+    schema: str,
+    event_hash: str | None,
+    stored: str | bytes,
+) -> tuple[bytes | None, str]:
+    """The state a ``wg_snapshots`` row holds, if its seal matches the log, and why not.
+
+    ``event_hash`` is the stream hash stored for the event at ``version`` (None when there is
+    none). Without ``key`` the checksum is checked (it catches an edited row or a rewritten
+    stream, not a forger who recomputes it); with ``key`` the MAC must match too.
+
+    Returns:
+        ``(state JSON, "")`` when the snapshot may be used, else ``(None, reason)``.
+    """
+    try:
+        sealed = _sealed_decoder.decode(stored)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None, NOT_SEALED
+    if event_hash is None:
+        return None, "has no event of the log at its version"
+    state = bytes(sealed.state)
+    try:
+        message = _snapshot_message(name, stream_id, version, schema, event_hash, state)
+    except ValueError as error:  # DuplicateKeyError included
+        return None, f"holds a state no writer stores ({error})"
+    if not hmac.compare_digest(hashlib.sha256(message).hexdigest(), sealed.seal):
+        return None, "does not match its checksum and the log's hash at its version"
+    if key is not None:
+        digest = hmac.digest(key, message, "sha256")
+        mac = MAC_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+        if sealed.mac is None or not hmac.compare_digest(mac, sealed.mac):
+            return None, "does not match its MAC (or was not written with this key)"
+    return state, ""

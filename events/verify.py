@@ -18,6 +18,7 @@ import msgspec
 from wgstore.events.hashing import (
     DIGEST_PREFIX,
     GENESIS,
+    NOT_SEALED,
     DuplicateKeyError,
     canonical_bytes,
     chain_hash,
@@ -27,6 +28,7 @@ from wgstore.events.hashing import (
     format_digest,
     is_legacy_mac,
     log_hash,
+    open_snapshot,
 )
 
 if TYPE_CHECKING:
@@ -118,6 +120,7 @@ def verify_log(
     if target is not None:
         checker.finish_digest(store, stream_id)
     checker.problems += _repeated_ids(store, stream_id)
+    checker.problems += _snapshot_problems(store, stream_id, hmac_key)
     ok = not checker.problems
     digest = None
     if ok and stream_id is None:
@@ -129,6 +132,36 @@ def verify_log(
         digest=digest,
         legacy_macs=checker.legacy_macs,
     )
+
+
+def _snapshot_problems(store: EventStore, stream_id: str | None, key: bytes | None) -> list[str]:
+    """A problem per sealed ``wg_snapshots`` row whose seal does not match the log.
+
+    Readers check the same seal before they use a snapshot (and fold the log instead), so such a
+    row misleads no one, but it was changed, or its stream was rewritten after it was taken.
+    Rows of an older wgstore (not sealed) are never used, so they are not problems.
+    """
+    p = store.recorder.param
+    state = "s.state::text" if store.is_postgres else "s.state"
+    where, params = "", ()
+    if stream_id is not None:
+        where, params = f"WHERE s.stream_id = {p} ", (stream_id,)
+    rows = store._fetch(
+        f"SELECT s.name, s.stream_id, s.stream_version, s.schema, {state}, e.hash "
+        "FROM wg_snapshots s LEFT JOIN wg_events e ON e.stream_id = s.stream_id "
+        f"AND e.stream_version = s.stream_version {where}ORDER BY s.stream_id, s.name",
+        params,
+    )
+    problems = []
+    for name, sid, version, schema, text, event_hash in rows:
+        state_text, why = open_snapshot(key, name, sid, int(version), schema, event_hash, text)
+        if state_text is None and why != NOT_SEALED:  # an unsealed one is never used
+            problems.append(
+                f"stream {sid!r}: its snapshot {name!r} at version {version} {why}: it was "
+                "changed, or the stream was rewritten after it was taken (readers ignore it "
+                "and fold the log)"
+            )
+    return problems
 
 
 def _repeated_ids(store: EventStore, stream_id: str | None) -> list[str]:
