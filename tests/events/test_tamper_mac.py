@@ -252,3 +252,19 @@ def test_keyed_appends_keep_the_contract(store_url: str, size: int) -> None:
         store.append("s-2", [WorkerReported(world_rank=0, index=9)])
         assert store.head() == size + 1  # the refused append took no position
         assert store.verify().ok and store.verify().legacy_macs == 0
+
+
+def test_with_the_key_alone_a_cut_stream_tail_passes_but_not_against_a_digest(
+    store_url: str,
+) -> None:
+    """Claims K5 and D1: the key proves each event genuine, not that none is missing at the end;
+    a digest kept elsewhere does."""
+    with EventStore.open(store_url, hmac_key=KEY) as store:
+        _fill(store)
+        digest = store.digest()
+        _tamper(store, "DELETE FROM wg_events WHERE position = 4", _rehash(store))  # s-1 v3
+        assert [e.event.reason for e in store.read_stream("s-1")] == ["a", "b"]
+        assert store.verify().ok  # every event left is genuine, in place, with its MAC
+        report = store.verify(against=digest)
+    assert not report.ok
+    assert _problems_naming(report, "no longer extends the digest")
