@@ -25,6 +25,7 @@ is stored. The test vectors in tests/events/test_tamper.py pin both paths to the
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -255,6 +256,10 @@ def canonical_bytes(text: str | bytes) -> bytes:
     return _canonical_encoder.encode(_exact_decoder.decode(text))
 
 
+# Metadata repeats (one text per writing process): its canonical bytes are kept, not recomputed.
+_canonical_metadata = functools.lru_cache(maxsize=64)(canonical_bytes)
+
+
 def event_mac(
     key: bytes,
     position: int,
@@ -281,7 +286,7 @@ def event_mac(
         [_EVENT_MAC_DOMAIN, position, stream_id, version, event_id, event_type,
          schema_version, recorded_us]
     )  # fmt: skip
-    message = b"\n".join((header, canonical_bytes(data), canonical_bytes(metadata)))
+    message = b"\n".join((header, canonical_bytes(data), _canonical_metadata(metadata)))
     digest = hmac.digest(key, message, "sha256")
     return MAC_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 

@@ -176,19 +176,22 @@ _KEYED_STORED = (
     "SELECT e.event_id::text, e.stream_id, e.stream_version, e.position, e.recorded_at, e.hash "
     "FROM wg_events e WHERE e.event_id = ANY(%b::uuid[])"
 )
-# The heads, the time (wg_append's: the clock to the microsecond), and data and metadata as
-# jsonb renders them: the stream hash covers the stored text, as wg_append's does.
+# The heads, the time (wg_append's: the clock to the microsecond), data and metadata as jsonb
+# renders them (the stream hash covers the stored text, as wg_append's does), and the batch's
+# positions: nextval under the lock, only when the stream is at the expected version (%s -1
+# any, -2 no stream, -3 stream exists), so a refused append takes none.
 _KEYED_HEADS = (
-    "SELECT (SELECT stream_version FROM wg_events WHERE stream_id = %s "
+    "WITH head AS (SELECT stream_version AS v, hash AS h FROM wg_events WHERE stream_id = %s "
     "ORDER BY stream_version DESC LIMIT 1), "
-    "(SELECT hash FROM wg_events WHERE stream_id = %s ORDER BY stream_version DESC LIMIT 1), "
+    "state AS (SELECT coalesce((SELECT v FROM head), 0) AS v, %s::bigint AS e) "
+    "SELECT (SELECT v FROM state), (SELECT h FROM head), "
     "(SELECT log_hash FROM wg_events ORDER BY position DESC LIMIT 1), "
     "date_trunc('microseconds', clock_timestamp()), "
     "ARRAY(SELECT x::jsonb::text FROM unnest(%b::text[]) WITH ORDINALITY AS u(x, i) ORDER BY i), "
-    "ARRAY(SELECT x::jsonb::text FROM unnest(%b::text[]) WITH ORDINALITY AS u(x, i) ORDER BY i)"
-)
-_KEYED_POSITIONS = (
-    "SELECT nextval(pg_get_serial_sequence('wg_events', 'position')) FROM generate_series(1, %s)"
+    "ARRAY(SELECT x::jsonb::text FROM unnest(%b::text[]) WITH ORDINALITY AS u(x, i) ORDER BY i), "
+    "ARRAY(SELECT nextval(pg_get_serial_sequence('wg_events', 'position')) "
+    "FROM generate_series(1, %s), state WHERE (state.e >= 0 AND state.v = state.e) "
+    "OR state.e = -1 OR (state.e = -2 AND state.v = 0) OR (state.e = -3 AND state.v > 0))"
 )
 _KEYED_INSERT = (
     "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
@@ -198,6 +201,7 @@ _KEYED_INSERT = (
     "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %b::text[], %b::text[]) "
     "AS u(p, id, v, t, s, d, m, h, l, mac)"
 )
+_KEYED_NOTIFY = "SELECT pg_notify('wg_events', '')"
 
 
 def chunked_mode_available() -> bool:
@@ -309,11 +313,16 @@ class PostgresRecorder:
         The same table lock, expected-version check, idempotent retry, positions (``nextval``
         under the lock, after the check), time (``clock_timestamp()``), chain bytes (data and
         metadata as jsonb renders them) and notification; the MACs are computed here, with the
-        key that never leaves the client.
+        key that never leaves the client. Pipelined: two round trips (BEGIN, the lock and the
+        heads; the insert, the notification and COMMIT), three with ``check_ids``.
         """
         assert self.hmac_key is not None
         connection = writer.driver_connection
-        with connection.transaction(), connection.cursor() as cursor:
+        with (
+            connection.pipeline(),
+            connection.transaction(),
+            connection.cursor() as cursor,
+        ):
             cursor.execute(_KEYED_LOCK)
             if check_ids:
                 stored = _stored_ids(cursor, stream_id, pending)
@@ -323,21 +332,17 @@ class PostgresRecorder:
                 _KEYED_HEADS,
                 (
                     stream_id,
-                    stream_id,
+                    expected,
                     [p.data for p in pending],
                     [p.metadata_text for p in pending],
+                    len(pending),
                 ),
             )
-            version, previous, log, now, data, metadata = cursor.fetchone()
-            version, previous, log = version or 0, previous or "", log or GENESIS
-            if (
-                (expected >= 0 and version != expected)
-                or (expected == -2 and version != 0)
-                or (expected == -3 and version == 0)
-            ):
+            version, previous, log, now, data, metadata, positions = cursor.fetchone()
+            if not positions:
                 raise StreamVersionMismatch(version)
-            cursor.execute(_KEYED_POSITIONS, (len(pending),))
-            positions = sorted(row[0] for row in cursor.fetchall())
+            previous, log = previous or "", log or GENESIS
+            positions.sort()
             us = epoch_us(now)
             columns: list[list[Any]] = [[] for _ in range(10)]
             results: list[AppendResult] = []
@@ -358,7 +363,7 @@ class PostgresRecorder:
                     column.append(value)
                 results.append((position, version, now, previous, False))
             cursor.execute(_KEYED_INSERT, (stream_id, now, *columns))
-            cursor.execute("SELECT pg_notify('wg_events', '')")
+            cursor.execute(_KEYED_NOTIFY)
         return results
 
 
