@@ -20,7 +20,7 @@ KEY = b"bench key"
 _ROUNDS = 9
 
 
-def _run(url: str, key: bytes | None, n: int) -> tuple[float, float]:
+def _run(url: str, key: bytes | None, n: int) -> tuple[float, float, float]:
     with EventStore.open(
         url, hmac_key=key, synchronous="NORMAL" if url.startswith("sqlite") else None
     ) as store:
@@ -28,17 +28,18 @@ def _run(url: str, key: bytes | None, n: int) -> tuple[float, float]:
         event = WorkerReported(world_rank=0, index=1, metrics={"loss": 0.25, "step": 12})
         for _ in range(50):  # warm up
             store.append(sid, [event])
-        singles, batches = [], []
+        singles, batches, cpu = [], [], []
         for _ in range(_ROUNDS):  # the best round: the machine may be shared
-            start = time.perf_counter()
+            start, used = time.perf_counter(), time.process_time()
             for _ in range(n):
                 store.append(sid, [event])
             singles.append((time.perf_counter() - start) / n * 1e6)
+            cpu.append((time.process_time() - used) / n * 1e6)
             start = time.perf_counter()
             for _ in range(n // 10):
                 store.append(sid, [event] * 10)
             batches.append((time.perf_counter() - start) / (n // 10 * 10) * 1e6)
-    return min(singles), min(batches)
+    return min(singles), min(batches), min(cpu)
 
 
 def _admin(url: str, sql: str) -> None:
@@ -62,13 +63,14 @@ def main() -> None:
                     _admin(pg, f"CREATE SCHEMA {schema}")
                     url = f"{pg}?options=-csearch_path%3D{schema}"
                 try:
-                    single, batch = _run(url, key, n)
+                    single, batch, cpu = _run(url, key, n)
                 finally:
                     if name == "postgres":
                         _admin(pg, f"DROP SCHEMA {schema} CASCADE")
                 label = "key" if key else "no key"
                 print(
-                    f"{name:8} {label:6}  single {single:7.1f} us/event  batch-10 {batch:6.1f} us/event"
+                    f"{name:8} {label:6}  single {single:7.1f} us/event  "
+                    f"batch-10 {batch:6.1f} us/event  client CPU {cpu:6.1f} us/single append"
                 )
 
 
