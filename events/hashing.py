@@ -240,24 +240,38 @@ _exact_decoder = json.JSONDecoder(
 _canonical_encoder = msgspec.json.Encoder(order="sorted", decimal_format="number")
 
 
-def canonical_bytes(text: str | bytes) -> bytes:
+_fast_decoder = msgspec.json.Decoder(float_hook=_exact_number)
+
+
+def canonical_bytes(text: str | bytes, *, check_duplicates: bool = True) -> bytes:
     """JSON text in one canonical form: sorted keys, no spaces, numbers by exact value.
 
     The same bytes whether the text is what the client wrote or how PostgreSQL's jsonb renders
     it (its key order, spacing, ``1e16`` as ``10000000000000000``). Integers stay exact at any
     size (2**60 and 2**60 + 100 differ); ``1`` and ``1.0`` are the same number.
 
+    ``check_duplicates=False`` parses with msgspec (faster; the last of two equal keys wins):
+    for text that cannot name a key twice (a writer's own encoding, or jsonb's rendering).
+    Both parsers give the same bytes for any other text (tests/events/test_hash_vectors.py).
+
     Raises:
-        DuplicateKeyError: an object names a key twice.
+        DuplicateKeyError: an object names a key twice (with ``check_duplicates``).
         ValueError: ``text`` is not JSON.
     """
+    if not check_duplicates:
+        try:
+            return _canonical_encoder.encode(_fast_decoder.decode(text))
+        except msgspec.DecodeError as error:
+            raise ValueError(str(error)) from None
     if isinstance(text, bytes):
         text = text.decode()
     return _canonical_encoder.encode(_exact_decoder.decode(text))
 
 
 # Metadata repeats (one text per writing process): its canonical bytes are kept, not recomputed.
-_canonical_metadata = functools.lru_cache(maxsize=64)(canonical_bytes)
+@functools.lru_cache(maxsize=64)
+def _canonical_metadata(text: str, check_duplicates: bool) -> bytes:
+    return canonical_bytes(text, check_duplicates=check_duplicates)
 
 
 def event_mac(
@@ -271,12 +285,14 @@ def event_mac(
     recorded_us: int,
     data: str,
     metadata: str,
+    *,
+    check_duplicates: bool = True,
 ) -> str:
     """The MAC of a stored event over every field a reader sees, as stored (``m2:...``).
 
     HMAC-SHA-256 over a JSON array of the scalar fields, then the canonical bytes of ``data``
-    and ``metadata`` (:func:`canonical_bytes`), separated by newlines (none of the three
-    contains a raw newline, so the message parses one way only).
+    and ``metadata`` (:func:`canonical_bytes`, with ``check_duplicates``), separated by
+    newlines (none of the three contains a raw newline, so the message parses one way only).
 
     Raises:
         DuplicateKeyError: ``data`` or ``metadata`` names a key twice.
@@ -286,7 +302,13 @@ def event_mac(
         [_EVENT_MAC_DOMAIN, position, stream_id, version, event_id, event_type,
          schema_version, recorded_us]
     )  # fmt: skip
-    message = b"\n".join((header, canonical_bytes(data), _canonical_metadata(metadata)))
+    message = b"\n".join(
+        (
+            header,
+            canonical_bytes(data, check_duplicates=check_duplicates),
+            _canonical_metadata(metadata, check_duplicates),
+        )
+    )
     digest = hmac.digest(key, message, "sha256")
     return MAC_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 

@@ -355,6 +355,7 @@ class PostgresRecorder:
                 mac = event_mac(
                     self.hmac_key, position, stream_id, version, item.event_id, item.type,
                     item.schema_version, us, text, meta,
+                    check_duplicates=False,  # jsonb's rendering: one value per key
                 )  # fmt: skip
                 log = log_hash(log, position, previous, mac)
                 row = (position, item.event_id, version, item.type, item.schema_version,

@@ -276,6 +276,7 @@ def _rows(
             mac = event_mac(
                 key, position, stream_id, version, item.event_id, item.type,
                 item.schema_version, now_us, item.data, item.metadata_text,
+                check_duplicates=False,  # this client's own encoding
             )  # fmt: skip
         previous = sha256(
             f"{previous}\n{stream_id}\n{version}\n{item.event_id}\n{item.type}\n"

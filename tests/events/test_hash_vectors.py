@@ -176,6 +176,21 @@ def test_canonical_bytes_are_one_for_json_as_written_and_as_jsonb_renders_it(
     assert canonical_bytes(written) == canonical_bytes(rendered)
 
 
+_CORPUS = [
+    '{"v":1152921504606846976,"w":-1' + "0" * 400 + "}",
+    '{"v":[0.1,2.50,1e-7,1E16,-0.0,1.5e300,3]}',
+    '{"b":{"d":[true,false,null],"c":"caf\\u00e9 \\ud83d\\ude00 \\n\\""},"a":""}',
+    '{ "a" : [ ] , "b" : { } }',
+    "[1,2.0]",
+    '"text"',
+]
+
+
+@pytest.mark.parametrize("text", _CORPUS)
+def test_both_parsers_give_the_same_canonical_bytes(text: str) -> None:
+    assert canonical_bytes(text) == canonical_bytes(text, check_duplicates=False)
+
+
 @pytest.mark.parametrize("text", ['{"a":1,"a":2}', '{"x":[{"k":1,"k":1}]}'])
 def test_canonical_bytes_refuse_a_duplicated_key(text: str) -> None:
     with pytest.raises(DuplicateKeyError, match="appears twice"):

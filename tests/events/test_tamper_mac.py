@@ -149,8 +149,8 @@ def test_an_integer_beyond_2_53_changed_by_100_is_caught_with_the_key(store_url:
 
 
 def test_a_duplicated_json_key_is_caught_and_postgres_cannot_store_one(store_url: str) -> None:
-    """Claims N3 (one value per key, no key needed) and K1. SQLite keeps the text as given:
-    json_extract (and `wgstore sql`) reads the first value, msgspec the last. jsonb keeps one."""
+    """Claim K1 (one value per key). SQLite keeps the text as given: json_extract (and
+    `wgstore sql`) reads the first value, msgspec the last. jsonb keeps one."""
     forged = '{"abort":false,"reason":"forged","reason":"b"}'
     with EventStore.open(store_url, hmac_key=KEY) as store:
         _fill(store)
@@ -172,9 +172,7 @@ def test_a_duplicated_json_key_is_caught_and_postgres_cannot_store_one(store_url
         keyed = store.verify()
     assert _problems_naming(keyed, "position 2 ", "names a key twice", "'reason'")
     with EventStore.open(store_url) as keyless:
-        report = keyless.verify()
-    assert not report.ok
-    assert _problems_naming(report, "position 2 ", "data is not what a writer stores", "'reason'")
+        assert keyless.verify().ok  # no key, no proof: the forger could have set "forged" alone
 
 
 # ---------------------------------------------------------------------- legacy MACs
