@@ -99,6 +99,11 @@ def verify_command(
                 console.print(f"[green]ok[/]  the log extends the digest {against.strip()}")
             if key or store.has_hmac_key:
                 console.print("[green]ok[/]  every event's MAC matches the key")
+        if report.legacy_macs:
+            console.print(
+                f"[yellow]note[/] {report.legacy_macs} event(s) carry the MAC of an older wgstore: "
+                "it covers their content, not their time, version or position (docs/verify.md)"
+            )
         unknown = unknown_types(store, stream)
         if unknown:
             counts = ", ".join(f"{name} x{count}" for name, count in unknown.items())

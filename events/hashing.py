@@ -7,10 +7,15 @@ and an optional keyed MAC of each event's content.
   over every stream), the event's position, its stream hash and its MAC. Catches deleted tails,
   deleted streams, moved events and cross-stream swaps; a *digest* (position + log hash) kept
   elsewhere also catches a truncated log.
-- **MAC** (``mac``): HMAC-SHA-256 with a key only the writers and auditors hold, over what the
-  writer knows before the append (stream, event id, type, schema version, data, metadata). It is
-  computed on the client, so the key never reaches the database; a forged event whose hashes
-  were recomputed has no valid MAC.
+- **MAC** (``mac``): HMAC-SHA-256 with a key only the writers and auditors hold, over every
+  field a reader sees (:func:`event_mac`, stored as ``m2:<base64url>``): position, stream,
+  version, event id, type, schema version, ``recorded_at`` and data and metadata as canonical
+  bytes (exact numbers; a duplicated key is refused). It is computed in the client under the
+  write lock (SQLite's ``BEGIN IMMEDIATE``; on Postgres a keyed append takes the table lock and
+  builds its rows itself), so the key never reaches the database; a forged, backdated, moved or
+  replayed event whose hashes were recomputed has no valid MAC. MACs written before that (64 hex
+  digits, :func:`content_mac`) covered the content only: ``verify`` still checks them and counts
+  them as weaker (:attr:`~wgstore.events.verify.VerifyReport.legacy_macs`).
 
 The Postgres function ``wg_append`` computes the very same chain bytes (``data`` and
 ``metadata`` as the database renders them as text), so ``verify`` recomputes every hash from what
@@ -19,10 +24,14 @@ is stored. The test vectors in tests/events/test_tamper.py pin both paths to the
 
 from __future__ import annotations
 
+import base64
+import functools
 import hashlib
 import hmac
+import json
 import re
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -31,12 +40,20 @@ __all__ = [
     "DIGEST_PREFIX",
     "GENESIS",
     "HMAC_KEY_ENV",
+    "MAC_PREFIX",
+    "NOT_SEALED",
+    "DuplicateKeyError",
+    "canonical_bytes",
     "chain_hash",
     "content_mac",
     "epoch_us",
+    "event_mac",
     "format_digest",
+    "is_legacy_mac",
     "log_hash",
     "normalize_key",
+    "open_snapshot",
+    "seal_snapshot",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -49,6 +66,10 @@ DIGEST_PREFIX = "wgs1"
 #: The environment variable holding the MAC key when ``EventStore.open`` is given none.
 HMAC_KEY_ENV = "WGSTORE_HMAC_KEY"
 _MAC_DOMAIN = "wgstore-mac-v1"
+#: MACs over every field (:func:`event_mac`) are stored as ``m2:<43 base64url characters>``
+#: (46 characters: the ``mac`` column holds 64); the older content-only MACs are 64 hex digits.
+MAC_PREFIX = "m2:"
+_EVENT_MAC_DOMAIN = "wgstore-mac-v2"
 _EXACT = 2**53  # integers up to here are exact as doubles
 
 
@@ -175,3 +196,215 @@ def _numbers(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return value
     return _number(value)
+
+
+# ---------------------------------------------------------------------- the MAC over every field
+
+
+class DuplicateKeyError(ValueError):
+    """Stored JSON names one key twice: readers disagree on its value (SQLite's ``json_extract``
+    takes the first, msgspec the last), so no writer of wgstore made it."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise DuplicateKeyError(f"the key {twice!r} appears twice in one object")
+    return result
+
+
+def _exact_number(text: str) -> int | Decimal:
+    """A JSON number with a fraction or exponent, exactly, in one form per value.
+
+    ``1e16``, ``10000000000000000`` and ``1.0E16`` are one value (jsonb renders the first as
+    the second); integral values become ints, others a Decimal without trailing zeros.
+    """
+    sign, digits, exponent = Decimal(text).as_tuple()
+    assert isinstance(exponent, int)  # JSON has no NaN or infinity
+    while len(digits) > 1 and digits[-1] == 0:
+        digits, exponent = digits[:-1], exponent + 1
+    if exponent >= 0 or digits == (0,):
+        return int(Decimal((sign, digits, max(exponent, 0))))
+    return Decimal((sign, digits, exponent))
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_exact_decoder = json.JSONDecoder(
+    object_pairs_hook=_no_duplicates, parse_float=_exact_number, parse_constant=_refuse_constant
+)
+_canonical_encoder = msgspec.json.Encoder(order="sorted", decimal_format="number")
+
+
+_fast_decoder = msgspec.json.Decoder(float_hook=_exact_number)
+
+
+def canonical_bytes(text: str | bytes, *, check_duplicates: bool = True) -> bytes:
+    """JSON text in one canonical form: sorted keys, no spaces, numbers by exact value.
+
+    The same bytes whether the text is what the client wrote or how PostgreSQL's jsonb renders
+    it (its key order, spacing, ``1e16`` as ``10000000000000000``). Integers stay exact at any
+    size (2**60 and 2**60 + 100 differ); ``1`` and ``1.0`` are the same number.
+
+    ``check_duplicates=False`` parses with msgspec (faster; the last of two equal keys wins):
+    for text that cannot name a key twice (a writer's own encoding, or jsonb's rendering).
+    Both parsers give the same bytes for any other text (tests/events/test_hash_vectors.py).
+
+    Raises:
+        DuplicateKeyError: an object names a key twice (with ``check_duplicates``).
+        ValueError: ``text`` is not JSON.
+    """
+    if not check_duplicates:
+        try:
+            return _canonical_encoder.encode(_fast_decoder.decode(text))
+        except msgspec.DecodeError as error:
+            raise ValueError(str(error)) from None
+    if isinstance(text, bytes):
+        text = text.decode()
+    return _canonical_encoder.encode(_exact_decoder.decode(text))
+
+
+# Metadata repeats (one text per writing process): its canonical bytes are kept, not recomputed.
+@functools.lru_cache(maxsize=64)
+def _canonical_metadata(text: str, check_duplicates: bool) -> bytes:
+    return canonical_bytes(text, check_duplicates=check_duplicates)
+
+
+def event_mac(
+    key: bytes,
+    position: int,
+    stream_id: str,
+    version: int,
+    event_id: str,
+    event_type: str,
+    schema_version: int,
+    recorded_us: int,
+    data: str,
+    metadata: str,
+    *,
+    check_duplicates: bool = True,
+) -> str:
+    """The MAC of a stored event over every field a reader sees, as stored (``m2:...``).
+
+    HMAC-SHA-256 over a JSON array of the scalar fields, then the canonical bytes of ``data``
+    and ``metadata`` (:func:`canonical_bytes`, with ``check_duplicates``), separated by
+    newlines (none of the three contains a raw newline, so the message parses one way only).
+
+    Raises:
+        DuplicateKeyError: ``data`` or ``metadata`` names a key twice.
+        ValueError: ``data`` or ``metadata`` is not JSON.
+    """
+    header = _canonical_encoder.encode(
+        [_EVENT_MAC_DOMAIN, position, stream_id, version, event_id, event_type,
+         schema_version, recorded_us]
+    )  # fmt: skip
+    message = b"\n".join(
+        (
+            header,
+            canonical_bytes(data, check_duplicates=check_duplicates),
+            _canonical_metadata(metadata, check_duplicates),
+        )
+    )
+    digest = hmac.digest(key, message, "sha256")
+    return MAC_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def is_legacy_mac(mac: str) -> bool:
+    """True for a MAC written before :func:`event_mac` (content only, :func:`content_mac`)."""
+    return not mac.startswith(MAC_PREFIX)
+
+
+# ---------------------------------------------------------------------- snapshots
+
+_SNAPSHOT_DOMAIN = "wgstore-snapshot-v1"
+#: What :func:`open_snapshot` says of a row written before snapshots were sealed.
+NOT_SEALED = "is not a sealed snapshot (written by an older wgstore, or changed)"
+
+
+class _Sealed(msgspec.Struct, frozen=True):
+    """A ``wg_snapshots.state`` value: the state as stored, its checksum and its MAC."""
+
+    seal: str
+    state: msgspec.Raw
+    mac: str | None = None
+
+
+_sealed_decoder = msgspec.json.Decoder(_Sealed)
+
+
+def _snapshot_message(
+    name: str, stream_id: str, version: int, schema: str, event_hash: str, state: bytes
+) -> bytes:
+    header = _canonical_encoder.encode(
+        [_SNAPSHOT_DOMAIN, name, stream_id, version, schema, event_hash]
+    )
+    return header + b"\n" + canonical_bytes(state)
+
+
+def seal_snapshot(
+    key: bytes | None,
+    name: str,
+    stream_id: str,
+    version: int,
+    schema: str,
+    event_hash: str,
+    state: str,
+) -> str:
+    """The ``wg_snapshots.state`` text of a snapshot: ``state`` wrapped with its seal.
+
+    The seal binds the snapshot to the log: SHA-256 (and, with ``key``, HMAC-SHA-256) over its
+    name, stream, version, schema fingerprint, ``event_hash`` (the stream hash of the event at
+    ``version``) and the state's canonical bytes. :func:`open_snapshot` checks it.
+    """
+    message = _snapshot_message(name, stream_id, version, schema, event_hash, state.encode())
+    mac = None
+    if key is not None:
+        digest = hmac.digest(key, message, "sha256")
+        mac = MAC_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    seal = hashlib.sha256(message).hexdigest()
+    return _canonical_encoder.encode(
+        _Sealed(seal=seal, state=msgspec.Raw(state.encode()), mac=mac)
+    ).decode()
+
+
+def open_snapshot(
+    key: bytes | None,
+    name: str,
+    stream_id: str,
+    version: int,
+    schema: str,
+    event_hash: str | None,
+    stored: str | bytes,
+) -> tuple[bytes | None, str]:
+    """The state a ``wg_snapshots`` row holds, if its seal matches the log, and why not.
+
+    ``event_hash`` is the stream hash stored for the event at ``version`` (None when there is
+    none). Without ``key`` the checksum is checked (it catches an edited row or a rewritten
+    stream, not a forger who recomputes it); with ``key`` the MAC must match too.
+
+    Returns:
+        ``(state JSON, "")`` when the snapshot may be used, else ``(None, reason)``.
+    """
+    try:
+        sealed = _sealed_decoder.decode(stored)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None, NOT_SEALED
+    if event_hash is None:
+        return None, "has no event of the log at its version"
+    state = bytes(sealed.state)
+    try:
+        message = _snapshot_message(name, stream_id, version, schema, event_hash, state)
+    except ValueError as error:  # DuplicateKeyError included
+        return None, f"holds a state no writer stores ({error})"
+    if not hmac.compare_digest(hashlib.sha256(message).hexdigest(), sealed.seal):
+        return None, "does not match its checksum and the log's hash at its version"
+    if key is not None:
+        digest = hmac.digest(key, message, "sha256")
+        mac = MAC_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+        if sealed.mac is None or not hmac.compare_digest(mac, sealed.mac):
+            return None, "does not match its MAC (or was not written with this key)"
+    return state, ""

@@ -5,6 +5,12 @@ locks the table, checks the expected version, hands out positions with ``nextval
 visibility order), computes both hash chains, inserts the batch with one set-based INSERT and
 notifies followers (``pg_notify('wg_events', '')``). The client sends the encoded events as
 arrays in binary form and gets back one row per event.
+
+With an HMAC key, each row's MAC must cover its position, version and time, which ``wg_append``
+hands out, and the key must never reach the database: such an append builds its rows in Python
+instead (:meth:`PostgresRecorder._append_keyed`, one transaction that takes the same table lock,
+the same chain bytes and the same positions from the same sequence). Appends without a key
+still make their one ``wg_append`` call.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from inspect import signature
 from typing import Any
 
 from wgstore.events.errors import DuplicateEventError
+from wgstore.events.hashing import GENESIS, chain_hash, epoch_us, event_mac, log_hash
 from wgstore.events.recorder import AppendResult, Batch, Pending, StreamVersionMismatch, fenced
 from wgstore.events.records import Fence
 
@@ -165,6 +172,39 @@ _CALL = (
 )
 _CHECK_FENCE = "SELECT wg_check_fence(%s, %s, %s)"  # migration 0009_fencing
 
+# The keyed append (PostgresRecorder._append_keyed), under the table lock wg_append takes.
+_KEYED_LOCK = "LOCK TABLE wg_events IN EXCLUSIVE MODE"
+_KEYED_STORED = (
+    "SELECT e.event_id::text, e.stream_id, e.stream_version, e.position, e.recorded_at, e.hash "
+    "FROM wg_events e WHERE e.event_id = ANY(%b::uuid[])"
+)
+# The heads, the time (wg_append's: the clock to the microsecond), data and metadata as jsonb
+# renders them (the stream hash covers the stored text, as wg_append's does), and the batch's
+# positions: nextval under the lock, only when the stream is at the expected version (%s -1
+# any, -2 no stream, -3 stream exists), so a refused append takes none.
+_KEYED_HEADS = (
+    "WITH head AS (SELECT stream_version AS v, hash AS h FROM wg_events WHERE stream_id = %s "
+    "ORDER BY stream_version DESC LIMIT 1), "
+    "state AS (SELECT coalesce((SELECT v FROM head), 0) AS v, %s::bigint AS e) "
+    "SELECT (SELECT v FROM state), (SELECT h FROM head), "
+    "(SELECT log_hash FROM wg_events ORDER BY position DESC LIMIT 1), "
+    "date_trunc('microseconds', clock_timestamp()), "
+    "ARRAY(SELECT x::jsonb::text FROM unnest(%b::text[]) WITH ORDINALITY AS u(x, i) ORDER BY i), "
+    "ARRAY(SELECT x::jsonb::text FROM unnest(%b::text[]) WITH ORDINALITY AS u(x, i) ORDER BY i), "
+    "ARRAY(SELECT nextval(pg_get_serial_sequence('wg_events', 'position')) "
+    "FROM generate_series(1, %s), state WHERE (state.e >= 0 AND state.v = state.e) "
+    "OR state.e = -1 OR (state.e = -2 AND state.v = 0) OR (state.e = -3 AND state.v > 0))"
+)
+_KEYED_INSERT = (
+    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
+    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
+    "SELECT u.p, u.id, %s, u.v, u.t, u.s, u.d, u.m, %s, u.h, u.l, u.mac "
+    "FROM unnest(%b::bigint[], %b::uuid[], %b::integer[], %b::text[], %b::smallint[], "
+    "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %b::text[], %b::text[]) "
+    "AS u(p, id, v, t, s, d, m, h, l, mac)"
+)
+_KEYED_NOTIFY = "SELECT pg_notify('wg_events', '')"
+
 
 def chunked_mode_available() -> bool:
     """Whether psycopg can hand a result over in chunks: libpq 17 or later, psycopg 3.2 or later
@@ -196,7 +236,9 @@ class PostgresRecorder:
         """``recorded_at`` read as microseconds since the epoch, as an aware UTC datetime."""
         return _EPOCH + timedelta(microseconds=stored)
 
-    def __init__(self) -> None:
+    def __init__(self, hmac_key: bytes | None = None) -> None:
+        self.hmac_key = hmac_key
+        """The key of each row's MAC (:func:`~wgstore.events.hashing.event_mac`), or None."""
         self.stream_rows: Callable[[Any, str, Sequence[Any]], Generator[Any, None, None]] | None = (
             _stream_rows if chunked_mode_available() else None
         )
@@ -229,20 +271,96 @@ class PostgresRecorder:
         stream_id: str,
         expected: int,
         pending: list[Pending],
-        macs: list[str | None],
         check_ids: bool,
     ) -> list[AppendResult]:
         """Append one batch (see :meth:`wgstore.events.recorder.Recorder.append`)."""
         import psycopg
 
+        if self.hmac_key is not None:
+            return self._append_keyed(writer, stream_id, expected, pending, check_ids)
         cursor = writer.driver_connection.cursor()
         try:
-            cursor.execute(_CALL, _arguments(stream_id, expected, pending, macs, check_ids))
+            cursor.execute(_CALL, _arguments(stream_id, expected, pending, check_ids))
             return cursor.fetchall()  # type: ignore[no-any-return]
         except psycopg.Error as error:
             raise _translated(error, stream_id) from None
         finally:
             cursor.close()
+
+    def _append_keyed(
+        self,
+        writer: Any,
+        stream_id: str,
+        expected: int,
+        pending: list[Pending],
+        check_ids: bool,
+    ) -> list[AppendResult]:
+        """``wg_append``'s work in one client transaction, so each MAC covers every field.
+
+        The same table lock, expected-version check, idempotent retry, positions (``nextval``
+        under the lock, after the check), time (``clock_timestamp()``), chain bytes (data and
+        metadata as jsonb renders them) and notification; the MACs are computed here, with the
+        key that never leaves the client. Pipelined: two round trips (BEGIN, the lock and the
+        heads; the insert, the notification and COMMIT), three with ``check_ids``.
+        """
+        connection = writer.driver_connection
+        with (
+            connection.pipeline(),
+            connection.transaction(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(_KEYED_LOCK)
+            results = self._keyed_batch(cursor, stream_id, expected, pending, check_ids)
+            if not results[0][4]:
+                cursor.execute(_KEYED_NOTIFY)
+        return results
+
+    def _keyed_batch(
+        self, cursor: Any, stream_id: str, expected: int, pending: list[Pending], check_ids: bool
+    ) -> list[AppendResult]:
+        """One batch of a keyed append, in a transaction that holds the table lock."""
+        assert self.hmac_key is not None
+        if check_ids:
+            stored = _stored_ids(cursor, stream_id, pending)
+            if stored is not None:
+                return stored
+        cursor.execute(
+            _KEYED_HEADS,
+            (
+                stream_id,
+                expected,
+                [p.data for p in pending],
+                [p.metadata_text for p in pending],
+                len(pending),
+            ),
+        )
+        version, previous, log, now, data, metadata, positions = cursor.fetchone()
+        if not positions:
+            raise StreamVersionMismatch(version, stream_id)
+        previous, log = previous or "", log or GENESIS
+        positions.sort()
+        us = epoch_us(now)
+        columns: list[list[Any]] = [[] for _ in range(10)]
+        results: list[AppendResult] = []
+        for item, position, text, meta in zip(pending, positions, data, metadata, strict=True):
+            version += 1
+            previous = chain_hash(
+                previous, stream_id, version, item.event_id, item.type,
+                item.schema_version, us, text, meta,
+            )  # fmt: skip
+            mac = event_mac(
+                self.hmac_key, position, stream_id, version, item.event_id, item.type,
+                item.schema_version, us, text, meta,
+                check_duplicates=False,  # jsonb's rendering: one value per key
+            )  # fmt: skip
+            log = log_hash(log, position, previous, mac)
+            row = (position, item.event_id, version, item.type, item.schema_version,
+                   text, meta, previous, log, mac)  # fmt: skip
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+            results.append((position, version, now, previous, False))
+        cursor.execute(_KEYED_INSERT, (stream_id, now, *columns))
+        return results
 
     def append_many(
         self, writer: Any, batches: list[Batch], check_ids: bool, fence: Fence | None
@@ -250,7 +368,8 @@ class PostgresRecorder:
         """Append batches atomically (see :meth:`wgstore.events.recorder.Recorder.append_many`).
 
         One transaction: ``wg_check_fence`` (its lock on the lease row holds a takeover back
-        until the commit), then one ``wg_append`` per batch (the first takes the table lock).
+        until the commit), then one ``wg_append`` per batch (the first takes the table lock), or
+        with a key, the keyed append's work for each batch under one table lock.
         """
         import psycopg
 
@@ -262,13 +381,20 @@ class PostgresRecorder:
                 if fence is not None:
                     cursor.execute(_CHECK_FENCE, (fence.lease, fence.holder, fence.epoch))
                 results = []
+                if self.hmac_key is not None:
+                    cursor.execute(_KEYED_LOCK)
                 for batch in batches:
                     stream_id = batch.stream_id
+                    if self.hmac_key is not None:
+                        results.append(
+                            self._keyed_batch(
+                                cursor, batch.stream_id, batch.expected, batch.pending, check_ids
+                            )
+                        )
+                        continue
                     cursor.execute(
                         _CALL,
-                        _arguments(
-                            batch.stream_id, batch.expected, batch.pending, batch.macs, check_ids
-                        ),
+                        _arguments(batch.stream_id, batch.expected, batch.pending, check_ids),
                     )
                     results.append(cursor.fetchall())
                 existed = {rows[0][4] for rows in results}
@@ -278,6 +404,8 @@ class PostgresRecorder:
                         "give each new event a new id, or retry the whole original append "
                         "unchanged"
                     )
+                if self.hmac_key is not None:
+                    cursor.execute(_KEYED_NOTIFY)
             return results
         except psycopg.Error as error:
             raise _translated(error, stream_id, fence) from None
@@ -286,7 +414,7 @@ class PostgresRecorder:
 
 
 def _arguments(
-    stream_id: str, expected: int, pending: list[Pending], macs: list[str | None], check_ids: bool
+    stream_id: str, expected: int, pending: list[Pending], check_ids: bool
 ) -> tuple[Any, ...]:
     return (
         stream_id,
@@ -296,7 +424,7 @@ def _arguments(
         [p.schema_version for p in pending],
         [p.data for p in pending],
         [p.metadata_text for p in pending],
-        macs,
+        [None] * len(pending),  # MACs: a keyed append computes them itself (_keyed_batch)
         check_ids,
     )
 
@@ -311,3 +439,21 @@ def _translated(error: Any, stream_id: str | None, fence: Fence | None = None) -
         if refused is not None:
             return refused
     return error  # type: ignore[no-any-return]
+
+
+def _stored_ids(cursor: Any, stream_id: str, pending: list[Pending]) -> list[AppendResult] | None:
+    """The stored rows of a batch retried after a lost reply, as ``wg_append`` finds them."""
+    cursor.execute(_KEYED_STORED, ([p.event_id for p in pending],))
+    found = {row[0]: row[1:] for row in cursor.fetchall()}
+    if not found:
+        return None
+    in_order = [found.get(p.event_id) for p in pending]
+    if all(in_order) and all(row[0] == stream_id for row in in_order):  # type: ignore[index]
+        offsets = {row[1] - index for index, row in enumerate(in_order)}  # type: ignore[index]
+        if len(offsets) == 1:
+            return [(row[2], row[1], row[3], row[4], True) for row in in_order]  # type: ignore[index]
+    raise DuplicateEventError(
+        f"{len(found)} of {len(pending)} event ids are already stored, but not as this exact "
+        "batch in this stream: give each new event a new id, or retry the whole original "
+        "batch unchanged"
+    )

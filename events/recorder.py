@@ -1,9 +1,10 @@
 """What a backend's recorder does for :class:`~wgstore.events.store.EventStore`.
 
-The store is backend-neutral: it checks input, encodes events, computes MACs, decodes rows and
+The store is backend-neutral: it checks input, encodes events, decodes rows and
 follows the log. A recorder holds all that differs per database: how a batch is appended (one
 ``BEGIN IMMEDIATE`` transaction on SQLite, one ``wg_append`` call on Postgres), the columns and
-placeholder of its reads, how its connections are prepared and how a dropped one is recognised.
+placeholder of its reads, each row's MAC (it needs the position, version and time only the
+append knows), how its connections are prepared and how a dropped one is recognised.
 The eventsourcing library's split into an application and one recorder per backend is the model.
 """
 
@@ -53,7 +54,6 @@ class Batch(msgspec.Struct, frozen=True):
     stream_id: str
     expected: int
     pending: list[Pending]
-    macs: list[str | None]
 
 
 class StreamVersionMismatch(Exception):
@@ -100,7 +100,6 @@ class Recorder(Protocol):
         stream_id: str,
         expected: int,
         pending: list[Pending],
-        macs: list[str | None],
         check_ids: bool,
     ) -> list[AppendResult]:
         """Append one batch on ``writer`` (a pooled DBAPI connection) all-or-nothing.
@@ -147,16 +146,20 @@ class Recorder(Protocol):
         ...
 
 
-def recorder_for(backend: str) -> Recorder:
-    """The recorder of SQLAlchemy dialect ``backend`` (``sqlite`` or ``postgresql``)."""
+def recorder_for(backend: str, hmac_key: bytes | None = None) -> Recorder:
+    """The recorder of SQLAlchemy dialect ``backend`` (``sqlite`` or ``postgresql``).
+
+    With ``hmac_key``, every row it appends carries its MAC
+    (:func:`~wgstore.events.hashing.event_mac`), computed under the write lock.
+    """
     if backend == "postgresql":
         from wgstore.events.postgres_recorder import PostgresRecorder
 
-        return PostgresRecorder()
+        return PostgresRecorder(hmac_key)
     if backend == "sqlite":
         from wgstore.events.sqlite_recorder import SqliteRecorder
 
-        return SqliteRecorder()
+        return SqliteRecorder(hmac_key)
     raise ValueError(
         f"no recorder for database {backend!r}; wgstore stores to sqlite or postgresql"
     )

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from wgstore.events.errors import DuplicateEventError
-from wgstore.events.hashing import GENESIS, epoch_us
+from wgstore.events.hashing import GENESIS, epoch_us, event_mac
 from wgstore.events.recorder import AppendResult, Batch, Pending, StreamVersionMismatch, fenced
 from wgstore.events.records import Fence
 
@@ -76,7 +76,9 @@ class SqliteRecorder:
         """``recorded_at`` as SQLite stores it (UTC text) as an aware datetime."""
         return parse_time(stored)
 
-    def __init__(self) -> None:
+    def __init__(self, hmac_key: bytes | None = None) -> None:
+        self.hmac_key = hmac_key
+        """The key of each row's MAC (:func:`~wgstore.events.hashing.event_mac`), or None."""
         # The heads this store's own appends left (a stale entry is caught, not trusted).
         self._stream_heads: dict[str, tuple[int, str]] = {}
         self._log_head: tuple[int, str] | None = None
@@ -101,19 +103,18 @@ class SqliteRecorder:
         stream_id: str,
         expected: int,
         pending: list[Pending],
-        macs: list[str | None],
         check_ids: bool,
     ) -> list[AppendResult]:
         """Append one batch (see :meth:`wgstore.events.recorder.Recorder.append`)."""
         if self._cached_skips > 0:
             self._cached_skips -= 1
         elif not check_ids:
-            done = self._append_cached(writer, stream_id, expected, pending, macs)
+            done = self._append_cached(writer, stream_id, expected, pending)
             if done is not None:
                 return done
-        return self._append_locked(
-            writer, [Batch(stream_id, expected, pending, macs)], check_ids, None
-        )[0]
+        return self._append_locked(writer, [Batch(stream_id, expected, pending)], check_ids, None)[
+            0
+        ]
 
     def append_many(
         self, writer: Any, batches: list[Batch], check_ids: bool, fence: Fence | None
@@ -151,7 +152,7 @@ class SqliteRecorder:
                 # (rows are never deleted, so none is handed out twice), and so does the log
                 # chain; a later batch's heads are read after the earlier batch's rows are in.
                 rows, batch_results = _rows(
-                    batch.stream_id, batch.pending, batch.macs, version, previous, log, position
+                    batch.stream_id, batch.pending, self.hmac_key, version, previous, log, position
                 )
                 if len(rows) == 1:
                     cursor.execute(_INSERT, rows[0])
@@ -183,7 +184,6 @@ class SqliteRecorder:
         stream_id: str,
         expected: int,
         pending: list[Pending],
-        macs: list[str | None],
     ) -> list[AppendResult] | None:
         """Append with the heads this writer cached, all Python work before the write lock.
 
@@ -201,7 +201,7 @@ class SqliteRecorder:
         version, previous = stream_head
         if _mismatch(expected, version):
             return None  # the locked path reads the true version and raises if it must
-        rows, results = _rows(stream_id, pending, macs, version, previous, *log_head[::-1])
+        rows, results = _rows(stream_id, pending, self.hmac_key, version, previous, *log_head[::-1])
         first = rows[0]
         connection = writer.driver_connection
         cursor = connection.cursor()
@@ -284,7 +284,7 @@ def _stored_ids(cursor: Any, stream_id: str, pending: list[Pending]) -> list[App
 def _rows(
     stream_id: str,
     pending: list[Pending],
-    macs: list[str | None],
+    key: bytes | None,
     version: int,
     previous: str,
     log: str,
@@ -293,17 +293,26 @@ def _rows(
     """The rows of a batch that follows the given stream and log heads, and its results.
 
     The hash inputs are those of hashing.chain_hash and hashing.log_hash, inlined (the calls
-    cost more than the hashing); tests/events/test_tamper.py pins them.
+    cost more than the hashing); tests/events/test_tamper.py pins them. With a ``key``, each
+    row's MAC (hashing.event_mac) covers its position, version and time, known only here.
     """
     now = datetime.now(UTC)
     stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
-    us = str(epoch_us(now))
+    now_us = epoch_us(now)
+    us = str(now_us)
     sha256 = hashlib.sha256
     rows = []
     results = []
-    for item, mac in zip(pending, macs, strict=True):
+    mac = None
+    for item in pending:
         version += 1
         position += 1
+        if key is not None:
+            mac = event_mac(
+                key, position, stream_id, version, item.event_id, item.type,
+                item.schema_version, now_us, item.data, item.metadata_text,
+                check_duplicates=False,  # this client's own encoding
+            )  # fmt: skip
         previous = sha256(
             f"{previous}\n{stream_id}\n{version}\n{item.event_id}\n{item.type}\n"
             f"{item.schema_version}\n{us}\n{item.data}\n{item.metadata_text}".encode()

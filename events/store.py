@@ -30,11 +30,7 @@ from wgstore.events.errors import (
     SchemaVersionError,
     StoreUnavailableError,
 )
-from wgstore.events.hashing import (
-    HMAC_KEY_ENV,
-    content_mac,
-    normalize_key,
-)
+from wgstore.events.hashing import HMAC_KEY_ENV, normalize_key
 from wgstore.events.recorder import (
     AppendResult,
     Batch,
@@ -109,7 +105,7 @@ class EventStore:
         self._write_lock = threading.Lock()
         self._writer: Any = None
         self._closed = False
-        self.recorder: Recorder = recorder_for(self.backend)
+        self.recorder: Recorder = recorder_for(self.backend, self._hmac_key)
         """This database's recorder: how batches are appended and rows read."""
         self._columns = self.recorder.columns
         # Set when the recorder can hand rows over as they arrive (Postgres with libpq 17+).
@@ -146,11 +142,13 @@ class EventStore:
             synchronous: SQLite only: OFF, NORMAL, FULL (default) or EXTRA.
             busy_timeout_s: SQLite only: how long to wait for another writer (default 30).
             registry: the event type registry (default: the global one).
-            hmac_key: a secret key: every appended event then carries an HMAC-SHA-256 of its
-                content, and :meth:`verify` checks every event's MAC, so a forged event whose
-                hashes were recomputed is caught by anyone holding the key. Computed here, in
-                the client: the key never reaches the database. Default: the environment
-                variable ``WGSTORE_HMAC_KEY``, else no key.
+            hmac_key: a secret key: every appended event then carries an HMAC-SHA-256 of every
+                field a reader sees (position, stream, version, id, type, schema version, time,
+                data, metadata), and :meth:`verify` checks every event's MAC, so a forged,
+                backdated, moved or replayed event whose hashes were recomputed is caught by
+                anyone holding the key. Computed in the client under the write lock: the key
+                never reaches the database. Default: the environment variable
+                ``WGSTORE_HMAC_KEY``, else no key.
 
         Raises:
             StoreUnavailableError: bad URL, or the database cannot be reached.
@@ -252,11 +250,10 @@ class EventStore:
         pending, check_ids = self._encode_batch(events)
         if not pending:
             return []
-        macs = self._macs(stream_id, pending)
         with translate_errors(self.url):
             rows = self._append_with_retry(
                 lambda writer, check: self.recorder.append(
-                    writer, stream_id, expected, pending, macs, check
+                    writer, stream_id, expected, pending, check
                 ),
                 {stream_id: expected_version},
                 check_ids,
@@ -308,8 +305,7 @@ class EventStore:
             pending, ids = self._encode_batch(request.events)
             check_ids = check_ids or ids
             if pending:
-                macs = self._macs(request.stream_id, pending)
-                batches.append(Batch(request.stream_id, expected, pending, macs))
+                batches.append(Batch(request.stream_id, expected, pending))
         if not batches:
             return [[] for _ in requests]
         with translate_errors(self.url):
@@ -389,17 +385,6 @@ class EventStore:
                 )
             )
         return pending, check_ids
-
-    def _macs(self, stream_id: str, pending: list[Pending]) -> list[str | None]:
-        key = self._hmac_key
-        if key is None:
-            return [None] * len(pending)
-        return [
-            content_mac(
-                key, stream_id, p.event_id, p.type, p.schema_version, p.data, p.metadata_text
-            )
-            for p in pending
-        ]
 
     def _metadata_defaults(self) -> tuple[dict[str, Any], str]:
         pid = os.getpid()

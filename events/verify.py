@@ -18,11 +18,17 @@ import msgspec
 from wgstore.events.hashing import (
     DIGEST_PREFIX,
     GENESIS,
+    NOT_SEALED,
+    DuplicateKeyError,
+    canonical_bytes,
     chain_hash,
     content_mac,
     epoch_us,
+    event_mac,
     format_digest,
+    is_legacy_mac,
     log_hash,
+    open_snapshot,
 )
 
 if TYPE_CHECKING:
@@ -39,13 +45,16 @@ class VerifyReport:
     """What ``EventStore.verify`` found: ``ok`` when every hash and version checks out.
 
     ``digest`` is the digest of the last event checked, when the whole log was checked and
-    found ok (None otherwise): a value proven consistent, to keep elsewhere.
+    found ok (None otherwise): a value proven consistent, to keep elsewhere. ``legacy_macs``
+    counts the events checked with a key whose MAC predates the MAC over every field: it covers
+    their content only, not their position, version or time (see docs/verify.md).
     """
 
     ok: bool
     problems: list[str] = field(default_factory=list)
     checked: int = 0
     digest: str | None = None
+    legacy_macs: int = 0
 
 
 def parse_digest(text: str) -> tuple[int, str]:
@@ -83,7 +92,12 @@ def verify_log(
     """Check the stored rows of the log (or one stream); see ``EventStore.verify``."""
     target = parse_digest(against) if against is not None else None
     checker = _Checker(
-        store.recorder.time_of, whole_log=stream_id is None, key=hmac_key, target=target
+        store.recorder.time_of,
+        whole_log=stream_id is None,
+        key=hmac_key,
+        target=target,
+        # SQLite stores the text as given: a key named twice is looked for; jsonb keeps one.
+        check_json=not store.is_postgres,
     )
     p = store.recorder.param
     columns = (
@@ -105,11 +119,73 @@ def verify_log(
         after = rows[-1][0]
     if target is not None:
         checker.finish_digest(store, stream_id)
+    checker.problems += _repeated_ids(store, stream_id)
+    checker.problems += _snapshot_problems(store, stream_id, hmac_key)
     ok = not checker.problems
     digest = None
     if ok and stream_id is None:
         digest = format_digest(checker.previous_position, checker.recomputed_log)
-    return VerifyReport(ok=ok, problems=checker.problems, checked=checker.checked, digest=digest)
+    return VerifyReport(
+        ok=ok,
+        problems=checker.problems,
+        checked=checker.checked,
+        digest=digest,
+        legacy_macs=checker.legacy_macs,
+    )
+
+
+def _snapshot_problems(store: EventStore, stream_id: str | None, key: bytes | None) -> list[str]:
+    """A problem per sealed ``wg_snapshots`` row whose seal does not match the log.
+
+    Readers check the same seal before they use a snapshot (and fold the log instead), so such a
+    row misleads no one, but it was changed, or its stream was rewritten after it was taken.
+    Rows of an older wgstore (not sealed) are never used, so they are not problems.
+    """
+    p = store.recorder.param
+    state = "s.state::text" if store.is_postgres else "s.state"
+    where, params = "", ()
+    if stream_id is not None:
+        where, params = f"WHERE s.stream_id = {p} ", (stream_id,)
+    rows = store._fetch(
+        f"SELECT s.name, s.stream_id, s.stream_version, s.schema, {state}, e.hash "
+        "FROM wg_snapshots s LEFT JOIN wg_events e ON e.stream_id = s.stream_id "
+        f"AND e.stream_version = s.stream_version {where}ORDER BY s.stream_id, s.name",
+        params,
+    )
+    problems = []
+    for name, sid, version, schema, text, event_hash in rows:
+        state_text, why = open_snapshot(key, name, sid, int(version), schema, event_hash, text)
+        if state_text is None and why != NOT_SEALED:  # an unsealed one is never used
+            problems.append(
+                f"stream {sid!r}: its snapshot {name!r} at version {version} {why}: it was "
+                "changed, or the stream was rewritten after it was taken (readers ignore it "
+                "and fold the log)"
+            )
+    return problems
+
+
+def _repeated_ids(store: EventStore, stream_id: str | None) -> list[str]:
+    """A problem per event id stored more than once (of the stream's ids, with ``stream_id``).
+
+    The unique constraint prevents it; one dropped, a signed event replayed elsewhere in the
+    log would otherwise read as a second occurrence of it.
+    """
+    p = store.recorder.param
+    event_id = "event_id::text" if store.is_postgres else "event_id"
+    where, params = "", ()
+    if stream_id is not None:
+        where = f"WHERE event_id IN (SELECT event_id FROM wg_events WHERE stream_id = {p}) "
+        params = (stream_id,)
+    rows = store._fetch(
+        f"SELECT {event_id}, count(*), min(position), max(position) FROM wg_events {where}"
+        "GROUP BY event_id HAVING count(*) > 1 ORDER BY min(position)",
+        params,
+    )
+    return [
+        f"event id {eid} is stored {count} times (positions {first} to {last}): an event was "
+        "copied (replayed); each event is stored once"
+        for eid, count, first, last in rows
+    ]
 
 
 class _Checker:
@@ -122,8 +198,11 @@ class _Checker:
         whole_log: bool,
         key: bytes | None,
         target: tuple[int, str] | None,
+        check_json: bool = False,
     ) -> None:
         self.time_of = time_of
+        self.check_json = check_json
+        self.legacy_macs = 0
         self.whole_log = whole_log
         self.key = key
         self.target = target
@@ -145,10 +224,11 @@ class _Checker:
                 f"stream {sid!r}: version {version} at position {position} follows "
                 f"version {previous_version}: events are missing or out of order"
             )
+        us = None
         try:
-            moment = self.time_of(at)
+            us = epoch_us(self.time_of(at))
             expected = chain_hash(
-                previous_hash, sid, version, event_id, type_, schema, epoch_us(moment), data, meta
+                previous_hash, sid, version, event_id, type_, schema, us, data, meta
             )
         except (TypeError, ValueError) as error:
             expected = None
@@ -159,22 +239,14 @@ class _Checker:
             )
         self.streams[sid] = (version, stored)
         if self.key is not None:
-            self._check_mac(where, sid, event_id, type_, schema, data, meta, mac)
+            fields = (position, sid, version, event_id, type_, schema, us, data, meta)
+            self._check_mac(where, fields, mac)
         if self.whole_log:
             self._check_log(where, position, stored, logged, mac)
 
-    def _check_mac(
-        self,
-        where: str,
-        sid: str,
-        event_id: str,
-        type_: str,
-        schema: int,
-        data: Any,
-        meta: Any,
-        mac: str | None,
-    ) -> None:
+    def _check_mac(self, where: str, fields: tuple[Any, ...], mac: str | None) -> None:
         assert self.key is not None
+        position, sid, version, event_id, type_, schema, us, data, meta = fields
         if not mac:
             self.problems.append(
                 f"{where} has no MAC: it was not written with the key (forged, or written "
@@ -182,7 +254,25 @@ class _Checker:
             )
             return
         try:
-            expected = content_mac(self.key, sid, event_id, type_, schema, data, meta)
+            if is_legacy_mac(mac):
+                self.legacy_macs += 1
+                if self.check_json:  # the old MAC's parser kept the last of two equal keys
+                    canonical_bytes(data)
+                    canonical_bytes(meta)
+                expected = content_mac(self.key, sid, event_id, type_, schema, data, meta)
+            elif us is None:
+                return  # its time is malformed: already a problem
+            else:
+                expected = event_mac(
+                    self.key, position, sid, version, event_id, type_, schema, us, data, meta,
+                    check_duplicates=self.check_json,
+                )  # fmt: skip
+        except DuplicateKeyError as error:
+            self.problems.append(
+                f"{where}: its stored JSON names a key twice ({error}), so readers disagree on "
+                "its value: it was changed"
+            )
+            return
         except (TypeError, ValueError, msgspec.DecodeError):
             self.problems.append(f"{where}: its data is not valid JSON, so its MAC cannot match")
             return

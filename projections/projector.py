@@ -298,7 +298,7 @@ def _apply_groups(
             continue  # refused earlier: left out until a rebuild
         known = group_id in existing
         work = _fold_group(store, connection, stream_id, events, known)
-        _write_group(connection, group_id, stream_id, work)
+        _write_group(connection, group_id, stream_id, work, store)
         if work.state is not None and work.state.run_id:
             touched.add(work.state.run_id)
     return touched
@@ -330,7 +330,9 @@ def _fold_group(
     state: WorkerGroupState | None = None
     workers: dict[int, dict[str, Any]] = {}
     if known:
-        state = load_snapshot(connection, stream_id, name=PROJECTOR_SNAPSHOT)
+        state = load_snapshot(
+            connection, stream_id, name=PROJECTOR_SNAPSHOT, log=store, hmac_key=store.hmac_key
+        )
         if state is None or state.version != first.version - 1:
             previous = list(store.read_stream(stream_id, to_version=first.version - 1))
             state = project_worker_group(previous) if previous else None
@@ -533,7 +535,11 @@ def _upsert(connection: sa.Connection, table: sa.Table, rows: list[dict[str, Any
 
 
 def _write_group(
-    connection: sa.Connection, group_id: str, stream_id: str, work: _GroupBatch
+    connection: sa.Connection,
+    group_id: str,
+    stream_id: str,
+    work: _GroupBatch,
+    store: EventStore,
 ) -> None:
     state = work.state
     if state is not None:
@@ -542,7 +548,9 @@ def _write_group(
         rows = [row]
         _json_columns(connection, rows, "resources_per_worker", "released")
         _upsert(connection, wg_worker_groups, rows)
-        save_snapshot(connection, state, name=PROJECTOR_SNAPSHOT)
+        save_snapshot(
+            connection, state, name=PROJECTOR_SNAPSHOT, log=store, hmac_key=store.hmac_key
+        )
     elif work.error is not None and work.last_event is not None:
         event = work.last_event
         _upsert(

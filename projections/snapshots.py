@@ -6,6 +6,13 @@ schema. The fingerprint hashes the JSON schema msgspec derives from the state cl
 :data:`SNAPSHOT_FORMAT`, so any change to the state's fields, or a change of meaning declared by
 bumping :data:`SNAPSHOT_FORMAT`, makes old snapshots unreadable: they are ignored and rebuilt
 from the log, never trusted.
+
+Every snapshot is sealed to the log (:func:`wgstore.events.hashing.seal_snapshot`): a checksum
+over its name, stream, version, schema and state together with the stream hash of the event at
+its version, and with the store's HMAC key a MAC over the same. A snapshot is used only when the
+seal matches the log as it is now (one indexed lookup): an edited row, or a snapshot of a stream
+that was rewritten since, is ignored and the state folded from the log. ``EventStore.verify``
+checks every row the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from wgstore.events.hashing import open_snapshot, seal_snapshot
 from wgstore.projections._db import fetch, is_postgres, param
 from wgstore.projections.state import WorkerGroupState
 
@@ -43,8 +51,9 @@ __all__ = [
     "save_snapshot",
 ]
 
-SNAPSHOT_FORMAT = 1
-"""Bump when the meaning of a state field changes without its type changing."""
+SNAPSHOT_FORMAT = 2
+"""Bump when the meaning of a state field changes without its type changing (2: sealed to the
+log; unsealed rows of format 1 are replaced by the next save)."""
 
 WORKER_GROUP_SNAPSHOT = "worker_group"
 """The ``wg_snapshots.name`` of worker-group state snapshots."""
@@ -83,6 +92,32 @@ def decode_state(text: str | bytes) -> WorkerGroupState:
     return _decoder.decode(text)
 
 
+def _key(target: EventStore | sa.Connection, hmac_key: bytes | None) -> bytes | None:
+    """The key snapshots are sealed with: the given one, else a store's own."""
+    return hmac_key if hmac_key is not None else getattr(target, "hmac_key", None)
+
+
+def _event_hash(source: EventStore | sa.Connection, stream_id: str, version: int) -> str | None:
+    """The stream hash of the event at ``version`` in the log ``source`` reads."""
+    import sqlalchemy as sa
+
+    from wgstore.events.schema import wg_events
+
+    if isinstance(source, sa.Connection):
+        return source.execute(  # type: ignore[no-any-return]
+            sa.select(wg_events.c.hash).where(
+                wg_events.c.stream_id == stream_id, wg_events.c.stream_version == version
+            )
+        ).scalar()
+    p = param(source)
+    rows = fetch(
+        source,
+        f"SELECT hash FROM wg_events WHERE stream_id = {p} AND stream_version = {p}",
+        (stream_id, version),
+    )
+    return rows[0][0] if rows else None
+
+
 def _state_value(connection: sa.Connection, text: str) -> Any:
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql
@@ -97,6 +132,8 @@ def save_snapshot(
     state: WorkerGroupState,
     *,
     name: str = WORKER_GROUP_SNAPSHOT,
+    hmac_key: bytes | None = None,
+    log: EventStore | None = None,
 ) -> None:
     """Save ``state`` as the snapshot ``name`` of its stream, replacing an older one.
 
@@ -106,8 +143,20 @@ def save_snapshot(
         target: a store (its own transaction) or a connection inside the caller's transaction.
         state: the state to save.
         name: which projection the snapshot belongs to.
+        hmac_key: seal it with this key too (default: the store's key, if ``target`` is one).
+        log: the store whose log it is sealed to, when ``target`` is a connection to another
+            database (the projector's scratch file); default: ``target``'s own ``wg_events``.
     """
-    save_row(target, name, state.stream_id, state.version, STATE_SCHEMA, encode_state(state))
+    save_row(
+        target,
+        name,
+        state.stream_id,
+        state.version,
+        STATE_SCHEMA,
+        encode_state(state),
+        hmac_key=hmac_key,
+        log=log,
+    )
 
 
 def save_row(
@@ -117,19 +166,35 @@ def save_row(
     version: int,
     schema: str,
     text: str,
+    *,
+    hmac_key: bytes | None = None,
+    log: EventStore | None = None,
 ) -> None:
-    """Upsert one ``wg_snapshots`` row (kept if the stored one is newer and of the same schema)."""
+    """Upsert one ``wg_snapshots`` row (kept if the stored one is newer and of the same schema),
+    sealed to the event at ``version`` (see the module docstring).
+
+    Raises:
+        ValueError: the stream has no event at ``version``.
+    """
     import sqlalchemy as sa
 
+    key = _key(target, hmac_key)
     if isinstance(target, sa.Connection):
-        _save(target, name, stream_id, version, schema, text)
+        _save(target, name, stream_id, version, schema, text, key, log)
         return
     with target.engine.begin() as connection:
-        _save(connection, name, stream_id, version, schema, text)
+        _save(connection, name, stream_id, version, schema, text, key, log)
 
 
 def _save(
-    connection: sa.Connection, name: str, stream_id: str, version: int, schema: str, text: str
+    connection: sa.Connection,
+    name: str,
+    stream_id: str,
+    version: int,
+    schema: str,
+    text: str,
+    key: bytes | None,
+    log: EventStore | None,
 ) -> None:
     import sqlalchemy as sa
     from sqlalchemy.dialects import postgresql
@@ -137,6 +202,10 @@ def _save(
 
     from wgstore.events.schema import wg_snapshots
 
+    event_hash = _event_hash(log or connection, stream_id, version)
+    if event_hash is None:
+        raise ValueError(f"stream {stream_id!r} has no event at version {version} to snapshot")
+    text = seal_snapshot(key, name, stream_id, version, schema, event_hash, text)
     values = {
         "name": name,
         "stream_id": stream_id,
@@ -167,31 +236,71 @@ def _save(
 
 
 def load_row(
-    target: EventStore | sa.Connection, name: str, stream_id: str
+    target: EventStore | sa.Connection,
+    name: str,
+    stream_id: str,
+    *,
+    hmac_key: bytes | None = None,
+    log: EventStore | None = None,
 ) -> tuple[int, str, str] | None:
-    """The ``(stream_version, schema, state as JSON text)`` of one ``wg_snapshots`` row."""
+    """The ``(stream_version, schema, state as JSON text)`` of one ``wg_snapshots`` row.
+
+    None when there is none, or when its seal does not match the log as it is now (checked with
+    ``hmac_key``, default: the store's key if ``target`` is one): the caller folds the log.
+    ``log``: as for :func:`save_snapshot`.
+    """
     import sqlalchemy as sa
 
-    from wgstore.events.schema import wg_snapshots
+    from wgstore.events.schema import wg_events, wg_snapshots
 
-    if isinstance(target, sa.Connection):
+    if log is not None and isinstance(target, sa.Connection):
         query = sa.select(
             wg_snapshots.c.stream_version,
             wg_snapshots.c.schema,
             sa.cast(wg_snapshots.c.state, sa.Text()),
         ).where(wg_snapshots.c.name == name, wg_snapshots.c.stream_id == stream_id)
+        found = target.execute(query).first()
+        row = None
+        if found is not None:
+            row = (*found, _event_hash(log, stream_id, int(found[0])))
+    elif isinstance(target, sa.Connection):
+        query = (
+            sa.select(
+                wg_snapshots.c.stream_version,
+                wg_snapshots.c.schema,
+                sa.cast(wg_snapshots.c.state, sa.Text()),
+                wg_events.c.hash,
+            )
+            .select_from(wg_snapshots)
+            .outerjoin(
+                wg_events,
+                sa.and_(
+                    wg_events.c.stream_id == wg_snapshots.c.stream_id,
+                    wg_events.c.stream_version == wg_snapshots.c.stream_version,
+                ),
+            )
+            .where(wg_snapshots.c.name == name, wg_snapshots.c.stream_id == stream_id)
+        )
         row = target.execute(query).first()
     else:
-        state_text = "state::text" if is_postgres(target) else "state"
+        state_text = "s.state::text" if is_postgres(target) else "s.state"
         p = param(target)
         rows = fetch(
             target,
-            f"SELECT stream_version, schema, {state_text} FROM wg_snapshots "
-            f"WHERE name = {p} AND stream_id = {p}",
+            f"SELECT s.stream_version, s.schema, {state_text}, e.hash FROM wg_snapshots s "
+            "LEFT JOIN wg_events e ON e.stream_id = s.stream_id "
+            "AND e.stream_version = s.stream_version "
+            f"WHERE s.name = {p} AND s.stream_id = {p}",
             (name, stream_id),
         )
         row = rows[0] if rows else None
-    return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+    if row is None:
+        return None
+    version, schema = int(row[0]), str(row[1])
+    state, _ = open_snapshot(
+        _key(target, hmac_key), name, stream_id, version, schema, row[3], row[2]
+    )
+    return None if state is None else (version, schema, state.decode())
 
 
 def load_snapshot(
@@ -200,13 +309,16 @@ def load_snapshot(
     *,
     name: str = WORKER_GROUP_SNAPSHOT,
     max_version: int | None = None,
+    hmac_key: bytes | None = None,
+    log: EventStore | None = None,
 ) -> WorkerGroupState | None:
     """The snapshot ``name`` of ``stream_id``, or ``None``.
 
-    A snapshot of another schema, one that no longer decodes, or one past ``max_version`` is
-    ignored (``None``): the caller folds from the log instead.
+    A snapshot of another schema, one that no longer decodes, one past ``max_version``, or one
+    whose seal does not match the log (:func:`load_row`) is ignored (``None``): the caller folds
+    from the log instead.
     """
-    row = load_row(target, name, stream_id)
+    row = load_row(target, name, stream_id, hmac_key=hmac_key, log=log)
     if row is None:
         return None
     version, schema, text = row

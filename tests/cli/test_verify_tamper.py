@@ -122,3 +122,19 @@ def test_a_forgery_with_recomputed_hashes_fails_verify_with_the_key_only(
         assert "position 2 (version 2, WorkerGroupShutdownRequested) does not match its MAC" in (
             result.stdout
         )
+
+
+def test_verify_says_how_many_events_carry_an_older_weaker_mac(cli: Any, store_url: str) -> None:
+    from tests.events.test_tamper import KEY as WRITER_KEY
+    from tests.events.test_tamper_mac import _legacy_macs
+
+    with EventStore.open(store_url, hmac_key=WRITER_KEY) as store:
+        _fill(store)
+        _tamper(store, _legacy_macs(store), _rehash(store))  # as an older wgstore wrote them
+    result = cli("verify", "--url", store_url, "--key", WRITER_KEY.decode())
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "ok  every event's MAC matches the key" in result.stdout
+    assert (
+        "note 6 event(s) carry the MAC of an older wgstore: it covers their content, not their "
+        "time, version or position (docs/verify.md)"
+    ) in result.stdout

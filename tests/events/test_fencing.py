@@ -192,3 +192,26 @@ def test_bad_multi_stream_requests_are_refused_before_anything_is_written(store)
         store.append("a", [_event()], fence=("r1", "a", 1))  # type: ignore[arg-type]
     assert store.append_many([AppendRequest("a", [])]) == [[]]
     assert _log(store) == []
+
+
+def test_fenced_multi_stream_appends_with_an_hmac_key_are_atomic_and_verify(store_url):
+    """With a key, appends take the keyed path (MACs computed under the lock, in the client):
+    fencing and atomicity hold there too, and every MAC verifies."""
+    with EventStore.open(store_url, hmac_key=b"k" * 32) as store:
+        old = acquire_lease(store, "r1", "a", 10, now=T0)
+        store.append_many(
+            [AppendRequest("a", [_event("a1")], NO_STREAM), AppendRequest("b", [_event("b1")])],
+            fence=old.fence,
+        )
+        with pytest.raises(ConcurrencyError) as stale:
+            store.append_many(
+                [AppendRequest("a", [_event("a2")], 1), AppendRequest("b", [_event("b2")], 5)],
+                fence=old.fence,
+            )
+        assert stale.value.stream_id == "b"
+        acquire_lease(store, "r1", "b", 10, now=T0 + timedelta(seconds=11))
+        with pytest.raises(FencedError):
+            store.append("a", [_event("late")], fence=old.fence)
+        assert _log(store) == [("a", 1), ("b", 1)]
+        report = store.verify()
+        assert report.ok, report.problems

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from wgstore.events import EventStore, NewEvent
 from wgstore.events.engine import create_store_engine
-from wgstore.events.hashing import chain_hash, content_mac, epoch_us, log_hash
+from wgstore.events.hashing import chain_hash, content_mac, epoch_us, event_mac, log_hash
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
 from wgstore.migrations.runner import downgrade, upgrade
 
@@ -288,14 +288,16 @@ _VECTORS = {
 _PINNED = {
     "sqlite": (
         "4ce8cd429d8ab8ee02892021398b520be87d3bade3599c79eaa0db7b1b370c6e",
-        "0ccce0a901c094c3da796d8ab7e31cf592b60881c88411a3854f46b5516cd9f2",
+        "d34514df2814ef691c7cb0205888fc3f221234f92788222460a1df5f4dcefe30",
     ),
     "postgresql": (
         "76297d8ea81518e3b1434c3bceaaeb73cd2d8b1c6e11f763d022f7499c8681f4",
-        "68676656112c509554409e3faa98031fc088831d06dbc820258cc015baab1889",
+        "5c12f0c200706e92e03f0cb4e9b9ca500c1cc70c25e5af55c01c5345c701dcf7",
     ),
 }
-_PINNED_MAC = "82f5ec6c56ffb299df5d078838852f7a61f13266ee14075232e6909a64609f30"
+# The MAC over every field (hashing.event_mac): one value on both backends, although the keyed
+# Postgres append builds its rows in Python and wg_append is not called.
+_PINNED_MAC = "m2:8uD-QLLNdb_UwxxoG4fWSMvla_-HVXkhlWQ5qhv4HIw"
 
 
 @pytest.fixture
@@ -344,9 +346,10 @@ def test_a_fixed_event_gets_the_pinned_hashes_from_either_backends_append(
         "", "vector-1", 1, str(_VECTOR_ID), "WorkerGroupShutdownRequested", 1,
         epoch_us(_VECTOR_TIME), data, metadata,
     )  # fmt: skip
-    mac = content_mac(
-        KEY, "vector-1", str(_VECTOR_ID), "WorkerGroupShutdownRequested", 1, data, metadata
-    )
+    mac = event_mac(
+        KEY, 1, "vector-1", 1, str(_VECTOR_ID), "WorkerGroupShutdownRequested", 1,
+        epoch_us(_VECTOR_TIME), data, metadata,
+    )  # fmt: skip
     expected_log = log_hash("", 1, expected_hash, mac)
     with store.engine.connect() as connection:
         stored = connection.exec_driver_sql("SELECT hash, log_hash, mac FROM wg_events").one()
@@ -395,8 +398,11 @@ def test_migration_0004_backfills_the_log_hashes_an_append_would_have_given(
 def test_the_mac_is_the_same_for_json_as_written_and_as_postgres_renders_it(
     written: str, rendered: str
 ) -> None:
-    def mac(data: str) -> str:
-        return content_mac(KEY, "s", str(_VECTOR_ID), "T", 1, data, "{}")
+    def mac(data: str) -> tuple[str, str]:
+        return (
+            event_mac(KEY, 1, "s", 1, str(_VECTOR_ID), "T", 1, 0, data, "{}"),
+            content_mac(KEY, "s", str(_VECTOR_ID), "T", 1, data, "{}"),  # the legacy MAC
+        )
 
     assert mac(written) == mac(rendered)
     assert mac(written) != mac(written.replace("v", "w"))
