@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 STEP_S = 0.3
@@ -112,12 +113,21 @@ def _kill_after_three_steps(driver: subprocess.Popen[bytes], steps: Path) -> flo
     return time.time()
 
 
+def _cluster_free() -> bool:
+    """True once the killed driver's actors are gone (its CPUs back), as after a lease."""
+    import ray
+
+    return ray.available_resources().get("CPU", 0) >= ray.cluster_resources().get("CPU", 0)
+
+
 def ray_alone(script: Path, address: str, work: Path, lease_s: float) -> float:
-    """Seconds from re-running the script to its first trained step."""
+    """Seconds from re-running the script (once the killed run's actors are gone, as they are
+    by the time a lease lapses) to its first trained step."""
     steps = work / "ray-steps.txt"
     _kill_after_three_steps(
         _driver(script, address, "-", work / "storage", "ray-alone", steps, lease_s), steps
     )
+    _until(_cluster_free, every_s=0.2)
     before = len(_steps(steps))
     rerun_at = time.time()
     again = _driver(script, address, "-", work / "storage", "ray-alone", steps, lease_s)
@@ -153,8 +163,16 @@ def with_wgstore(
         decided_at, resumer = spawned[0]
         trained_at = _until(lambda: len(_steps(steps)) > before)
         ((stream, _),) = store.streams("run-")
-        started = [r for r in store.read_stream(stream) if r.type == "ControllerStarted"][-1]
-        controller_at = started.metadata["ray_time_ns"] / 1e9
+
+        def resumed() -> list[Any]:  # its writer holds events until training starts
+            return [
+                r
+                for r in store.read_stream(stream)
+                if r.type == "ControllerStarted" and r.event.resumed
+            ]
+
+        _until(lambda: bool(resumed()), every_s=0.2)
+        controller_at = resumed()[-1].metadata["ray_time_ns"] / 1e9
     resumer.send_signal(signal.SIGKILL)
     resumer.wait()
     return {
