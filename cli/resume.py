@@ -39,11 +39,13 @@ def resume_command(
         typer.Option(
             "--lease-from",
             metavar="HOLDER:EPOCH",
-            hidden=True,
-            help="Take the run's lease over from this grant (a supervisor starts resumes so).",
+            help="Take the run's lease over from this grant (how `wgstore supervise` starts a "
+            "resume it took the run for).",
         ),
     ] = None,
-    by: Annotated[str, typer.Option("--by", hidden=True, help="Who resumes.")] = "wgstore resume",
+    by: Annotated[
+        str, typer.Option("--by", help="Who resumes, as recorded in RunResumed.")
+    ] = "wgstore resume",
     ray_address: Annotated[
         str | None,
         typer.Option(

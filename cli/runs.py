@@ -253,8 +253,9 @@ def print_run(detail: dict[str, Any]) -> None:
         facts.add_row(
             "orphaned",
             Text(
-                "yes: no controller holds a live lease; resume it (`wgstore run --resume "
-                f"{run['run_id']}`) or release its Ray resources (`wgstore gc`)",
+                "yes: no live process holds its lease (its driver or controller is gone); "
+                f"resume it (`wgstore resume {run['run_id']}`) or end it and release its Ray "
+                "resources (`wgstore gc`)",
                 style="bold red",
             ),
         )
@@ -263,6 +264,11 @@ def print_run(detail: dict[str, Any]) -> None:
     for failed in run["failed_ranks"] or []:
         facts.add_row(
             "", Text(f"rank {failed['world_rank']}: {failed['type']}: {failed['message']}", "red")
+        )
+    for resumed in detail["resumes"]:
+        facts.add_row(
+            "resumed",
+            Text(f"by {resumed['by']} at attempt {resumed['attempt']} ({resumed['reason']})"),
         )
     if run["abort_reason"]:
         facts.add_row("aborted", Text(run["abort_reason"], style="yellow"))

@@ -303,4 +303,5 @@ def run_detail(store: EventStore, run_id: str, now: datetime | None = None) -> d
             }
             for c in state.controllers
         ],
+        "resumes": [{"by": r.by, "reason": r.reason, "attempt": r.attempt} for r in state.resumes],
     }

@@ -131,3 +131,17 @@ class TestSupervisorPolicy:
         assert len(started) == 1 and started[0][0] == "lost"
         with EventStore.open(store_url) as store:
             assert lease_of(store, "lost").holder == started[0][1]  # type: ignore[union-attr]
+
+
+def test_wgstore_runs_shows_who_resumed_a_run_and_how_to_resume_an_orphan(
+    store_url: str, store: Any
+) -> None:
+    from wgstore.events.run import RunResumed
+
+    run_scenarios.running(store, "lost", lease_expired=True)
+    shown = CliRunner().invoke(app, ["runs", "lost", "--url", store_url])
+    assert shown.exit_code == 0, shown.output
+    assert "wgstore resume lost" in " ".join(shown.output.split())
+    store.append("run-lost", [RunResumed(by="supervisor 1f", reason="driver lost", attempt=2)])
+    shown = CliRunner().invoke(app, ["runs", "lost", "--url", store_url])
+    assert "by supervisor 1f at attempt 2 (driver lost)" in " ".join(shown.output.split())
