@@ -1,6 +1,6 @@
-"""Benchmark the EventStore against three references, side by side in one run (DESIGN.md, Performance).
+"""Benchmark the EventStore against three references, side by side in one run.
 
-Workloads, on the same ~300-byte poll-like payload:
+Workloads (docs/architecture.md, "Performance goals"), on the same ~300-byte poll-like payload:
 
 - W1: 5,000 single-event appends over 50 streams (one transaction each).
 - W2: 100,000 events in batches of 100 over 1,000 streams (one transaction per batch).
@@ -44,7 +44,7 @@ from sides import PG_CONNINFO, PG_URL, REFERENCES, SIDES, Side, Target, create_t
 
 __all__ = ["BenchPolled", "main", "make_event", "make_payload"]
 
-# Goals (DESIGN.md): wgstore / reference, per workload.
+# Goals (docs/architecture.md, "Performance goals"): wgstore / reference, per workload.
 MINIMAL_GOAL = {"W2": 0.5}
 PG_MINIMAL_GOAL = {"W2": 0.5, "W5": 0.5}
 
@@ -118,7 +118,7 @@ class Result:
 
     @property
     def met(self) -> bool:
-        """Whether every DESIGN.md goal of this workload is met (references that ran)."""
+        """Whether every goal of this workload is met (references that ran)."""
         return self.tail_ok is not False and all(
             self.ratio(ref) >= goal for ref, goal in self.goals.items() if self.runs.get(ref)
         )

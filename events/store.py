@@ -965,7 +965,7 @@ def set_schema_guard(guard: SchemaGuard) -> None:
 
     Without a call, the guard is the one pyproject.toml declares under the entry-point group
     :data:`SCHEMA_GUARD_ENTRY_POINT` (``wgstore.migrations.runner:ensure_schema``): ``events``
-    never imports the migrations, which sit above it (DESIGN.md, "Layout").
+    never imports the migrations, which sit above it (docs/architecture.md, "Layers").
     """
     global _schema_guard
     _schema_guard = guard

@@ -1,6 +1,6 @@
 """Keep Ray's own noise off the driver's terminal (used by ``wgstore run`` and ``executor``).
 
-Here rather than in the CLI because only orchestration imports Ray (DESIGN.md, "Layout").
+Here rather than in the CLI because only orchestration imports Ray (docs/architecture.md, "Layers").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""DESIGN.md "Layout": dependencies point one way, table metadata depends on nothing, Ray only
-in orchestration. The import contracts live in pyproject.toml ([tool.importlinter]); this runs
-them (so `make test`, hence CI, holds them as `make lint` does)."""
+"""docs/architecture.md "Layers": dependencies point one way, table metadata depends on nothing,
+Ray only in orchestration. The import contracts live in pyproject.toml ([tool.importlinter]); this
+runs them (so `make test`, hence CI, holds them as `make lint` does)."""
 
 from __future__ import annotations
 
