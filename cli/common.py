@@ -23,6 +23,7 @@ from wgstore.projections.views import resolve_group_id
 
 __all__ = [
     "DEFAULT_URL",
+    "ROOT_URL_KEY",
     "URL_ENV",
     "CliError",
     "UrlOption",
@@ -37,10 +38,35 @@ __all__ = [
     "parse_time",
     "refuse_blank",
     "resolve_group",
+    "url_from_root",
 ]
 
 URL_ENV = "WGSTORE_URL"
 DEFAULT_URL = "sqlite:///wgstore.db"
+
+ROOT_URL_KEY = "wgstore.url"
+"""Where the root command keeps a ``--url`` given before the subcommand (``ctx.meta``)."""
+
+
+def url_from_root(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+    """The store URL of a subcommand: a ``--url`` given before the subcommand
+    (``wgstore --url URL groups``) counts as if given after it, and wins over ``WGSTORE_URL``.
+
+    Raises:
+        typer.BadParameter: ``--url`` given on both sides of the subcommand, differently.
+    """
+    root_url: str | None = ctx.meta.get(ROOT_URL_KEY)
+    if root_url is None:
+        return value
+    source = ctx.get_parameter_source(param.name or "url")
+    given_here = getattr(source, "name", None) == "COMMANDLINE"  # Typer vendors its own click
+    if given_here and value != root_url:
+        raise typer.BadParameter(
+            f"given twice, as {mask_url(root_url)} before the command and as {mask_url(value)} "
+            "after it; give it once"
+        )
+    return root_url
+
 
 UrlOption = Annotated[
     str,
@@ -49,6 +75,7 @@ UrlOption = Annotated[
         envvar=URL_ENV,
         help="The store: sqlite:///path.db or postgresql+psycopg://user@host/db.",
         show_envvar=True,
+        callback=url_from_root,
     ),
 ]
 
