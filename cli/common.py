@@ -18,6 +18,7 @@ from wgstore.cli.errors import CliError, UsageProblem
 from wgstore.cli.parsing import json_default, json_line, parse_duration, parse_time
 from wgstore.events import EventStore, InvalidArgumentError, StoreUnavailableError
 from wgstore.events.engine import mask_url, parse_url
+from wgstore.projections.run_views import resolve_run_id
 from wgstore.projections.text import format_time
 from wgstore.projections.views import resolve_group_id
 
@@ -38,6 +39,7 @@ __all__ = [
     "parse_time",
     "refuse_blank",
     "resolve_group",
+    "resolve_run",
     "url_from_root",
 ]
 
@@ -154,5 +156,18 @@ def resolve_group(store: EventStore, group: str) -> str:
     """
     try:
         return resolve_group_id(store, group)
+    except InvalidArgumentError as error:
+        raise UsageProblem(str(error)) from None
+
+
+def resolve_run(store: EventStore, run: str) -> str:
+    """The full id of the run whose id is ``run`` or starts with it (as :func:`resolve_group`).
+
+    Raises:
+        UsageProblem: no run, or more than one, matches
+            (:func:`wgstore.projections.run_views.resolve_run_id`).
+    """
+    try:
+        return resolve_run_id(store, run)
     except InvalidArgumentError as error:
         raise UsageProblem(str(error)) from None

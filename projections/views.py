@@ -52,6 +52,7 @@ __all__ = [
     "read_model_problems",
     "read_model_status",
     "resolve_group_id",
+    "resolve_id",
     "run_streams",
     "state_json",
     "stored_events",
@@ -247,32 +248,55 @@ def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------ events
 
 
-def resolve_group_id(store: EventStore, group: str) -> str:
-    """The full id of the worker group whose id is ``group`` or starts with it.
+def resolve_id(store: EventStore, given: str, *, stream_prefix: str, kind: str, hint: str) -> str:
+    """The full id of the one ``kind`` (a worker group, a run) whose id is ``given`` or starts with it.
 
-    ``group`` may also be the group's stream id (``worker-group-<id>``).
+    The one resolver of id prefixes: an entity is a stream ``<stream_prefix><id>``, so its id
+    may be given whole, as any unique prefix, or as its stream id. ``given`` is tried as an id
+    first, then without ``stream_prefix`` (a run id may itself start with ``run-``).
+
+    Args:
+        hint: what to run to list the ids, for the message when none matches.
+
+    Raises:
+        InvalidArgumentError: no id, or more than one, starts with ``given``.
+    """
+    given = given.strip()
+    candidates = [given]
+    if given.startswith(stream_prefix):
+        candidates.append(given[len(stream_prefix) :])
+    if not all(candidates):
+        raise InvalidArgumentError(f"give a {kind} id (or a unique prefix of one)")
+    for candidate in candidates:
+        found = [sid[len(stream_prefix) :] for sid, _ in store.streams(stream_prefix + candidate)]
+        if candidate in found:
+            return candidate
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+            raise InvalidArgumentError(
+                f"{given!r} matches {len(found)} {kind}s ({shown}); give more of the id"
+            )
+    raise InvalidArgumentError(
+        f"no {kind} id starts with {given!r} in {mask_url(store.url)}; {hint}"
+    )
+
+
+def resolve_group_id(store: EventStore, group: str) -> str:
+    """The full id of the worker group whose id is ``group`` or starts with it
+    (:func:`resolve_id`; ``group`` may also be the group's stream id ``worker-group-<id>``).
 
     Raises:
         InvalidArgumentError: no group, or more than one, matches.
     """
-    group = group.strip()
-    group = group_id_of(group) or group
-    if not group:
-        raise InvalidArgumentError("give a worker group id (or a unique prefix of one)")
-    found = [group_id_of(sid) or sid for sid, _ in store.streams(group_stream(group))]
-    if group in found:
-        return group
-    if not found:
-        raise InvalidArgumentError(
-            f"no worker group id starts with {group!r} in {mask_url(store.url)}; "
-            "run `wgstore groups` (or `wgstore events`) to list them"
-        )
-    if len(found) > 1:
-        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
-        raise InvalidArgumentError(
-            f"{group!r} matches {len(found)} worker groups ({shown}); give more of the id"
-        )
-    return found[0]
+    return resolve_id(
+        store,
+        group,
+        stream_prefix=GROUP_STREAM_PREFIX,
+        kind="worker group",
+        hint="run `wgstore groups` (or `wgstore events`) to list them",
+    )
 
 
 def check_event_types(types: list[str], store: EventStore | None = None) -> list[str]:
