@@ -66,7 +66,16 @@ def print_errors(state: WorkerGroupState) -> None:
         console.print(f"worker group {state.group_id} has no errors", style="dim")
 
 
-WORKER_STYLES = {"running": "green", "finished": "bold", "error": "bold red", "started": "cyan"}
+WORKER_STYLES = {
+    "running": "green",
+    "finished": "bold",
+    "error": "bold red",
+    "started": "cyan",
+    "stopped": "bold",
+    "killed": "yellow",
+    "dead": "red",
+    "shut down": "dim",
+}
 
 
 def print_state(state: WorkerGroupState) -> None:

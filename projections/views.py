@@ -40,7 +40,7 @@ from wgstore.projections.projector import (
     read_model_rows,
 )
 from wgstore.projections.queries import worker_group_state
-from wgstore.projections.state import WorkerGroupState
+from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
 
 __all__ = [
     "SUMMARY_KEYS",
@@ -53,6 +53,7 @@ __all__ = [
     "read_model_status",
     "resolve_group_id",
     "resolve_id",
+    "running_now",
     "run_streams",
     "state_json",
     "stored_events",
@@ -112,10 +113,23 @@ def state_json(state: WorkerGroupState) -> dict[str, Any]:
     return data
 
 
+def running_now(status: str, running: int | None) -> int | None:
+    """Workers running now: the latest poll's count while the group may run, 0 once it is shut
+    down or its start failed (the read model's ``running_workers`` keeps the latest poll's)."""
+    if running is not None and status in (
+        WorkerGroupStatus.SHUT_DOWN.value,
+        WorkerGroupStatus.START_FAILED.value,
+    ):
+        return 0
+    return running
+
+
 def _group_summary(group_id: str, state: WorkerGroupState) -> dict[str, Any]:
     outcome = state.outcome
     error = state.error
-    running = state.poll_status.num_running if state.poll_status else None
+    running = running_now(
+        state.status.value, state.poll_status.num_running if state.poll_status else None
+    )
     return {
         "group_id": group_id,
         "run_id": state.run_id,
@@ -179,7 +193,7 @@ def summaries_from_read_models(store: EventStore) -> list[dict[str, Any]] | None
                 "status": row["status"],
                 "outcome": row["outcome"],
                 "num_workers": row["num_workers"],
-                "running_workers": row["running_workers"],
+                "running_workers": running_now(row["status"], row["running_workers"]),
                 "requested_at": _utc(row["requested_at"]),
                 "updated_at": _utc(row["updated_at"]),
                 "shut_down_at": _utc(row["shut_down_at"]),
@@ -215,20 +229,26 @@ def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
     """One dict per worker: placement, status at the latest poll, reports and latest metrics.
 
     ``node_rank`` and ``node_ip`` name the node; ``status`` is ``started`` (no poll yet),
-    ``running``, ``finished`` or ``error`` (``error`` holds its first line).
+    ``running``, ``finished`` or ``error`` (``error`` holds its first line). Once the group is
+    shut down no worker runs: a worker the last poll saw running (or that was never polled) shows
+    how it ended at the shutdown (``stopped``, ``killed``, ``dead``), or ``shut down``.
     """
     rows = []
     statuses = state.poll_status.worker_statuses if state.poll_status else {}
+    ended = state.status is WorkerGroupStatus.SHUT_DOWN
+    endings = {ending.world_rank: ending.ending.value for ending in state.worker_endings}
     for worker in state.workers:
         status = statuses.get(worker.world_rank)
-        if status is None:
-            label = "started"
-        elif status.error is not None:
+        if status is not None and status.error is not None:
             label = "error"
-        elif status.running:
-            label = "running"
-        else:
+        elif status is not None and not status.running:
             label = "finished"
+        elif ended:
+            label = endings.get(worker.world_rank, "shut down")
+        elif status is None:
+            label = "started"
+        else:
+            label = "running"
         rows.append(
             {
                 "rank": worker.world_rank,
