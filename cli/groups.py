@@ -28,7 +28,7 @@ from wgstore.cli.common import (
 from wgstore.projections import (
     WorkerGroupStatus,
 )
-from wgstore.projections.views import group_summaries
+from wgstore.projections.views import first_line, group_summaries
 
 __all__ = ["OUTCOME_STYLES", "STATUS_STYLES", "groups_command", "status_text"]
 
@@ -127,7 +127,7 @@ def groups_command(
             else (f"{workers}" if running is None else f"{running}/{workers} running"),
             format_time(summary["requested_at"]) if readable else "",
             _duration(summary),
-            Text(summary["error"] or "", style="red"),
+            Text(first_line(summary["error"] or ""), style="red"),
         )
     if not as_json:
         if shown:

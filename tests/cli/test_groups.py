@@ -211,3 +211,40 @@ def test_state_errors_prints_every_error_whole_and_tables_show_only_the_first_li
         type="WorkerHealthCheckFailedError", message="A worker health check failed.\nWorker: x"
     )
     assert first_line(health) == "WorkerHealthCheckFailedError: A worker health check failed. ..."
+
+
+def test_the_groups_table_shows_the_first_line_of_a_multi_line_error(
+    cli: Any, sqlite_url: str
+) -> None:
+    """As Ray Train's errors are (a grouped error string, a traceback): the table cell shows the
+    first line and `` ...``; ``--json`` and ``state --errors`` keep all of it."""
+    from wgstore.events.streams import group_stream
+    from wgstore.events.worker_group import (
+        ErrorInfo,
+        StartStage,
+        WorkerGroupContext,
+        WorkerGroupStartFailed,
+        WorkerGroupStartRequested,
+    )
+
+    message = "Training failed due to worker errors:\n[Rank 1 Error Snippet]:\nTraceback ...\n"
+    with EventStore.open(sqlite_url) as store:
+        store.append(
+            group_stream("multi"),
+            [
+                WorkerGroupStartRequested(
+                    group_id="multi",
+                    run_id="multi",
+                    context=WorkerGroupContext(num_workers=1, train_fn="m:f"),
+                ),
+                WorkerGroupStartFailed(
+                    stage=StartStage.WORKERS,
+                    error=ErrorInfo(type="WorkerGroupError", message=message),
+                ),
+            ],
+        )
+    table = cli("groups", "--url", sqlite_url, env={"COLUMNS": "250"})
+    assert "WorkerGroupError: Training failed due to worker errors: ..." in table.stdout
+    assert "Rank 1 Error Snippet" not in table.stdout
+    (summary,) = _json_lines(cli("groups", "--url", sqlite_url, "--json").stdout)
+    assert "Rank 1 Error Snippet" in summary["error"]
