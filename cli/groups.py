@@ -119,8 +119,8 @@ def groups_command(
         running, workers = summary["running_workers"], summary["num_workers"]
         table.add_row(
             summary["group_id"],
-            summary["run_id"] or "",
-            "" if summary["attempt"] is None else str(summary["attempt"]),
+            summary["run_id"] or Text("-", style="dim"),
+            "" if summary["attempt"] is None or not summary["run_id"] else str(summary["attempt"]),
             status_text(summary["status"], summary["outcome"]),
             ""
             if workers is None

@@ -31,7 +31,13 @@ from wgstore.events import REGISTRY, EventStore, InvalidArgumentError, RecordedE
 from wgstore.events._translate import translate_errors
 from wgstore.events.engine import mask_url
 from wgstore.events.schema import READ_MODEL_TABLES, wg_events, wg_runs, wg_worker_groups
-from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream, run_stream
+from wgstore.events.streams import (
+    GROUP_STREAM_PREFIX,
+    RUN_STREAM_PREFIX,
+    group_id_of,
+    group_stream,
+    run_stream,
+)
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import (
     PROJECTED_STREAMS,
@@ -53,6 +59,7 @@ __all__ = [
     "read_model_status",
     "resolve_group_id",
     "resolve_id",
+    "run_ids",
     "run_streams",
     "running_now",
     "state_json",
@@ -208,12 +215,19 @@ def summaries_from_read_models(store: EventStore) -> list[dict[str, Any]] | None
 def group_summaries(store: EventStore, *, from_log: bool = False) -> list[dict[str, Any]]:
     """One summary per group (keys :data:`SUMMARY_KEYS`), oldest request first.
 
+    ``run_id`` is None for a group that belongs to no run (made by ``WorkerGroup.create``
+    without one: its start request names its own id, and there is no ``run-<id>`` stream).
+
     Read from ``wg_worker_groups`` when the read models are current with the log (and
     ``from_log`` is False), else folded from the log, so it is right either way.
     """
     summaries = None if from_log else summaries_from_read_models(store)
     if summaries is None:
         summaries = summaries_from_log(store)
+    runs = run_ids(store)
+    for summary in summaries:
+        if summary["run_id"] not in runs:
+            summary["run_id"] = None  # a group on its own: no run stream, not a run
     summaries.sort(key=lambda g: (g["requested_at"] or _EPOCH, g["group_id"]))
     return summaries
 
@@ -266,6 +280,11 @@ def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------ events
+
+
+def run_ids(store: EventStore) -> set[str]:
+    """The ids of the runs in the log: a run is its stream ``run-<id>`` (``wgstore runs``)."""
+    return {sid[len(RUN_STREAM_PREFIX) :] for sid, _ in store.streams(RUN_STREAM_PREFIX)}
 
 
 def resolve_id(store: EventStore, given: str, *, stream_prefix: str, kind: str, hint: str) -> str:

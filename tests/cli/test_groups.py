@@ -248,3 +248,26 @@ def test_the_groups_table_shows_the_first_line_of_a_multi_line_error(
     assert "Rank 1 Error Snippet" not in table.stdout
     (summary,) = _json_lines(cli("groups", "--url", sqlite_url, "--json").stdout)
     assert "Rank 1 Error Snippet" in summary["error"]
+
+
+def test_a_group_on_its_own_is_not_a_run_in_groups_runs_or_state(
+    cli: Any, sqlite_url: str, history: Any
+) -> None:
+    """``WorkerGroup.create`` without a run records the group's own id as its run id and writes
+    no run stream: ``groups`` and ``state`` show no run, as ``runs`` lists none."""
+    with EventStore.open(sqlite_url) as store:
+        history.record_started_group(store, "alone01", run_id="alone01")
+        history.record_errored_group(store, group_id="inrun01", run_id="r1")
+        history.record_run(store, run_id="r1")
+    listed = {
+        g["group_id"]: g for g in _json_lines(cli("groups", "--url", sqlite_url, "--json").stdout)
+    }
+    assert (listed["alone01"]["run_id"], listed["inrun01"]["run_id"]) == (None, "r1")
+    runs = _json_lines(cli("runs", "--url", sqlite_url, "--json").stdout)
+    assert [r["run_id"] for r in runs] == ["r1"]
+    table = cli("groups", "--url", sqlite_url, env={"COLUMNS": "250"}).stdout
+    (alone_row,) = [line for line in table.splitlines() if "alone01" in line]
+    assert "│ -" in alone_row and "alone01" not in alone_row.replace("alone01", "", 1)
+    state = cli("state", "alone01", "--url", sqlite_url, env={"COLUMNS": "200"}).stdout
+    assert "none (a group on its own, not part of a run)" in state
+    assert "r1 (attempt 1)" in cli("state", "inrun01", "--url", sqlite_url).stdout

@@ -61,6 +61,7 @@ def _argv(line: str, url: str, digest: str = "") -> list[str]:
     """
     line = line.replace("<group id>", GROUP[:6]).replace("{url}", url)
     line = line.replace("RUN_ID", RUN[:4]).replace("sqlite:///ray-train.db", url)
+    line = line.replace("--url URL", f"--url {url}")
     line = re.sub(r"--at \S+", "--at 0s", line)
     line = re.sub(r"wgs1:\S+", digest or "wgs1:0:0", line)
     args = shlex.split(line, comments=True)
