@@ -235,7 +235,7 @@ def print_run(detail: dict[str, Any]) -> None:
             ),
         )
     if run["error"]:
-        facts.add_row("error", Text(run["error"], style="bold red"))
+        facts.add_row("error", Text(first_line(run["error"]), style="bold red"))
     for failed in run["failed_ranks"] or []:
         facts.add_row(
             "", Text(f"rank {failed['world_rank']}: {failed['type']}: {failed['message']}", "red")
