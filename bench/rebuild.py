@@ -58,6 +58,11 @@ class BenchNote:
     text: str
 
 
+# wgstore's streams take only wgstore's types (events/streams.py): the unknown event inside each
+# group's stream stands for a type a newer wgstore wrote, which this reader does not know.
+BenchNote.__module__ = "wgstore.events.newer"
+
+
 def _workers(group_id: str) -> tuple[WorkerInfo, ...]:
     return tuple(
         WorkerInfo(

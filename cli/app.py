@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from wgstore.cli import (
@@ -23,6 +25,7 @@ from wgstore.cli import (
     supervise,
     verify,
 )
+from wgstore.cli.common import ROOT_URL_KEY, URL_ENV
 from wgstore.cli.root import WgstoreGroup
 
 __all__ = ["app", "main"]
@@ -40,6 +43,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
+
+
+@app.callback()
+def root_options(
+    ctx: typer.Context,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help=(
+                "The store, for the command that follows (the same as its own --url; "
+                f"default: {URL_ENV}, else sqlite:///wgstore.db)."
+            ),
+        ),
+    ] = None,
+) -> None:
+    """Options given before the command: ``wgstore --url URL groups``."""
+    if url is not None:
+        ctx.meta[ROOT_URL_KEY] = url
+
 
 app.command("run")(run.run_command)
 app.command("executor")(executor.executor_command)

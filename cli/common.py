@@ -24,6 +24,7 @@ from wgstore.projections.views import resolve_group_id
 
 __all__ = [
     "DEFAULT_URL",
+    "ROOT_URL_KEY",
     "URL_ENV",
     "CliError",
     "UrlOption",
@@ -39,10 +40,35 @@ __all__ = [
     "refuse_blank",
     "resolve_group",
     "resolve_run",
+    "url_from_root",
 ]
 
 URL_ENV = "WGSTORE_URL"
 DEFAULT_URL = "sqlite:///wgstore.db"
+
+ROOT_URL_KEY = "wgstore.url"
+"""Where the root command keeps a ``--url`` given before the subcommand (``ctx.meta``)."""
+
+
+def url_from_root(ctx: typer.Context, param: typer.CallbackParam, value: str) -> str:
+    """The store URL of a subcommand: a ``--url`` given before the subcommand
+    (``wgstore --url URL groups``) counts as if given after it, and wins over ``WGSTORE_URL``.
+
+    Raises:
+        typer.BadParameter: ``--url`` given on both sides of the subcommand, differently.
+    """
+    root_url: str | None = ctx.meta.get(ROOT_URL_KEY)
+    if root_url is None:
+        return value
+    source = ctx.get_parameter_source(param.name or "url")
+    given_here = getattr(source, "name", None) == "COMMANDLINE"  # Typer vendors its own click
+    if given_here and value != root_url:
+        raise typer.BadParameter(
+            f"given twice, as {mask_url(root_url)} before the command and as {mask_url(value)} "
+            "after it; give it once"
+        )
+    return root_url
+
 
 UrlOption = Annotated[
     str,
@@ -51,6 +77,7 @@ UrlOption = Annotated[
         envvar=URL_ENV,
         help="The store: sqlite:///path.db or postgresql+psycopg://user@host/db.",
         show_envvar=True,
+        callback=url_from_root,
     ),
 ]
 
@@ -120,19 +147,6 @@ def refuse_blank(**options: str | None) -> None:
             )
 
 
-def resolve_run(store: EventStore, run: str) -> str:
-    """The full id of the run whose id is ``run`` or starts with it (as :func:`resolve_group`).
-
-    Raises:
-        UsageProblem: no run, or more than one, matches
-            (:func:`wgstore.projections.run_views.resolve_run_id`).
-    """
-    try:
-        return resolve_run_id(store, run)
-    except InvalidArgumentError as error:
-        raise UsageProblem(str(error)) from None
-
-
 def resolve_group(store: EventStore, group: str) -> str:
     """The full id of the worker group whose id is ``group`` or starts with it.
 
@@ -142,5 +156,18 @@ def resolve_group(store: EventStore, group: str) -> str:
     """
     try:
         return resolve_group_id(store, group)
+    except InvalidArgumentError as error:
+        raise UsageProblem(str(error)) from None
+
+
+def resolve_run(store: EventStore, run: str) -> str:
+    """The full id of the run whose id is ``run`` or starts with it (as :func:`resolve_group`).
+
+    Raises:
+        UsageProblem: no run, or more than one, matches
+            (:func:`wgstore.projections.run_views.resolve_run_id`).
+    """
+    try:
+        return resolve_run_id(store, run)
     except InvalidArgumentError as error:
         raise UsageProblem(str(error)) from None

@@ -20,6 +20,7 @@ from wgstore.cli.common import (
     parse_time,
     refuse_blank,
     resolve_group,
+    resolve_run,
 )
 from wgstore.cli.render import event_json, event_line
 from wgstore.events import EventStore, RecordedEvent
@@ -37,9 +38,10 @@ check_types = views.check_event_types
 
 
 def run_streams(store: EventStore, run_id: str) -> set[str]:
-    """:func:`wgstore.projections.views.run_streams`; an unknown run is a usage problem."""
+    """:func:`wgstore.projections.views.run_streams` of the run ``run_id`` names (an id or a
+    unique prefix); an unknown or ambiguous run is a usage problem."""
     try:
-        return views.run_streams(store, run_id)
+        return views.run_streams(store, resolve_run(store, run_id))
     except StreamNotFoundError as error:
         raise UsageProblem(str(error)) from None
 
@@ -72,7 +74,11 @@ def events_command(
     ] = None,
     run: Annotated[
         str | None,
-        typer.Option("--run", "-r", help="A run: its run stream and every group started for it."),
+        typer.Option(
+            "--run",
+            "-r",
+            help="A run (an id or a unique prefix): its run stream and every group started for it.",
+        ),
     ] = None,
     types: Annotated[
         list[str] | None,

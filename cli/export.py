@@ -48,7 +48,10 @@ def export_command(
         str | None, typer.Option("--group", "-g", help="One worker group (id or prefix).")
     ] = None,
     run: Annotated[
-        str | None, typer.Option("--run", "-r", help="A run and every group started for it.")
+        str | None,
+        typer.Option(
+            "--run", "-r", help="A run (an id or a unique prefix) and every group started for it."
+        ),
     ] = None,
     types: Annotated[
         list[str] | None, typer.Option("--type", "-t", help="Only this event type (repeat).")

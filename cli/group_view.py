@@ -66,11 +66,23 @@ def print_errors(state: WorkerGroupState) -> None:
         console.print(f"worker group {state.group_id} has no errors", style="dim")
 
 
-WORKER_STYLES = {"running": "green", "finished": "bold", "error": "bold red", "started": "cyan"}
+WORKER_STYLES = {
+    "running": "green",
+    "finished": "bold",
+    "error": "bold red",
+    "started": "cyan",
+    "stopped": "bold",
+    "killed": "yellow",
+    "dead": "red",
+    "shut down": "dim",
+}
 
 
-def print_state(state: WorkerGroupState) -> None:
-    """Print a worker group's state: a summary, then one line per worker."""
+def print_state(state: WorkerGroupState, *, in_run: bool = True) -> None:
+    """Print a worker group's state: a summary, then one line per worker.
+
+    ``in_run``: False for a group on its own (no ``run-<id>`` stream: not a run).
+    """
     console = out_console()
     outcome = state.outcome
     facts = Table.grid(padding=(0, 2))
@@ -78,7 +90,10 @@ def print_state(state: WorkerGroupState) -> None:
     facts.add_column()
     ctx = state.context
     facts.add_row("group", state.group_id)
-    facts.add_row("run", f"{state.run_id} (attempt {state.attempt})")
+    if in_run:
+        facts.add_row("run", f"{state.run_id} (attempt {state.attempt})")
+    else:
+        facts.add_row("run", Text("none (a group on its own, not part of a run)", style="dim"))
     facts.add_row(
         "status", status_text(state.status.value, None if outcome is None else outcome.value)
     )

@@ -23,11 +23,12 @@ from wgstore.cli.common import (
     opened,
     out_console,
     parse_time,
+    resolve_run,
 )
 from wgstore.projections import (
     WorkerGroupStatus,
 )
-from wgstore.projections.views import group_summaries
+from wgstore.projections.views import first_line, group_summaries
 
 __all__ = ["OUTCOME_STYLES", "STATUS_STYLES", "groups_command", "status_text"]
 
@@ -69,7 +70,10 @@ def groups_command(
             "--status", help="Only groups in this status, e.g. RUNNING (repeat for more)."
         ),
     ] = None,
-    run: Annotated[str | None, typer.Option("--run", "-r", help="Only groups of this run.")] = None,
+    run: Annotated[
+        str | None,
+        typer.Option("--run", "-r", help="Only groups of this run (an id or a unique prefix)."),
+    ] = None,
     since: Annotated[
         str | None, typer.Option(help="Only groups requested since: ISO time or 10m, 2h, 3d.")
     ] = None,
@@ -93,6 +97,7 @@ def groups_command(
         raise UsageProblem(f"unknown status {', '.join(unknown)}; use one of {', '.join(known)}")
     start: datetime | None = parse_time(since) if since else None
     with opened(url) as store:
+        run_id = None if run is None else resolve_run(store, run)
         summaries = group_summaries(store, from_log=from_log)
     filtered = wanted or run or start
     table = Table("group", "run", "try", "status", "workers", "requested", "took", "error")
@@ -103,7 +108,7 @@ def groups_command(
             continue
         if wanted and summary["status"] not in wanted:
             continue
-        if run and summary["run_id"] != run:
+        if run_id is not None and summary["run_id"] != run_id:
             continue
         if start and summary["requested_at"] < start:
             continue
@@ -114,15 +119,15 @@ def groups_command(
         running, workers = summary["running_workers"], summary["num_workers"]
         table.add_row(
             summary["group_id"],
-            summary["run_id"] or "",
-            "" if summary["attempt"] is None else str(summary["attempt"]),
+            summary["run_id"] or Text("-", style="dim"),
+            "" if summary["attempt"] is None or not summary["run_id"] else str(summary["attempt"]),
             status_text(summary["status"], summary["outcome"]),
             ""
             if workers is None
             else (f"{workers}" if running is None else f"{running}/{workers} running"),
             format_time(summary["requested_at"]) if readable else "",
             _duration(summary),
-            Text(summary["error"] or "", style="red"),
+            Text(first_line(summary["error"] or ""), style="red"),
         )
     if not as_json:
         if shown:

@@ -25,6 +25,7 @@ from wgstore.events import UnknownEvent
 from wgstore.events.streams import group_stream
 from wgstore.projections import PollRecord, WorkerGroupState, evolve, poll_history
 from wgstore.projections.diff import diff_states
+from wgstore.projections.views import first_line
 
 __all__ = ["polls_command", "replay_command"]
 
@@ -74,7 +75,7 @@ def _changes_text(record: PollRecord) -> str:
     parts = []
     for change in record.changes:
         if change.error is not None:
-            parts.append(f"rank {change.world_rank} error ({change.error})")
+            parts.append(f"rank {change.world_rank} error ({first_line(change.error)})")
         else:
             parts.append(f"rank {change.world_rank} {'running' if change.running else 'finished'}")
     return "; ".join(parts) or "no change"

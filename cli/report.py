@@ -33,10 +33,9 @@ from wgstore.cli.common import (
     json_default,
     opened,
     resolve_group,
+    resolve_run,
 )
-from wgstore.events import InvalidArgumentError
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
-from wgstore.projections.run_views import resolve_run_id
 from wgstore.projections.timeline import run_timeline_data, timeline_data
 
 __all__ = ["render_html", "render_run_html", "report_command"]
@@ -253,9 +252,9 @@ def report_command(
     with opened(url) as store:
         if run is not None:
             try:
-                run_id = resolve_run_id(store, run)
+                run_id = resolve_run(store, run)
                 page = render_run_html(run_timeline_data(store, run_id))
-            except (InvalidArgumentError, StreamNotFoundError, ProjectionError) as error:
+            except (StreamNotFoundError, ProjectionError) as error:
                 raise UsageProblem(str(error)) from None
             what = f"run {run_id}"
         else:

@@ -24,6 +24,7 @@ from wgstore.cli.common import (
     err_console,
     opened,
     out_console,
+    resolve_run,
     store_label,
 )
 from wgstore.cli.group_view import inspect_hint, live_view
@@ -124,6 +125,8 @@ def run_command(
         )
     if resume is not None:
         check_url(url)
+        with opened(url) as store:  # a run id may be shortened, as everywhere
+            resume = resolve_run(store, resume)
         _resume(url, resume)
         return
     assert train_fn is not None

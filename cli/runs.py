@@ -24,12 +24,12 @@ from wgstore.cli.common import (
     opened,
     out_console,
     parse_time,
+    resolve_run,
 )
 from wgstore.cli.groups import status_text
-from wgstore.events import EventStore, InvalidArgumentError
 from wgstore.projections import ProjectionError, RunStatus, StreamNotFoundError
 from wgstore.projections.run_rows import RUN_SOURCES
-from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
+from wgstore.projections.run_views import run_detail, run_summaries
 from wgstore.projections.views import first_line
 
 __all__ = ["DECISION_STYLES", "RUN_STYLES", "budget_text", "print_run", "runs_command"]
@@ -77,13 +77,6 @@ def _state_text(summary: dict[str, Any]) -> Text:
     if controller and controller != status:
         text.append(f" ({controller})", style="dim")
     return text
-
-
-def _resolve(store: EventStore, run: str) -> str:
-    try:
-        return resolve_run_id(store, run)
-    except InvalidArgumentError as error:
-        raise UsageProblem(str(error)) from None
 
 
 def runs_command(
@@ -200,7 +193,7 @@ def runs_command(
 
 def _show_run(url: str, run: str, as_json: bool) -> None:
     with opened(url) as store:
-        run_id = _resolve(store, run)
+        run_id = resolve_run(store, run)
         try:
             detail = run_detail(store, run_id)
         except (StreamNotFoundError, ProjectionError) as error:
@@ -260,7 +253,7 @@ def print_run(detail: dict[str, Any]) -> None:
             ),
         )
     if run["error"]:
-        facts.add_row("error", Text(run["error"], style="bold red"))
+        facts.add_row("error", Text(first_line(run["error"]), style="bold red"))
     for failed in run["failed_ranks"] or []:
         facts.add_row(
             "", Text(f"rank {failed['world_rank']}: {failed['type']}: {failed['message']}", "red")

@@ -20,6 +20,7 @@ from wgstore.cli.common import (
     resolve_group,
 )
 from wgstore.cli.group_view import print_errors, print_state
+from wgstore.events.streams import run_stream
 from wgstore.projections import StreamNotFoundError, worker_group_state
 from wgstore.projections.views import state_json
 
@@ -56,9 +57,10 @@ def state_command(
             state = worker_group_state(store, group_id, version=version, at=moment)
         except StreamNotFoundError as error:
             raise UsageProblem(str(error)) from None
+        in_run = store.stream_version(run_stream(state.run_id)) > 0
     if as_json:
         typer.echo(json_line(state_json(state)))
     elif errors:
         print_errors(state)
     else:
-        print_state(state)
+        print_state(state, in_run=in_run)

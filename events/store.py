@@ -52,6 +52,7 @@ from wgstore.events.records import (
 )
 from wgstore.events.registry import REGISTRY, EventRegistry
 from wgstore.events.schema import FREQUENT_TYPES, TYPE_INDEX_WHERE
+from wgstore.events.streams import check_reserved_append
 from wgstore.events.verify import VerifyReport, head_digest, verify_log
 
 __all__ = ["EventStore", "VerifyReport"]
@@ -246,6 +247,7 @@ class EventStore:
             return self.append_many([request], fence=fence)[0]
         self._check_writable()
         _check_stream_id(stream_id)
+        events = check_reserved_append(stream_id, events)  # run-/worker-group-: wgstore's only
         expected = _expected_code(expected_version)
         pending, check_ids = self._encode_batch(events)
         if not pending:

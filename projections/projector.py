@@ -53,6 +53,7 @@ from wgstore.events.streams import GROUP_STREAM_PREFIX, RUN_STREAM_PREFIX, group
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
 from wgstore.projections._db import to_utc
 from wgstore.projections.errors import ProjectionError, ReadModelsBusyError
+from wgstore.projections.event_time import event_time
 from wgstore.projections.read_models import (
     READ_MODEL_TABLES,
     wg_poll_history,
@@ -362,7 +363,7 @@ def _fold_group(
 def _rows_of(work: _GroupBatch, state: Any, event: RecordedEvent) -> None:
     """The rows ``event`` adds or changes; ``state`` is the fold right after it."""
     payload = event.event
-    at = to_utc(event.recorded_at)
+    at = to_utc(event_time(event))
     if isinstance(payload, WorkersStarted):
         for info in state.workers:
             work.workers[info.world_rank] = {
@@ -562,7 +563,7 @@ def _write_group(
                     "stream_id": stream_id,
                     "stream_version": event.version,
                     "last_position": event.position,
-                    "updated_at": to_utc(event.recorded_at),
+                    "updated_at": to_utc(event_time(event)),
                     "projection_error": work.error,
                 }
             ],

@@ -34,6 +34,7 @@ from wgstore.events.run import (
 )
 from wgstore.events.worker_group import ErrorInfo, WorkerGroupContext
 from wgstore.projections.errors import ProjectionError
+from wgstore.projections.event_time import event_time
 
 __all__ = [
     "CONTROLLER_TO_RUN_STATUS",
@@ -209,7 +210,7 @@ def _end(
     return {
         "status": status,
         "ended": True,
-        "ended_at": record.recorded_at,
+        "ended_at": event_time(record),
         "groups": _with_group(state.groups, group_id),
         **changes,
     }
@@ -235,7 +236,7 @@ def _controller_state_changed(state: RunState, record: RecordedEvent) -> dict[st
         to_state=event.to_state,
         reason=event.reason,
         group_id=event.group_id,
-        at=record.recorded_at,
+        at=event_time(record),
         version=record.version,
         resume_checkpoint=event.resume_checkpoint,
     )
@@ -254,7 +255,7 @@ def _failure_decision_made(state: RunState, record: RecordedEvent) -> dict[str, 
         group_id=event.group_id,
         reason=event.reason,
         failures_so_far=event.failures_so_far,
-        at=record.recorded_at,
+        at=event_time(record),
         version=record.version,
         failure_kind=event.failure_kind,
         limit=event.limit,
@@ -295,7 +296,7 @@ def _controller_started(state: RunState, record: RecordedEvent) -> dict[str, Any
         host=event.host,
         pid=event.pid,
         resumed=event.resumed,
-        at=record.recorded_at,
+        at=event_time(record),
         version=record.version,
         lease_s=event.lease_s,
     )
@@ -336,8 +337,8 @@ def _first(record: RecordedEvent) -> RunState:
         controller_state="INITIALIZING",
         version=record.version,
         position=record.position,
-        created_at=record.recorded_at,
-        updated_at=record.recorded_at,
+        created_at=event_time(record),
+        updated_at=event_time(record),
         scaling_config=event.scaling_config,
         failure_config=event.failure_config,
         context=event.context,
@@ -381,7 +382,7 @@ def evolve_run(state: RunState | None, record: RecordedEvent) -> RunState:
         state,
         version=record.version,
         position=record.position,
-        updated_at=record.recorded_at,
+        updated_at=event_time(record),
         **changes,
     )
 

@@ -20,20 +20,19 @@ from typing import Any
 import msgspec
 import sqlalchemy as sa
 
-from wgstore.events import EventStore, InvalidArgumentError, RecordedEvent
+from wgstore.events import EventStore, RecordedEvent
 from wgstore.events._translate import translate_errors
-from wgstore.events.engine import mask_url
 from wgstore.events.leases import Lease, lease_of, leases
 from wgstore.events.run import RunCreated
 from wgstore.events.schema import wg_runs
-from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of, run_stream
+from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of
 from wgstore.projections._db import to_utc
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
 from wgstore.projections.queries import run_state, worker_group_state
 from wgstore.projections.run_rows import Attempt, attempt_of, order_attempts, orphaned, run_row
 from wgstore.projections.run_state import RunState, project_run
-from wgstore.projections.views import iter_groups, run_streams
+from wgstore.projections.views import iter_groups, resolve_id, run_streams
 
 __all__ = [
     "RUN_SUMMARY_KEYS",
@@ -183,30 +182,21 @@ def run_summaries(
 
 
 def resolve_run_id(store: EventStore, run: str) -> str:
-    """The full id of the run whose id is ``run`` or starts with it (or its stream id ``run-<id>``).
+    """The full id of the run whose id is ``run`` or starts with it (or its stream id ``run-<id>``):
+    :func:`wgstore.projections.views.resolve_id`, as for worker groups.
+
+    A run is a run stream: a group started on its own (``WorkerGroup.create`` without a run)
+    is not one.
 
     Raises:
         InvalidArgumentError: no run, or more than one, matches.
     """
-    run = run.strip()
-    if not run:
-        raise InvalidArgumentError("give a run id (or a unique prefix of one)")
-    candidates = [run]
-    if run.startswith(RUN_STREAM_PREFIX):
-        candidates.append(run[len(RUN_STREAM_PREFIX) :])
-    for candidate in candidates:
-        found = [sid[len(RUN_STREAM_PREFIX) :] for sid, _ in store.streams(run_stream(candidate))]
-        if candidate in found:
-            return candidate
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
-            raise InvalidArgumentError(
-                f"{run!r} matches {len(found)} runs ({shown}); give more of the id"
-            )
-    raise InvalidArgumentError(
-        f"no run id starts with {run!r} in {mask_url(store.url)}; run `wgstore runs` to list them"
+    return resolve_id(
+        store,
+        run,
+        stream_prefix=RUN_STREAM_PREFIX,
+        kind="run",
+        hint="run `wgstore runs` to list them",
     )
 
 

@@ -69,6 +69,7 @@ from wgstore.events.worker_group import (
     WorkerStatusChange,
 )
 from wgstore.projections.errors import ProjectionError
+from wgstore.projections.event_time import RAY_TIME_KEY, event_time
 
 __all__ = [
     "TRANSITIONS",
@@ -257,8 +258,9 @@ _EMPTY_ROUND = ReportRound(0)
 class WorkerGroupState:
     """A worker group as the log tells it, after the event at ``version`` of its stream.
 
-    Times are the ``recorded_at`` of the events that set them (UTC), except where a field says
-    otherwise. Mappings keyed by ``int`` are keyed by world rank.
+    Times are those of the events that set them (UTC): their ``recorded_at``, or for a run
+    recorded from Ray Train the time Ray called the hook
+    (:func:`~wgstore.projections.event_time.event_time`), except where a field says otherwise. Mappings keyed by ``int`` are keyed by world rank.
     """
 
     stream_id: str
@@ -460,8 +462,8 @@ def _start_requested(state: WorkerGroupState | None, record: RecordedEvent) -> W
         status=WorkerGroupStatus.REQUESTED,
         version=record.version,
         position=record.position,
-        requested_at=record.recorded_at,
-        updated_at=record.recorded_at,
+        requested_at=event_time(record),
+        updated_at=event_time(record),
     )
 
 
@@ -520,7 +522,7 @@ def _started(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
         )
     return {
         "status": WorkerGroupStatus.RUNNING,
-        "started_at": record.recorded_at,
+        "started_at": event_time(record),
         "startup_s": event.startup_s,
     }
 
@@ -532,7 +534,7 @@ def _training_launched(state: WorkerGroupState, record: RecordedEvent) -> dict[s
         )
     if state.training_launched:
         raise ProjectionError.at(record, "training was already launched on this group")
-    return {"training_launched": True, "training_launched_at": record.recorded_at}
+    return {"training_launched": True, "training_launched_at": event_time(record)}
 
 
 def _start_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
@@ -651,7 +653,7 @@ def _shutdown_requested(state: WorkerGroupState, record: RecordedEvent) -> dict[
         "status": WorkerGroupStatus.SHUTTING_DOWN,
         "shutdown_reason": event.reason,
         "aborted": event.abort,
-        "shutdown_requested_at": record.recorded_at,
+        "shutdown_requested_at": event_time(record),
     }
 
 
@@ -660,7 +662,7 @@ def _shut_down(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]
     _move(state, record, WorkerGroupStatus.SHUT_DOWN)
     return {
         "status": WorkerGroupStatus.SHUT_DOWN,
-        "shut_down_at": record.recorded_at,
+        "shut_down_at": event_time(record),
         "shutdown_duration_s": event.duration_s,
         "worker_endings": tuple(event.workers),
         "released": tuple(event.released),
@@ -742,7 +744,10 @@ def _apply(draft: Any, events: Iterable[RecordedEvent]) -> None:
         values.update(changes)
         values["version"] = version
         values["position"] = event.position
-        values["updated_at"] = event.recorded_at
+        # event_time() inlined for the common case: only Ray Train's recorder sets this key
+        values["updated_at"] = (
+            event_time(event) if RAY_TIME_KEY in event.metadata else event.recorded_at
+        )
 
 
 def _unusual(

@@ -15,6 +15,7 @@ from typing import Any
 from wgstore.events import EventStore, RecordedEvent
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.projections.errors import StreamNotFoundError
+from wgstore.projections.event_time import event_time
 from wgstore.projections.run_views import run_detail
 from wgstore.projections.state import WorkerGroupState, evolve
 from wgstore.projections.text import describe, format_time
@@ -23,7 +24,7 @@ __all__ = ["MAX_EVENTS", "MAX_POINTS", "run_timeline_data", "timeline_data"]
 
 
 def _ms(record: RecordedEvent) -> float:
-    return record.recorded_at.timestamp() * 1000.0
+    return event_time(record).timestamp() * 1000.0
 
 
 class _Lanes:
@@ -103,7 +104,7 @@ def timeline_data(store: EventStore, group_id: str) -> dict[str, Any]:
                 "version": record.version,
                 "type": record.type,
                 "summary": describe(record.event),
-                "time": format_time(record.recorded_at),
+                "time": format_time(event_time(record)),
             }
         )
         event = record.event
@@ -230,7 +231,7 @@ def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
             "version": record.version,
             "type": record.type,
             "summary": describe(record.event),
-            "time": format_time(record.recorded_at),
+            "time": format_time(event_time(record)),
         }
         for record in run_records
     ]

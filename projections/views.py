@@ -31,7 +31,13 @@ from wgstore.events import REGISTRY, EventStore, InvalidArgumentError, RecordedE
 from wgstore.events._translate import translate_errors
 from wgstore.events.engine import mask_url
 from wgstore.events.schema import READ_MODEL_TABLES, wg_events, wg_runs, wg_worker_groups
-from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream, run_stream
+from wgstore.events.streams import (
+    GROUP_STREAM_PREFIX,
+    RUN_STREAM_PREFIX,
+    group_id_of,
+    group_stream,
+    run_stream,
+)
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import (
     PROJECTED_STREAMS,
@@ -40,7 +46,7 @@ from wgstore.projections.projector import (
     read_model_rows,
 )
 from wgstore.projections.queries import worker_group_state
-from wgstore.projections.state import WorkerGroupState
+from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
 
 __all__ = [
     "SUMMARY_KEYS",
@@ -52,7 +58,10 @@ __all__ = [
     "read_model_problems",
     "read_model_status",
     "resolve_group_id",
+    "resolve_id",
+    "run_ids",
     "run_streams",
+    "running_now",
     "state_json",
     "stored_events",
     "summaries_from_log",
@@ -111,10 +120,23 @@ def state_json(state: WorkerGroupState) -> dict[str, Any]:
     return data
 
 
+def running_now(status: str, running: int | None) -> int | None:
+    """Workers running now: the latest poll's count while the group may run, 0 once it is shut
+    down or its start failed (the read model's ``running_workers`` keeps the latest poll's)."""
+    if running is not None and status in (
+        WorkerGroupStatus.SHUT_DOWN.value,
+        WorkerGroupStatus.START_FAILED.value,
+    ):
+        return 0
+    return running
+
+
 def _group_summary(group_id: str, state: WorkerGroupState) -> dict[str, Any]:
     outcome = state.outcome
     error = state.error
-    running = state.poll_status.num_running if state.poll_status else None
+    running = running_now(
+        state.status.value, state.poll_status.num_running if state.poll_status else None
+    )
     return {
         "group_id": group_id,
         "run_id": state.run_id,
@@ -178,7 +200,7 @@ def summaries_from_read_models(store: EventStore) -> list[dict[str, Any]] | None
                 "status": row["status"],
                 "outcome": row["outcome"],
                 "num_workers": row["num_workers"],
-                "running_workers": row["running_workers"],
+                "running_workers": running_now(row["status"], row["running_workers"]),
                 "requested_at": _utc(row["requested_at"]),
                 "updated_at": _utc(row["updated_at"]),
                 "shut_down_at": _utc(row["shut_down_at"]),
@@ -193,12 +215,19 @@ def summaries_from_read_models(store: EventStore) -> list[dict[str, Any]] | None
 def group_summaries(store: EventStore, *, from_log: bool = False) -> list[dict[str, Any]]:
     """One summary per group (keys :data:`SUMMARY_KEYS`), oldest request first.
 
+    ``run_id`` is None for a group that belongs to no run (made by ``WorkerGroup.create``
+    without one: its start request names its own id, and there is no ``run-<id>`` stream).
+
     Read from ``wg_worker_groups`` when the read models are current with the log (and
     ``from_log`` is False), else folded from the log, so it is right either way.
     """
     summaries = None if from_log else summaries_from_read_models(store)
     if summaries is None:
         summaries = summaries_from_log(store)
+    runs = run_ids(store)
+    for summary in summaries:
+        if summary["run_id"] not in runs:
+            summary["run_id"] = None  # a group on its own: no run stream, not a run
     summaries.sort(key=lambda g: (g["requested_at"] or _EPOCH, g["group_id"]))
     return summaries
 
@@ -214,20 +243,26 @@ def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
     """One dict per worker: placement, status at the latest poll, reports and latest metrics.
 
     ``node_rank`` and ``node_ip`` name the node; ``status`` is ``started`` (no poll yet),
-    ``running``, ``finished`` or ``error`` (``error`` holds its first line).
+    ``running``, ``finished`` or ``error`` (``error`` holds its first line). Once the group is
+    shut down no worker runs: a worker the last poll saw running (or that was never polled) shows
+    how it ended at the shutdown (``stopped``, ``killed``, ``dead``), or ``shut down``.
     """
     rows = []
     statuses = state.poll_status.worker_statuses if state.poll_status else {}
+    ended = state.status is WorkerGroupStatus.SHUT_DOWN
+    endings = {ending.world_rank: ending.ending.value for ending in state.worker_endings}
     for worker in state.workers:
         status = statuses.get(worker.world_rank)
-        if status is None:
-            label = "started"
-        elif status.error is not None:
+        if status is not None and status.error is not None:
             label = "error"
-        elif status.running:
-            label = "running"
-        else:
+        elif status is not None and not status.running:
             label = "finished"
+        elif ended:
+            label = endings.get(worker.world_rank, "shut down")
+        elif status is None:
+            label = "started"
+        else:
+            label = "running"
         rows.append(
             {
                 "rank": worker.world_rank,
@@ -247,32 +282,60 @@ def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------ events
 
 
-def resolve_group_id(store: EventStore, group: str) -> str:
-    """The full id of the worker group whose id is ``group`` or starts with it.
+def run_ids(store: EventStore) -> set[str]:
+    """The ids of the runs in the log: a run is its stream ``run-<id>`` (``wgstore runs``)."""
+    return {sid[len(RUN_STREAM_PREFIX) :] for sid, _ in store.streams(RUN_STREAM_PREFIX)}
 
-    ``group`` may also be the group's stream id (``worker-group-<id>``).
+
+def resolve_id(store: EventStore, given: str, *, stream_prefix: str, kind: str, hint: str) -> str:
+    """The full id of the one ``kind`` (a worker group, a run) whose id is ``given`` or starts with it.
+
+    The one resolver of id prefixes: an entity is a stream ``<stream_prefix><id>``, so its id
+    may be given whole, as any unique prefix, or as its stream id. ``given`` is tried as an id
+    first, then without ``stream_prefix`` (a run id may itself start with ``run-``).
+
+    Args:
+        hint: what to run to list the ids, for the message when none matches.
+
+    Raises:
+        InvalidArgumentError: no id, or more than one, starts with ``given``.
+    """
+    given = given.strip()
+    candidates = [given]
+    if given.startswith(stream_prefix):
+        candidates.append(given[len(stream_prefix) :])
+    if not all(candidates):
+        raise InvalidArgumentError(f"give a {kind} id (or a unique prefix of one)")
+    for candidate in candidates:
+        found = [sid[len(stream_prefix) :] for sid, _ in store.streams(stream_prefix + candidate)]
+        if candidate in found:
+            return candidate
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+            raise InvalidArgumentError(
+                f"{given!r} matches {len(found)} {kind}s ({shown}); give more of the id"
+            )
+    raise InvalidArgumentError(
+        f"no {kind} id starts with {given!r} in {mask_url(store.url)}; {hint}"
+    )
+
+
+def resolve_group_id(store: EventStore, group: str) -> str:
+    """The full id of the worker group whose id is ``group`` or starts with it
+    (:func:`resolve_id`; ``group`` may also be the group's stream id ``worker-group-<id>``).
 
     Raises:
         InvalidArgumentError: no group, or more than one, matches.
     """
-    group = group.strip()
-    group = group_id_of(group) or group
-    if not group:
-        raise InvalidArgumentError("give a worker group id (or a unique prefix of one)")
-    found = [group_id_of(sid) or sid for sid, _ in store.streams(group_stream(group))]
-    if group in found:
-        return group
-    if not found:
-        raise InvalidArgumentError(
-            f"no worker group id starts with {group!r} in {mask_url(store.url)}; "
-            "run `wgstore groups` (or `wgstore events`) to list them"
-        )
-    if len(found) > 1:
-        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
-        raise InvalidArgumentError(
-            f"{group!r} matches {len(found)} worker groups ({shown}); give more of the id"
-        )
-    return found[0]
+    return resolve_id(
+        store,
+        group,
+        stream_prefix=GROUP_STREAM_PREFIX,
+        kind="worker group",
+        hint="run `wgstore groups` (or `wgstore events`) to list them",
+    )
 
 
 def check_event_types(types: list[str], store: EventStore | None = None) -> list[str]:

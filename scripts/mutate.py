@@ -61,7 +61,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "wgstore.projections.state": (
         "tests/projections/test_state.py",
         "tests/projections/test_state_mutants.py",
+        "tests/projections/test_event_time.py",
     ),
+    "wgstore.projections.event_time": ("tests/projections/test_event_time.py",),
     "wgstore.projections.poll_history": (
         "tests/projections/test_poll_history.py",
         "tests/projections/test_state_mutants.py",
@@ -71,6 +73,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/projections/test_run_state_mutants.py",
         "tests/projections/test_is_orphaned.py",
         "tests/projections/test_state_mutants.py",
+        "tests/projections/test_event_time.py",
     ),
     "wgstore.orchestration.ranks": ("tests/orchestration/test_ranks.py",),
     "wgstore.orchestration.poll_recorder": (

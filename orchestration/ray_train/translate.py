@@ -73,7 +73,23 @@ def state_name(state: Any) -> str:
 
 
 def error_info(error: BaseException) -> ErrorInfo:
-    """An exception as :class:`ErrorInfo` (its traceback when it has one)."""
+    """An exception as :class:`ErrorInfo` (its traceback when it has one).
+
+    Ray Train hands a train function's exception over wrapped in ``UserExceptionWithTraceback``,
+    whose ``str()`` is the whole traceback: it is unwrapped, so the error reads as what the user
+    raised (``RuntimeError: rank 1 fails once``), with the traceback Ray formatted on the worker
+    (the one that names the user's frames).
+    """
+    from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
+
+    if isinstance(error, UserExceptionWithTraceback):
+        base = getattr(error, "_base_exc", None)
+        traceback = getattr(error, "_traceback_str", None)
+        if isinstance(base, BaseException):
+            info = ErrorInfo.from_exception(base)
+            if isinstance(traceback, str) and traceback:
+                return ErrorInfo(type=info.type, message=info.message, traceback=traceback)
+            return info
     return ErrorInfo.from_exception(error)
 
 

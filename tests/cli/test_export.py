@@ -85,4 +85,4 @@ def test_export_with_group_and_run_is_a_usage_error(cli: Any, recorded_sqlite: A
 def test_export_of_an_unknown_run_exits_2(cli: Any, recorded_sqlite: Any) -> None:
     result = cli("export", "--url", recorded_sqlite.url, "-o", "-", "--run", "nope")
     assert result.exit_code == 2
-    assert "no run 'nope'" in result.stderr
+    assert "no run id starts with 'nope'" in result.stderr

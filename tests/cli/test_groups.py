@@ -52,8 +52,8 @@ def test_groups_filters_by_status_run_and_time(cli: Any, recorded: Any) -> None:
     )
     assert len(_json_lines(both.stdout)) == 2
     other_run = cli("groups", "--url", recorded.url, "--run", "another-run")
-    assert other_run.exit_code == 0
-    assert "no worker groups match" in other_run.stdout
+    assert other_run.exit_code == 2  # an unknown run, as in every command that takes one
+    assert "no run id starts with 'another-run'" in other_run.stderr
     this_run = cli("groups", "--url", recorded.url, "--run", recorded.run_id, "--json")
     assert len(_json_lines(this_run.stdout)) == 2
     later = cli("groups", "--url", recorded.url, "--since", "2999-01-01", "--json")
@@ -211,3 +211,63 @@ def test_state_errors_prints_every_error_whole_and_tables_show_only_the_first_li
         type="WorkerHealthCheckFailedError", message="A worker health check failed.\nWorker: x"
     )
     assert first_line(health) == "WorkerHealthCheckFailedError: A worker health check failed. ..."
+
+
+def test_the_groups_table_shows_the_first_line_of_a_multi_line_error(
+    cli: Any, sqlite_url: str
+) -> None:
+    """As Ray Train's errors are (a grouped error string, a traceback): the table cell shows the
+    first line and `` ...``; ``--json`` and ``state --errors`` keep all of it."""
+    from wgstore.events.streams import group_stream
+    from wgstore.events.worker_group import (
+        ErrorInfo,
+        StartStage,
+        WorkerGroupContext,
+        WorkerGroupStartFailed,
+        WorkerGroupStartRequested,
+    )
+
+    message = "Training failed due to worker errors:\n[Rank 1 Error Snippet]:\nTraceback ...\n"
+    with EventStore.open(sqlite_url) as store:
+        store.append(
+            group_stream("multi"),
+            [
+                WorkerGroupStartRequested(
+                    group_id="multi",
+                    run_id="multi",
+                    context=WorkerGroupContext(num_workers=1, train_fn="m:f"),
+                ),
+                WorkerGroupStartFailed(
+                    stage=StartStage.WORKERS,
+                    error=ErrorInfo(type="WorkerGroupError", message=message),
+                ),
+            ],
+        )
+    table = cli("groups", "--url", sqlite_url, env={"COLUMNS": "250"})
+    assert "WorkerGroupError: Training failed due to worker errors: ..." in table.stdout
+    assert "Rank 1 Error Snippet" not in table.stdout
+    (summary,) = _json_lines(cli("groups", "--url", sqlite_url, "--json").stdout)
+    assert "Rank 1 Error Snippet" in summary["error"]
+
+
+def test_a_group_on_its_own_is_not_a_run_in_groups_runs_or_state(
+    cli: Any, sqlite_url: str, history: Any
+) -> None:
+    """``WorkerGroup.create`` without a run records the group's own id as its run id and writes
+    no run stream: ``groups`` and ``state`` show no run, as ``runs`` lists none."""
+    with EventStore.open(sqlite_url) as store:
+        history.record_started_group(store, "alone01", run_id="alone01")
+        history.record_errored_group(store, group_id="inrun01", run_id="r1")
+        history.record_run(store, run_id="r1")
+    listed = {
+        g["group_id"]: g for g in _json_lines(cli("groups", "--url", sqlite_url, "--json").stdout)
+    }
+    assert (listed["alone01"]["run_id"], listed["inrun01"]["run_id"]) == (None, "r1")
+    runs = _json_lines(cli("runs", "--url", sqlite_url, "--json").stdout)
+    assert [r["run_id"] for r in runs] == ["r1"]
+    table = cli("groups", "--url", sqlite_url, env={"COLUMNS": "250"}).stdout
+    (alone_row,) = [line for line in table.splitlines() if "alone01" in line]
+    assert "│ -" in alone_row and "alone01" not in alone_row.replace("alone01", "", 1)
+    state = cli("state", "alone01", "--url", sqlite_url, env={"COLUMNS": "200"}).stdout
+    assert "none (a group on its own, not part of a run)" in state
+    assert "r1 (attempt 1)" in cli("state", "inrun01", "--url", sqlite_url).stdout

@@ -115,3 +115,31 @@ def test_polls_of_a_group_that_never_started_say_so(cli: Any, recorded: Any) -> 
     result = cli("polls", recorded.failed_group, "--url", recorded.url)
     assert result.exit_code == 0
     assert "no recorded polls" in result.stdout
+
+
+def test_polls_shows_the_first_line_of_a_multi_line_worker_error(
+    cli: Any, sqlite_url: str, history: Any
+) -> None:
+    from datetime import UTC, datetime
+
+    from wgstore.events import EventStore
+    from wgstore.events.streams import group_stream
+    from wgstore.events.worker_group import ErrorInfo, WorkerGroupPolled, WorkerStatusChange
+
+    error = ErrorInfo(type="RuntimeError", message="first line\nsecond line")
+    with EventStore.open(sqlite_url) as store:
+        history.record_started_group(store, "multi01")
+        store.append(
+            group_stream("multi01"),
+            [
+                WorkerGroupPolled(
+                    poll_seq=1,
+                    polled_at=datetime.now(UTC),
+                    changes=(WorkerStatusChange(world_rank=1, running=False, error=error),),
+                )
+            ],
+        )
+    shown = cli("polls", "multi01", "--url", sqlite_url, env={"COLUMNS": "250"})
+    assert shown.exit_code == 0, shown.output
+    assert "rank 1 error (RuntimeError: first line ...)" in shown.stdout
+    assert "second line" not in shown.stdout

@@ -215,3 +215,33 @@ def test_the_sql_reader_reads_the_run_read_models(cli: Any, runs_url: str) -> No
     assert result.exit_code == 0, result.stderr
     rows = [(r["run_id"], r["decision"]) for r in _json_lines(result.stdout)]
     assert rows == [("err", "RETRY"), ("err", "RAISE"), ("fin", "RETRY")]
+
+
+def test_one_run_shows_the_first_line_of_a_multi_line_run_error(cli: Any, sqlite_url: str) -> None:
+    """Ray Train's run error is its grouped worker errors (several lines, tracebacks): one line
+    here, each failed rank on its own line below it."""
+    from wgstore.events.run import RankError, RunCreated, RunErrored, stream_id_for_run
+    from wgstore.events.worker_group import ErrorInfo
+
+    message = "Training failed due to worker errors:\n[Rank 1 Error Snippet]:\nTraceback (most"
+    with EventStore.open(sqlite_url) as store:
+        store.append(
+            stream_id_for_run("multi"),
+            [
+                RunCreated(run_id="multi"),
+                RunErrored(
+                    error=ErrorInfo(type="WorkerGroupError", message=message),
+                    errors=(
+                        RankError(
+                            world_rank=1,
+                            error=ErrorInfo(type="RuntimeError", message="rank 1 fails once"),
+                        ),
+                    ),
+                ),
+            ],
+        )
+    shown = cli("runs", "mul", "--url", sqlite_url, env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "WorkerGroupError: Training failed due to worker errors: ..." in shown.stdout
+    assert "Rank 1 Error Snippet" not in shown.stdout
+    assert "rank 1: RuntimeError: rank 1 fails once" in shown.stdout

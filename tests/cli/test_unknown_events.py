@@ -1,8 +1,11 @@
 """Events of a type the ``wgstore`` command does not know never break an audit command.
 
 The README invites custom event types (its ``CheckpointPinned`` snippet). Here a program with
-its own registry appends them into a store that also holds real recorded groups; the command,
-which never imported that type, must still show, export, fold and project the log.
+its own registry appends them into a store that also holds real recorded groups, in streams of
+its own (``pins-42``); and a type a newer wgstore defines, under the same name, lands inside
+worker-group streams (the one way a type a reader does not know gets there now that ``append``
+refuses other programs' types in wgstore's streams). The command, which never imported either,
+must still show, export, fold and project the log.
 """
 
 from __future__ import annotations
@@ -21,7 +24,14 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from wgstore.events import NO_STREAM, EventRegistry, EventStore, event_type
+from wgstore.events import (
+    NO_STREAM,
+    EventRegistry,
+    EventStore,
+    InvalidArgumentError,
+    NewEvent,
+    event_type,
+)
 from wgstore.events.worker_group import WorkerGroupPolled, stream_id_for_group
 from wgstore.projections import READ_MODELS_SUBSCRIPTION, catch_up_read_models
 from wgstore.projections.projector import read_model_rows
@@ -34,6 +44,19 @@ OTHER_PROGRAM = EventRegistry()
 @dataclass(frozen=True)
 class CheckpointPinned:
     path: str
+
+
+NEWER_WGSTORE = EventRegistry()
+"""The registry of a newer wgstore: a type of its own that the command under test lacks."""
+
+
+@event_type("CheckpointPinned", version=1, registry=NEWER_WGSTORE)
+@dataclass(frozen=True)
+class NewerCheckpointPinned:
+    path: str
+
+
+NewerCheckpointPinned.__module__ = "wgstore.events.newer"  # where a newer wgstore defines it
 
 
 RUNNING_GROUP = "0badc0de0badc0de0badc0de0badc0de"
@@ -50,8 +73,27 @@ class Mixed:
 
 
 def _append_unknown(url: str, stream_id: str, path: str, **kwargs: Any) -> None:
+    """Append an event of a type the command does not know: another program's in its own
+    streams, a newer wgstore's in wgstore's streams."""
+    if stream_id.startswith("worker-group-"):
+        with EventStore.open(url, registry=NEWER_WGSTORE) as newer:
+            newer.append(stream_id, [NewerCheckpointPinned(path=path)], **kwargs)
+        return
     with EventStore.open(url, registry=OTHER_PROGRAM) as other:
         other.append(stream_id, [CheckpointPinned(path=path)], **kwargs)
+
+
+def test_another_programs_type_is_refused_in_wgstores_streams(recorded: Any) -> None:
+    for stream_id in ("run-42", stream_id_for_group(recorded.errored_group)):
+        with EventStore.open(recorded.url, registry=OTHER_PROGRAM) as other:
+            before = other.stream_version(stream_id)
+            with pytest.raises(InvalidArgumentError, match="a stream of your own") as refused:
+                other.append(stream_id, [NewEvent(CheckpointPinned(path="/x"))])
+            assert f"cannot append CheckpointPinned to {stream_id!r}" in str(refused.value)
+            assert other.stream_version(stream_id) == before  # nothing was written
+    with EventStore.open(recorded.url, registry=OTHER_PROGRAM) as other:
+        other.append("pins-42", iter([CheckpointPinned(path="/x")]))  # a generator is read once
+        assert [r.event.path for r in other.read_stream("pins-42")] == ["/x"]
 
 
 @pytest.fixture
@@ -61,7 +103,7 @@ def mixed(recorded: Any, history: Any) -> Mixed:
         now = history.record_started_group(store, RUNNING_GROUP)
         catch_up_read_models(store)
     # The README's own snippet: a stream of its own.
-    _append_unknown(recorded.url, "run-42", "/ckpt/3", expected_version=NO_STREAM)
+    _append_unknown(recorded.url, "pins-42", "/ckpt/3", expected_version=NO_STREAM)
     # Inside worker-group streams: after a terminal state, and in the middle of a running group.
     _append_unknown(recorded.url, stream_id_for_group(recorded.errored_group), "/ckpt/after-end")
     _append_unknown(recorded.url, stream_id_for_group(recorded.failed_group), "/ckpt/failed")
@@ -80,7 +122,7 @@ def _json_lines(text: str) -> list[dict[str, Any]]:
 AUDIT_COMMANDS = [
     ("events",),
     ("events", "--json"),
-    ("events", "--stream", "run-42"),
+    ("events", "--stream", "pins-42"),
     ("events", "--group", "{errored}"),
     ("export", "-o", "{tmp}/log.jsonl"),
     ("export", "-o", "{tmp}/log.parquet"),
@@ -124,13 +166,13 @@ def test_events_show_the_unknown_type_its_position_and_its_raw_data(cli: Any, mi
     assert result.exit_code == 0, result.stderr
     pinned = [e for e in _json_lines(result.stdout) if e["type"] == "CheckpointPinned"]
     assert [(e["stream_id"], e["data"]) for e in pinned] == [
-        ("run-42", {"path": "/ckpt/3"}),
+        ("pins-42", {"path": "/ckpt/3"}),
         (f"worker-group-{mixed.errored_group}", {"path": "/ckpt/after-end"}),
         (f"worker-group-{mixed.failed_group}", {"path": "/ckpt/failed"}),
         (f"worker-group-{mixed.running_group}", {"path": "/ckpt/mid"}),
     ]
     assert all(e["position"] > 0 and e["schema_version"] == 1 for e in pinned)
-    text = cli("events", "--url", mixed.url, "--stream", "run-42")
+    text = cli("events", "--url", mixed.url, "--stream", "pins-42")
     assert text.exit_code == 0, text.stderr
     assert "CheckpointPinned" in text.stdout
     assert "not registered" in text.stdout and "/ckpt/3" in text.stdout
@@ -194,7 +236,7 @@ def test_follow_keeps_running_when_an_unknown_event_arrives(mixed: Mixed) -> Non
         with EventStore.open(mixed.url) as store:
             head = store.head()
         _read_until(follower, lines, lambda e: e["position"] == head)
-        _append_unknown(mixed.url, "run-43", "/ckpt/live")
+        _append_unknown(mixed.url, "pins-43", "/ckpt/live")
         with EventStore.open(mixed.url) as store:
             [after] = store.append(
                 stream_id_for_group(mixed.running_group),
@@ -202,7 +244,7 @@ def test_follow_keeps_running_when_an_unknown_event_arrives(mixed: Mixed) -> Non
             )
         live = _read_until(follower, lines, lambda e: e["position"] == after.position)
         assert [(e["type"], e["stream_id"]) for e in live] == [
-            ("CheckpointPinned", "run-43"),
+            ("CheckpointPinned", "pins-43"),
             ("WorkerGroupPolled", f"worker-group-{mixed.running_group}"),
         ]
         assert live[0]["data"] == {"path": "/ckpt/live"}

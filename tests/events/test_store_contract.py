@@ -209,10 +209,10 @@ class TestReading:
         assert store.stream_version("s-1") == 2
 
     def test_streams_lists_streams_by_prefix(self, store: EventStore) -> None:
-        store.append("worker-group-a", notes("x"))
-        store.append("run-1", notes("x"))
-        store.append("worker-group-b", notes("x", "y"))
-        assert store.streams("worker-group-") == [("worker-group-a", 1), ("worker-group-b", 2)]
+        store.append("notes-a", notes("x"))
+        store.append("note-1", notes("x"))
+        store.append("notes-b", notes("x", "y"))
+        assert store.streams("notes-") == [("notes-a", 1), ("notes-b", 2)]
 
     def test_streams_takes_underscores_and_percent_signs_literally(self, store: EventStore) -> None:
         store.append("g_1", notes("x"))

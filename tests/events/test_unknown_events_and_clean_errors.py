@@ -30,9 +30,9 @@ def test_an_event_of_an_unregistered_type_reads_back_as_its_raw_payload(
     store: EventStore,
 ) -> None:
     with EventStore.open(store.url, registry=OTHER_PROGRAM) as other:
-        [pinned] = other.append("run-42", [CheckpointPinned(path="/ckpt/3", step=7)])
-    store.append("run-42", [WorkerGroupShutdownRequested(reason="known")])
-    [first, second] = store.read_stream("run-42")
+        [pinned] = other.append("pins-42", [CheckpointPinned(path="/ckpt/3", step=7)])
+    store.append("pins-42", [WorkerGroupShutdownRequested(reason="known")])
+    [first, second] = store.read_stream("pins-42")
     assert first.event == UnknownEvent(
         type="CheckpointPinned", schema_version=2, data={"path": "/ckpt/3", "step": 7}
     )

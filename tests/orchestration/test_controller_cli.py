@@ -19,9 +19,12 @@ def _run(*args: str) -> Any:
 
 
 def test_resume_of_an_unknown_run_says_so_in_one_line(sqlite_url: str) -> None:
+    from wgstore.events import EventStore
+
+    EventStore.open(sqlite_url).close()  # a store without that run
     result = _run("--resume", "nope", "--url", sqlite_url)
-    assert result.exit_code == 1
-    assert "no run 'nope'" in result.stderr
+    assert result.exit_code == 2  # an unknown run id (or prefix), as in every command
+    assert "no run id starts with 'nope'" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
 
 

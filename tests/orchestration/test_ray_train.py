@@ -265,8 +265,11 @@ def test_a_worker_that_raises_once_is_two_attempts_under_one_run(
     assert (decision.failures_so_far, decision.limit) == (1, 1)
     assert decision.group_id == groups[0].group_id
     assert [e.world_rank for e in decision.errors] == [1]
-    assert "fails once, on purpose" in decision.errors[0].error.message
+    # the user's exception, not Ray's UserExceptionWithTraceback (whose str is the traceback)
+    assert str(decision.errors[0].error) == "RuntimeError: rank 1 fails once, on purpose"
     assert groups[0].poll_status is not None and 1 in groups[0].poll_status.errors
+    assert str(groups[0].poll_status.errors[1]) == "RuntimeError: rank 1 fails once, on purpose"
+    assert "Traceback" in groups[0].poll_status.errors[1].traceback
     assert groups[1].context.resume_checkpoint is not None  # the retry resumed from it
     assert [t.to_state for t in state.transitions] == [
         "SCHEDULING",

@@ -233,3 +233,32 @@ def test_error_info_of_a_rank_error_is_the_same_as_of_the_exception() -> None:
     (ranked,) = translate.rank_errors(exceptions.WorkerGroupError("x", {0: error}))
     expected = ErrorInfo.from_exception(error)
     assert (ranked.error.type, ranked.error.message) == (expected.type, expected.message)
+
+
+def _wrapped_by_ray(error: BaseException) -> Any:
+    """``error`` as a Ray Train worker hands it over: Ray's own wrapper, built by Ray's code."""
+    util = pytest.importorskip("ray.train.v2._internal.util")
+    try:
+        raise error
+    except type(error) as raised:
+        return util.construct_user_exception_with_traceback(raised)
+
+
+def test_a_train_function_error_reads_as_what_the_user_raised_not_rays_wrapper() -> None:
+    wrapped = _wrapped_by_ray(RuntimeError("rank 1 fails once"))
+    assert isinstance(wrapped, internal.UserExceptionWithTraceback)
+    assert str(wrapped).startswith("Traceback (most recent call last)")  # what was stored before
+    info = translate.error_info(wrapped)
+    assert (info.type, info.message) == ("RuntimeError", "rank 1 fails once")
+    assert str(info) == "RuntimeError: rank 1 fails once"
+    assert info.traceback == str(wrapped)  # the traceback Ray formatted on the worker, kept
+    assert info.ray_text() == str(wrapped)  # Ray's error string is unchanged
+
+
+def test_rank_errors_unwrap_each_ranks_user_exception() -> None:
+    failed = exceptions.WorkerGroupError(
+        "rank 1 failed", {1: _wrapped_by_ray(RuntimeError("rank 1 fails once"))}
+    )
+    (ranked,) = translate.rank_errors(failed)
+    assert (ranked.world_rank, str(ranked.error)) == (1, "RuntimeError: rank 1 fails once")
+    assert "raise error" in ranked.error.traceback

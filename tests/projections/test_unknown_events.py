@@ -36,6 +36,11 @@ class CheckpointPinned:
     path: str
 
 
+# wgstore's streams (run-, worker-group-) take only wgstore's types (events/streams.py), so a type
+# this reader does not know gets there from a newer wgstore: this one stands for such a type.
+CheckpointPinned.__module__ = "wgstore.events.newer"
+
+
 def _pinned(stream_id: str, version: int) -> Any:
     """A recorded event of a type this process does not know, as the store returns it."""
     return record(stream_id, version, UnknownEvent("CheckpointPinned", 1, {"path": "/ckpt"}))
