@@ -82,14 +82,11 @@ def error_info(error: BaseException) -> ErrorInfo:
     """
     from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
 
-    if isinstance(error, UserExceptionWithTraceback):
-        base = getattr(error, "_base_exc", None)
-        traceback = getattr(error, "_traceback_str", None)
-        if isinstance(base, BaseException):
-            info = ErrorInfo.from_exception(base)
-            if isinstance(traceback, str) and traceback:
-                return ErrorInfo(type=info.type, message=info.message, traceback=traceback)
-            return info
+    base = getattr(error, "_base_exc", None)
+    if isinstance(error, UserExceptionWithTraceback) and isinstance(base, BaseException):
+        info = ErrorInfo.from_exception(base)  # its frames were lost on the way from the worker
+        traceback = getattr(error, "_traceback_str", None) or info.traceback
+        return ErrorInfo(type=info.type, message=info.message, traceback=str(traceback))
     return ErrorInfo.from_exception(error)
 
 

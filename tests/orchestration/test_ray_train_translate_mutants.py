@@ -236,12 +236,17 @@ def test_error_info_of_a_rank_error_is_the_same_as_of_the_exception() -> None:
 
 
 def _wrapped_by_ray(error: BaseException) -> Any:
-    """``error`` as a Ray Train worker hands it over: Ray's own wrapper, built by Ray's code."""
+    """``error`` as a Ray Train worker hands it to the controller: Ray's own wrapper, built by
+    Ray's code, through a pickle round trip (the user exception's frames are lost on the way,
+    which is why Ray keeps the traceback as text)."""
+    import pickle
+
     util = pytest.importorskip("ray.train.v2._internal.util")
     try:
         raise error
     except type(error) as raised:
-        return util.construct_user_exception_with_traceback(raised)
+        wrapped = util.construct_user_exception_with_traceback(raised)
+    return pickle.loads(pickle.dumps(wrapped))
 
 
 def test_a_train_function_error_reads_as_what_the_user_raised_not_rays_wrapper() -> None:
@@ -253,6 +258,17 @@ def test_a_train_function_error_reads_as_what_the_user_raised_not_rays_wrapper()
     assert str(info) == "RuntimeError: rank 1 fails once"
     assert info.traceback == str(wrapped)  # the traceback Ray formatted on the worker, kept
     assert info.ray_text() == str(wrapped)  # Ray's error string is unchanged
+    assert "raise error" in info.traceback  # the user's frame, from Ray's text
+
+
+def test_a_wrapper_without_its_text_keeps_the_user_exceptions_own_traceback() -> None:
+    try:
+        raise ValueError("no text")
+    except ValueError as raised:
+        wrapped = internal.UserExceptionWithTraceback(raised, "")
+    info = translate.error_info(wrapped)
+    assert (info.type, info.message) == ("ValueError", "no text")
+    assert 'raise ValueError("no text")' in info.traceback
 
 
 def test_rank_errors_unwrap_each_ranks_user_exception() -> None:
@@ -262,3 +278,10 @@ def test_rank_errors_unwrap_each_ranks_user_exception() -> None:
     (ranked,) = translate.rank_errors(failed)
     assert (ranked.world_rank, str(ranked.error)) == (1, "RuntimeError: rank 1 fails once")
     assert "raise error" in ranked.error.traceback
+
+
+def test_only_rays_wrapper_is_unwrapped() -> None:
+    """Another exception that happens to hold a ``_base_exc`` stays itself."""
+    other = RuntimeError("outer")
+    other._base_exc = ValueError("inner")  # type: ignore[attr-defined]
+    assert str(translate.error_info(other)) == "RuntimeError: outer"
