@@ -301,11 +301,11 @@ def resolve_id(store: EventStore, given: str, *, stream_prefix: str, kind: str, 
         InvalidArgumentError: no id, or more than one, starts with ``given``.
     """
     given = given.strip()
-    candidates = [given]
-    if given.startswith(stream_prefix):
-        candidates.append(given[len(stream_prefix) :])
-    if not all(candidates):
+    if not given:
         raise InvalidArgumentError(f"give a {kind} id (or a unique prefix of one)")
+    candidates = [given]
+    if given.startswith(stream_prefix) and given != stream_prefix:
+        candidates.append(given[len(stream_prefix) :])
     for candidate in candidates:
         found = [sid[len(stream_prefix) :] for sid, _ in store.streams(stream_prefix + candidate)]
         if candidate in found:
