@@ -1,6 +1,6 @@
 """``wgstore resume RUN``: continue a run whose driver or controller is gone.
 
-Calls :func:`wgstore.orchestration.resume.resume_run` and prints how the run ended.
+Calls :func:`wgstore.orchestration.resume.resume_orphan` and prints how the run ended.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def resume_command(
     check_url(url)
     from wgstore.orchestration.errors import RunNotResumableError
     from wgstore.orchestration.quiet_ray import quiet_ray
-    from wgstore.orchestration.resume import resume_run
+    from wgstore.orchestration.resume import resume_orphan
 
     with opened(url, read_only=False) as store:
         run_id = resolve_run(store, run)
@@ -76,7 +76,7 @@ def resume_command(
             os.environ["RAY_ADDRESS"] = ray_address
         quiet_ray()
         try:
-            final = resume_run(
+            final = resume_orphan(
                 store,
                 run_id,
                 wait_s=float("inf") if wait else 0.0,

@@ -1,4 +1,4 @@
-"""``resume_run``: continue a run whose driver or controller is gone, from the log alone.
+"""``resume_orphan``: continue a run whose driver or controller is gone, from the log alone.
 
 Whichever way the run was started:
 
@@ -38,7 +38,7 @@ from wgstore.orchestration.errors import RunLeaseHeldError, RunNotResumableError
 from wgstore.projections.run_state import RunState, resume_problem
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 
-__all__ = ["DRIVER_LOST", "resume_run"]
+__all__ = ["DRIVER_LOST", "resume_orphan"]
 
 log = logging.getLogger("wgstore.resume")
 
@@ -164,7 +164,7 @@ def _resume_recorded(
     return read_run(store, run.run_id)
 
 
-def resume_run(
+def resume_orphan(
     store: EventStore,
     run_id: str,
     *,
@@ -174,7 +174,9 @@ def resume_run(
     fit: Callable[[Any], Any] = lambda trainer: trainer.fit(),
     **controller_options: Any,
 ) -> RunState:
-    """Resume run ``run_id`` (see the module docstring) and drive it to its end.
+    """Resume run ``run_id``, whose driver or controller is gone (see the module docstring), and
+    drive it to its end. :func:`wgstore.orchestration.resume_run` is the older, narrower call:
+    a run of wgstore's own controller only, by URL, returning a ``RunResult``.
 
     Args:
         store: the store holding the run.

@@ -15,7 +15,7 @@ from wgstore.orchestration import RayExecutor
 from wgstore.orchestration.controller import RunController
 from wgstore.orchestration.decide import attempt_group_id
 from wgstore.orchestration.fake_runtime import FakeRuntime, FakeScript
-from wgstore.orchestration.resume import resume_run
+from wgstore.orchestration.resume import resume_orphan
 from wgstore.projections.state import project_worker_group
 
 
@@ -59,7 +59,7 @@ def test_a_group_its_cluster_lost_is_a_controller_failure_not_a_training_failure
     new_cluster = FakeRuntime(script=FakeScript(reports=2, return_value="done"))
     second = RayExecutor(store, runtime=new_cluster, read_models_interval_s=None)
     try:
-        final = resume_run(store, "r1", wait_s=60, executor=second)
+        final = resume_orphan(store, "r1", wait_s=60, executor=second)
     finally:
         second.stop()
 

@@ -17,7 +17,7 @@ from wgstore.cli.app import app
 from wgstore.events.leases import acquire_lease, lease_of
 from wgstore.events.run import ControllerStarted, Pickled, TrainerRecorded
 from wgstore.orchestration.errors import RunNotResumableError
-from wgstore.orchestration.resume import resume_run
+from wgstore.orchestration.resume import resume_orphan
 from wgstore.orchestration.supervise import Decision, plan, supervise
 
 
@@ -48,30 +48,30 @@ def _trainer(**changes: Any) -> TrainerRecorded:
 def test_a_finished_run_is_refused(store: Any) -> None:
     run_scenarios.finished_after_a_retry(store, "fin")
     with pytest.raises(RunNotResumableError, match=r"has ended \(FINISHED\): there is nothing"):
-        resume_run(store, "fin")
+        resume_orphan(store, "fin")
 
 
 def test_a_live_run_is_refused_naming_its_holder(store: Any) -> None:
     run_scenarios.running(store, "live")  # its controller's lease is live
     with pytest.raises(RunNotResumableError, match="is live: run live is held by c1"):
-        resume_run(store, "live")
+        resume_orphan(store, "live")
     assert lease_of(store, "live").holder == "c1"  # type: ignore[union-attr]
 
 
 def test_a_recorded_run_that_cannot_be_resumed_says_why(store: Any) -> None:
     _recorded_running(store, "old", None)
     with pytest.raises(RunNotResumableError, match="no TrainerRecorded"):
-        resume_run(store, "old")
+        resume_orphan(store, "old")
     run_scenarios.from_ray_train_unpicklable(store, "rayx")
     with pytest.raises(RunNotResumableError, match="cannot be pickled"):
-        resume_run(store, "rayx")
+        resume_orphan(store, "rayx")
 
 
 def test_a_train_loop_whose_bytes_no_longer_match_their_hash_is_refused(store: Any) -> None:
     forged = Pickled(sha256="0" * 64, size=3, data=b"abc")
     _recorded_running(store, "forged", _trainer(train_loop_pickle=forged))
     with pytest.raises(RunNotResumableError, match="no longer match their hash"):
-        resume_run(store, "forged")
+        resume_orphan(store, "forged")
     assert lease_of(store, "forged").holder == "actor"  # type: ignore[union-attr]  # untouched
 
 
