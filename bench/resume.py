@@ -143,7 +143,7 @@ def with_wgstore(
     """The phases of a supervisor's resume, in seconds."""
     from wgstore.events import EventStore
     from wgstore.orchestration.gc import orphaned_runs
-    from wgstore.orchestration.supervise import _spawn, supervise
+    from wgstore.orchestration.supervise import start_resume, supervise
 
     steps = work / "wg-steps.txt"
     killed_at = _kill_after_three_steps(
@@ -156,7 +156,7 @@ def with_wgstore(
         stop = threading.Event()
 
         def spawn(url: str, run_id: str, holder: str, epoch: int) -> None:
-            spawned.append((time.time(), _spawn(url, run_id, holder, epoch)))
+            spawned.append((time.time(), start_resume(url, run_id, holder, epoch)))
             stop.set()
 
         supervise(store, stop=stop, interval_s=1.0, spawn=spawn)

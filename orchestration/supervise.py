@@ -35,7 +35,7 @@ from wgstore.events.leases import acquire_lease
 from wgstore.orchestration.gc import orphaned_runs
 from wgstore.projections.run_state import RunState, resume_problem
 
-__all__ = ["SUPERVISOR", "Decision", "plan", "supervise"]
+__all__ = ["SUPERVISOR", "Decision", "plan", "start_resume", "supervise"]
 
 log = logging.getLogger("wgstore.supervise")
 
@@ -74,7 +74,7 @@ def plan(
     return decisions
 
 
-def _spawn(url: str, run_id: str, holder: str, epoch: int) -> subprocess.Popen[bytes]:
+def start_resume(url: str, run_id: str, holder: str, epoch: int) -> subprocess.Popen[bytes]:
     """Start the new driver: ``wgstore resume`` in a process (and session) of its own."""
     command = [
         sys.executable,
@@ -100,7 +100,7 @@ def supervise(
     runs: str | None = None,
     dry_run: bool = False,
     interval_s: float = 5.0,
-    spawn: Callable[[str, str, str, int], object] = _spawn,
+    spawn: Callable[[str, str, str, int], object] = start_resume,
     on_decision: Callable[[Decision], None] | None = None,
 ) -> None:
     """Resume orphaned runs until ``stop`` is set (see the module docstring).

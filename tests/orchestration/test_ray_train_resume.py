@@ -10,7 +10,6 @@ run, and finishes.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from wgstore.events import EventStore
 from wgstore.events.streams import group_stream
 from wgstore.orchestration.controller import read_run
 from wgstore.orchestration.gc import orphaned_runs
-from wgstore.orchestration.supervise import supervise
+from wgstore.orchestration.supervise import start_resume, supervise
 from wgstore.projections.state import project_worker_group
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -82,25 +81,7 @@ def test_a_run_whose_driver_was_killed_is_resumed_by_the_supervisor_from_its_che
         drivers: list[subprocess.Popen[bytes]] = []
 
         def spawn(url: str, run_id: str, holder: str, epoch: int) -> None:
-            drivers.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "wgstore.cli",
-                        "resume",
-                        run_id,
-                        "--url",
-                        url,
-                        "--lease-from",
-                        f"{holder}:{epoch}",
-                        "--by",
-                        holder,
-                    ],
-                    cwd=REPO,
-                    env=dict(os.environ),
-                )
-            )
+            drivers.append(start_resume(url, run_id, holder, epoch))  # inherits RAY_ADDRESS
 
         stop = threading.Event()
         decisions: list[Any] = []
