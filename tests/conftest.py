@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.relay import relayed  # noqa: F401  (a fixture: Postgres behind a relay tests can cut)
+
 # Database-backed property tests have no per-example deadline; CI runs them derandomized, so a
 # red CI always reproduces (a developer's run keeps exploring new examples).
 settings.register_profile("wgstore", deadline=None)

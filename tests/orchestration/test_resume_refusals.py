@@ -145,3 +145,44 @@ def test_wgstore_runs_shows_who_resumed_a_run_and_how_to_resume_an_orphan(
     store.append("run-lost", [RunResumed(by="supervisor 1f", reason="driver lost", attempt=2)])
     shown = CliRunner().invoke(app, ["runs", "lost", "--url", store_url])
     assert "by supervisor 1f at attempt 2 (driver lost)" in " ".join(shown.output.split())
+
+
+@pytest.mark.postgres
+def test_the_supervisor_rides_out_its_database_going_away(
+    relayed: tuple[str, Any], pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database is away for a while (a restart): the supervisor logs the problem once, not
+    once a pass, keeps trying with backoff, and resumes an orphan once the database is back."""
+    import logging
+
+    from tests.waiting import wait_until
+    from wgstore.events import EventStore
+
+    relay_url, relay = relayed
+    caplog.set_level(logging.WARNING, logger="wgstore.supervise")
+    spawned: list[str] = []
+    stop = threading.Event()
+    with EventStore.open(relay_url) as store:
+        watcher = threading.Thread(
+            target=supervise,
+            kwargs={"store": store, "stop": stop, "interval_s": 0.1,
+                    "spawn": lambda _url, run_id, _holder, _epoch: spawned.append(run_id)},
+        )  # fmt: skip
+        watcher.start()
+        try:
+            relay.cut()
+            wait_until(
+                lambda: any("supervisor:" in r.getMessage() for r in caplog.records),
+                timeout_s=60,
+                what="the supervisor to notice the database is away",
+            )
+            with EventStore.open(pg_url) as direct:  # meanwhile a driver died
+                run_scenarios.running(direct, "lost", lease_expired=True)
+            relay.restore()
+            wait_until(lambda: bool(spawned), timeout_s=120, what="the orphan resumed")
+        finally:
+            stop.set()
+            watcher.join(60)
+    assert spawned == ["lost"]
+    problems = [r for r in caplog.records if "supervisor:" in r.getMessage()]
+    assert 1 <= len(problems) <= 3  # one line a problem, not one a pass
