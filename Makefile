@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps demo test lint bench mutate clean FORCE
+.PHONY: install system-deps demo test lint bench mutate clean
 
 # The editable install is setuptools' strict mode: a tree of symlinks to the sources in
 # build/__editable__.*, put on sys.path by a .pth file. Python's own PathFinder resolves
@@ -18,18 +18,14 @@ PACKAGE_DIRS := _wgstore events projections orchestration orchestration/ray_trai
 PACKAGE_FILES := $(sort $(foreach d,$(PACKAGE_DIRS),$(wildcard $(d)/*.py $(d)/*.typed \
 	$(d)/*.html $(d)/*.css $(d)/*.js)))
 FILE_LIST := $(VENV)/.package-files
-
-$(FILE_LIST): FORCE
-	@mkdir -p $(VENV)
-	@echo '$(PACKAGE_FILES)' | cmp -s - $@ || echo '$(PACKAGE_FILES)' > $@
+$(shell mkdir -p $(VENV) && echo '$(PACKAGE_FILES)' | cmp -s - $(FILE_LIST) \
+	|| echo '$(PACKAGE_FILES)' > $(FILE_LIST))
 
 $(STAMP): pyproject.toml $(FILE_LIST)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	touch $(STAMP)
-
-FORCE:
 
 install: $(STAMP)
 
