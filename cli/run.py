@@ -161,9 +161,7 @@ def run_command(
         _resume(url, resume, quiet_workers)
         return
     assert train_fn is not None
-    train_config = _check_run_inputs(
-        url, train_fn, config, external_executor=external_executor
-    )
+    train_config = _check_run_inputs(url, train_fn, config, external_executor=external_executor)
     if run_id is not None:
         _check_new_run_id(url, run_id)
     from wgstore.orchestration import FailureConfig, WorkerGroupStartError, run_training
