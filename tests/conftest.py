@@ -10,6 +10,7 @@ Ray: one local instance per test session (``ray_session``), started on first use
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,6 +122,22 @@ def store(store_url: str) -> Iterator[object]:
         yield event_store
     finally:
         event_store.close()
+
+
+_SIGINT_HANDLER = signal.getsignal(signal.SIGINT)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_restored() -> Iterator[None]:
+    """Every test starts with the SIGINT handler the session started with.
+
+    Ray Train's ``DataParallelTrainer.fit()`` (ray.train.v2, 2.60) installs a SIGINT handler of
+    its own and never restores it; a Ctrl-C test that ran after a Ray Train test in the same
+    process had its SIGINT turned into Ray's "gracefully aborting" and ``sys.exit(0)``.
+    """
+    yield
+    if signal.getsignal(signal.SIGINT) is not _SIGINT_HANDLER:
+        signal.signal(signal.SIGINT, _SIGINT_HANDLER)
 
 
 @pytest.fixture(scope="session")

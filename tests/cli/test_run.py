@@ -428,9 +428,7 @@ class _Reader:
             thread.join(timeout=60)
 
 
-def _run_cli(
-    args: list[str], *, cwd: Path, env_extra: dict[str, str] | None = None
-) -> subprocess.Popen[str]:
+def _run_cli(args: list[str], *, cwd: Path) -> subprocess.Popen[str]:
     """``wgstore ARGS`` (the console script, as a user types it) on the session's Ray."""
     import ray
 
@@ -438,7 +436,6 @@ def _run_cli(
         **os.environ,
         "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
         "COLUMNS": "300",
-        **(env_extra or {}),
     }
     return subprocess.Popen(
         [str(Path(sys.executable).parent / "wgstore"), *args],
@@ -508,11 +505,14 @@ def test_run_from_the_folder_that_holds_the_clone_imports_wgstore_on_the_workers
     """Ray puts the driver's working folder on the workers' ``sys.path``; in the folder that
     holds the clone, ``wgstore/`` (the clone) is there. The installed package must win."""
     (tmp_path / "wgstore").mkdir()  # as the clone's folder is, seen from its parent
-    release = tmp_path / "release"
-    release.touch()
-    args = ["run", "tests.cli.run_fns:chatty_fn", "-n", "1", *FAST, "--quiet-workers"]
-    args += ["--config", json.dumps({"release": str(release)}), "--url", sqlite_url]
-    process = _run_cli(args, cwd=tmp_path, env_extra={"PYTHONPATH": str(REPO)})
+    (tmp_path / "my_train.py").write_text(
+        "import wgstore\n"
+        "from wgstore.orchestration import report\n\n"
+        "def train_fn(config):\n"
+        "    report({'version': wgstore.__version__})\n"
+    )
+    args = ["run", "my_train:train_fn", "-n", "1", *FAST, "--url", sqlite_url]
+    process = _run_cli(args, cwd=tmp_path)  # workers import my_train from this folder
     reader = _Reader(process)
     try:
         code = process.wait(timeout=300)
@@ -523,3 +523,9 @@ def test_run_from_the_folder_that_holds_the_clone_imports_wgstore_on_the_workers
     shown = "\n".join(reader.out + reader.err)
     assert code == 0, shown
     assert re.search(r"worker group \w+ ended: finished", shown), shown
+    from wgstore import __version__
+    from wgstore.events import EventStore
+
+    with EventStore.open(sqlite_url) as store:
+        reports = [r.event for r in store.read_all() if r.type == "WorkerReported"]
+    assert [dict(r.metrics) for r in reports] == [{"version": __version__}]
