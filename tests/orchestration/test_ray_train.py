@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import sqlite3
 import threading
 import time
@@ -292,6 +293,23 @@ def _controller_log(pid: int) -> str:
     return "\n".join(texts)
 
 
+def _controller_pid(url: str) -> int:
+    """The pid of the Ray Train controller recording into ``url`` (read beside a writer's lock:
+    the log is in WAL mode)."""
+    with EventStore.open(url, read_only=True) as store:
+        ((stream, _),) = store.streams("run-")
+        (controller,) = project_run(store.read_stream(stream)).controllers
+    return controller.pid
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def _wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -338,6 +356,13 @@ def test_strict_fails_the_run_with_a_wgstore_error_when_the_database_stays_away(
     try:
         with pytest.raises(TrainingFailedError) as info:
             trainer.fit()
+        # The recorder's writer lives in Ray Train's controller actor, which outlives fit()
+        # (Ray's leftover SIGINT handler holds its handle): "stays away" means for as long as
+        # that writer lives, so the log stays locked until its process is gone; else a busy
+        # machine lets it write the end once the lock is released.
+        pid = _controller_pid(url)
+        os.kill(pid, signal.SIGKILL)
+        _wait_for(lambda: not _process_alive(pid), timeout_s=120)
     finally:
         done.set()
         thread.join(30)
