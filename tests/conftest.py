@@ -145,9 +145,17 @@ def ray_session() -> Iterator[None]:
     """One local Ray instance for the whole test session."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(
-            num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="wgstore-tests"
-        )
+    for attempt in (1, 2, 3):
+        if ray.is_initialized():
+            break
+        try:
+            ray.init(
+                num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="wgstore-tests"
+            )
+        except Exception as error:
+            # Ray waits a fixed 30 s for its raylet to register; a loaded machine can miss that
+            if "timed out during startup" not in str(error) or attempt == 3:
+                raise
+            ray.shutdown()
     yield
     ray.shutdown()
