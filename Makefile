@@ -6,10 +6,25 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install system-deps demo test lint bench mutate clean
 
-$(STAMP): pyproject.toml
+# The editable install is setuptools' strict mode: a tree of symlinks to the sources in
+# build/__editable__.*, put on sys.path by a .pth file. Python's own PathFinder resolves
+# `wgstore` there (and mypy too), so a folder named `wgstore` in the working directory (the
+# clone's, when a command runs from the folder that holds it) cannot shadow the package as an
+# empty namespace package, as it did with the default mode's import hook. Edits to a file show
+# at once (symlinks); a file added, removed or renamed in the package needs a reinstall, so the
+# stamp depends on the list of package files (rewritten only when that list changes).
+PACKAGE_DIRS := _wgstore events projections orchestration orchestration/ray_train \
+	migrations migrations/versions cli cli/templates serve serve/static
+PACKAGE_FILES := $(sort $(foreach d,$(PACKAGE_DIRS),$(wildcard $(d)/*.py $(d)/*.typed \
+	$(d)/*.html $(d)/*.css $(d)/*.js)))
+FILE_LIST := $(VENV)/.package-files
+$(shell mkdir -p $(VENV) && echo '$(PACKAGE_FILES)' | cmp -s - $(FILE_LIST) \
+	|| echo '$(PACKAGE_FILES)' > $(FILE_LIST))
+
+$(STAMP): pyproject.toml $(FILE_LIST)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -164,6 +164,8 @@ def live_view(state: WorkerGroupState) -> Group:
     head.append(state.status.value, style=STATUS_STYLES.get(state.status.value, ""))
     if outcome is not None:
         head.append(f" ({outcome.value})")
+    if state.attempt:
+        head.append(f"  attempt {state.attempt}", style="dim")
     head.append(f"  polls {state.polls_total}  reports {state.reports_total}", style="dim")
     return Group(head, workers_table(state))
 

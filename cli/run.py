@@ -1,13 +1,17 @@
 """``wgstore run``: start a worker group on Ray and watch it.
 
 Calls :func:`wgstore.orchestration.run_training` and draws its live table from the states that
-function hands back (``wgstore executor`` is in :mod:`wgstore.cli.executor`).
+function hands back (``wgstore executor`` is in :mod:`wgstore.cli.executor`). On a terminal the
+table is live; in a pipe or a log file a progress line is printed every few seconds instead.
+What the train function prints shows too, as Ray shows it: each line prefixed by its rank.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 import time
 from typing import Annotated, Any
 
@@ -30,15 +34,22 @@ from wgstore.cli.common import (
 from wgstore.cli.group_view import inspect_hint, live_view
 from wgstore.orchestration.quiet_ray import quiet_ray
 from wgstore.projections import WorkerGroupState
-from wgstore.projections.views import first_line
+from wgstore.projections.text import metrics_text
+from wgstore.projections.views import first_line, worker_rows
 
 __all__ = ["run_command"]
 
+PROGRESS_EVERY_S = 2.0
+"""Seconds between progress lines when stdout is not a terminal (only when something changed)."""
 
-def _check_run_inputs(url: str, train_fn: str, config: str | None) -> dict[str, Any]:
-    """Everything ``run`` can check before Ray starts: URL, train_fn form, config, the store."""
+
+def _check_run_inputs(
+    url: str, train_fn: str, config: str | None, *, external_executor: bool
+) -> dict[str, Any]:
+    """Everything ``run`` can check before Ray starts: URL, train_fn (its form, then that it
+    imports), config, the store."""
     from wgstore.orchestration.errors import TrainFnError
-    from wgstore.orchestration.loading import check_train_fn_path
+    from wgstore.orchestration.loading import check_train_fn_imports, check_train_fn_path
 
     check_url(url)
     try:
@@ -51,9 +62,24 @@ def _check_run_inputs(url: str, train_fn: str, config: str | None) -> dict[str, 
         raise UsageProblem(f"--config is not valid JSON: {error}") from None
     if not isinstance(train_config, dict):
         raise UsageProblem("--config must be a JSON object, e.g. '{\"steps\": 50}'")
+    # Workers add this folder to sys.path (the in-process executor's working folder); on a
+    # cluster at RAY_ADDRESS, or with an executor elsewhere, a module missing here may be there.
+    workers_may_differ = external_executor or bool(os.environ.get("RAY_ADDRESS"))
+    try:
+        check_train_fn_imports(train_fn, os.getcwd(), workers_may_differ=workers_may_differ)
+    except TrainFnError as error:
+        raise UsageProblem(str(error)) from None
     with opened(url, read_only=False):  # reachable and migrated, before Ray starts
         pass
     return train_config
+
+
+def _start_ray(quiet_workers: bool) -> None:
+    """Join Ray now (before ``run_training`` would) so the workers' output reaches this terminal
+    unless ``--quiet-workers``."""
+    from wgstore.orchestration.ray_resources import ensure_ray
+
+    ensure_ray(log_to_driver=not quiet_workers)
 
 
 def run_command(
@@ -109,6 +135,14 @@ def run_command(
             help="A standalone `wgstore executor` serves the store; do not run one here.",
         ),
     ] = False,
+    quiet_workers: Annotated[
+        bool,
+        typer.Option(
+            "--quiet-workers",
+            help="Do not show what the train function prints (shown by default, each line "
+            "prefixed by its rank; Ray's worker log files keep it either way).",
+        ),
+    ] = False,
 ) -> None:
     """Start TRAIN_FN on a worker group on Ray (RAY_ADDRESS, or a local Ray), record every step, and watch it.
 
@@ -127,16 +161,18 @@ def run_command(
         check_url(url)
         with opened(url) as store:  # a run id may be shortened, as everywhere
             resume = resolve_run(store, resume)
-        _resume(url, resume)
+        _resume(url, resume, quiet_workers)
         return
     assert train_fn is not None
-    train_config = _check_run_inputs(url, train_fn, config)
+    train_config = _check_run_inputs(url, train_fn, config, external_executor=external_executor)
     if run_id is not None:
         _check_new_run_id(url, run_id)
     from wgstore.orchestration import FailureConfig, WorkerGroupStartError, run_training
     from wgstore.orchestration.training import worker_resources
 
     quiet_ray()
+    if not external_executor:  # with one, its job starts the workers and gets their output
+        _start_ray(quiet_workers)
     resources = worker_resources(cpus_per_worker, gpus_per_worker)
     err_console().print(
         Text(
@@ -184,9 +220,61 @@ def _check_new_run_id(url: str, run_id: str) -> None:
             )
 
 
+def progress_line(state: WorkerGroupState) -> str:
+    """One line of a running group: attempt, status, and per rank its reports and metrics."""
+    head = f"attempt {state.attempt}: {state.status.value}" if state.attempt else state.status.value
+    ranks = [
+        f"rank {row['rank']} {row['status']}, {row['reports']} report(s)"
+        + (f" {metrics_text(row['metrics'])}" if row["metrics"] else "")
+        for row in worker_rows(state)
+    ]
+    return " | ".join([head, *ranks])
+
+
+class _ProgressLines:
+    """A progress line every ``every_s`` seconds when it changed: what a pipe or a log file
+    gets instead of the live table (Rich draws that only on a terminal)."""
+
+    def __init__(self, console: Any, every_s: float = PROGRESS_EVERY_S) -> None:
+        self._console = console
+        self._every_s = every_s
+        self._lock = threading.Lock()
+        self._latest = ""
+        self._printed = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="wgstore-progress", daemon=True)
+
+    def __enter__(self) -> _ProgressLines:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def update(self, state: WorkerGroupState) -> None:
+        line = progress_line(state)
+        with self._lock:
+            self._latest = line
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._every_s):
+            with self._lock:
+                line = self._latest
+            if line and line != self._printed:
+                self._console.print(line, markup=False, highlight=False, soft_wrap=True)
+                self._printed = line
+
+
 def _follow(url: str, call: Any) -> Any:
-    """Run ``call(on_update)`` under a live table of the current group; returns its result."""
+    """Run ``call(on_update)`` under a live table of the current group (progress lines when
+    stdout is not a terminal); returns its result."""
     console = out_console()
+    if not console.is_terminal:
+        with _ProgressLines(console) as progress:
+            result = call(progress.update)
+        console.print(live_view(result.state))
+        return result
     with Live(console=console, refresh_per_second=4, transient=False) as live:
         last = [0.0]
 
@@ -201,11 +289,19 @@ def _follow(url: str, call: Any) -> Any:
     return result
 
 
-def _resume(url: str, run_id: str) -> None:
+def _resume(url: str, run_id: str, quiet_workers: bool) -> None:
     from wgstore.orchestration import resume_run
+    from wgstore.orchestration.controller import read_run
     from wgstore.orchestration.errors import RunLeaseHeldError, RunNotFoundError
 
     quiet_ray()
+    with opened(url) as store:
+        try:
+            ended = read_run(store, run_id).ended
+        except RunNotFoundError as error:
+            raise CliError(str(error)) from None
+    if not ended:  # an ended run is shown from the log alone, without Ray
+        _start_ray(quiet_workers)
     err_console().print(Text(f"resuming run {run_id} from {store_label(url)}", style="dim"))
     try:
         result = _follow(url, lambda on_update: resume_run(url, run_id, on_update=on_update))
@@ -215,8 +311,6 @@ def _resume(url: str, run_id: str) -> None:
 
 
 def _show_result(result: Any, url: str, console: Any) -> None:
-    if not console.is_terminal:
-        console.line()  # Live leaves the cursor at the end of its last line in a pipe
     outcome = result.outcome
     console.print(
         f"worker group [bold]{result.group_id}[/] "

@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ["check_train_fn_path", "import_path_of", "load_pickled_train_fn", "resolve_train_fn"]
+__all__ = [
+    "check_train_fn_imports",
+    "check_train_fn_path",
+    "import_path_of",
+    "load_pickled_train_fn",
+    "resolve_train_fn",
+]
 
 
 def _fail(message: str, cause: BaseException | None = None) -> NoReturn:
@@ -169,3 +178,73 @@ def load_pickled_train_fn(
         _fail(f"the pickled train function {name} is a {type(fn).__name__}, not a callable")
     loaded: TrainFn = fn
     return loaded
+
+
+def check_train_fn_imports(path: str, folder: str, *, workers_may_differ: bool = False) -> None:
+    """Import ``path``'s function once as a worker would, before Ray starts, and fail as it would.
+
+    Runs :func:`resolve_train_fn` in a fresh interpreter whose working folder and extra
+    ``sys.path`` entry is ``folder`` (workers put the executor's working folder there): a module
+    that is missing, does not import (a syntax error, an exception at import), or has no such
+    function fails here in a fraction of a second with the message a worker would give, instead
+    of after Ray, a placement group and the workers have started.
+
+    In a child process, not in this one: the caller (``wgstore run``) stays up for the whole run
+    and handles Ctrl-C, and a train module's import side effects (signal handlers, logging
+    setup, threads, a framework's memory) must not change it; the workers import it anyway.
+
+    Args:
+        path: ``"package.module:function"`` (its form checked already).
+        folder: the folder workers add to ``sys.path`` (the executor's working folder).
+        workers_may_differ: the workers may have modules this machine has not (a Ray cluster
+            at ``RAY_ADDRESS``, an executor elsewhere): a module not found here is then left to
+            the workers' own check, which records a start failure if they cannot import it
+            either. Any other failure is the same everywhere the code is the same.
+
+    Raises:
+        TrainFnError: the message a worker would give.
+    """
+    child = subprocess.run(
+        [sys.executable, "-P", "-c", _PROBE, path, folder],
+        cwd=folder,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    lines = child.stdout.strip().splitlines()
+    try:
+        found = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):  # the module ended the process (sys.exit, a crash)
+        last = (child.stderr.strip().splitlines() or [""])[-1]
+        _fail(
+            f"cannot import module {path.partition(':')[0]!r} of train_fn {path!r}: importing "
+            f"it ended the process (exit status {child.returncode}){': ' + last if last else ''}"
+        )
+    error = found.get("error")
+    if error is None or (workers_may_differ and found.get("not_found")):
+        return
+    _fail(str(error))
+
+
+_PROBE = "from wgstore.orchestration.loading import _probe; _probe()"
+
+
+def _probe() -> None:
+    """The child of :func:`check_train_fn_imports`: one JSON line on the original stdout."""
+    path, folder = sys.argv[1], sys.argv[2]
+    result = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # what the module prints at import goes to stderr, not into the result
+    sys.stdout = sys.stderr
+    found: dict[str, Any] = {"error": None}
+    try:
+        resolve_train_fn(path, extra_sys_path=[folder])
+    except Exception as error:  # noqa: BLE001 - TrainFnError, whose cause tells a missing module
+        found = {
+            "error": str(error),
+            "not_found": isinstance(error.__cause__, ModuleNotFoundError),
+        }
+    result.write(json.dumps(found) + "\n")
+    result.flush()

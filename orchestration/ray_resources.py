@@ -59,15 +59,20 @@ _WorkerActor = ray.remote(WgstoreWorker)
 _SyncActor = ray.remote(SyncActor)
 
 
-def ensure_ray(address: str | None = None) -> None:
-    """Connect to Ray if not yet connected: ``address``, else ``RAY_ADDRESS``, else a local one."""
+def ensure_ray(address: str | None = None, *, log_to_driver: bool = False) -> None:
+    """Connect to Ray if not yet connected: ``address``, else ``RAY_ADDRESS``, else a local one.
+
+    ``log_to_driver``: print what this job's actors print (the train function's output, each
+    line prefixed by Ray with the worker's rank) on this process's stdout and stderr. Only the
+    first connection decides.
+    """
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=log_to_driver)
     else:
-        ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
+        ray.init(namespace=NAMESPACE, include_dashboard=False, log_to_driver=log_to_driver)
 
 
 def _actor_resources(resources: Mapping[str, float]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -92,6 +93,21 @@ def _checkpoint_guard(context: TrainContext) -> Any:
             )
 
     return guard
+
+
+def _name_output(name: str) -> None:
+    """Have Ray prefix what this worker prints with ``name`` (``(rank 0 pid=...) ...``).
+
+    Ray's log monitor names the lines of a worker's log files after the latest marker line it
+    finds there (Ray writes one with an actor's ``__repr__`` when the actor is created; the rank
+    is known only later, so it is written here, to both files, the way Ray writes it).
+    """
+    try:
+        from ray._private.ray_constants import LOG_PREFIX_ACTOR_NAME
+    except ImportError:  # pragma: no cover - Ray moved it: lines keep Ray's default prefix
+        return
+    for stream in (sys.stdout, sys.stderr):
+        print(f"{LOG_PREFIX_ACTOR_NAME}{name}", file=stream, flush=True)
 
 
 class WgstoreWorker:
@@ -177,6 +193,7 @@ class WgstoreWorker:
             )
         else:
             self._fn = resolve_train_fn(train_fn, extra_sys_path=extra_sys_path)
+        _name_output(f"rank {context.world_rank}")
         self._writer = ReportWriter(
             store_url,
             group_id=context.group_id,

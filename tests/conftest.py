@@ -10,6 +10,7 @@ Ray: one local instance per test session (``ray_session``), started on first use
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,14 +126,38 @@ def store(store_url: str) -> Iterator[object]:
         event_store.close()
 
 
+_SIGINT_HANDLER = signal.getsignal(signal.SIGINT)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_restored() -> Iterator[None]:
+    """Every test starts with the SIGINT handler the session started with.
+
+    Ray Train's ``DataParallelTrainer.fit()`` (ray.train.v2, 2.60) installs a SIGINT handler of
+    its own and never restores it; a Ctrl-C test that ran after a Ray Train test in the same
+    process had its SIGINT turned into Ray's "gracefully aborting" and ``sys.exit(0)``.
+    """
+    yield
+    if signal.getsignal(signal.SIGINT) is not _SIGINT_HANDLER:
+        signal.signal(signal.SIGINT, _SIGINT_HANDLER)
+
+
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
     """One local Ray instance for the whole test session."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(
-            num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="wgstore-tests"
-        )
+    for attempt in (1, 2, 3):
+        if ray.is_initialized():
+            break
+        try:
+            ray.init(
+                num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="wgstore-tests"
+            )
+        except Exception as error:
+            # Ray waits a fixed 30 s for its raylet to register; a loaded machine can miss that
+            if "timed out during startup" not in str(error) or attempt == 3:
+                raise
+            ray.shutdown()
     yield
     ray.shutdown()

@@ -171,9 +171,13 @@ def test_a_rank_that_dies_mid_run_keeps_every_report_and_ray_noise_stays_off_the
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_a_run_whose_train_fn_cannot_be_imported_fails_the_start_and_says_how_to_inspect(
-    cli: Any, sqlite_url: str, ray_in_repo: None
+def test_on_a_cluster_a_module_missing_here_is_left_to_the_workers_whose_start_fails(
+    cli: Any, sqlite_url: str, ray_in_repo: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import ray
+
+    # RAY_ADDRESS: the workers may have modules this machine has not, so only they can tell
+    monkeypatch.setenv("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
     run = cli("run", "examples.missing_module:train_fn", "-n", "1", *FAST, "--url", sqlite_url)
     assert run.exit_code == 1
     assert "wgstore state" in run.stderr
@@ -244,6 +248,48 @@ def test_run_refuses_malformed_input_in_under_2_s_in_one_line_before_ray_starts(
         "array", ""
     )
     assert took < 2.0, f"{case}: {took:.2f} s of CPU"
+
+
+UNLOADABLE = {
+    "no such module": ("nosuchmod:train", "cannot import module 'nosuchmod' of train_fn"),
+    "no such function": ("examples.train:no_such_fn", "has no attribute 'no_such_fn'"),
+    "a syntax error": ("broken_train:train_fn", "SyntaxError: '(' was never closed"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNLOADABLE))
+def test_a_train_function_that_cannot_load_fails_in_one_line_before_ray_is_imported(
+    case: str, tmp_path: Path
+) -> None:
+    path, needle = UNLOADABLE[case]
+    (tmp_path / "broken_train.py").write_text("def train_fn(config):\n    return (\n")
+    db = tmp_path / "w.db"
+    url = f"sqlite:///{db}"
+    # -X importtime lists every module the command imported: Ray must not be among them
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "wgstore.cli", "run", path, "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,  # workers would put this folder on sys.path: broken_train is found here
+        env={**os.environ, "RAY_ADDRESS": "", "COLUMNS": "300", "PYTHONPATH": str(REPO)},
+    )
+    imported = [
+        line.rsplit("|", 1)[1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    ]
+    said = [
+        line
+        for line in result.stderr.splitlines()
+        if line.strip() and not line.startswith("import time:")
+    ]
+    assert result.returncode == 2, result.stderr
+    assert len(said) == 1 and said[0].startswith("error: "), said
+    assert needle in said[0]
+    assert "wgstore.cli.run" in imported  # the listing works
+    assert [m for m in imported if m == "ray" or m.startswith("ray.")] == []
+    assert not db.exists()  # not even the store was made, let alone a group recorded
 
 
 def _children_cpu_s() -> float:
@@ -346,3 +392,140 @@ def test_ctrl_c_during_a_run_shuts_the_group_down_and_records_why(
         "aborted",
         "interrupted",
     )
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _Reader:
+    """Collects a child's stdout and stderr lines as they come (threads), for waiting on them."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.out: list[str] = []
+        self.err: list[str] = []
+        assert process.stdout is not None and process.stderr is not None
+        self._threads = [
+            threading.Thread(target=self._read, args=(process.stdout, self.out), daemon=True),
+            threading.Thread(target=self._read, args=(process.stderr, self.err), daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @staticmethod
+    def _read(stream: Any, lines: list[str]) -> None:
+        for line in stream:
+            lines.append(_ANSI.sub("", line.rstrip("\n")))
+
+    def wait_for(self, seen: Any, process: subprocess.Popen[str], within_s: float) -> None:
+        deadline = time.monotonic() + within_s
+        while not seen(self.out):
+            assert process.poll() is None, "\n".join(self.out + self.err)
+            assert time.monotonic() < deadline, "\n".join(self.out + self.err)
+            time.sleep(0.1)
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+
+def _run_cli(args: list[str], *, cwd: Path) -> subprocess.Popen[str]:
+    """``wgstore ARGS`` (the console script, as a user types it) on the session's Ray."""
+    import ray
+
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
+        "COLUMNS": "300",
+    }
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "wgstore"), *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("quiet", [False, True], ids=["workers-shown", "quiet-workers"])
+def test_run_shows_progress_while_training_and_what_each_rank_prints(
+    quiet: bool, sqlite_url: str, ray_in_repo: None, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    config = json.dumps({"release": str(release)})
+    args = ["run", "tests.cli.run_fns:chatty_fn", "-n", "2", *FAST, "--config", config]
+    args += ["--url", sqlite_url] + (["--quiet-workers"] if quiet else [])
+    process = _run_cli(args, cwd=REPO)
+    reader = _Reader(process)
+    try:
+        # Both ranks reported step 1 and wait for the release: a progress line shows it now,
+        # while training runs (stdout is a pipe: lines, not the terminal's live table).
+        def progress_shown(out: list[str]) -> bool:
+            return any(
+                line.startswith("attempt 1: RUNNING")
+                and all(
+                    re.search(rf"rank {r} \w+, 1 report\(s\) loss=0.5 step=1", line) for r in (0, 1)
+                )
+                for line in out
+            )
+
+        def hellos_shown(out: list[str]) -> bool:
+            return all(
+                any(
+                    re.match(rf"\(rank {r} pid=\d+\) train function {w} says hello", line)
+                    for line in out
+                )
+                for r, w in ((0, "alpha"), (1, "beta"))
+            )
+
+        reader.wait_for(progress_shown, process, within_s=180)
+        if not quiet:
+            reader.wait_for(hellos_shown, process, within_s=180)
+        release.touch()
+        code = process.wait(timeout=180)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        reader.join()
+    shown = "\n".join(reader.out + reader.err)
+    assert code == 0, shown
+    assert re.search(r"worker group \w+ ended: finished", shown)
+    assert ("says hello" in shown) is not quiet, shown
+    for noise in ("(raylet)", "Traceback", "Unhandled error"):
+        assert noise not in shown, shown
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_run_from_the_folder_that_holds_the_clone_imports_wgstore_on_the_workers(
+    sqlite_url: str, ray_in_repo: None, tmp_path: Path
+) -> None:
+    """Ray puts the driver's working folder on the workers' ``sys.path``; in the folder that
+    holds the clone, ``wgstore/`` (the clone) is there. The installed package must win."""
+    (tmp_path / "wgstore").mkdir()  # as the clone's folder is, seen from its parent
+    (tmp_path / "my_train.py").write_text(
+        "import wgstore\n"
+        "from wgstore.orchestration import report\n\n"
+        "def train_fn(config):\n"
+        "    report({'version': wgstore.__version__})\n"
+    )
+    args = ["run", "my_train:train_fn", "-n", "1", *FAST, "--url", sqlite_url]
+    process = _run_cli(args, cwd=tmp_path)  # workers import my_train from this folder
+    reader = _Reader(process)
+    try:
+        code = process.wait(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        reader.join()
+    shown = "\n".join(reader.out + reader.err)
+    assert code == 0, shown
+    assert re.search(r"worker group \w+ ended: finished", shown), shown
+    from wgstore import __version__
+    from wgstore.events import EventStore
+
+    with EventStore.open(sqlite_url) as store:
+        reports = [r.event for r in store.read_all() if r.type == "WorkerReported"]
+    assert [dict(r.metrics) for r in reports] == [{"version": __version__}]

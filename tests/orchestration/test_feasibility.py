@@ -111,7 +111,9 @@ def test_a_group_the_cluster_can_never_fit_fails_at_once_and_leaves_nothing(
         WorkerGroup.create(store, context, executor=executor, timeout_s=60)
     took = time.monotonic() - began
 
-    assert took < 2.0, f"took {took:.2f}s, as if it waited for the placement group"
+    # the placement group would time out after 60 s; at once is well under half of that, even
+    # on a loaded machine
+    assert took < 30.0, f"took {took:.2f}s, as if it waited for the placement group"
     error = caught.value
     assert error.stage is StartStage.PLACEMENT_GROUP
     assert error.cause.type == "InsufficientClusterResourcesError"

@@ -26,7 +26,13 @@ from wgstore.orchestration.decide import attempt_group_id, decide
 from wgstore.orchestration.gc import collect_garbage, orphaned_runs
 from wgstore.projections.state import project_worker_group
 
-LATER = datetime.now(UTC) + timedelta(minutes=10)  # every 30 s lease made now has expired
+
+def _after_lease(store: Any, run_id: str) -> datetime:
+    """A moment just past the expiry of ``run_id``'s lease as recorded now (no clock read:
+    relative to the lease itself, so neither the suite's duration nor a slow machine moves it)."""
+    lease = lease_of(store, run_id)
+    assert lease is not None
+    return lease.expires_at + timedelta(seconds=1)
 
 
 def _abandoned(
@@ -54,16 +60,18 @@ def test_a_run_whose_controller_holds_its_lease_is_never_touched(store: Any) -> 
 
 def test_an_orphaned_run_is_aborted_and_its_lease_given_up(store: Any) -> None:
     controller = _abandoned(store, "r1", group_events=False)
-    ((run, expired),) = orphaned_runs(store, now=LATER)
-    assert run.run_id == "r1" and expired is not None and expired < LATER
-    (dry,) = collect_garbage(store, dry_run=True, now=LATER)
+    later = _after_lease(store, "r1")
+    assert orphaned_runs(store, now=later - timedelta(seconds=2)) == []  # not yet expired
+    ((run, expired),) = orphaned_runs(store, now=later)
+    assert run.run_id == "r1" and expired is not None and expired < later
+    (dry,) = collect_garbage(store, dry_run=True, now=later)
     assert (dry.action, dry.group_id, dry.group_status) == (
         "would abort",
         attempt_group_id("r1", 1),
         None,  # the controller died before requesting the group: nothing on Ray
     )
     assert not read_run(store, "r1").ended
-    (outcome,) = collect_garbage(store, now=LATER)
+    (outcome,) = collect_garbage(store, now=later)
     assert outcome.action == "aborted"
     run = read_run(store, "r1")
     assert (run.status.value, run.abort_reason, run.controller_state) == (
@@ -72,15 +80,16 @@ def test_an_orphaned_run_is_aborted_and_its_lease_given_up(store: Any) -> None:
         "ABORTED",
     )
     assert lease_of(store, "r1") is None
-    assert orphaned_runs(store, now=LATER) == []
+    assert orphaned_runs(store, now=later) == []
     assert controller.run_state.run_id == "r1"
     assert read_run(store, "r1").controllers[0].controller_id == controller.controller_id
 
 
 def test_a_run_another_gc_holds_is_skipped(store: Any) -> None:
     _abandoned(store, "r1", group_events=False)
-    assert acquire_lease(store, "r1", "gc-someone", 60.0, now=LATER)
-    outcomes = collect_garbage(store, now=LATER + timedelta(seconds=1))
+    later = _after_lease(store, "r1")
+    assert acquire_lease(store, "r1", "gc-someone", 60.0, now=later)
+    outcomes = collect_garbage(store, now=later + timedelta(seconds=1))
     assert outcomes == []  # held (by gc elsewhere): not orphaned
 
 
@@ -89,9 +98,11 @@ def test_a_live_group_nobody_releases_is_left_unrecorded(store: Any) -> None:
     World(StoreLog(store)).start(  # type: ignore[arg-type]
         project_worker_group(store.read_stream(group_stream(attempt_group_id("r1", 1))))
     )
+    later = _after_lease(store, "r1")
     started = time.monotonic()
-    (outcome,) = collect_garbage(store, executor="external", now=LATER, timeout_s=0.5)
-    assert time.monotonic() - started < 10
+    (outcome,) = collect_garbage(store, executor="external", now=later, timeout_s=0.5)
+    # it gave up after its 0.5 s, not the default 120 s (60 s: room for a loaded machine)
+    assert time.monotonic() - started < 60
     assert outcome.action == "not released"
     assert outcome.group_status == "RUNNING"
     assert not read_run(store, "r1").ended  # nothing recorded: gc can run again
@@ -103,7 +114,7 @@ def test_a_live_group_nobody_releases_is_left_unrecorded(store: Any) -> None:
 def test_runs_that_ended_or_came_from_ray_train_are_not_orphaned(store: Any) -> None:
     store.append(run_stream("ray"), [RunCreated(run_id="ray")])
     _create(store, "never")  # no controller ever took it
-    assert orphaned_runs(store, now=LATER) == []
+    assert orphaned_runs(store, now=datetime.now(UTC) + timedelta(days=1)) == []
 
 
 def test_the_gc_command_lists_with_json_and_aborts(store_url: str, store: Any) -> None:

@@ -129,7 +129,7 @@ def test_shutdown_during_training_stops_it_and_releases_everything(
 
     began = time.monotonic()
     state = group.shutdown(reason="asked by a person")
-    assert time.monotonic() - began < 20
+    assert time.monotonic() - began < 60  # not the train function's 120 s: it was stopped
     assert state.status is WorkerGroupStatus.SHUT_DOWN
     assert state.shutdown_reason == "asked by a person"
     assert state.outcome is TrainingOutcome.ABORTED

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import sqlite3
 import threading
 import time
@@ -66,6 +67,7 @@ class Run:
     run_id: str
     ray_runs: dict[str, Any]
     ray_attempts: dict[str, dict[str, Any]]
+    fit_ns: tuple[int, int]  # the wall clock before and after trainer.fit()
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,9 @@ def clean_run(by_value: None, tmp_path_factory: pytest.TempPathFactory) -> Run:
     os.environ["RAY_TRAIN_ENABLE_STATE_TRACKING"] = "1"
     try:
         trainer = ray_train_recorded.make_trainer(url, str(folder / "storage"), steps=STEPS)
+        fit_started_ns = time.time_ns()
         result = trainer.fit()
+        fit_ended_ns = time.time_ns()
     finally:
         del os.environ["RAY_TRAIN_ENABLE_STATE_TRACKING"]
     locker.join(30)
@@ -95,7 +99,7 @@ def clean_run(by_value: None, tmp_path_factory: pytest.TempPathFactory) -> Run:
     with EventStore.open(url) as store:
         run_ids = [s[len("run-") :] for s, _ in store.streams("run-")]
     assert len(run_ids) == 1, run_ids
-    return Run(url, result, run_ids[0], runs, attempts)
+    return Run(url, result, run_ids[0], runs, attempts, (fit_started_ns, fit_ended_ns))
 
 
 def _groups(url: str) -> list[dict[str, Any]]:
@@ -157,13 +161,17 @@ def test_the_last_metrics_and_checkpoint_equal_ray_trains_result(clean_run: Run)
     }
 
 
-def _close_in_time(ray_ns: int | None, ours: int | None, within_s: float = 10.0) -> bool:
-    """Ray's clock reading and ours come from different callbacks of the same hook: Ray's own
-    state callback runs first and blocks (seconds, on this busy machine) while it starts its
-    state actor, so a time may differ by that much, never by more."""
-    if ray_ns is None or ours is None:
-        return ray_ns is ours
-    return abs(ray_ns - ours) <= within_s * 1e9
+def _in_hook_order(fit_ns: tuple[int, int], pairs: list[tuple[int | None, int | None]]) -> None:
+    """Each ``(Ray's time, ours)`` pair is one hook's clock readings, in the order the controller
+    calls the hooks (run start, each attempt's start and end, run end). Ray's state callback runs
+    before ours in every hook (Ray adds its callbacks first), and the controller calls one hook
+    after the other, so the readings interleave: Ray's, ours, Ray's next, ours next, ... all
+    inside ``trainer.fit()``. However long a callback blocks on a busy machine (Ray's starts its
+    state actor in the first hook), the order holds; no tolerance in seconds."""
+    for theirs, mine in pairs:
+        assert (theirs is None) == (mine is None), (theirs, mine)
+    chain = [fit_ns[0], *(t for pair in pairs for t in pair if t is not None), fit_ns[1]]
+    assert chain == sorted(chain), [t - fit_ns[0] for t in chain]
 
 
 def test_every_field_of_rays_train_run_and_attempts_is_in_the_log(clean_run: Run) -> None:
@@ -177,21 +185,21 @@ def test_every_field_of_rays_train_run_and_attempts_is_in_the_log(clean_run: Run
             for group in state.groups
         }
     assert set(ours) == set(ray_run), "every TrainRun field"
-    for key in ("start_time_ns", "end_time_ns"):
-        assert _close_in_time(ray_run[key], ours[key]), (key, ray_run[key], ours[key])
     same = {k: v for k, v in ours.items() if not k.endswith("_time_ns")}
     assert same == {k: v for k, v in ray_run.items() if not k.endswith("_time_ns")}
 
     ray_attempts = clean_run.ray_attempts[clean_run.run_id]
     assert list(attempts) == list(ray_attempts)
+    times = [(ray_run["start_time_ns"], ours["start_time_ns"])]
     for attempt_id, theirs in ray_attempts.items():
         mine = attempts[attempt_id]
         assert set(mine) == set(theirs), "every TrainRunAttempt field"
-        for key in ("start_time_ns", "end_time_ns"):
-            assert _close_in_time(theirs[key], mine[key]), (key, theirs[key], mine[key])
+        times += [(theirs[key], mine[key]) for key in ("start_time_ns", "end_time_ns")]
         assert {k: v for k, v in mine.items() if not k.endswith("_time_ns")} == {
             k: v for k, v in theirs.items() if not k.endswith("_time_ns")
         }
+    times.append((ray_run["end_time_ns"], ours["end_time_ns"]))
+    _in_hook_order(clean_run.fit_ns, times)
 
 
 def test_the_run_records_what_a_resume_needs_and_it_builds_the_trainer_again(
@@ -328,6 +336,23 @@ def _controller_log(pid: int) -> str:
     return "\n".join(texts)
 
 
+def _controller_pid(url: str) -> int:
+    """The pid of the Ray Train controller recording into ``url`` (read beside a writer's lock:
+    the log is in WAL mode)."""
+    with EventStore.open(url, read_only=True) as store:
+        ((stream, _),) = store.streams("run-")
+        (controller,) = project_run(store.read_stream(stream)).controllers
+    return controller.pid
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def _wait_for(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -374,6 +399,13 @@ def test_strict_fails_the_run_with_a_wgstore_error_when_the_database_stays_away(
     try:
         with pytest.raises(TrainingFailedError) as info:
             trainer.fit()
+        # The recorder's writer lives in Ray Train's controller actor, which outlives fit()
+        # (Ray's leftover SIGINT handler holds its handle): "stays away" means for as long as
+        # that writer lives, so the log stays locked until its process is gone; else a busy
+        # machine lets it write the end once the lock is released.
+        pid = _controller_pid(url)
+        os.kill(pid, signal.SIGKILL)
+        _wait_for(lambda: not _process_alive(pid), timeout_s=120)
     finally:
         done.set()
         thread.join(30)
