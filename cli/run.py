@@ -83,6 +83,7 @@ def _start_ray(quiet_workers: bool) -> None:
 
 
 def run_command(
+    ctx: typer.Context,
     train_fn: Annotated[
         str | None,
         typer.Argument(help='The train function, "package.module:function" (not with --resume).'),
@@ -158,10 +159,11 @@ def run_command(
             "missing TRAIN_FN, e.g. `wgstore run examples.train:train_fn` (or --resume RUN_ID)"
         )
     if resume is not None:
+        _refuse_new_run_options(ctx, resume)
         check_url(url)
         with opened(url) as store:  # a run id may be shortened, as everywhere
             resume = resolve_run(store, resume)
-        _resume(url, resume, quiet_workers)
+        _resume(url, resume, quiet_workers, external_executor)
         return
     assert train_fn is not None
     train_config = _check_run_inputs(url, train_fn, config, external_executor=external_executor)
@@ -289,7 +291,34 @@ def _follow(url: str, call: Any) -> Any:
     return result
 
 
-def _resume(url: str, run_id: str, quiet_workers: bool) -> None:
+_NEW_RUN_OPTIONS = {
+    "workers": "--workers",
+    "config": "--config",
+    "cpus_per_worker": "--cpus-per-worker",
+    "gpus_per_worker": "--gpus-per-worker",
+    "poll_interval": "--poll-interval",
+    "run_id": "--run-id",
+    "max_failures": "--max-failures",
+}
+
+
+def _refuse_new_run_options(ctx: typer.Context, resume: str) -> None:
+    """A resumed run goes on as its log says (RunCreated): options that would shape a new run
+    are refused, never silently ignored."""
+    given = [
+        flag
+        for name, flag in _NEW_RUN_OPTIONS.items()
+        if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+    ]
+    if given:
+        raise UsageProblem(
+            f"{', '.join(given)} cannot change run {resume}: a resumed run keeps the workers, "
+            "config and failure policy its log recorded (RunCreated); drop "
+            + ("it" if len(given) == 1 else "them")
+        )
+
+
+def _resume(url: str, run_id: str, quiet_workers: bool, external_executor: bool) -> None:
     from wgstore.orchestration import resume_run
     from wgstore.orchestration.controller import read_run
     from wgstore.orchestration.errors import RunLeaseHeldError, RunNotFoundError
@@ -300,11 +329,15 @@ def _resume(url: str, run_id: str, quiet_workers: bool) -> None:
             ended = read_run(store, run_id).ended
         except RunNotFoundError as error:
             raise CliError(str(error)) from None
-    if not ended:  # an ended run is shown from the log alone, without Ray
+    if not ended and not external_executor:  # an ended run is shown from the log alone
         _start_ray(quiet_workers)
     err_console().print(Text(f"resuming run {run_id} from {store_label(url)}", style="dim"))
+    executor = "external" if external_executor else None
     try:
-        result = _follow(url, lambda on_update: resume_run(url, run_id, on_update=on_update))
+        result = _follow(
+            url,
+            lambda on_update: resume_run(url, run_id, executor=executor, on_update=on_update),
+        )
     except (RunNotFoundError, RunLeaseHeldError) as error:
         raise CliError(str(error)) from None
     _show_result(result, url, out_console())

@@ -186,3 +186,21 @@ def test_the_supervisor_rides_out_its_database_going_away(
     assert spawned == ["lost"]
     problems = [r for r in caplog.records if "supervisor:" in r.getMessage()]
     assert 1 <= len(problems) <= 3  # one line a problem, not one a pass
+
+
+def test_run_resume_refuses_options_that_would_shape_a_new_run(store_url: str, store: Any) -> None:
+    """``--max-failures`` and friends given with ``--resume`` are refused, never ignored: the run
+    goes on as its log says. Nothing is written and no Ray starts."""
+    run_scenarios.running(store, "lost", lease_expired=True)
+    version = store.stream_version("run-lost")
+    result = CliRunner().invoke(
+        app, ["run", "--resume", "lo", "--max-failures", "2", "--url", store_url]
+    )
+    assert result.exit_code == 2
+    assert "--max-failures cannot change run lo" in " ".join(result.output.split())
+    assert "drop it" in result.output
+    result = CliRunner().invoke(
+        app, ["run", "--resume", "lo", "--workers", "2", "--config", "{}", "--url", store_url]
+    )
+    assert result.exit_code == 2 and "--workers, --config cannot change" in result.output
+    assert store.stream_version("run-lost") == version
