@@ -67,6 +67,7 @@ if str(REPO) not in sys.path:
 PG_URL = os.environ.get("WGSTORE_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TRAIN_FN = "examples.train:train_fn"
 REPORT_KEYS = (
+    "log_bytes",
     "config",
     "load_start",
     "load_end",
