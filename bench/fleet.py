@@ -580,6 +580,9 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
                 made.update(result["made"])
             check = _check(store, run_ids, made)
             total_bytes, log_bytes, by_type = backend.sizes(store)
+            v0 = time.perf_counter()
+            verified = store.verify()
+            verify_s = time.perf_counter() - v0
     finally:
         backend.close()
     load_end = os.getloadavg()
@@ -647,6 +650,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
         "log_bytes": log_bytes,
         "bytes_per_run_hour": round(total_bytes / run_hours),
         "by_type": types,
+        "verify": {"s": round(verify_s, 3), "events": head, "ok": bool(verified.ok)},
         "check": {**check, "errors": [e for r in results for e in r["errors"]][:10]},
     }
 
@@ -683,6 +687,7 @@ def _print(report: dict[str, Any]) -> None:
             f"    {name:28} {t['events']:7} events {t['bytes_per_event']:6} B/event "
             f"{t['events_per_run_hour']:9} /run-h {t['bytes_per_run_hour']:11,} B/run-h"
         )
+    print(f"  verify: {report['verify']}")
     print(f"  check: {report['check']}")
 
 
