@@ -639,6 +639,8 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
         },
         "cpu_ms_per_1000_events": {
             "client": round(client_cpu * 1e6 / max(events, 1), 1),
+            "client_workers": round((client_cpu - reader_cpu) * 1e6 / max(events, 1), 1),
+            "client_reader": round(reader_cpu * 1e6 / max(events, 1), 1),
             "server": None if server_cpu is None else round(server_cpu * 1e6 / max(events, 1), 1),
             "server_note": (
                 "Postgres backends of this bench (/proc/<pid>/stat, sampled each second)"
@@ -676,7 +678,8 @@ def _print(report: dict[str, Any]) -> None:
     )
     print(
         f"  read-model lag max {lag['events_max']} events, {lag['seconds_max']} s; CPU per 1,000 "
-        f"events client {cpu['client']} ms, server {cpu['server']} ms"
+        f"events client {cpu['client']} ms (workers {cpu.get('client_workers')}, reader "
+        f"{cpu.get('client_reader')}), server {cpu['server']} ms"
     )
     print(
         f"  {report['bytes']:,} bytes ({report['log_bytes']:,} of wg_events), "
@@ -707,6 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", help="cProfile output of worker process 0")
     parser.add_argument("--keep", action="store_true", help="keep the schema / file")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--out", help="also write the JSON report to this file")
     args = parser.parse_args(argv)
     for name in ("runs", "workers", "metrics", "procs", "threads"):
         if getattr(args, name) < 1:
@@ -717,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--fail-share is a share of runs, between 0 and 1")
     report = run_config(args, args.backend)
     report["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
     if args.json:
         print(json.dumps(report, indent=2))
     else:

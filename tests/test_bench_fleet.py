@@ -24,12 +24,11 @@ def test_a_tiny_fleet_runs_end_to_end_and_loses_nothing(backend: str, tmp_path: 
     if backend == "postgres":
         require_postgres()
     url = f"sqlite:///{tmp_path}/fleet.db" if backend == "sqlite" else PG_URL
+    command = [sys.executable, str(FLEET), "--backend", backend, "--url", url, "--json"]
+    command += ["--runs", "3", "--workers", "2", "--interval", "0.2", "--duration", "1.2"]
+    command += ["--fail-share", "0.34", "--procs", "2", "--spawn-s", "1"]
     done = subprocess.run(
-        [
-            sys.executable, str(FLEET), "--backend", backend, "--url", url, "--runs", "3",
-            "--workers", "2", "--interval", "0.2", "--duration", "1.2", "--fail-share", "0.34",
-            "--procs", "2", "--spawn-s", "1", "--json",
-        ],  # fmt: skip
+        command,
         capture_output=True,
         text=True,
         timeout=600,
