@@ -161,6 +161,67 @@ def _patch_reports(metrics: int, latencies: list[float], made: Counter[str]) -> 
     fake_runtime._Worker._report = _report  # type: ignore[method-assign]
 
 
+_QUIET_TYPES = frozenset({"WorkerReported", "WorkerGroupPolled"})
+
+
+class _RunWakeups:
+    """``--wake runs`` (an A/B of a fix, in the bench only): one thread per process follows the
+    log (``wait_for_new`` + ``read_all``, as the executor's loop does) and wakes only the
+    controller whose run stream or attempt group stream moved, and not for reports or polls.
+    Each controller gets a :class:`_WakeStore`, whose ``wait_for_new`` waits for its own wake-up
+    (the controller still re-checks at least every second, its own wait cap)."""
+
+    def __init__(self, store: Any, run_ids: list[str]) -> None:
+        from wgstore.events.streams import group_stream, run_stream
+        from wgstore.orchestration.decide import attempt_group_id
+
+        self.store = store
+        self.flags = {r: threading.Event() for r in run_ids}
+        self.by_stream: dict[str, str] = {}
+        for run_id in run_ids:
+            self.by_stream[run_stream(run_id)] = run_id
+            for attempt in (1, 2, 3):
+                self.by_stream[group_stream(attempt_group_id(run_id, attempt))] = run_id
+        self.stop = threading.Event()
+        self.position = store.head()
+        self.thread = threading.Thread(target=self._follow, daemon=True)
+        self.thread.start()
+
+    def _follow(self) -> None:
+        while not self.stop.is_set():
+            self.store.wait_for_new(self.position, 1.0, stop=self.stop)
+            for record in self.store.read_all(after=self.position):
+                self.position = record.position
+                if record.type in _QUIET_TYPES:
+                    continue
+                run_id = self.by_stream.get(record.stream_id)
+                if run_id is not None:
+                    self.flags[run_id].set()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.store.wake_waiters()
+        self.thread.join(10)
+
+
+class _WakeStore:
+    """The store as one controller sees it under ``--wake runs``."""
+
+    def __init__(self, store: Any, flag: threading.Event) -> None:
+        self._store = store
+        self._flag = flag
+
+    def wait_for_new(
+        self, after: int, timeout_s: float, *, stop: threading.Event | None = None
+    ) -> int:
+        self._flag.wait(timeout_s)
+        self._flag.clear()
+        return self._store.head()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
 def worker_process(spec: dict[str, Any], out_path: str) -> None:
     """One process: an executor on FakeRuntime and a controller thread per run."""
     if spec.get("profile"):
@@ -207,10 +268,12 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
             time.sleep(0.01)
         executor.start()
         finished: dict[str, str] = {}
+        wakeups = _RunWakeups(store, spec["runs"]) if spec["wake"] == "runs" else None
 
         def drive(run_id: str) -> None:
+            seen = store if wakeups is None else _WakeStore(store, wakeups.flags[run_id])
             try:
-                with RunController(store, run_id, executor=executor) as controller:
+                with RunController(seen, run_id, executor=executor) as controller:
                     finished[run_id] = controller.run(timeout_s=spec["timeout_s"]).status.value
             except Exception as error:  # noqa: BLE001 - recorded and reported
                 errors.append(f"{run_id}: {type(error).__name__}: {error}")
@@ -222,6 +285,8 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
             thread.join()
         executor.wait_idle(30.0)
         executor.stop()
+        if wakeups is not None:
+            wakeups.close()
         errors.extend(executor.errors)
     cpu = time.process_time() - cpu0
     if spec.get("profile"):
@@ -550,6 +615,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
                         "reports": reports,
                         "metrics": args.metrics,
                         "threads": args.threads,
+                        "wake": args.wake,
                         "start_at": start_at,
                         "timeout_s": args.duration * 3 + 600,
                         "profile": args.profile if p == 0 and args.profile else None,
@@ -620,6 +686,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
             "duration_s": args.duration,
             "procs": procs,
             "threads": args.threads,
+            "wake": args.wake,
             "reports_per_worker": reports,
         },
         "load_start": [round(x, 1) for x in load_start],
@@ -708,6 +775,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8, help="executor threads per process")
     parser.add_argument("--spawn-s", type=float, default=8.0, help="time given to spawn")
     parser.add_argument("--profile", help="cProfile output of worker process 0")
+    parser.add_argument(
+        "--wake",
+        choices=["all", "runs"],
+        default="all",
+        help="all: controllers wait on the whole log (the library); runs: a bench-side "
+        "dispatcher wakes a controller only when its run or group stream moved (an A/B)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the schema / file")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--out", help="also write the JSON report to this file")
