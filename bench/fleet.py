@@ -1,0 +1,808 @@
+"""Fleet benchmark (issue 25, part 1): many concurrent runs on one store, through the real paths.
+
+Numbers, not pass/fail. Each configuration creates ``--runs`` runs (``RunCreated``, ``FailureConfig
+(max_failures=1)``) of ``--workers`` workers polled every ``--interval`` seconds, and drives them
+with the real code on :class:`~wgstore.orchestration.fake_runtime.FakeRuntime` (no Ray): in each
+of ``--procs`` processes one :class:`RayExecutor` (``runtime=FakeRuntime(...)``, scoped to that
+process's runs) and one :class:`RunController` per run in a thread (``controller.run()``).
+FakeRuntime's scripted workers make one report per poll, appended by the worker itself through
+``EventStore.append`` (``WorkerReported``, its derived event id and metadata, as real workers do);
+the bench replaces only the script's report body, to carry ``--metrics`` metrics and to time that
+append. A share ``--fail-share`` of runs has attempt 1 raise on rank 0 a third of the way in, so
+the controller retries (attempt 2 makes the remaining reports). Runs last about ``--duration``
+seconds of reports.
+
+The parent process is the reader: it runs ``catch_up_read_models`` in a loop in a thread (as the
+executor does every 2 s; the executors here have theirs off, so one reader owns the lag), samples
+the log's head and the read models' checkpoint every 0.2 s, and on Postgres the CPU time of the
+server backends of this bench (``pg_stat_activity`` by ``application_name`` + ``/proc/<pid>/stat``).
+
+Measured per configuration, with ``os.getloadavg()`` at start and end:
+
+- events/s sustained (the log's head over the middle 80 % of the measured window), and reports/s
+  achieved against offered (``runs * workers / interval``): polls that fall behind show here;
+- ``report()`` latency p50/p99: the worker's ``EventStore.append`` of its ``WorkerReported``;
+- the executor's poll appends p50/p99 (``GroupPolls``' ``store.append``, timed by a proxy);
+- read-model lag, max over the run: events (head - checkpoint) and seconds (from a head sample to
+  the end of the first catch-up whose checkpoint reached it);
+- CPU per 1,000 events: the client processes (``time.process_time``) and the Postgres backends;
+- database bytes per run-hour (``pg_total_relation_size`` of the schema's tables / the SQLite file
+  with its WAL) and per event type (rows' share by ``pg_column_size`` / ``length``);
+- nothing lost or duplicated: every group stream folded at the end, its reports counted per rank
+  against what the workers appended, event ids distinct, every run ``FINISHED``, and the read
+  models' ``wg_reports`` holding one row per report.
+
+    .venv/bin/python bench/fleet.py --backend sqlite --runs 10 --workers 4 --interval 1 --duration 30
+    .venv/bin/python bench/fleet.py --backend postgres --runs 100 --workers 8 --interval 10 \\
+        --duration 60 --procs 4 --json
+    .venv/bin/python bench/fleet.py ... --profile prof.out   # cProfile of worker process 0
+
+Postgres: ``--url`` or ``WGSTORE_BENCH_PG_URL`` (default the local ``test`` database); each
+configuration runs in a fresh schema, dropped afterwards (``--keep`` keeps it). SQLite: ``--url
+sqlite:///path`` or a fresh file in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import platform
+import resource
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+PG_URL = os.environ.get("WGSTORE_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+TRAIN_FN = "examples.train:train_fn"
+REPORT_KEYS = (
+    "log_bytes",
+    "config",
+    "load_start",
+    "load_end",
+    "wall_s",
+    "events",
+    "events_per_s",
+    "reports_per_s",
+    "offered_reports_per_s",
+    "report_ms",
+    "poll_append_ms",
+    "read_model_lag",
+    "cpu_ms_per_1000_events",
+    "bytes",
+    "bytes_per_run_hour",
+    "by_type",
+    "check",
+)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]
+
+
+def _ms(values: list[float]) -> dict[str, Any]:
+    return {
+        "n": len(values),
+        "p50": _round(_pct(values, 0.50)),
+        "p99": _round(_pct(values, 0.99)),
+        "max": _round(max(values) if values else None),
+    }
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# ---------------------------------------------------------------------------------- the worker side
+
+
+class _TimedStore:
+    """A proxy of the executor's store for ``GroupPolls``: times each ``append``."""
+
+    def __init__(self, store: Any, sink: list[float]) -> None:
+        self._store = store
+        self._sink = sink
+
+    def append(self, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return self._store.append(*args, **kwargs)
+        finally:
+            self._sink.append((time.perf_counter() - t0) * 1000.0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def _patch_reports(metrics: int, latencies: list[float], made: Counter[str]) -> None:
+    """FakeRuntime's report, with ``metrics`` metrics, its append timed and counted."""
+    from wgstore.events import NewEvent
+    from wgstore.events.streams import group_stream
+    from wgstore.events.worker_group import WorkerReported
+    from wgstore.orchestration import fake_runtime
+    from wgstore.orchestration.report_writer import report_event_id
+
+    names = [f"metric_{k}" for k in range(max(0, metrics - 1))]
+
+    def _report(self: Any, index: int, script: Any) -> None:
+        rank = self.context.world_rank
+        values: dict[str, Any] = {"index": index}
+        for k, name in enumerate(names):
+            values[name] = index * 0.001 + k
+        event = NewEvent(
+            WorkerReported(world_rank=rank, index=index, metrics=values, checkpoint=None),
+            event_id=report_event_id(self.group_id, rank, index),
+            metadata={
+                **dict(self.setup.report_metadata),
+                "actor": self.name,
+                "source": "worker",
+                "world_rank": rank,
+            },
+        )
+        t0 = time.perf_counter()
+        self.setup.store.append(group_stream(self.group_id), [event])
+        latencies.append((time.perf_counter() - t0) * 1000.0)
+        made[f"{self.group_id}/{rank}"] += 1
+
+    fake_runtime._Worker._report = _report  # type: ignore[method-assign]
+
+
+_QUIET_TYPES = frozenset({"WorkerReported", "WorkerGroupPolled"})
+
+
+class _RunWakeups:
+    """``--wake runs`` (an A/B of a fix, in the bench only): one thread per process follows the
+    log (``wait_for_new`` + ``read_all``, as the executor's loop does) and wakes only the
+    controller whose run stream or attempt group stream moved, and not for reports or polls.
+    Each controller gets a :class:`_WakeStore`, whose ``wait_for_new`` waits for its own wake-up
+    (the controller still re-checks at least every second, its own wait cap)."""
+
+    def __init__(self, store: Any, run_ids: list[str]) -> None:
+        from wgstore.events.streams import group_stream, run_stream
+        from wgstore.orchestration.decide import attempt_group_id
+
+        self.store = store
+        self.flags = {r: threading.Event() for r in run_ids}
+        self.by_stream: dict[str, str] = {}
+        for run_id in run_ids:
+            self.by_stream[run_stream(run_id)] = run_id
+            for attempt in (1, 2, 3):
+                self.by_stream[group_stream(attempt_group_id(run_id, attempt))] = run_id
+        self.stop = threading.Event()
+        self.position = store.head()
+        self.thread = threading.Thread(target=self._follow, daemon=True)
+        self.thread.start()
+
+    def _follow(self) -> None:
+        while not self.stop.is_set():
+            self.store.wait_for_new(self.position, 1.0, stop=self.stop)
+            for record in self.store.read_all(after=self.position):
+                self.position = record.position
+                if record.type in _QUIET_TYPES:
+                    continue
+                run_id = self.by_stream.get(record.stream_id)
+                if run_id is not None:
+                    self.flags[run_id].set()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.store.wake_waiters()
+        self.thread.join(10)
+
+
+class _WakeStore:
+    """The store as one controller sees it under ``--wake runs``."""
+
+    def __init__(self, store: Any, flag: threading.Event) -> None:
+        self._store = store
+        self._flag = flag
+
+    def wait_for_new(
+        self, after: int, timeout_s: float, *, stop: threading.Event | None = None
+    ) -> int:
+        self._flag.wait(timeout_s)
+        self._flag.clear()
+        return self._store.head()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def worker_process(spec: dict[str, Any], out_path: str) -> None:
+    """One process: an executor on FakeRuntime and a controller thread per run."""
+    if spec.get("profile"):
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    from wgstore.events import EventStore
+    from wgstore.orchestration.controller import RunController
+    from wgstore.orchestration.decide import attempt_group_id
+    from wgstore.orchestration.executor import RayExecutor
+    from wgstore.orchestration.fake_runtime import FakeFaults, FakeRuntime, FakeScript
+
+    report_ms: list[float] = []
+    poll_ms: list[float] = []
+    made: Counter[str] = Counter()
+    _patch_reports(spec["metrics"], report_ms, made)
+    reports = spec["reports"]
+    runtime = FakeRuntime(script=FakeScript(reports=reports))
+    fail_at = spec["fail_at"]
+    for run_id in spec["failing"]:
+        runtime.configure(
+            attempt_group_id(run_id, 1),
+            script=FakeScript(reports=reports),
+            faults=FakeFaults(raise_at_poll={0: fail_at}),
+        )
+        # attempt 2 makes what attempt 1 did not get to (its first poll starts it)
+        runtime.configure(
+            attempt_group_id(run_id, 2), script=FakeScript(reports=reports - (fail_at - 2))
+        )
+    errors: list[str] = []
+    cpu0 = time.process_time()
+    with EventStore.open(spec["url"]) as store:
+        executor = RayExecutor(
+            store,
+            runtime=runtime,
+            run_ids=set(spec["runs"]),
+            from_position=0,
+            read_models_interval_s=None,
+            max_threads=spec["threads"],
+        )
+        executor._polls.store = _TimedStore(store, poll_ms)  # a proxy timing its appends
+        while time.time() < spec["start_at"]:
+            time.sleep(0.01)
+        executor.start()
+        finished: dict[str, str] = {}
+        wakeups = _RunWakeups(store, spec["runs"]) if spec["wake"] == "runs" else None
+
+        def drive(run_id: str) -> None:
+            seen = store if wakeups is None else _WakeStore(store, wakeups.flags[run_id])
+            try:
+                with RunController(seen, run_id, executor=executor) as controller:
+                    finished[run_id] = controller.run(timeout_s=spec["timeout_s"]).status.value
+            except Exception as error:  # noqa: BLE001 - recorded and reported
+                errors.append(f"{run_id}: {type(error).__name__}: {error}")
+
+        threads = [threading.Thread(target=drive, args=(r,), daemon=True) for r in spec["runs"]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        executor.wait_idle(30.0)
+        executor.stop()
+        if wakeups is not None:
+            wakeups.close()
+        errors.extend(executor.errors)
+    cpu = time.process_time() - cpu0
+    if spec.get("profile"):
+        profiler.disable()
+        profiler.dump_stats(spec["profile"])
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    Path(out_path).write_text(
+        json.dumps(
+            {
+                "report_ms": report_ms,
+                "poll_ms": poll_ms,
+                "made": dict(made),
+                "finished": finished,
+                "errors": errors[:20],
+                "cpu_s": cpu,
+                "maxrss_kb": usage.ru_maxrss,
+            }
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------- backends
+
+
+def _pg_conninfo(url: str) -> str:
+    base = url.split("?", 1)[0]
+    return base.replace("postgresql+psycopg://", "postgresql://")
+
+
+class Backend:
+    """A fresh store for one configuration, and what it costs on disk and in server CPU."""
+
+    def __init__(self, name: str, url: str | None, keep: bool) -> None:
+        self.name = name
+        self.keep = keep
+        self.tag = f"wgfleet_{uuid.uuid4().hex[:10]}"
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if name == "sqlite":
+            if url is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="wgfleet-")
+                url = f"sqlite:///{self._tmp.name}/fleet.db"
+            self.url = url
+            self.path = Path(url.removeprefix("sqlite:///"))
+        else:
+            import psycopg
+
+            base = url or PG_URL
+            self.conninfo = _pg_conninfo(base)
+            with psycopg.connect(self.conninfo, autocommit=True) as admin:
+                admin.execute(f"CREATE SCHEMA {self.tag}")
+            sep = "&" if "?" in base else "?"
+            self.url = f"{base}{sep}options=-csearch_path%3D{self.tag}&application_name={self.tag}"
+
+    def close(self) -> None:
+        if self.name == "postgres" and not self.keep:
+            import psycopg
+
+            with psycopg.connect(self.conninfo, autocommit=True) as admin:
+                admin.execute(f"DROP SCHEMA {self.tag} CASCADE")
+        if self._tmp is not None and not self.keep:
+            self._tmp.cleanup()
+
+    def backend_cpu(self) -> dict[int, float]:
+        """CPU seconds so far of each server backend of this bench (Postgres), by pid."""
+        if self.name != "postgres":
+            return {}
+        import psycopg
+
+        ticks = os.sysconf("SC_CLK_TCK")
+        found: dict[int, float] = {}
+        with psycopg.connect(self.conninfo, autocommit=True) as admin:
+            pids = [
+                r[0]
+                for r in admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (self.tag,)
+                )
+            ]
+        for pid in pids:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            found[pid] = (int(fields[11]) + int(fields[12])) / ticks
+        return found
+
+    def sizes(self, store: Any) -> tuple[int, int, dict[str, dict[str, int]]]:
+        """Bytes of every table with its indexes, of ``wg_events`` with its indexes, and per
+        event type: events and their rows' bytes (``pg_column_size`` / ``length`` of columns)."""
+        import sqlalchemy as sa
+
+        by_type: dict[str, dict[str, int]] = {}
+        with store.engine.connect() as connection:
+            if self.name == "postgres":
+                total = connection.execute(
+                    sa.text(
+                        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE n.nspname = :s AND c.relkind IN ('r', 'm')"
+                    ),
+                    {"s": self.tag},
+                ).scalar_one()
+                log_bytes = connection.execute(
+                    sa.text("SELECT pg_total_relation_size('wg_events')")
+                ).scalar_one()
+                rows = connection.execute(
+                    sa.text(
+                        "SELECT event_type, count(*), sum(pg_column_size(e.*)) "
+                        "FROM wg_events e GROUP BY event_type"
+                    )
+                )
+            else:
+                total = connection.execute(
+                    sa.text(
+                        "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
+                    )
+                ).scalar_one()
+                log_bytes = connection.execute(
+                    sa.text(
+                        "SELECT sum(pgsize) FROM dbstat WHERE name IN (SELECT name FROM "
+                        "sqlite_master WHERE tbl_name = 'wg_events')"
+                    )
+                ).scalar_one()
+                rows = connection.execute(
+                    sa.text(
+                        "SELECT event_type, count(*), sum(length(data) + length(metadata) + "
+                        "length(stream_id) + length(event_type) + length(hash) + length(log_hash) + 40) "
+                        "FROM wg_events GROUP BY event_type"
+                    )
+                )
+            for event_type, count, size in rows:
+                by_type[event_type] = {"events": int(count), "row_bytes": int(size or 0)}
+        return int(total), int(log_bytes or 0), by_type
+
+
+# ---------------------------------------------------------------------------------- the reader
+
+
+class Reader:
+    """The read-model catch-up in a thread, and samples of head, checkpoint and backend CPU."""
+
+    def __init__(self, store: Any, backend: Backend) -> None:
+        self.store = store
+        self.backend = backend
+        self.stop = threading.Event()
+        self.heads: list[tuple[float, int]] = []
+        self.catch_ups: list[tuple[float, int]] = []
+        self.lag_events: list[int] = []
+        self.cpu: dict[int, float] = {}
+        self.errors: list[str] = []
+        self._threads = [
+            threading.Thread(target=self._catch_up, daemon=True),
+            threading.Thread(target=self._sample, daemon=True),
+        ]
+
+    def start(self) -> Reader:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self._threads:
+            thread.join(120)
+        self._catch_up_once()
+
+    def _checkpoint(self) -> int:
+        from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
+
+        return self.store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+
+    def _catch_up_once(self) -> None:
+        from wgstore.projections.projector import catch_up_read_models
+
+        catch_up_read_models(self.store)
+        self.catch_ups.append((time.monotonic(), self._checkpoint()))
+
+    def _catch_up(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self._catch_up_once()
+            except Exception as error:  # noqa: BLE001 - reported
+                self.errors.append(f"{type(error).__name__}: {error}")
+            self.stop.wait(0.2)
+
+    def _sample(self) -> None:
+        next_cpu = 0.0
+        while not self.stop.is_set():
+            try:
+                now = time.monotonic()
+                head = self.store.head()
+                self.heads.append((now, head))
+                self.lag_events.append(head - self._checkpoint())
+                if now >= next_cpu:
+                    next_cpu = now + 1.0
+                    for pid, cpu in self.backend.backend_cpu().items():
+                        self.cpu[pid] = max(cpu, self.cpu.get(pid, 0.0))
+            except Exception as error:  # noqa: BLE001 - reported
+                self.errors.append(f"{type(error).__name__}: {error}")
+            self.stop.wait(0.2)
+
+    def lag_seconds(self) -> float | None:
+        """Max over head samples of the time until a catch-up's checkpoint reached that head."""
+        worst = 0.0
+        ups = self.catch_ups
+        j = 0
+        for t, head in self.heads:
+            while j < len(ups) and (ups[j][0] < t or ups[j][1] < head):
+                if ups[j][0] >= t and ups[j][1] >= head:
+                    break
+                j += 1
+            if j == len(ups):
+                return None
+            worst = max(worst, ups[j][0] - t)
+        return worst
+
+
+# ---------------------------------------------------------------------------------- one configuration
+
+
+def _create_runs(store: Any, run_ids: list[str], args: argparse.Namespace) -> None:
+    from wgstore.events import NO_STREAM, AppendRequest
+    from wgstore.events.run import FailureConfig, RunCreated, ScalingConfig
+    from wgstore.events.streams import run_stream
+    from wgstore.events.worker_group import WorkerGroupContext
+
+    context = WorkerGroupContext(
+        num_workers=args.workers,
+        train_fn=TRAIN_FN,
+        poll_interval_s=args.interval,
+        resources_per_worker={"CPU": 0.0},
+        shutdown_patience_s=0.5,
+    )
+    requests = [
+        AppendRequest(
+            run_stream(run_id),
+            [
+                RunCreated(
+                    run_id=run_id,
+                    scaling_config=ScalingConfig(num_workers=args.workers),
+                    failure_config=FailureConfig(max_failures=1),
+                    context=context,
+                    lease_s=60.0,
+                )
+            ],
+            NO_STREAM,
+        )
+        for run_id in run_ids
+    ]
+    for k in range(0, len(requests), 200):
+        store.append_many(requests[k : k + 200])
+
+
+def _check(store: Any, run_ids: list[str], made: Counter[str]) -> dict[str, Any]:
+    """Fold every stream: reports per (group, rank) against what workers appended."""
+    import sqlalchemy as sa
+
+    from wgstore.events.streams import group_stream
+    from wgstore.orchestration.controller import read_run
+    from wgstore.projections.state import project_worker_group
+
+    logged: Counter[str] = Counter()
+    ids: set[Any] = set()
+    duplicates = 0
+    statuses: Counter[str] = Counter()
+    folded_reports = 0
+    for run_id in run_ids:
+        run = read_run(store, run_id)
+        statuses[run.status.value] += 1
+        for group_id in run.groups:
+            records = list(store.read_stream(group_stream(group_id)))
+            for record in records:
+                if record.event_id in ids:
+                    duplicates += 1
+                ids.add(record.event_id)
+                if record.type == "WorkerReported":
+                    logged[f"{group_id}/{record.event.world_rank}"] += 1
+            state = project_worker_group(records)
+            folded_reports += sum(1 for r in records if r.type == "WorkerReported")
+            del state
+    with store.engine.connect() as connection:
+        read_model_reports = connection.execute(
+            sa.text("SELECT count(*) FROM wg_reports")
+        ).scalar_one()
+    lost = sum((made - logged).values())
+    extra = sum((logged - made).values())
+    return {
+        "reports_made": sum(made.values()),
+        "reports_in_log": sum(logged.values()),
+        "lost": lost,
+        "unexpected": extra,
+        "duplicate_event_ids": duplicates,
+        "read_model_reports": int(read_model_reports),
+        "runs": dict(statuses),
+        "ok": lost == 0
+        and extra == 0
+        and duplicates == 0
+        and int(read_model_reports) == sum(logged.values())
+        and statuses.get("FINISHED", 0) == len(run_ids),
+    }
+
+
+def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
+    """Run one configuration on one backend; returns its report (``REPORT_KEYS``)."""
+    from wgstore.events import EventStore
+
+    load_start = os.getloadavg()
+    backend = Backend(backend_name, args.url if args.url else None, args.keep)
+    try:
+        with EventStore.open(backend.url) as store:
+            run_ids = [f"fleet-{k:05d}" for k in range(args.runs)]
+            _create_runs(store, run_ids, args)
+            failing = run_ids[: round(args.fail_share * args.runs)]
+            reports = max(3, round(args.duration / args.interval))
+            procs = max(1, min(args.procs, args.runs))
+            start_at = time.time() + args.spawn_s
+            with tempfile.TemporaryDirectory(prefix="wgfleet-out-") as out:
+                ctx = multiprocessing.get_context("spawn")
+                children = []
+                for p in range(procs):
+                    mine = run_ids[p::procs]
+                    spec = {
+                        "url": backend.url,
+                        "runs": mine,
+                        "failing": [r for r in failing if r in set(mine)],
+                        "fail_at": max(3, reports // 3),
+                        "reports": reports,
+                        "metrics": args.metrics,
+                        "threads": args.threads,
+                        "wake": args.wake,
+                        "start_at": start_at,
+                        "timeout_s": args.duration * 3 + 600,
+                        "profile": args.profile if p == 0 and args.profile else None,
+                    }
+                    child = ctx.Process(target=worker_process, args=(spec, f"{out}/{p}.json"))
+                    child.start()
+                    children.append(child)
+                while time.time() < start_at:
+                    time.sleep(0.05)
+                head0 = store.head()
+                t0 = time.monotonic()
+                cpu0 = time.process_time()
+                reader = Reader(store, backend).start()
+                for child in children:
+                    child.join()
+                wall = time.monotonic() - t0
+                reader.finish()
+                reader_cpu = time.process_time() - cpu0
+                results = []
+                for p, child in enumerate(children):
+                    path = Path(f"{out}/{p}.json")
+                    if child.exitcode != 0 or not path.exists():
+                        raise RuntimeError(f"worker process {p} failed (exit {child.exitcode})")
+                    results.append(json.loads(path.read_text()))
+            head = store.head()
+            made: Counter[str] = Counter()
+            for result in results:
+                made.update(result["made"])
+            check = _check(store, run_ids, made)
+            total_bytes, log_bytes, by_type = backend.sizes(store)
+            v0 = time.perf_counter()
+            verified = store.verify()
+            verify_s = time.perf_counter() - v0
+    finally:
+        backend.close()
+    load_end = os.getloadavg()
+    events = head - head0
+    report_ms = [x for r in results for x in r["report_ms"]]
+    poll_ms = [x for r in results for x in r["poll_ms"]]
+    client_cpu = sum(r["cpu_s"] for r in results) + reader_cpu
+    server_cpu = sum(reader.cpu.values()) if backend_name == "postgres" else None
+    # sustained: the middle 80 % of the window the head moved in
+    heads = reader.heads
+    sustained = None
+    if len(heads) >= 5:
+        a, b = heads[len(heads) // 10], heads[len(heads) * 9 // 10]
+        if b[0] > a[0]:
+            sustained = (b[1] - a[1]) / (b[0] - a[0])
+    run_hours = args.runs * wall / 3600.0
+    row_total = sum(v["row_bytes"] for v in by_type.values()) or 1
+    types = {
+        name: {
+            "events": v["events"],
+            "bytes_per_event": round(log_bytes * v["row_bytes"] / row_total / v["events"]),
+            "events_per_run_hour": round(v["events"] / run_hours, 1),
+            "bytes_per_run_hour": round(log_bytes * v["row_bytes"] / row_total / run_hours),
+        }
+        for name, v in sorted(by_type.items(), key=lambda kv: -kv[1]["row_bytes"])
+    }
+    return {
+        "config": {
+            "backend": backend_name,
+            "runs": args.runs,
+            "workers": args.workers,
+            "interval_s": args.interval,
+            "metrics": args.metrics,
+            "fail_share": args.fail_share,
+            "duration_s": args.duration,
+            "procs": procs,
+            "threads": args.threads,
+            "wake": args.wake,
+            "reports_per_worker": reports,
+        },
+        "load_start": [round(x, 1) for x in load_start],
+        "load_end": [round(x, 1) for x in load_end],
+        "wall_s": round(wall, 1),
+        "events": events,
+        "events_per_s": _round(sustained, 1),
+        "reports_per_s": round(len(report_ms) / wall, 1),
+        "offered_reports_per_s": round(args.runs * args.workers / args.interval, 1),
+        "report_ms": _ms(report_ms),
+        "poll_append_ms": _ms(poll_ms),
+        "read_model_lag": {
+            "events_max": max(reader.lag_events) if reader.lag_events else None,
+            "seconds_max": _round(reader.lag_seconds()),
+            "catch_ups": len(reader.catch_ups),
+            "errors": reader.errors[:5],
+        },
+        "cpu_ms_per_1000_events": {
+            "client": round(client_cpu * 1e6 / max(events, 1), 1),
+            "client_workers": round((client_cpu - reader_cpu) * 1e6 / max(events, 1), 1),
+            "client_reader": round(reader_cpu * 1e6 / max(events, 1), 1),
+            "server": None if server_cpu is None else round(server_cpu * 1e6 / max(events, 1), 1),
+            "server_note": (
+                "Postgres backends of this bench (/proc/<pid>/stat, sampled each second)"
+                if backend_name == "postgres"
+                else "in-process (SQLite): inside client"
+            ),
+        },
+        "bytes": total_bytes,
+        "log_bytes": log_bytes,
+        "bytes_per_run_hour": round(total_bytes / run_hours),
+        "by_type": types,
+        "verify": {"s": round(verify_s, 3), "events": head, "ok": bool(verified.ok)},
+        "check": {**check, "errors": [e for r in results for e in r["errors"]][:10]},
+    }
+
+
+def _print(report: dict[str, Any]) -> None:
+    c = report["config"]
+    lag = report["read_model_lag"]
+    cpu = report["cpu_ms_per_1000_events"]
+    print(
+        f"{c['backend']:8} runs={c['runs']} workers={c['workers']} every {c['interval_s']}s "
+        f"metrics={c['metrics']} fail={c['fail_share']} procs={c['procs']} "
+        f"load {report['load_start'][0]}->{report['load_end'][0]}"
+    )
+    print(
+        f"  wall {report['wall_s']} s, {report['events']} events, sustained "
+        f"{report['events_per_s']} ev/s; reports {report['reports_per_s']}/s of "
+        f"{report['offered_reports_per_s']} offered"
+    )
+    print(
+        f"  report() ms p50 {report['report_ms']['p50']} p99 {report['report_ms']['p99']} "
+        f"max {report['report_ms']['max']}; poll appends p50 {report['poll_append_ms']['p50']} "
+        f"p99 {report['poll_append_ms']['p99']}"
+    )
+    print(
+        f"  read-model lag max {lag['events_max']} events, {lag['seconds_max']} s; CPU per 1,000 "
+        f"events client {cpu['client']} ms (workers {cpu.get('client_workers')}, reader "
+        f"{cpu.get('client_reader')}), server {cpu['server']} ms"
+    )
+    print(
+        f"  {report['bytes']:,} bytes ({report['log_bytes']:,} of wg_events), "
+        f"{report['bytes_per_run_hour']:,} bytes per run-hour (by type: wg_events' share)"
+    )
+    for name, t in report["by_type"].items():
+        print(
+            f"    {name:28} {t['events']:7} events {t['bytes_per_event']:6} B/event "
+            f"{t['events_per_run_hour']:9} /run-h {t['bytes_per_run_hour']:11,} B/run-h"
+        )
+    print(f"  verify: {report['verify']}")
+    print(f"  check: {report['check']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--url", help="backend URL (default: a fresh file / schema)")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=4, help="workers per run")
+    parser.add_argument("--interval", type=float, default=1.0, help="report/poll interval, s")
+    parser.add_argument("--metrics", type=int, default=10, help="metrics per report")
+    parser.add_argument("--fail-share", type=float, default=0.1, help="share of runs retried")
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of reports")
+    parser.add_argument("--procs", type=int, default=2, help="worker processes")
+    parser.add_argument("--threads", type=int, default=8, help="executor threads per process")
+    parser.add_argument("--spawn-s", type=float, default=8.0, help="time given to spawn")
+    parser.add_argument("--profile", help="cProfile output of worker process 0")
+    parser.add_argument(
+        "--wake",
+        choices=["all", "runs"],
+        default="all",
+        help="all: controllers wait on the whole log (the library); runs: a bench-side "
+        "dispatcher wakes a controller only when its run or group stream moved (an A/B)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the schema / file")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--out", help="also write the JSON report to this file")
+    args = parser.parse_args(argv)
+    for name in ("runs", "workers", "metrics", "procs", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.interval <= 0 or args.duration <= 0:
+        parser.error("--interval and --duration must be > 0")
+    if not 0 <= args.fail_share <= 1:
+        parser.error("--fail-share is a share of runs, between 0 and 1")
+    report = run_config(args, args.backend)
+    report["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print(report)
+    return 0 if report["check"]["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
