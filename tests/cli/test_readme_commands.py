@@ -5,8 +5,8 @@ README's ``bash`` blocks and inline spans of a command with arguments, and the e
 blocks and quoted spans. Each runs against a real recorded store whose group and run ids start
 with the README's placeholders (``3f2a``, ``7c1e``), with the URL the line names (or
 ``WGSTORE_URL`` when it names none), and must exit 0. Commands that start Ray or never end
-(``run``, ``executor``, ``gc`` without ``--dry-run``, ``events --follow``) are parsed only: no
-usage error. ``wgstore --url URL groups`` is what users write (issue 24), so the root accepts
+(``run``, ``executor``, ``resume``, ``serve``, ``gc`` and ``supervise`` without ``--dry-run``,
+``events --follow``) are parsed only: no usage error. ``wgstore --url URL groups`` is what users write (issue 24), so the root accepts
 ``--url`` before the command too.
 """
 
@@ -29,7 +29,7 @@ GROUP = "3f2a9c0e5b7d41a8"
 FAILED_GROUP = "b4d2e6f8a0c21357"
 RUN = "7c1e5a3b9d0f2468"
 INLINE = re.compile(r"`+(wgstore [^`]+)`+")
-RUN_ONLY_PARSED = {"run", "executor"}
+RUN_ONLY_PARSED = {"run", "executor", "resume", "serve"}  # start Ray, a server or a run
 
 
 def readme_lines() -> list[str]:
@@ -97,8 +97,8 @@ def _parse_only(args: list[str]) -> None:
 def _only_parsed(path: list[str], args: list[str]) -> bool:
     if path[0] in RUN_ONLY_PARSED:
         return True
-    if path[0] == "gc" and "--dry-run" not in args:
-        return True
+    if path[0] in ("gc", "supervise") and "--dry-run" not in args:
+        return True  # they act (abort, resume) or never end
     return path[0] == "events" and ("--follow" in args or "-f" in args)
 
 

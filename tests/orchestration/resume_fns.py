@@ -2,7 +2,8 @@
 
 The loop checkpoints every step and appends ``<rank> <step>`` to a file for every step it runs,
 so a test can tell which steps ran twice. ``python -m tests.orchestration.resume_fns RAY_ADDRESS
-STORE_URL STORAGE_PATH STEPS_FILE`` is the driver the test SIGKILLs mid-training.
+STORE_URL STORAGE_PATH STEPS_FILE`` is the driver the test SIGKILLs mid-training; with
+``RAY_ADDRESS`` ``local`` it starts a Ray cluster of its own, which dies with it.
 """
 
 from __future__ import annotations
@@ -70,7 +71,11 @@ def main() -> None:
     import ray
 
     address, url, storage, steps_file = sys.argv[1:5]
-    ray.init(address=address, log_to_driver=False)
+    if address == "local":  # a cluster of its own: it goes when this process is killed
+        os.environ.pop("RAY_ADDRESS", None)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False)
     print("fitting", flush=True)
     make_trainer(url, storage, steps_file, hold_s=0, lease_s=3.0).fit()
 

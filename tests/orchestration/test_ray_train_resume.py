@@ -10,6 +10,7 @@ run, and finishes.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -115,4 +116,52 @@ def test_a_run_whose_driver_was_killed_is_resumed_by_the_supervisor_from_its_che
         steps = {step for r, step in ran if r == rank}
         assert steps == set(range(resume_fns.STEPS))  # every step ran
         # No step up to the committed checkpoint ran twice: the second attempt began after it.
+        assert all(ran[(rank, step)] == 1 for step in range(killed_at + 1))
+
+
+def test_a_run_whose_whole_cluster_died_with_its_driver_is_resumed_on_another_cluster(
+    ray_session: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver started its own local Ray (as a script does) and was SIGKILLed: its cluster
+    went with it, controller, workers and placement group. Ray alone could only start over by
+    running the script again; `wgstore resume` rebuilds the trainer from the log and continues
+    the run, from its committed checkpoint, on another cluster (the test session's)."""
+    import ray
+
+    store_url = f"sqlite:///{tmp_path / 'wgstore.db'}"
+    steps_file = tmp_path / "steps.txt"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.orchestration.resume_fns", "local", store_url,
+         str(tmp_path / "storage"), str(steps_file)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    store = EventStore.open(store_url)
+    try:
+        wait_until(
+            lambda: driver.poll() is not None or _committed_step(store) >= 3,
+            timeout_s=240,
+            what="three committed checkpoints on the driver's own cluster",
+        )
+        assert driver.poll() is None, driver.communicate()[0]
+        driver.kill()  # SIGKILL: the driver and, with it, the cluster it started
+        driver.communicate(timeout=60)
+        killed_at = _committed_step(store)
+        wait_until(lambda: bool(orphaned_runs(store)), timeout_s=120, what="the run orphaned")
+        ((orphan, _),) = orphaned_runs(store)
+        monkeypatch.setenv("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
+        resumed = subprocess.run(
+            [sys.executable, "-m", "wgstore.cli", "resume", orphan.run_id, "--url", store_url],
+            cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        run = read_run(store, orphan.run_id)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        store.close()
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert run.status.value == "FINISHED" and len(run.groups) == 2
+    ran = Counter(tuple(map(int, line.split())) for line in steps_file.read_text().splitlines())
+    for rank in (0, 1):
+        assert {step for r, step in ran if r == rank} == set(range(resume_fns.STEPS))
         assert all(ran[(rank, step)] == 1 for step in range(killed_at + 1))
