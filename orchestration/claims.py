@@ -5,9 +5,9 @@ each ``wgstore run``, or one per driver on a platform). Each group is served by 
 before an executor acts for a group (a command or a poll) it claims it, a lease keyed by the
 group's stream id in ``wg_run_leases`` (``worker-group-<id>``), and every event it appends for the
 group carries that claim as its fence. Another executor finds the claim held and leaves the
-group alone; once the holder dies its claim expires and the next executor to act takes it over
-(the epoch grows, fencing the old holder if it was only paused) and re-attaches to the workers
-by name. A thread renews every claim of this executor in one statement each ``claim_s / 3``.
+group alone; once the holder dies its claim expires (or, for a holder on this host whose process
+is gone, at once) and the next executor to act takes it over (the epoch grows, fencing the old
+holder if it was only paused) and re-attaches to the workers by name. A thread renews every claim of this executor in one statement each ``claim_s / 3``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import threading
 import time
 
 from wgstore.events import EventStore, Fence
-from wgstore.events.leases import Lease, acquire_lease, release_lease, renew_leases
+from wgstore.events.leases import Lease, acquire_lease, lease_of, release_lease, renew_leases
 from wgstore.events.streams import group_stream
 
 __all__ = ["CLAIM_S", "GroupClaims"]
@@ -58,7 +58,14 @@ class GroupClaims:
             return held.fence
         if time.monotonic() < busy_until:
             return None
-        lease = acquire_lease(self.store, group_stream(group_id), self.holder, self.claim_s)
+        key = group_stream(group_id)
+        lease = acquire_lease(self.store, key, self.holder, self.claim_s)
+        if lease is None:  # a holder on this host whose process is gone is taken over at once
+            held = lease_of(self.store, key)
+            if held is not None and held.process is not None and held.process.gone():
+                lease = acquire_lease(
+                    self.store, key, self.holder, self.claim_s, take_from=held.fence
+                )
         if lease is None:
             with self._lock:
                 self._busy_until[group_id] = time.monotonic() + self.claim_s / 3

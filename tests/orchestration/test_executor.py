@@ -567,3 +567,27 @@ class TestSeveralExecutors:
             _follow(store, "g1", lambda s: s.poll_status is not None and s.poll_status.finished)
         assert second.errors == []
         assert self._executor_ids(store, "g1")[-1] == second.executor_id
+
+    def test_the_claims_of_an_executor_killed_on_this_host_are_taken_at_once(
+        self, store: Any
+    ) -> None:
+        """A SIGKILLed executor's claims would block its groups for a whole claim (30 s); its
+        process is gone on this host, so the next executor takes them over at once."""
+        import subprocess
+        import sys
+
+        from wgstore.events.leases import HolderProcess, acquire_lease, lease_of, this_process
+
+        runtime = FakeRuntime(script=FakeScript(reports=3, return_value={"done": True}))
+        child = subprocess.Popen([sys.executable, "-c", "pass"])
+        child.wait()
+        me = this_process()
+        dead = HolderProcess(me.host, child.pid, me.start)
+        _request(store, "g1")
+        assert acquire_lease(store, group_stream("g1"), "killed-executor", 600.0, process=dead)
+        with RayExecutor(store, runtime=runtime, read_models_interval_s=None) as executor:
+            _follow(store, "g1", lambda s: s.poll_status is not None and s.poll_status.finished)
+            claim = lease_of(store, group_stream("g1"))
+        assert executor.errors == []
+        assert self._executor_ids(store, "g1")[0] == executor.executor_id
+        assert claim is not None and (claim.holder, claim.epoch) == (executor.executor_id, 2)
