@@ -527,6 +527,8 @@ class RayExecutor:
             try:
                 if self.claims.fence(group_id) is None:
                     log.debug("group %s is served by another executor: skipped", group_id)
+                    if item is not _POLL:  # polls come again by themselves; a command would not
+                        self._retry_later(group_id, item)
                     continue
                 with self._slots:
                     if item is _POLL:
@@ -544,6 +546,22 @@ class RayExecutor:
                 self._record_error(f"{what} of group {group_id}")
                 if isinstance(item, StartWorkerGroup):
                     self._update(group_id, step.start_failed)
+
+    def _retry_later(self, group_id: str, command: Any) -> None:
+        """Queue ``command`` again once another executor's claim of the group may have lapsed
+        (its holder died: its claim expires): the handler then finds it done, or not needed any
+        more, if that executor carried it out meanwhile."""
+
+        def again() -> None:
+            with self._lock:
+                book = self._books.get(group_id)
+            live = book is not None and not (book.state is not None and book.state.is_terminal)
+            if live and not self._stop.is_set():
+                self._enqueue(group_id, command)
+
+        timer = threading.Timer(self.claims.claim_s / 3, again)
+        timer.daemon = True
+        timer.start()
 
     def _schedule_polls(self) -> None:
         with self._lock:

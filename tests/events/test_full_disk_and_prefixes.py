@@ -23,6 +23,7 @@ import pytest
 
 from wgstore.events import EventStore, StoreFullError, StoreUnavailableError, event_type
 from wgstore.events._translate import translate_errors
+from wgstore.events.worker_group import WorkerGroupShutdownRequested
 from wgstore.projections.views import resolve_group_id
 
 
@@ -86,7 +87,8 @@ def test_postgres_disk_full_is_a_store_full_error() -> None:
 
 def test_a_group_prefix_is_case_sensitive_on_both_backends(store: Any) -> None:
     for group in ("abc123", "ABC999"):
-        store.append(f"worker-group-{group}", [Filler(text=group)])
+        # wgstore's own stream prefix takes only wgstore's event types
+        store.append(f"worker-group-{group}", [WorkerGroupShutdownRequested(reason=group)])
     assert [sid for sid, _ in store.streams("worker-group-abc")] == ["worker-group-abc123"]
     assert [sid for sid, _ in store.streams("worker-group-ABC")] == ["worker-group-ABC999"]
     assert store.streams("WORKER-group-") == []

@@ -591,3 +591,22 @@ class TestSeveralExecutors:
         assert executor.errors == []
         assert self._executor_ids(store, "g1")[0] == executor.executor_id
         assert claim is not None and (claim.holder, claim.epoch) == (executor.executor_id, 2)
+
+    def test_a_command_skipped_for_another_executors_claim_is_carried_out_once_it_lapses(
+        self, store: Any
+    ) -> None:
+        """A start request whose group another executor (on another host) had claimed, then
+        died: the claim lapses and the command, skipped meanwhile, is carried out."""
+        from wgstore.events.leases import HolderProcess, acquire_lease
+
+        runtime = FakeRuntime(script=FakeScript(reports=2, return_value={"done": True}))
+        remote = HolderProcess("another-host", 1, "x/1")
+        assert acquire_lease(store, group_stream("g1"), "remote-executor", 1.0, process=remote)
+        with RayExecutor(
+            store, runtime=runtime, read_models_interval_s=None, claim_s=1.5
+        ) as executor:
+            _request(store, "g1")
+            state = _follow(store, "g1", lambda s: s.training_launched)
+        assert executor.errors == []
+        assert state.training_launched
+        assert [c for c in runtime.calls if c[0] == "start_workers"] == [("start_workers", "g1")]
