@@ -39,6 +39,7 @@ __all__ = [
     "release_lease",
     "renew_lease",
     "renew_leases",
+    "take_lease",
     "this_process",
 ]
 
@@ -202,6 +203,32 @@ def acquire_lease(
             .returning(*wg_run_leases.c)
         ).first()
         return _lease(inserted) if inserted is not None else None
+
+
+def take_lease(
+    store: EventStore,
+    run_id: str,
+    holder: str,
+    lease_s: float,
+    *,
+    take_from: Fence | None = None,
+) -> tuple[Lease | None, Lease | None]:
+    """:func:`acquire_lease`, and at once from a holder on this host whose process is gone.
+
+    Returns:
+        ``(lease, None)`` when ``holder`` now holds it; ``(None, held)`` when another live
+        holder does (``held`` is its lease, to name it or wait for it), or ``(None, None)``
+        when the row went away meanwhile (try again).
+    """
+    lease = acquire_lease(store, run_id, holder, lease_s, take_from=take_from)
+    if lease is not None:
+        return lease, None
+    held = lease_of(store, run_id)
+    if held is not None and held.process is not None and held.process.gone():
+        lease = acquire_lease(store, run_id, holder, lease_s, take_from=held.fence)
+        if lease is not None:
+            return lease, None
+    return None, held
 
 
 def _insert_if_absent(connection: sa.Connection) -> sa.Insert:

@@ -18,7 +18,7 @@ import threading
 import time
 
 from wgstore.events import EventStore, Fence
-from wgstore.events.leases import Lease, acquire_lease, lease_of, release_lease, renew_leases
+from wgstore.events.leases import Lease, release_lease, renew_leases, take_lease
 from wgstore.events.streams import group_stream
 
 __all__ = ["CLAIM_S", "GroupClaims"]
@@ -59,13 +59,7 @@ class GroupClaims:
         if time.monotonic() < busy_until:
             return None
         key = group_stream(group_id)
-        lease = acquire_lease(self.store, key, self.holder, self.claim_s)
-        if lease is None:  # a holder on this host whose process is gone is taken over at once
-            held = lease_of(self.store, key)
-            if held is not None and held.process is not None and held.process.gone():
-                lease = acquire_lease(
-                    self.store, key, self.holder, self.claim_s, take_from=held.fence
-                )
+        lease, _held = take_lease(self.store, key, self.holder, self.claim_s)
         if lease is None:
             with self._lock:
                 self._busy_until[group_id] = time.monotonic() + self.claim_s / 3

@@ -43,7 +43,7 @@ from wgstore.events import (
     FencedError,
     NewEvent,
 )
-from wgstore.events.leases import Lease, acquire_lease, lease_of
+from wgstore.events.leases import Lease, lease_of, take_lease
 from wgstore.events.run import ControllerStarted, ControllerStateChanged, RunAborted
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
@@ -213,16 +213,9 @@ class RunController:
     def _take_lease(self) -> None:
         deadline = time.monotonic() + self.lease_wait_s
         while True:
-            lease = acquire_lease(
+            lease, held = take_lease(
                 self.store, self.run_id, self.controller_id, self.lease_s, take_from=self._handed
             )
-            held = lease_of(self.store, self.run_id) if lease is None else None
-            if held is not None and held.process is not None and held.process.gone():
-                # Its holder ran on this host and its process is gone: no need to wait it out.
-                log.info("run %s: its holder %s is gone; taking it over", self.run_id, held.holder)
-                lease = acquire_lease(
-                    self.store, self.run_id, self.controller_id, self.lease_s, take_from=held.fence
-                )
             if lease is not None:
                 break
             if held is None or time.monotonic() >= deadline:

@@ -29,7 +29,7 @@ from typing import Any
 
 from wgstore.events import AppendRequest, EventStore
 from wgstore.events.blobs import get_blob
-from wgstore.events.leases import Lease, acquire_lease, lease_of
+from wgstore.events.leases import Lease, take_lease
 from wgstore.events.records import Fence
 from wgstore.events.run import ControllerStateChanged, RunResumed
 from wgstore.events.worker_group import WorkerGroupShutDown, WorkerGroupShutdownRequested
@@ -59,10 +59,7 @@ def _take_lease(
     holder on this host whose process is gone; else wait up to ``wait_s`` for it to lapse."""
     deadline = time.monotonic() + wait_s
     while True:
-        lease = acquire_lease(store, run.run_id, holder, run.lease_s, take_from=handed)
-        held = lease_of(store, run.run_id) if lease is None else None
-        if held is not None and held.process is not None and held.process.gone():
-            lease = acquire_lease(store, run.run_id, holder, run.lease_s, take_from=held.fence)
+        lease, held = take_lease(store, run.run_id, holder, run.lease_s, take_from=handed)
         if lease is not None:
             return lease
         if held is None:

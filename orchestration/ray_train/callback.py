@@ -271,18 +271,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     def _keep_lease(self, store: Any) -> None:
         """Take the run's lease (once the store is open, in the writer's thread) and keep it
         renewed while this controller lives; after a reopen, renew it on the new store."""
-        from wgstore.events.leases import acquire_lease, lease_of
+        from wgstore.events.leases import take_lease
         from wgstore.orchestration.lease_keeper import LeaseKeeper
 
         holder = self._metadata.get("ray_controller_actor_id") or f"ray-train-{os.getpid()}"
         handed = self.continue_run.lease if self.continue_run is not None else None
-        lease = acquire_lease(store, self._run_id, holder, self.lease_s, take_from=handed)
-        if lease is None:
-            held = lease_of(store, self._run_id)
-            if held is not None and held.process is not None and held.process.gone():
-                lease = acquire_lease(
-                    store, self._run_id, holder, self.lease_s, take_from=held.fence
-                )
+        lease, _held = take_lease(store, self._run_id, holder, self.lease_s, take_from=handed)
         if lease is None:
             logger.warning(
                 "wgstore: run %s is held by another live process; recording it without a lease",
