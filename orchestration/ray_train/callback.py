@@ -74,6 +74,16 @@ _ABORTED = "Run aborted due to user interrupt (SIGINT)."
 """Ray's status detail of an aborted run and attempt (``state/util.py``)."""
 
 
+class _Process:
+    """Whether a recording controller runs in this process (set by ``after_controller_start``;
+    Ray runs each Train controller in its own actor process)."""
+
+    is_controller = False
+
+
+_process = _Process()
+
+
 def _hook(method: _F) -> _F:
     """Run a hook so that it never raises into Ray Train, unless strict and recording failed."""
 
@@ -212,6 +222,17 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "_driver_part": self._capture_driver_part() if self.continue_run is None else None,
         }
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # In the controller's process (a recording started there), any copy of the callback is
+        # pickled on only in the run config Ray hands each worker, where no hook runs: an inert
+        # stand-in goes instead, so the workers import nothing of wgstore (stand_in.py says what
+        # that saves). Elsewhere (the driver, a Ray Tune trial) the callback travels whole.
+        if _process.is_controller:
+            from wgstore.orchestration.ray_train.stand_in import RecordingStandIn
+
+            return (RecordingStandIn, (self._run_id,))
+        return super().__reduce_ex__(protocol)
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         driver_part = state.pop("_driver_part", None)
         self.__dict__.update(state)
@@ -314,6 +335,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         import ray
 
         runtime = ray.get_runtime_context()
+        _process.is_controller = runtime.get_actor_id() is not None  # not a driver calling hooks
         run_config = train_run_context.run_config
         self._run_id = train_run_context.run_id
         self._metadata = {
