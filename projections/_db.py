@@ -8,13 +8,15 @@ never wait for, or hold up, a writer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from wgstore.projections.values import to_utc
 
 if TYPE_CHECKING:
     from wgstore.events.store import EventStore
 
-__all__ = ["fetch", "is_postgres", "param", "sql_time", "to_utc"]
+__all__ = ["fetch", "is_postgres", "param", "sql_time"]
 
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
@@ -46,13 +48,6 @@ def fetch(store: EventStore, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         if postgres and not connection.driver_connection.closed:
             connection.driver_connection.autocommit = False
         connection.close()
-
-
-def to_utc(value: datetime) -> datetime:
-    """``value`` as an aware UTC datetime (naive values are taken to be UTC)."""
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
 
 
 def sql_time(store: EventStore, value: datetime) -> Any:

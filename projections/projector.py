@@ -51,7 +51,6 @@ from wgstore.events.run import RunCreated
 from wgstore.events.schema import wg_run_decisions, wg_runs, wg_snapshots, wg_subscriptions
 from wgstore.events.streams import GROUP_STREAM_PREFIX, RUN_STREAM_PREFIX, group_id_of, run_stream
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
-from wgstore.projections._db import to_utc
 from wgstore.projections.errors import ProjectionError, ReadModelsBusyError
 from wgstore.projections.event_time import event_time
 from wgstore.projections.read_models import (
@@ -65,6 +64,7 @@ from wgstore.projections.run_rows import Attempt, decision_rows, order_attempts,
 from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.snapshots import READ_MODELS_SNAPSHOT, load_snapshot, save_snapshot
 from wgstore.projections.state import WorkerGroupFold, WorkerGroupState, project_worker_group
+from wgstore.projections.values import plain, to_utc
 
 if TYPE_CHECKING:
     import threading
@@ -436,7 +436,7 @@ def _rows_of(work: _GroupBatch, state: Any, event: RecordedEvent) -> None:
         row["reports"] += 1
         row["last_report_index"] = payload.index
         row["last_reported_at"] = at
-        row["last_metrics"] = _plain(payload.metrics)
+        row["last_metrics"] = plain(payload.metrics)
         if payload.checkpoint is not None:
             row["last_checkpoint"] = payload.checkpoint
         row["updated_at"] = at
@@ -446,18 +446,13 @@ def _rows_of(work: _GroupBatch, state: Any, event: RecordedEvent) -> None:
                 "group_id": state.group_id,
                 "world_rank": payload.world_rank,
                 "report_index": payload.index,
-                "metrics": _plain(payload.metrics),
+                "metrics": plain(payload.metrics),
                 "checkpoint": payload.checkpoint,
                 "stream_version": event.version,
                 "position": event.position,
                 "reported_at": at,
             }
         )
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as plain JSON data (dicts, lists, str, numbers, bool, None)."""
-    return msgspec.json.decode(msgspec.json.encode(value))
 
 
 def _group_row(state: WorkerGroupState) -> dict[str, Any]:
@@ -472,7 +467,7 @@ def _group_row(state: WorkerGroupState) -> dict[str, Any]:
         "status": state.status.value,
         "outcome": None if outcome is None else outcome.value,
         "num_workers": state.num_workers,
-        "resources_per_worker": _plain(state.context.resources_per_worker),
+        "resources_per_worker": plain(state.context.resources_per_worker),
         "placement_strategy": state.context.placement_strategy,
         "train_fn": state.context.train_fn,
         "placement_group_id": None
@@ -665,21 +660,17 @@ def _attempts(connection: sa.Connection, run: RunState) -> list[Attempt]:
             attempt=row.attempt,
             status=row.status,
             outcome=row.outcome,
-            requested_at=None if row.requested_at is None else _time(row.requested_at),
+            requested_at=None if row.requested_at is None else to_utc(row.requested_at),
             latest_checkpoint=row.latest_checkpoint,
             checkpoint_committed_at=None
             if row.checkpoint_committed_at is None
-            else _time(row.checkpoint_committed_at),
+            else to_utc(row.checkpoint_committed_at),
             latest_reported_checkpoint=row.latest_reported_checkpoint,
             error=None if row.error_type is None else f"{row.error_type}: {row.error_message}",
         )
         for row in connection.execute(query)
     ]
     return order_attempts(run, attempts)
-
-
-def _time(value: Any) -> datetime:
-    return to_utc(datetime.fromisoformat(value) if isinstance(value, str) else value)
 
 
 def read_model_rows(connection: sa.Connection) -> Mapping[str, list[tuple[Any, ...]]]:

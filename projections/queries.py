@@ -21,7 +21,7 @@ from wgstore.events.worker_group import (
     WorkersStarted,
     WorkerStatusChange,
 )
-from wgstore.projections._db import fetch, is_postgres, param, sql_time, to_utc
+from wgstore.projections._db import fetch, is_postgres, param, sql_time
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.poll_history import PollRecord, iter_poll_history
 from wgstore.projections.run_state import RunState, project_run
@@ -38,6 +38,7 @@ from wgstore.projections.state import (
     WorkerGroupState,
     apply_poll_changes,
 )
+from wgstore.projections.values import to_utc
 
 if TYPE_CHECKING:
     from wgstore.events.store import EventStore

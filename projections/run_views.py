@@ -17,7 +17,6 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
 import sqlalchemy as sa
 
 from wgstore.events import EventStore, RecordedEvent
@@ -26,12 +25,12 @@ from wgstore.events.leases import Lease, lease_of, leases
 from wgstore.events.run import RunCreated
 from wgstore.events.schema import wg_runs
 from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of
-from wgstore.projections._db import to_utc
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
 from wgstore.projections.queries import run_state, worker_group_state
 from wgstore.projections.run_rows import Attempt, attempt_of, order_attempts, orphaned, run_row
 from wgstore.projections.run_state import RunState, project_run
+from wgstore.projections.values import plain, to_utc
 from wgstore.projections.views import iter_groups, resolve_id, run_streams
 
 __all__ = [
@@ -75,17 +74,11 @@ and the reason in ``error``."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _time(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    return to_utc(datetime.fromisoformat(value) if isinstance(value, str) else value)
-
-
 def _summary(row: Mapping[str, Any], lease: Lease | None, now: datetime) -> dict[str, Any]:
     """A summary from a ``wg_runs``-shaped row and the run's lease."""
     summary = {key: row.get(key) for key in RUN_SUMMARY_KEYS}
     for key in ("created_at", "updated_at", "ended_at", "checkpoint_committed_at"):
-        summary[key] = _time(summary[key])
+        summary[key] = to_utc(summary[key])
     summary["error"] = (
         f"{row['error_type']}: {row['error_message']}" if row.get("error_type") else None
     )
@@ -200,10 +193,6 @@ def resolve_run_id(store: EventStore, run: str) -> str:
     )
 
 
-def _plain(value: Any) -> Any:
-    return msgspec.to_builtins(value, str_keys=True)
-
-
 def run_detail(store: EventStore, run_id: str, now: datetime | None = None) -> dict[str, Any]:
     """One run folded from the log: its summary, its attempts, decisions, transitions, controllers.
 
@@ -250,7 +239,7 @@ def run_detail(store: EventStore, run_id: str, now: datetime | None = None) -> d
     ]
     rows = []
     for number, attempt in enumerate(ordered, start=1):
-        item = _plain(attempt)
+        item = plain(attempt)
         item["requested_at"] = attempt.requested_at
         item["number"] = number
         if attempt.group_id in unreadable:

@@ -47,6 +47,7 @@ from wgstore.projections.projector import (
 )
 from wgstore.projections.queries import worker_group_state
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
+from wgstore.projections.values import to_utc
 
 __all__ = [
     "SUMMARY_KEYS",
@@ -171,13 +172,6 @@ def summaries_from_log(store: EventStore) -> list[dict[str, Any]]:
     return result
 
 
-def _utc(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    moment: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def summaries_from_read_models(store: EventStore) -> list[dict[str, Any]] | None:
     """One summary per group from ``wg_worker_groups``; None when the read models are behind."""
     if store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() < store.head():
@@ -201,9 +195,9 @@ def summaries_from_read_models(store: EventStore) -> list[dict[str, Any]] | None
                 "outcome": row["outcome"],
                 "num_workers": row["num_workers"],
                 "running_workers": running_now(row["status"], row["running_workers"]),
-                "requested_at": _utc(row["requested_at"]),
-                "updated_at": _utc(row["updated_at"]),
-                "shut_down_at": _utc(row["shut_down_at"]),
+                "requested_at": to_utc(row["requested_at"]),
+                "updated_at": to_utc(row["updated_at"]),
+                "shut_down_at": to_utc(row["shut_down_at"]),
                 "train_fn": row["train_fn"],
                 "reports": row["reports_total"],
                 "error": error,
@@ -446,11 +440,7 @@ def _normalizers(table: sa.Table) -> list[Callable[[Any], Any]]:
     pg = postgresql.dialect()  # type: ignore[no-untyped-call]
 
     def as_time(value: Any) -> Any:
-        if isinstance(value, str):
-            value = datetime.fromisoformat(value)
-        if isinstance(value, datetime):
-            return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
-        return value
+        return to_utc(value) if isinstance(value, (str, datetime)) else value
 
     def as_json(value: Any) -> Any:
         return json.loads(value) if isinstance(value, str) else value
