@@ -12,6 +12,7 @@ the failures of its kind counted so far; the run ends with exactly one of ``RunF
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,11 +25,14 @@ __all__ = [
     "CONTROLLER_STATES",
     "FAILURE_KINDS",
     "ControllerStarted",
+    "ControllerState",
     "ControllerStateChanged",
     "FailureConfig",
     "FailureDecisionMade",
+    "FailureKind",
     "Pickled",
     "RankError",
+    "RetryDecision",
     "RunAborted",
     "RunCreated",
     "RunErrored",
@@ -43,27 +47,70 @@ __all__ = [
 stream_id_for_run = run_stream
 """The stream of a run: :func:`wgstore.events.streams.run_stream` (kept name)."""
 
-CONTROLLER_STATES = (
-    "INITIALIZING",
-    "SCHEDULING",
-    "RESCHEDULING",
-    "RUNNING",
-    "PREEMPTING",
-    "RESTARTING",
-    "RESIZING",
-    "SHUTTING_DOWN",
-    "FINISHED",
-    "ERRORED",
-    "ABORTED",
+
+class ControllerState(enum.StrEnum):
+    """The run controller's state: Ray Train 2.60's ``TrainControllerStateType`` names.
+
+    A ``StrEnum``: each member is its name as a ``str``, so events store exactly the text they
+    stored before (``ControllerStateChanged.to_state`` is still a string on the wire, and a
+    stored string compares equal to its member).
+    """
+
+    INITIALIZING = "INITIALIZING"
+    SCHEDULING = "SCHEDULING"
+    RESCHEDULING = "RESCHEDULING"
+    RUNNING = "RUNNING"
+    PREEMPTING = "PREEMPTING"
+    RESTARTING = "RESTARTING"
+    RESIZING = "RESIZING"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    FINISHED = "FINISHED"
+    ERRORED = "ERRORED"
+    ABORTED = "ABORTED"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for ``FINISHED``, ``ERRORED`` and ``ABORTED`` (as Ray's ``is_terminal``)."""
+        return self in _TERMINAL_STATES
+
+
+_TERMINAL_STATES = frozenset(
+    {ControllerState.FINISHED, ControllerState.ERRORED, ControllerState.ABORTED}
 )
+
+
+class RetryDecision(enum.StrEnum):
+    """How the failure policy answers a failure: Ray Train 2.60's ``FailureDecision`` values."""
+
+    RETRY = "RETRY"
+    """Start a new attempt (from the latest committed checkpoint)."""
+    RAISE = "RAISE"
+    """Give up: the run errors."""
+    NOOP = "NOOP"
+    """Nothing to do (Ray's; wgstore's own controller never decides it)."""
+
+
+class FailureKind(enum.StrEnum):
+    """What failed, as Ray Train 2.60 counts failures (one counter, and one limit, per kind)."""
+
+    WORKER_GROUP = "worker_group"
+    """A running worker group (a worker raised or died): against ``max_failures``."""
+    START = "start"
+    """A start (placement group timeout, a worker that died while starting): against
+    ``controller_failure_limit``."""
+    PREEMPTION = "preemption"
+    """A node lost under the workers: against ``max_preemption_failures``."""
+    CONTROLLER = "controller"
+    """The controller's cluster lost with the whole group while the controller was away (the
+    local Ray of a driver that died): against ``controller_failure_limit``, sharing its count
+    with starts."""
+
+
+CONTROLLER_STATES: tuple[ControllerState, ...] = tuple(ControllerState)
 """Ray Train 2.60's controller state names, in the order a run usually meets them."""
 
-FAILURE_KINDS = ("worker_group", "start", "preemption", "controller")
-"""What failed, as Ray Train 2.60 counts failures: a running worker group (against
-``max_failures``), a start (placement group timeout, a worker that died while starting; against
-``controller_failure_limit``), a node lost under the workers (against ``max_preemption_failures``),
-the controller's cluster lost with the whole group while the controller was away (the local Ray
-of a driver that died; against ``controller_failure_limit``, sharing its count with starts)."""
+FAILURE_KINDS: tuple[FailureKind, ...] = tuple(FailureKind)
+"""Every :class:`FailureKind` (see there what each one counts)."""
 
 
 def _check_limit(name: str, value: object) -> None:
@@ -121,12 +168,12 @@ class FailureConfig:
         _check_limit("max_preemption_failures", self.max_preemption_failures)
 
     def limit_of(self, kind: str) -> int:
-        """The limit for failures of ``kind`` (one of :data:`FAILURE_KINDS`)."""
+        """The limit for failures of ``kind`` (a :class:`FailureKind`, or its value)."""
         limits = {
-            "worker_group": self.max_failures,
-            "start": self.controller_failure_limit,
-            "preemption": self.max_preemption_failures,
-            "controller": self.controller_failure_limit,
+            FailureKind.WORKER_GROUP: self.max_failures,
+            FailureKind.START: self.controller_failure_limit,
+            FailureKind.PREEMPTION: self.max_preemption_failures,
+            FailureKind.CONTROLLER: self.controller_failure_limit,
         }
         if kind not in limits:
             raise ValueError(f"unknown failure kind {kind!r}; known: {', '.join(FAILURE_KINDS)}")
@@ -183,7 +230,12 @@ class ControllerStarted:
 @event_type("ControllerStateChanged", version=1)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControllerStateChanged:
-    """The controller moved between states (Ray Train's names: SCHEDULING, RUNNING, ...)."""
+    """The controller moved between states (Ray Train's names: SCHEDULING, RUNNING, ...).
+
+    ``from_state`` and ``to_state`` are :class:`ControllerState` values, stored as their text;
+    the fields are typed ``str`` so a log stays readable whatever a newer writer put there (the
+    run's fold refuses a state it does not know, naming it).
+    """
 
     from_state: str
     to_state: str
@@ -199,7 +251,9 @@ class ControllerStateChanged:
 class FailureDecisionMade:
     """The failure policy answered one failure of ``group_id``: RETRY or RAISE (Ray's NOOP too).
 
-    ``failure_kind`` is one of :data:`FAILURE_KINDS`; ``failures_so_far`` counts the failures of
+    ``decision`` is a :class:`RetryDecision` value and ``failure_kind`` a :class:`FailureKind`
+    value, stored as their text (typed ``str`` on the wire, as in ``ControllerStateChanged``);
+    ``failures_so_far`` counts the failures of
     that kind including this one, against ``limit`` (-1: unlimited); ``errors`` are the failed
     ranks' errors (a start failure: rank -1 with the start's error).
     """

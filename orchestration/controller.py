@@ -44,7 +44,12 @@ from wgstore.events import (
     NewEvent,
 )
 from wgstore.events.leases import Lease, lease_of, take_lease
-from wgstore.events.run import ControllerStarted, ControllerStateChanged, RunAborted
+from wgstore.events.run import (
+    ControllerStarted,
+    ControllerState,
+    ControllerStateChanged,
+    RunAborted,
+)
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
 from wgstore.orchestration.decide import Decision, decide
@@ -99,7 +104,7 @@ def abort_events(run: RunState, reason: str) -> list[NewEvent]:
         NewEvent(
             ControllerStateChanged(
                 from_state=run.controller_state,
-                to_state="ABORTED",
+                to_state=ControllerState.ABORTED,
                 reason=reason,
                 group_id=run.current_group_id,
             ),

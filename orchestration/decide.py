@@ -57,9 +57,12 @@ from typing import Any
 
 from wgstore.events import NO_STREAM, NewEvent
 from wgstore.events.run import (
+    ControllerState,
     ControllerStateChanged,
     FailureDecisionMade,
+    FailureKind,
     RankError,
+    RetryDecision,
     RunErrored,
     RunFinished,
 )
@@ -70,7 +73,9 @@ from wgstore.events.worker_group import (
     WorkerGroupShutdownRequested,
     WorkerGroupStartRequested,
 )
+from wgstore.orchestration.errors import UndecidableRunError
 from wgstore.orchestration.poll_recorder import CLUSTER_LOST
+from wgstore.projections.errors import StreamNotFoundError
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
 
@@ -123,7 +128,7 @@ class Decision:
     group_id: str | None = None
     group_events: tuple[NewEvent, ...] = ()
     group_expected_version: Any = None
-    to_state: str | None = None
+    to_state: ControllerState | None = None
 
     @property
     def empty(self) -> bool:
@@ -135,8 +140,8 @@ class Decision:
 class FailureVerdict:
     """How the failure policy answers one failure (before it is recorded)."""
 
-    kind: str
-    decision: str
+    kind: FailureKind
+    decision: RetryDecision
     failures_so_far: int
     limit: int
     reason: str
@@ -191,7 +196,9 @@ def latest_checkpoint(group: WorkerGroupState) -> str | None:
     return checkpoint
 
 
-def _verdict(run: RunState, kind: str, retryable: bool, reason: str, errors: Any) -> FailureVerdict:
+def _verdict(
+    run: RunState, kind: FailureKind, retryable: bool, reason: str, errors: Any
+) -> FailureVerdict:
     count = run.failures_of(kind) + 1
     limit = run.failure_config.limit_of(kind)
     retry = retryable and (limit == -1 or count <= limit)
@@ -202,7 +209,7 @@ def _verdict(run: RunState, kind: str, retryable: bool, reason: str, errors: Any
         why = f"{reason}; {kind} failure {count} of {budget}"
     return FailureVerdict(
         kind=kind,
-        decision="RETRY" if retry else "RAISE",
+        decision=RetryDecision.RETRY if retry else RetryDecision.RAISE,
         failures_so_far=count,
         limit=limit,
         reason=why,
@@ -218,17 +225,21 @@ def classify_failure(run: RunState, group: WorkerGroupState) -> FailureVerdict |
         retryable = is_retryable_start_failure(failure.stage, failure.error)
         reason = f"the start failed at {failure.stage.value}: {failure.error}"
         return _verdict(
-            run, "start", retryable, reason, [RankError(world_rank=-1, error=failure.error)]
+            run,
+            FailureKind.START,
+            retryable,
+            reason,
+            [RankError(world_rank=-1, error=failure.error)],
         )
     errors = group.errors
     if errors:
         ranked = [RankError(world_rank=rank, error=errors[rank]) for rank in sorted(errors)]
         if all(error.type == CLUSTER_LOST for error in errors.values()):
-            kind = "controller"  # not the training's failure: the driver's cluster went away
+            kind = FailureKind.CONTROLLER  # not the training's failure: the cluster went away
         elif any(is_preemption(e) for e in errors.values()):
-            kind = "preemption"
+            kind = FailureKind.PREEMPTION
         else:
-            kind = "worker_group"
+            kind = FailureKind.WORKER_GROUP
         first = min(errors)
         what = "rank" if len(errors) == 1 else "ranks"
         ranks = ",".join(str(rank) for rank in sorted(errors))
@@ -246,14 +257,14 @@ def classify_failure(run: RunState, group: WorkerGroupState) -> FailureVerdict |
             ),
         )
         return _verdict(
-            run, "worker_group", True, str(error), [RankError(world_rank=-1, error=error)]
+            run, FailureKind.WORKER_GROUP, True, str(error), [RankError(world_rank=-1, error=error)]
         )
     return None
 
 
 def _transition(
     run: RunState,
-    to_state: str,
+    to_state: ControllerState,
     reason: str,
     group_id: str | None,
     resume_checkpoint: str | None = None,
@@ -286,7 +297,7 @@ def _shutdown_request(group_id: str, reason: str) -> tuple[NewEvent, ...]:
 
 
 def _schedule(
-    run: RunState, to_state: str, attempt: int, checkpoint: str | None, why: str
+    run: RunState, to_state: ControllerState, attempt: int, checkpoint: str | None, why: str
 ) -> Decision:
     group_id = attempt_group_id(run.run_id, attempt)
     moved = _transition(run, to_state, why, group_id, checkpoint)
@@ -302,8 +313,8 @@ def _schedule(
 def _scheduled_checkpoint(run: RunState, group_id: str) -> str | None:
     for transition in reversed(run.transitions):
         if transition.group_id == group_id and transition.to_state in (
-            "SCHEDULING",
-            "RESCHEDULING",
+            ControllerState.SCHEDULING,
+            ControllerState.RESCHEDULING,
         ):
             scheduled: str | None = transition.resume_checkpoint
             return scheduled
@@ -322,7 +333,11 @@ def _on_failure(run: RunState, group: WorkerGroupState, verdict: FailureVerdict)
         limit=verdict.limit,
         errors=verdict.errors,
     )
-    to_state = "RESTARTING" if verdict.decision == "RETRY" else "SHUTTING_DOWN"
+    to_state = (
+        ControllerState.RESTARTING
+        if verdict.decision is RetryDecision.RETRY
+        else ControllerState.SHUTTING_DOWN
+    )
     moved = _transition(run, to_state, verdict.reason, group.group_id)
     shutdown: tuple[NewEvent, ...] = ()
     if group.status is WorkerGroupStatus.RUNNING:
@@ -338,7 +353,7 @@ def _on_failure(run: RunState, group: WorkerGroupState, verdict: FailureVerdict)
 def _raised(run: RunState, group_id: str) -> tuple[RankError, ...] | None:
     for decision in reversed(run.decisions):
         if decision.group_id == group_id:
-            return decision.errors if decision.decision == "RAISE" else None
+            return decision.errors if decision.decision == RetryDecision.RAISE else None
     return None
 
 
@@ -346,10 +361,10 @@ def _end(run: RunState, group: WorkerGroupState) -> Decision:
     errors = _raised(run, group.group_id)
     if errors is None:
         events: list[Any] = [
-            _transition(run, "FINISHED", "training finished", group.group_id),
+            _transition(run, ControllerState.FINISHED, "training finished", group.group_id),
             RunFinished(group_id=group.group_id),
         ]
-        to_state = "FINISHED"
+        to_state = ControllerState.FINISHED
     else:
         # every failed rank: those the decision saw, and those the shutdown's last poll found
         by_rank = {e.world_rank: e for e in errors}
@@ -359,10 +374,10 @@ def _end(run: RunState, group: WorkerGroupState) -> Decision:
         errors = tuple(by_rank[rank] for rank in sorted(by_rank))
         first = errors[0].error if errors else ErrorInfo(type="RunErrored", message="")
         events = [
-            _transition(run, "ERRORED", "the failure policy raised", group.group_id),
+            _transition(run, ControllerState.ERRORED, "the failure policy raised", group.group_id),
             RunErrored(error=first, group_id=group.group_id, errors=errors),
         ]
-        to_state = "ERRORED"
+        to_state = ControllerState.ERRORED
     return Decision(run_events=_run_event_ids(run, events), to_state=to_state)
 
 
@@ -402,28 +417,33 @@ def decide(run: RunState, group: WorkerGroupState | None, now: datetime) -> Deci
         A :class:`Decision`; empty when the controller must wait for the log to move.
 
     Raises:
-        ValueError: the run was not made by a wgstore controller (no ``context``), or ``group``
-            is not the run's current group.
+        UndecidableRunError: the run was not made by a wgstore controller (no ``context``),
+            ``group`` is not the run's current group, or the run's controller state names no
+            group or is one the controller never acts in (a ``ValueError`` too).
+        StreamNotFoundError: the run is past scheduling but ``group`` is ``None`` (the stream of
+            its current group is missing).
     """
     del now  # see Args
     if run.ended:
         return Decision()
     if run.context is None:
-        raise ValueError(
+        raise UndecidableRunError(
             f"run {run.run_id!r} has no worker-group context (recorded from Ray Train?); a "
             "wgstore controller can only drive runs it created"
         )
     current = run.current_group_id
     if group is not None and group.group_id != current:
-        raise ValueError(
+        raise UndecidableRunError(
             f"group {group.group_id!r} is not the current group {current!r} of the run"
         )
     state = run.controller_state
-    if state == "INITIALIZING":
-        return _schedule(run, "SCHEDULING", 1, run.context.resume_checkpoint, "attempt 1")
+    if state == ControllerState.INITIALIZING:
+        return _schedule(
+            run, ControllerState.SCHEDULING, 1, run.context.resume_checkpoint, "attempt 1"
+        )
     if current is None:
-        raise ValueError(f"run {run.run_id!r} is {state} but names no worker group")
-    if state in ("SCHEDULING", "RESCHEDULING"):
+        raise UndecidableRunError(f"run {run.run_id!r} is {state} but names no worker group")
+    if state in (ControllerState.SCHEDULING, ControllerState.RESCHEDULING):
         if group is None:
             attempt = run.groups.index(current) + 1
             checkpoint = _scheduled_checkpoint(run, current)
@@ -434,9 +454,14 @@ def decide(run: RunState, group: WorkerGroupState | None, now: datetime) -> Deci
             )
         if group.status is WorkerGroupStatus.RUNNING and group.training_launched:
             moved = _transition(
-                run, "RUNNING", f"training launched on attempt {group.attempt}", current
+                run,
+                ControllerState.RUNNING,
+                f"training launched on attempt {group.attempt}",
+                current,
             )
-            return Decision(run_events=_run_event_ids(run, [moved]), to_state="RUNNING")
+            return Decision(
+                run_events=_run_event_ids(run, [moved]), to_state=ControllerState.RUNNING
+            )
         if group.status in (
             WorkerGroupStatus.START_FAILED,
             WorkerGroupStatus.SHUTTING_DOWN,
@@ -446,20 +471,23 @@ def decide(run: RunState, group: WorkerGroupState | None, now: datetime) -> Deci
             if group.status is not WorkerGroupStatus.START_FAILED or verdict is None:
                 why = f"the group was shut down while starting ({group.shutdown_reason})"
                 error = ErrorInfo(type="StartAborted", message=why)
-                verdict = _verdict(run, "start", True, why, [RankError(world_rank=-1, error=error)])
+                errors = [RankError(world_rank=-1, error=error)]
+                verdict = _verdict(run, FailureKind.START, True, why, errors)
             return _on_failure(run, group, verdict)
         return Decision()  # starting: wait
     if group is None:
-        raise ValueError(
+        raise StreamNotFoundError(
             f"run {run.run_id!r} is {state} but the stream of its group {current!r} is missing"
         )
-    if state == "RUNNING":
+    if state == ControllerState.RUNNING:
         verdict = classify_failure(run, group)
         if verdict is not None:
             return _on_failure(run, group, verdict)
         status = group.poll_status
         if status is not None and status.finished:
-            moved = _transition(run, "SHUTTING_DOWN", "every worker finished", current)
+            moved = _transition(
+                run, ControllerState.SHUTTING_DOWN, "every worker finished", current
+            )
             return Decision(
                 run_events=_run_event_ids(run, [moved]),
                 group_id=current,
@@ -468,18 +496,18 @@ def decide(run: RunState, group: WorkerGroupState | None, now: datetime) -> Deci
                     if group.status is WorkerGroupStatus.RUNNING
                     else ()
                 ),
-                to_state="SHUTTING_DOWN",
+                to_state=ControllerState.SHUTTING_DOWN,
             )
         return Decision()
-    if state == "RESTARTING":
+    if state == ControllerState.RESTARTING:
         if not group.status.is_terminal:
             return _reissue_shutdown(run, group)
         attempt = group.attempt + 1
         checkpoint = latest_checkpoint(group)
         why = f"attempt {attempt}" + (f" from {checkpoint}" if checkpoint else "")
-        return _schedule(run, "RESCHEDULING", attempt, checkpoint, why)
-    if state == "SHUTTING_DOWN":
+        return _schedule(run, ControllerState.RESCHEDULING, attempt, checkpoint, why)
+    if state == ControllerState.SHUTTING_DOWN:
         if not group.status.is_terminal:
             return _reissue_shutdown(run, group)
         return _end(run, group)
-    raise ValueError(f"unexpected controller state {state!r} of run {run.run_id!r}")
+    raise UndecidableRunError(f"unexpected controller state '{state}' of run {run.run_id!r}")

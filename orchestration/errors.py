@@ -19,7 +19,8 @@ The tree::
          ├─ RunLeaseHeldError              another live controller holds the run's lease
          ├─ RunLeaseLostError              a controller lost its run's lease while working
          ├─ RunNotFoundError               no run stream with that id
-         └─ RunNotResumableError           a run that ended, is live, or cannot be rebuilt
+         ├─ RunNotResumableError           a run that ended, is live, or cannot be rebuilt
+         └─ UndecidableRunError            decide() cannot step the run it was handed
 
 Every class pickles (``WgstoreError.__reduce__``), so they cross Ray actor boundaries.
 """
@@ -43,6 +44,7 @@ __all__ = [
     "RunNotFoundError",
     "RunNotResumableError",
     "TrainFnError",
+    "UndecidableRunError",
     "WorkerGroupStartError",
     "WorkerGroupTimeoutError",
     "WorkerHealthCheckFailedError",
@@ -153,3 +155,10 @@ class RunNotFoundError(OrchestrationError):
 class RunNotResumableError(OrchestrationError):
     """A resume was refused: the run has ended, is live (a live process holds its lease), or
     the log lacks what rebuilding it needs (the message says which)."""
+
+
+class UndecidableRunError(OrchestrationError, ValueError):
+    """:func:`~wgstore.orchestration.decide.decide` cannot step this run: it was not made by a
+    wgstore controller (recorded from Ray Train: no worker-group context), the group handed in
+    is not the run's current one, or the log puts the controller in a state that names no group
+    or that the controller never acts in. A ``ValueError`` too, as it was before."""

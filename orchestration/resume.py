@@ -31,7 +31,7 @@ from wgstore.events import AppendRequest, EventStore
 from wgstore.events.blobs import get_blob
 from wgstore.events.leases import Lease, take_lease
 from wgstore.events.records import Fence
-from wgstore.events.run import ControllerStateChanged, RunResumed
+from wgstore.events.run import ControllerState, ControllerStateChanged, RunResumed
 from wgstore.events.worker_group import WorkerGroupShutDown, WorkerGroupShutdownRequested
 from wgstore.orchestration.controller import RunController, read_run
 from wgstore.orchestration.errors import RunLeaseHeldError, RunNotResumableError
@@ -114,7 +114,7 @@ def _close_lost_attempt(store: EventStore, run: RunState, lease: Lease, by: str)
         requests.append(AppendRequest(group.stream_id, ended, group.version))
     restart = ControllerStateChanged(
         from_state=run.controller_state,
-        to_state="INITIALIZING",
+        to_state=ControllerState.INITIALIZING,
         reason=f"{DRIVER_LOST}: resumed from the log",
         group_id=run.current_group_id,
     )

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import msgspec
-
+from wgstore.events.run import FailureKind
 from wgstore.projections.run_state import (
     RunState,
     lease_lapsed,
@@ -27,6 +26,7 @@ from wgstore.projections.run_state import (
     resume_problem,
 )
 from wgstore.projections.state import WorkerGroupState
+from wgstore.projections.values import plain, to_utc
 
 __all__ = [
     "RUN_SOURCES",
@@ -76,18 +76,12 @@ def attempt_of(state: WorkerGroupState) -> Attempt:
         attempt=state.attempt,
         status=state.status.value,
         outcome=None if outcome is None else outcome.value,
-        requested_at=_utc(state.requested_at),
+        requested_at=to_utc(state.requested_at),
         latest_checkpoint=state.latest_checkpoint,
-        checkpoint_committed_at=_utc(state.checkpoint_committed_at),
+        checkpoint_committed_at=to_utc(state.checkpoint_committed_at),
         latest_reported_checkpoint=state.latest_reported_checkpoint,
         error=None if error is None else str(error),
     )
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def order_attempts(run: RunState, attempts: Iterable[Attempt]) -> list[Attempt]:
@@ -102,7 +96,7 @@ def order_attempts(run: RunState, attempts: Iterable[Attempt]) -> list[Attempt]:
     named = {group_id: index for index, group_id in enumerate(run.groups)}
 
     def key(attempt: Attempt) -> tuple[bool, datetime, float, str]:
-        at = _utc(attempt.requested_at)
+        at = to_utc(attempt.requested_at)
         return (
             at is None,
             at or _EPOCH,
@@ -147,10 +141,6 @@ def orphaned(needs: bool, lease_expires_at: datetime | None, now: datetime) -> b
     return needs and lease_lapsed(lease_expires_at, now)
 
 
-def _plain(value: Any) -> Any:
-    return msgspec.json.decode(msgspec.json.encode(value))
-
-
 def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
     """The ``wg_runs`` row of ``run`` (JSON columns as plain data), given its ordered attempts.
 
@@ -179,13 +169,13 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
         "name": run.name,
         "source": run_source(run),
         "status": run.status.value,
-        "controller_state": run.controller_state,
+        "controller_state": run.controller_state.value,
         "attempts": len(attempts),
         "current_group_id": current,
         "final_group_id": run.final_group_id,
-        "worker_group_failures": run.failures_of("worker_group"),
-        "start_failures": run.failures_of("start"),
-        "preemption_failures": run.failures_of("preemption"),
+        "worker_group_failures": run.failures_of(FailureKind.WORKER_GROUP),
+        "start_failures": run.failures_of(FailureKind.START),
+        "preemption_failures": run.failures_of(FailureKind.PREEMPTION),
         "max_failures": failure.max_failures,
         "controller_failure_limit": failure.controller_failure_limit,
         "max_preemption_failures": failure.max_preemption_failures,
@@ -196,13 +186,13 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
         "resumable": problem is None,
         "not_resumable_reason": problem,
         "num_workers": num_workers,
-        "resources_per_worker": None if resources is None else _plain(resources),
+        "resources_per_worker": None if resources is None else plain(resources),
         "train_fn": None if context is None else context.train_fn,
         "controllers": len(run.controllers),
         "needs_controller": needs_controller(run),
         "lease_s": run.lease_s,
-        "created_at": _utc(run.created_at),
-        "ended_at": _utc(run.ended_at),
+        "created_at": to_utc(run.created_at),
+        "ended_at": to_utc(run.ended_at),
         "error_type": None if error is None else error.type,
         "error_message": None if error is None else error.message,
         "failed_ranks": [
@@ -210,10 +200,10 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
             for e in run.errors
         ],
         "abort_reason": run.abort_reason,
-        "ray": _plain(dict(run.ray)),
+        "ray": plain(dict(run.ray)),
         "stream_version": run.version,
         "last_position": run.position,
-        "updated_at": _utc(run.updated_at),
+        "updated_at": to_utc(run.updated_at),
     }
 
 
@@ -233,7 +223,7 @@ def decision_rows(run: RunState) -> list[dict[str, Any]]:
                 {"world_rank": e.world_rank, "type": e.error.type, "message": e.error.message}
                 for e in decision.errors
             ],
-            "decided_at": _utc(decision.at),
+            "decided_at": to_utc(decision.at),
         }
         for decision in run.decisions
     ]

@@ -20,9 +20,11 @@ from typing import Any
 from wgstore.events.records import RecordedEvent, UnknownEvent
 from wgstore.events.run import (
     ControllerStarted,
+    ControllerState,
     ControllerStateChanged,
     FailureConfig,
     FailureDecisionMade,
+    FailureKind,
     RankError,
     RunAborted,
     RunCreated,
@@ -71,17 +73,17 @@ class RunStatus(enum.StrEnum):
 
 
 CONTROLLER_TO_RUN_STATUS: Mapping[str, RunStatus | None] = {
-    "INITIALIZING": RunStatus.INITIALIZING,
-    "SCHEDULING": RunStatus.SCHEDULING,
-    "RESCHEDULING": RunStatus.SCHEDULING,
-    "RUNNING": RunStatus.RUNNING,
-    "PREEMPTING": None,  # a sub-state of RUNNING (Ray's state actor ignores it too)
-    "RESTARTING": RunStatus.RESTARTING,
-    "RESIZING": RunStatus.RESIZING,
-    "SHUTTING_DOWN": None,  # keeps the run status it had
-    "FINISHED": RunStatus.FINISHED,
-    "ERRORED": RunStatus.ERRORED,
-    "ABORTED": RunStatus.ABORTED,
+    ControllerState.INITIALIZING: RunStatus.INITIALIZING,
+    ControllerState.SCHEDULING: RunStatus.SCHEDULING,
+    ControllerState.RESCHEDULING: RunStatus.SCHEDULING,
+    ControllerState.RUNNING: RunStatus.RUNNING,
+    ControllerState.PREEMPTING: None,  # a sub-state of RUNNING (Ray's state actor ignores it too)
+    ControllerState.RESTARTING: RunStatus.RESTARTING,
+    ControllerState.RESIZING: RunStatus.RESIZING,
+    ControllerState.SHUTTING_DOWN: None,  # keeps the run status it had
+    ControllerState.FINISHED: RunStatus.FINISHED,
+    ControllerState.ERRORED: RunStatus.ERRORED,
+    ControllerState.ABORTED: RunStatus.ABORTED,
 }
 """Ray's controller state names and the run status each one means (``None``: unchanged)."""
 
@@ -90,8 +92,8 @@ CONTROLLER_TO_RUN_STATUS: Mapping[str, RunStatus | None] = {
 class ControllerTransition:
     """One ``ControllerStateChanged``, with when it was recorded."""
 
-    from_state: str
-    to_state: str
+    from_state: ControllerState
+    to_state: ControllerState
     reason: str
     group_id: str | None
     at: datetime
@@ -101,7 +103,11 @@ class ControllerTransition:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailureDecision:
-    """One decision of the failure policy, with when it was recorded."""
+    """One decision of the failure policy, with when it was recorded.
+
+    ``decision`` and ``failure_kind`` are the event's text (:class:`RetryDecision` and
+    :class:`FailureKind` values; a member compares equal to its text).
+    """
 
     decision: str
     group_id: str
@@ -135,7 +141,7 @@ class RunState:
     run_id: str
     name: str
     status: RunStatus
-    controller_state: str
+    controller_state: ControllerState
     version: int
     position: int
     created_at: datetime
@@ -231,9 +237,10 @@ def _controller_state_changed(state: RunState, record: RecordedEvent) -> dict[st
         )
     if state.status.is_terminal:
         raise ProjectionError.at(record, f"the controller already reached {state.status.value}")
+    to_state = ControllerState(event.to_state)
     transition = ControllerTransition(
-        from_state=event.from_state,
-        to_state=event.to_state,
+        from_state=state.controller_state,
+        to_state=to_state,
         reason=event.reason,
         group_id=event.group_id,
         at=event_time(record),
@@ -241,8 +248,8 @@ def _controller_state_changed(state: RunState, record: RecordedEvent) -> dict[st
         resume_checkpoint=event.resume_checkpoint,
     )
     return {
-        "status": CONTROLLER_TO_RUN_STATUS[event.to_state] or state.status,
-        "controller_state": event.to_state,
+        "status": CONTROLLER_TO_RUN_STATUS[to_state] or state.status,
+        "controller_state": to_state,
         "transitions": (*state.transitions, transition),
         "groups": _with_group(state.groups, event.group_id),
     }
@@ -334,7 +341,7 @@ def _first(record: RecordedEvent) -> RunState:
         run_id=event.run_id,
         name=event.name,
         status=RunStatus.INITIALIZING,
-        controller_state="INITIALIZING",
+        controller_state=ControllerState.INITIALIZING,
         version=record.version,
         position=record.position,
         created_at=event_time(record),
@@ -400,7 +407,11 @@ def project_run(events: Iterable[RecordedEvent], state: RunState | None = None) 
     return state
 
 
-_SAME_LIMIT = {"start": ("start", "controller"), "controller": ("start", "controller")}
+_SHARED_LIMIT = (FailureKind.START, FailureKind.CONTROLLER)
+_SAME_LIMIT: Mapping[str, tuple[str, ...]] = {
+    FailureKind.START: _SHARED_LIMIT,
+    FailureKind.CONTROLLER: _SHARED_LIMIT,
+}
 
 
 def needs_controller(state: RunState) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from wgstore.events.run import RankError
+from wgstore.events.run import FailureKind, RankError
 from wgstore.events.worker_group import ErrorInfo, StartStage, WorkerInfo
 
 __all__ = [
@@ -124,7 +124,7 @@ def status_detail(state: Any) -> str:
 
 def failure_accounting(
     error: Any, counts: dict[str, int], failure_config: Any
-) -> tuple[str, int, int]:
+) -> tuple[FailureKind, int, int]:
     """``(failure_kind, failures_so_far, limit)`` as Ray 2.60's ``DefaultFailurePolicy`` counts.
 
     ``counts`` (kind -> failures so far) is updated. A failure Ray never retries (a controller
@@ -138,14 +138,14 @@ def failure_accounting(
 
     if isinstance(error, ControllerError):
         if not isinstance(error.controller_failure, RETRYABLE_CONTROLLER_ERRORS):
-            return "start", 1, 0
-        kind, limit = "start", failure_config.controller_failure_limit
+            return FailureKind.START, 1, 0
+        kind, limit = FailureKind.START, failure_config.controller_failure_limit
     elif _is_preemption_failure(error):
-        kind, limit = "preemption", getattr(failure_config, "max_preemption_failures", -1)
+        kind, limit = FailureKind.PREEMPTION, getattr(failure_config, "max_preemption_failures", -1)
     elif isinstance(error, WorkerGroupError):
-        kind, limit = "worker_group", failure_config.max_failures
+        kind, limit = FailureKind.WORKER_GROUP, failure_config.max_failures
     else:
-        return "worker_group", 1, 0
+        return FailureKind.WORKER_GROUP, 1, 0
     counts[kind] = counts.get(kind, 0) + 1
     return kind, counts[kind], int(limit)
 

@@ -33,6 +33,7 @@ from wgstore.orchestration.decide import (
     is_preemption,
     is_retryable_start_failure,
 )
+from wgstore.orchestration.errors import UndecidableRunError
 
 
 def _types(decision: Any) -> list[str]:
@@ -346,8 +347,9 @@ class TestGuards:
 
         log = SimLog()
         log.append(run_stream("r1"), [RunCreated(run_id="r1")])
-        with pytest.raises(ValueError, match="recorded from Ray Train"):
+        with pytest.raises(UndecidableRunError, match="recorded from Ray Train") as raised:
             decide(log.run(), None, T0)
+        assert isinstance(raised.value, ValueError)  # as before it was wgstore's
 
     def test_a_group_that_is_not_the_current_one_is_refused(self) -> None:
         log = _new(FailureConfig(max_failures=1))
@@ -357,7 +359,7 @@ class TestGuards:
         step(log)
         world.shut_down(_current(log))
         step(log)
-        with pytest.raises(ValueError, match="not the current group"):
+        with pytest.raises(UndecidableRunError, match="not the current group"):
             decide(log.run(), log.group(old.group_id), T0)
 
     def test_retryable_start_failures_follow_ray(self) -> None:

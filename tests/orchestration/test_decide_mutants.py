@@ -35,6 +35,8 @@ from wgstore.orchestration.decide import (
     is_preemption,
     is_retryable_start_failure,
 )
+from wgstore.orchestration.errors import UndecidableRunError
+from wgstore.projections.errors import StreamNotFoundError
 
 G1 = attempt_group_id("r1", 1)
 
@@ -259,7 +261,7 @@ def test_a_scheduling_transition_that_names_no_group_is_refused() -> None:
         run_stream("r1"),
         [ControllerStateChanged(from_state="INITIALIZING", to_state="SCHEDULING", reason="")],
     )
-    with pytest.raises(ValueError, match="is SCHEDULING but names no worker group"):
+    with pytest.raises(UndecidableRunError, match="is SCHEDULING but names no worker group"):
         decide(log.run(), None, T0)
 
 
@@ -303,7 +305,7 @@ def test_a_lost_start_request_no_scheduling_transition_names_takes_the_run_s_che
 def test_a_running_run_whose_group_stream_is_missing_is_refused() -> None:
     log = _new()
     _running(log)
-    with pytest.raises(ValueError, match=f"the stream of its group '{G1}' is missing"):
+    with pytest.raises(StreamNotFoundError, match=f"the stream of its group '{G1}' is missing"):
         decide(log.run(), None, T0)
 
 
@@ -316,7 +318,9 @@ def test_a_controller_state_decide_does_not_know_is_refused() -> None:
     )
     run = log.run()
     assert not run.ended
-    with pytest.raises(ValueError, match="unexpected controller state 'ERRORED' of run 'r1'"):
+    with pytest.raises(
+        UndecidableRunError, match="unexpected controller state 'ERRORED' of run 'r1'"
+    ):
         decide(run, _current(log), T0)
 
 
