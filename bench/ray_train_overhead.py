@@ -4,8 +4,10 @@ A ``DataParallelTrainer`` with 2 workers (0.5 CPU each) whose train function cal
 ``ray.train.report`` ``--reports`` times (metrics only), run alternately without and with the
 callback, ``--repeats`` times each. Prints the median wall-clock time of ``fit()`` of each side,
 their difference, and the controller's time in the callback's hooks per report (µs; the hooks
-that run once per run or attempt apart), which the callback notes on the run's end event
-(``metadata["recording"]``). Numbers, not pass/fail.
+that run once per run or attempt apart). The recorded side runs ``RecordingCallback`` with every
+hook timed by a subclass made here (the callback itself times nothing); it writes the times to a
+file when the controller finishes, and they are read beside the recording note of the run's end
+event (``metadata["recording"]``: retries, outage, dropped events). Numbers, not pass/fail.
 
 Two times per run: ``fit()``'s wall clock, and the time from ``fit()`` to the moment the
 controller starts shutting the worker group down (a probe callback on both sides notes it).
@@ -62,21 +64,94 @@ def _probe_class() -> type:
     return ShutdownProbe
 
 
+def _timed_recorder_class() -> type:
+    """``RecordingCallback`` with every hook timed (``perf_counter`` and the controller thread's
+    CPU time around the hook, its guard included), written as JSON to ``timings_path`` at the end
+    of ``after_controller_finish``; pickled by value (made here, in ``__main__``)."""
+    import functools
+
+    from ray.train.v2._internal.execution.callback import (
+        ControllerCallback,
+        ReportCallback,
+        WorkerGroupCallback,
+    )
+
+    from wgstore.orchestration.ray_train import RecordingCallback
+
+    bases = (ControllerCallback, WorkerGroupCallback, ReportCallback)
+    hooks = sorted(
+        name
+        for name, value in vars(RecordingCallback).items()
+        if not name.startswith("_")
+        and callable(value)
+        and any(hasattr(base, name) for base in bases)
+    )
+
+    class TimedRecordingCallback(RecordingCallback):
+        def __init__(self, url: str, timings_path: str) -> None:
+            self.timings_path = timings_path
+            super().__init__(url)
+
+        def __getstate__(self) -> dict[str, Any]:
+            return {**super().__getstate__(), "timings_path": self.timings_path}
+
+        def _reset(self) -> None:
+            super()._reset()
+            self.hook_times: dict[str, tuple[int, float, float]] = {}
+
+        def _write_timings(self) -> None:
+            times = self.hook_times
+            with open(self.timings_path, "w") as out:
+                json.dump(
+                    {
+                        "hook_s": round(sum(s for _, s, _ in times.values()), 6),
+                        "hook_calls": sum(calls for calls, _, _ in times.values()),
+                        "hooks": {
+                            name: {"calls": calls, "s": round(s, 6), "cpu_s": round(cpu, 6)}
+                            for name, (calls, s, cpu) in sorted(times.items())
+                        },
+                    },
+                    out,
+                )
+
+    def timed(name: str, hook: Any) -> Any:
+        @functools.wraps(hook)
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            started, cpu_started = time.perf_counter(), time.thread_time()
+            try:
+                return hook(self, *args, **kwargs)
+            finally:
+                calls, seconds, cpu = self.hook_times.get(name, (0, 0.0, 0.0))
+                self.hook_times[name] = (
+                    calls + 1,
+                    seconds + time.perf_counter() - started,
+                    cpu + time.thread_time() - cpu_started,
+                )
+                if name == "after_controller_finish":
+                    self._write_timings()
+
+        return run
+
+    for name in hooks:
+        setattr(TimedRecordingCallback, name, timed(name, getattr(RecordingCallback, name)))
+    return TimedRecordingCallback
+
+
 def run_once(
     reports: int, url: str | None, storage: str
 ) -> tuple[float, float, dict[str, Any] | None]:
     """One ``fit()``: its wall-clock seconds, the seconds until the worker group's shutdown
-    began, and, when recorded, the recording note."""
+    began, and, when recorded, the recording note with the hooks' times."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     from wgstore.events import EventStore
-    from wgstore.orchestration.ray_train import RecordingCallback
 
     probe_path = os.path.join(storage, "shutdown-at")
+    timings_path = os.path.join(storage, "hook-times.json")
     callbacks: list[Any] = [_probe_class()(probe_path)]
     if url:
-        callbacks.append(RecordingCallback(url))
+        callbacks.append(_timed_recorder_class()(url, timings_path))
     trainer = DataParallelTrainer(
         train_func,
         train_loop_config={"reports": reports},
@@ -92,7 +167,8 @@ def run_once(
         return took, to_shutdown, None
     with EventStore.open(url) as store:
         last = list(store.read_all())[-1]
-    return took, to_shutdown, dict(last.metadata["recording"])
+    with open(timings_path) as timings:
+        return took, to_shutdown, {**last.metadata["recording"], **json.load(timings)}
 
 
 def main() -> None:

@@ -33,9 +33,11 @@ from ray.train.v2._internal.execution.callback import (
 from wgstore.events.records import Fence, NewEvent
 from wgstore.events.run import (
     ControllerStarted,
+    ControllerState,
     ControllerStateChanged,
     FailureConfig,
     FailureDecisionMade,
+    RetryDecision,
     RunAborted,
     RunCreated,
     RunErrored,
@@ -68,7 +70,6 @@ __all__ = ["ContinueRun", "RecordingCallback"]
 logger = logging.getLogger("wgstore.ray_train")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_TERMINAL = ("FINISHED", "ERRORED", "ABORTED")
 _RELEASED = ("workers", "sync_actor", "placement_group")
 _ABORTED = "Run aborted due to user interrupt (SIGINT)."
 """Ray's status detail of an aborted run and attempt (``state/util.py``)."""
@@ -89,21 +90,12 @@ def _hook(method: _F) -> _F:
 
     @functools.wraps(method)
     def guarded(self: RecordingCallback, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        cpu_started = time.thread_time()
         try:
             method(self, *args, **kwargs)
         except RecordingError:
             raise
         except Exception:
             logger.exception("wgstore: recording %s failed; training goes on", method.__name__)
-        finally:
-            took = time.perf_counter() - started
-            cpu = time.thread_time() - cpu_started
-            self.hook_s += took
-            self.hook_calls += 1
-            calls, seconds, cpu_seconds = self.hook_times.get(method.__name__, (0, 0.0, 0.0))
-            self.hook_times[method.__name__] = (calls + 1, seconds + took, cpu_seconds + cpu)
         self._raise_if_strict()
         return None
 
@@ -186,8 +178,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._group_started = False
         self._recorder: PollRecorder | None = None
         self._report_counts: dict[int, int] = {}
-        self._pending_decision: str | None = None
-        self._controller_state = "INITIALIZING"
+        self._pending_decision: RetryDecision | None = None
+        self._controller_state = ControllerState.INITIALIZING
         self._failure_counts: dict[str, int] = {}
         self._failure_config: Any = None
         self._train_fn: Any = None
@@ -200,12 +192,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._raised = False
         self._closed = False
         self._ended = False
-        self.hook_s = 0.0
-        """Seconds the controller spent in this callback's hooks (for the overhead bench)."""
-        self.hook_calls = 0
-        self.hook_times: dict[str, tuple[int, float, float]] = {}
-        """Per hook: how many calls, the seconds they took, and the CPU seconds of the
-        controller's thread in them (the rest is waiting: for the CPU, for the GIL)."""
 
     # Ray pickles the callback to the controller: the settings travel, and what only the driver
     # can see of the run (the trainer, its train loop and datasets: run_spec.find_trainer).
@@ -399,7 +385,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     @_hook
     def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
         """Kept until the state update that follows, which carries the failure."""
-        self._pending_decision = str(getattr(failure_decision, "value", failure_decision))
+        self._pending_decision = RetryDecision(getattr(failure_decision, "value", failure_decision))
 
     @_hook
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
@@ -408,7 +394,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         # From the last state recorded, not Ray's previous state: Ray skips this hook on a
         # few forced transitions, and the record must stay one unbroken chain of states.
         before = self._controller_state
-        after = translate.state_name(current_state)
+        after = ControllerState(translate.state_name(current_state))  # Ray 2.60's names
         events: list[Any] = []
         error = getattr(current_state, "training_failed_error", None)
         if error is None:
@@ -429,9 +415,9 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
                     group_id=self._group_id,
                 )
             )
-        if after == "FINISHED":
+        if after is ControllerState.FINISHED:
             events.append(RunFinished(group_id=self._group_id))
-        elif after == "ERRORED":
+        elif after is ControllerState.ERRORED:
             events.append(
                 RunErrored(
                     error=translate.error_info(error)
@@ -441,12 +427,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
                     errors=translate.rank_errors(error),
                 )
             )
-        elif after == "ABORTED":
+        elif after is ControllerState.ABORTED:
             events.append(RunAborted(reason=_ABORTED))
         if events:
-            note = self._recording_note() if after in _TERMINAL else None
+            note = self._recording_note() if after.is_terminal else None
             self._submit(run_stream(self._run_id), *events, metadata=note)
-        if after in _TERMINAL:
+        if after.is_terminal:
             self._ended = True
             self._close()
 
@@ -457,12 +443,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         stats = self._writer.stats
         return {
             "recording": {
-                "hook_s": round(self.hook_s, 6),
-                "hook_calls": self.hook_calls,
-                "hooks": {
-                    name: {"calls": calls, "s": round(seconds, 6), "cpu_s": round(cpu, 6)}
-                    for name, (calls, seconds, cpu) in sorted(self.hook_times.items())
-                },
                 "retries": stats.retries,
                 "outage_s": round(stats.outage_s, 3),
                 "dropped": stats.dropped,
@@ -470,7 +450,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             }
         }
 
-    def _decision_events(self, decision: str, error: Any) -> list[Any]:
+    def _decision_events(self, decision: RetryDecision, error: Any) -> list[Any]:
         if self._writer is not None:
             self._writer.release()  # a failed attempt is recorded now, not after the next start
         kind, so_far, limit = translate.failure_accounting(
