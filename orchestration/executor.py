@@ -60,7 +60,7 @@ from wgstore.orchestration.commands import (
 from wgstore.orchestration.handlers import COMMAND_HANDLERS
 from wgstore.orchestration.polling import GroupPolls
 from wgstore.orchestration.runtime import WorkerGroupRuntime
-from wgstore.projections import ProjectionError
+from wgstore.projections import StreamNotFoundError
 from wgstore.projections.state import (
     WorkerGroupPollStatus,
     WorkerGroupState,
@@ -326,6 +326,12 @@ class RayExecutor:
         self.stop()
 
     # ------------------------------------------------------------------ services for handlers
+    # (handlers.HandlerServices: the part of the executor a handler may use)
+
+    @property
+    def shutdown_pause_s(self) -> float:
+        """Seconds a shutdown waits before its last poll: the ``shutdown_pause_s`` failpoint."""
+        return float(self.failpoints.get("shutdown_pause_s", 0))
 
     def fence(self, group_id: str) -> Fence | None:
         """This executor's claim of ``group_id``, the fence of every append for it."""
@@ -340,7 +346,12 @@ class RayExecutor:
         }
 
     def load(self, group_id: str) -> tuple[WorkerGroupState, Callable[[Command], bool]]:
-        """The group's latest state, read afresh, and a test of whether a command is done."""
+        """The group's latest state, read afresh, and a test of whether a command is done.
+
+        Raises:
+            StreamNotFoundError: the group's stream has no events.
+            ProjectionError: its events do not fold.
+        """
         state: WorkerGroupState | None = None
         causations: set[str] = set()
         for record in self.store.read_stream(group_stream(group_id)):
@@ -349,9 +360,7 @@ class RayExecutor:
             if cause:
                 causations.add(str(cause))
         if state is None:
-            raise ProjectionError(
-                f"group {group_id} has no events", stream_id="", version=0, position=0
-            )
+            raise StreamNotFoundError(f"group {group_id} has no events: its stream does not exist")
         return state, lambda command: str(command.command_id) in causations
 
     def attach(self, built: BuiltGroup, state: WorkerGroupState) -> None:

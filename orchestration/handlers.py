@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from wgstore.events import ConcurrencyError, EventStore, FencedError, NewEvent
+from wgstore.events.records import Fence
 from wgstore.events.streams import run_stream
 from wgstore.events.worker_group import (
     ErrorInfo,
@@ -26,7 +27,7 @@ from wgstore.events.worker_group import (
     WorkerGroupStartFailed,
     WorkerShutdown,
 )
-from wgstore.orchestration.builder import StartAborted, WorkerGroupStateBuilder
+from wgstore.orchestration.builder import BuiltGroup, StartAborted, WorkerGroupStateBuilder
 from wgstore.orchestration.commands import (
     Command,
     ReleaseResources,
@@ -36,24 +37,78 @@ from wgstore.orchestration.commands import (
 )
 from wgstore.orchestration.ranks import assign_ranks
 from wgstore.orchestration.report_writer import absolute_store_url
-from wgstore.orchestration.runtime import TrainSetup
+from wgstore.orchestration.runtime import TrainSetup, WorkerGroupRuntime
 from wgstore.orchestration.train_context import TrainContext
 from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
-if TYPE_CHECKING:
-    from wgstore.orchestration.executor import RayExecutor
-
 __all__ = [
     "COMMAND_HANDLERS",
+    "HandlerServices",
     "release_resources",
     "shutdown_worker_group",
     "start_worker_group",
 ]
 
 
+class HandlerServices(Protocol):
+    """What a handler uses of the executor that runs it (``RayExecutor`` is one): the store, the
+    cluster, its claims' fences, and a few services. Handlers take this narrow protocol, not the
+    executor, so they never import it and a test can run one on anything that provides these."""
+
+    @property
+    def store(self) -> EventStore:
+        """The store the executor follows and appends to."""
+
+    @property
+    def runtime(self) -> WorkerGroupRuntime:
+        """The cluster commands are carried out on."""
+
+    @property
+    def executor_id(self) -> str:
+        """The executor's id, in the metadata of what it appends."""
+
+    @property
+    def actor_timeout_s(self) -> float:
+        """How long actor calls during a start may take."""
+
+    @property
+    def extra_sys_path(self) -> tuple[str, ...]:
+        """Folders workers add to ``sys.path`` before importing the train function."""
+
+    @property
+    def shutdown_pause_s(self) -> float:
+        """Seconds a shutdown waits before its last poll (0; tests make it a window to die in)."""
+
+    def fence(self, group_id: str) -> Fence | None:
+        """The executor's claim of ``group_id``: the fence of every append for it."""
+
+    def metadata(self, command: Command) -> dict[str, Any]:
+        """Metadata of every event appended for ``command``."""
+
+    def load(self, group_id: str) -> tuple[WorkerGroupState, Callable[[Command], bool]]:
+        """The group's latest state, read afresh, and a test of whether a command is done."""
+
+    def attach(self, built: BuiltGroup, state: WorkerGroupState) -> None:
+        """Keep a freshly started group's handles for polling."""
+
+    def detach(self, state: WorkerGroupState) -> list[Any]:
+        """Forget a group's handles (it is being released); returns them."""
+
+    def final_poll_events(self, state: WorkerGroupState, command: Command) -> list[NewEvent]:
+        """The last poll before a shutdown, plus the trailing unchanged polls."""
+
+    def invoke(self, hook: str, *args: Any) -> list[Any]:
+        """Call ``hook`` on every callback; returns the ``CallbackFailed`` events to record."""
+
+    def record_callback_failures(
+        self, group_id: str, failures: Sequence[Any], metadata: Mapping[str, Any]
+    ) -> None:
+        """Append ``CallbackFailed`` events."""
+
+
 def _finish_start_with(
-    ex: RayExecutor,
+    ex: HandlerServices,
     command: Command,
     state: WorkerGroupState,
     failure: WorkerGroupStartFailed,
@@ -85,7 +140,7 @@ def _finish_start_with(
                 return
 
 
-def start_worker_group(command: StartWorkerGroup, ex: RayExecutor) -> None:
+def start_worker_group(command: StartWorkerGroup, ex: HandlerServices) -> None:
     """Carry out a start: placement group, sync actor, workers, train context, launch.
 
     Atomic: when any step fails, everything acquired is released and ``WorkerGroupStartFailed``
@@ -223,13 +278,13 @@ def _aborted() -> ErrorInfo:
     )
 
 
-def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None:
+def shutdown_worker_group(command: ShutdownWorkerGroup, ex: HandlerServices) -> None:
     """Poll once more (last reports), release every resource, append ``WorkerGroupShutDown``."""
     state, done = ex.load(command.group_id)
     if done(command) or not command_needed(command, state):
         return
     started = time.monotonic()
-    time.sleep(float(ex.failpoints.get("shutdown_pause_s", 0)))  # tests: a window to die in
+    time.sleep(ex.shutdown_pause_s)  # tests: a window to die in
     events = ex.final_poll_events(state, command)
     hooks = "abort" if command.abort else "shutdown"
     hook_failures = ex.invoke(
@@ -263,7 +318,7 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: RayExecutor) -> None
     ex.store.append(command.stream_id, events, fence=ex.fence(command.group_id))
 
 
-def release_resources(command: ReleaseResources, ex: RayExecutor) -> None:
+def release_resources(command: ReleaseResources, ex: HandlerServices) -> None:
     """Release a start left half-done by an executor that stopped; record the failed start."""
     state, done = ex.load(command.group_id)
     if done(command) or not command_needed(command, state):
@@ -285,7 +340,7 @@ def release_resources(command: ReleaseResources, ex: RayExecutor) -> None:
     _finish_start_with(ex, command, state, failure, started)
 
 
-COMMAND_HANDLERS: dict[type[Command], Callable[[Any, RayExecutor], None]] = {
+COMMAND_HANDLERS: dict[type[Command], Callable[[Any, HandlerServices], None]] = {
     StartWorkerGroup: start_worker_group,
     ShutdownWorkerGroup: shutdown_worker_group,
     ReleaseResources: release_resources,

@@ -450,6 +450,15 @@ def test_actor_failpoints_need_ray_and_scopes_need_collections(store: Any) -> No
         RayExecutor(store, failpoints={"poll_hangs": 1})
 
 
+def test_loading_a_group_whose_stream_does_not_exist_is_stream_not_found(store: Any) -> None:
+    from wgstore.projections import ProjectionError, StreamNotFoundError
+
+    ex = RayExecutor(store, runtime=FakeRuntime(), read_models_interval_s=None)
+    with pytest.raises(StreamNotFoundError, match="group nope has no events") as raised:
+        ex.load("nope")
+    assert not isinstance(raised.value, ProjectionError)  # nothing failed to fold
+
+
 class TestRunEnded:
     def test_a_group_whose_run_has_ended_is_never_started_and_its_leftovers_are_released(
         self, store: Any, runtime: FakeRuntime, fake_executor: RayExecutor
