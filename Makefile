@@ -43,10 +43,13 @@ system-deps:
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# mypy --strict over the installed package (the strict editable install's link tree, so every
+# wgstore.* import resolves to its source; [tool.mypy] in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python scripts/lint_imports.py
+	$(BIN)/mypy -p wgstore
 
 bench: $(STAMP)
 	$(BIN)/python bench/store.py
