@@ -332,11 +332,15 @@ def _resume(url: str, run_id: str, quiet_workers: bool, external_executor: bool)
     if not ended and not external_executor:  # an ended run is shown from the log alone
         _start_ray(quiet_workers)
     err_console().print(Text(f"resuming run {run_id} from {store_label(url)}", style="dim"))
-    executor = "external" if external_executor else None
     try:
         result = _follow(
             url,
-            lambda on_update: resume_run(url, run_id, executor=executor, on_update=on_update),
+            lambda on_update: resume_run(
+                url,
+                run_id,
+                executor="external" if external_executor else None,
+                on_update=on_update,
+            ),
         )
     except (RunNotFoundError, RunLeaseHeldError) as error:
         raise CliError(str(error)) from None

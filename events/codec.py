@@ -7,7 +7,7 @@ the payload and is faster than ``json.loads``. Old payloads are upcast as plain 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -38,7 +38,7 @@ class Codec:
     def __init__(self, registry: EventRegistry | None = None) -> None:
         self.registry = registry or REGISTRY
         self._decoders: dict[type, msgspec.json.Decoder[Any]] = {}
-        self._checkers: dict[type, EventChecker | bool] = {}
+        self._checkers: dict[type, EventChecker | Literal[False]] = {}
 
     def encode(self, event: Any) -> tuple[EventTypeInfo, str]:
         """Return the event's registration and its payload as JSON text.

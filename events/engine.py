@@ -110,23 +110,29 @@ def create_store_engine(
     return _postgres_engine(parsed, read_only)
 
 
+def _option(url: URL, name: str) -> str | None:
+    """The URL's query option ``name`` (the last one when it is given more than once)."""
+    value = url.query.get(name)
+    if isinstance(value, tuple):
+        return value[-1] if value else None
+    return value
+
+
 def _sqlite_engine(
     url: URL, read_only: bool, synchronous: str | None, busy_timeout_s: float | None
 ) -> sa.Engine:
-    query = dict(url.query)
-    synchronous = (synchronous or str(query.get("synchronous", "FULL"))).upper()
+    synchronous = (synchronous or _option(url, "synchronous") or "FULL").upper()
     if synchronous not in SQLITE_SYNCHRONOUS:
         raise StoreUnavailableError(
             f"synchronous={synchronous!r} is not a SQLite synchronous mode; use one of "
             f"{', '.join(SQLITE_SYNCHRONOUS)} (FULL is the safe default)"
         )
+    busy_option = _option(url, "busy_timeout")
     try:
-        busy_s = float(
-            busy_timeout_s if busy_timeout_s is not None else query.get("busy_timeout", 30)
-        )
+        busy_s = float(busy_timeout_s if busy_timeout_s is not None else (busy_option or 30))
     except ValueError:
         raise StoreUnavailableError(
-            f"busy_timeout={query.get('busy_timeout')!r} must be a number of seconds"
+            f"busy_timeout={busy_option!r} must be a number of seconds"
         ) from None
     url = url.difference_update_query(_OWN_QUERY_KEYS)
     path = Path(url.database or "")
@@ -209,7 +215,7 @@ def _read_only_filesystem(folder: Path) -> bool:
 
 
 def _postgres_engine(url: URL, read_only: bool, lock_timeout_s: float = 30.0) -> sa.Engine:
-    connect_args: dict[str, Any] = {"connect_timeout": int(url.query.get("connect_timeout", 10))}
+    connect_args: dict[str, Any] = {"connect_timeout": int(_option(url, "connect_timeout") or 10)}
     engine = sa.create_engine(
         url, pool_size=8, max_overflow=32, pool_pre_ping=True, connect_args=connect_args
     )

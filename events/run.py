@@ -169,7 +169,7 @@ class FailureConfig:
 
     def limit_of(self, kind: str) -> int:
         """The limit for failures of ``kind`` (a :class:`FailureKind`, or its value)."""
-        limits = {
+        limits: dict[str, int] = {
             FailureKind.WORKER_GROUP: self.max_failures,
             FailureKind.START: self.controller_failure_limit,
             FailureKind.PREEMPTION: self.max_preemption_failures,

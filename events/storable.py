@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import msgspec.inspect as msgspec_inspect
@@ -196,9 +196,9 @@ def _changed_part(value: Any, restored: Any, path: str) -> str | None:
                 return found
         return None
     if isinstance(value, list | tuple):
-        other = restored if isinstance(restored, list | tuple) else ()
+        items = restored if isinstance(restored, list | tuple) else ()
         for index, item in enumerate(value):
-            back = other[index] if index < len(other) else _MISSING
+            back = items[index] if index < len(items) else _MISSING
             found = _changed_part(item, back, f"{path}[{index}]")
             if found is not None:
                 return found
@@ -270,11 +270,13 @@ class EventChecker:
 
     def __init__(self, cls: type, typed_floats: bool) -> None:
         self.cls = cls
-        self.decoder = msgspec.json.Decoder(cls, float_hook=_storable_float)
+        self.decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(
+            cls, float_hook=_storable_float
+        )
         self.typed_floats = typed_floats
 
     @classmethod
-    def for_class(cls, event_class: type) -> EventChecker | bool:
+    def for_class(cls, event_class: type) -> EventChecker | Literal[False]:
         """A checker, or False when no value of the class's field types can change."""
         try:
             info = msgspec_inspect.type_info(event_class)

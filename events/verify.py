@@ -143,7 +143,7 @@ def _snapshot_problems(store: EventStore, stream_id: str | None, key: bytes | No
     """
     p = store.recorder.param
     state = "s.state::text" if store.is_postgres else "s.state"
-    where, params = "", ()
+    where, params = "", tuple[str, ...]()
     if stream_id is not None:
         where, params = f"WHERE s.stream_id = {p} ", (stream_id,)
     rows = store._fetch(
@@ -172,7 +172,7 @@ def _repeated_ids(store: EventStore, stream_id: str | None) -> list[str]:
     """
     p = store.recorder.param
     event_id = "event_id::text" if store.is_postgres else "event_id"
-    where, params = "", ()
+    where, params = "", tuple[str, ...]()
     if stream_id is not None:
         where = f"WHERE event_id IN (SELECT event_id FROM wg_events WHERE stream_id = {p}) "
         params = (stream_id,)

@@ -55,8 +55,9 @@ __all__ = [
     "worker_actor_name",
 ]
 
-_WorkerActor = ray.remote(WgstoreWorker)
-_SyncActor = ray.remote(SyncActor)
+# Any: Ray's annotations of remote classes do not follow .options(...).remote(...)
+_WorkerActor: Any = ray.remote(WgstoreWorker)
+_SyncActor: Any = ray.remote(SyncActor)
 
 
 def ensure_ray(address: str | None = None, *, log_to_driver: bool = False) -> None:

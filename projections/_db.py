@@ -35,9 +35,10 @@ def fetch(store: EventStore, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     """Run one SELECT outside any write transaction and return every row."""
     postgres = is_postgres(store)
     connection = store.engine.raw_connection()
+    driver: Any = connection.driver_connection  # the DBAPI connection (psycopg's: autocommit)
     try:
         if postgres:
-            connection.driver_connection.autocommit = True
+            driver.autocommit = True
         cursor = connection.cursor()
         try:
             cursor.execute(sql, tuple(params))
@@ -45,8 +46,8 @@ def fetch(store: EventStore, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         finally:
             cursor.close()
     finally:
-        if postgres and not connection.driver_connection.closed:
-            connection.driver_connection.autocommit = False
+        if postgres and not driver.closed:
+            driver.autocommit = False
         connection.close()
 
 

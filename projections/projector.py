@@ -285,7 +285,7 @@ def _apply_groups(
     touched: set[str] = set()
     if not streams:
         return touched
-    group_ids = [group_id_of(stream_id) for stream_id in streams]
+    group_ids = [stream_id[len(GROUP_STREAM_PREFIX) :] for stream_id in streams]
     existing = {
         row.group_id: row.projection_error
         for row in connection.execute(

@@ -104,7 +104,7 @@ def _event_hash(source: EventStore | sa.Connection, stream_id: str, version: int
     from wgstore.events.schema import wg_events
 
     if isinstance(source, sa.Connection):
-        return source.execute(  # type: ignore[no-any-return]
+        return source.execute(
             sa.select(wg_events.c.hash).where(
                 wg_events.c.stream_id == stream_id, wg_events.c.stream_version == version
             )

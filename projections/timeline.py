@@ -224,7 +224,7 @@ def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
     """
     detail = run_detail(store, run_id)
     run_records = list(store.read_stream(run_stream(run_id)))
-    events = [
+    events: list[dict[str, Any]] = [
         {
             "t": _ms(record),
             "stream": "run",

@@ -138,7 +138,7 @@ END $$
 """
 
 
-def _json() -> sa.types.TypeEngine[object]:
+def _json() -> sa.types.TypeEngine[str]:
     return sa.Text().with_variant(postgresql.JSONB(), "postgresql")
 
 

@@ -22,7 +22,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from ray.train.v2._internal.execution.callback import (
     ControllerCallback,
@@ -228,7 +228,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     def _capture_driver_part(self) -> run_spec.DriverPart | None:
         """The driver's part of ``TrainerRecorded``, taken once (Ray may pickle the callback
         more than once: in the callbacks and in the run config). Never raises."""
-        part = getattr(self, "_driver_part", None)
+        part: run_spec.DriverPart | None = getattr(self, "_driver_part", None)
         if part is not None:
             return part
         try:
@@ -403,7 +403,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             )
         if self._pending_decision is not None and error is not None and self._group_id:
             # (a failure before any attempt has no group to name: RunErrored tells it)
-            events += self._decision_events(self._pending_decision, error)
+            events += self._decision_events(self._group_id, self._pending_decision, error)
         self._pending_decision = None
         if before != after:
             self._controller_state = after
@@ -450,7 +450,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             }
         }
 
-    def _decision_events(self, decision: RetryDecision, error: Any) -> list[Any]:
+    def _decision_events(self, group_id: str, decision: RetryDecision, error: Any) -> list[Any]:
         if self._writer is not None:
             self._writer.release()  # a failed attempt is recorded now, not after the next start
         kind, so_far, limit = translate.failure_accounting(
@@ -465,7 +465,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         return [
             FailureDecisionMade(
                 decision=decision,
-                group_id=self._group_id,
+                group_id=group_id,
                 reason=str(error),
                 failures_so_far=so_far,
                 failure_kind=kind,
@@ -710,7 +710,13 @@ def _train_fn_of(worker_group_context: Any) -> Any:
         return "__main__:unknown_train_fn"
 
 
-def _ray_timeouts() -> dict[str, float]:
+class _RayTimeouts(TypedDict):
+    placement_timeout_s: float
+    poll_interval_s: float
+    health_check_timeout_s: float
+
+
+def _ray_timeouts() -> _RayTimeouts:
     """Ray Train's own timeouts, as its controller reads them (env vars, Ray's defaults)."""
     from ray.train.v2._internal import constants as c
 

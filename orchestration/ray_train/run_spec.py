@@ -388,7 +388,7 @@ def build_trainer(spec: ResumeSpec, *, callbacks: list[Any]) -> Any:
         "datasets": dict(spec.datasets) or None,
     }
     if spec.backend_config is not None:
-        parameters = inspect.signature(spec.trainer_class.__init__).parameters
+        parameters = inspect.signature(spec.trainer_class).parameters
         if "backend_config" in parameters:
             kwargs["backend_config"] = spec.backend_config
         else:
