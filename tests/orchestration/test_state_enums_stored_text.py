@@ -36,14 +36,15 @@ from wgstore.projections.run_state import project_run
 
 G1 = attempt_group_id("r1", 1)
 
-# What wgstore stored before the enums, byte for byte (Codec.encode of the bare-string events).
+# What wgstore stored before the enums, byte for byte (Codec.encode of the bare-string events,
+# taken from the code before this change).
 OLD_TRANSITION = (
-    '{"from_state":"SCHEDULING","to_state":"RESTARTING","reason":"start failed",'
-    f'"group_id":"{G1}","resume_checkpoint":null}}'
+    f'{{"from_state":"SCHEDULING","group_id":"{G1}","reason":"start failed",'
+    '"resume_checkpoint":null,"to_state":"RESTARTING"}'
 )
 OLD_DECISION = (
-    f'{{"decision":"RETRY","group_id":"{G1}","reason":"start failed","failures_so_far":1,'
-    '"failure_kind":"start","limit":-1,"errors":[]}'
+    '{"decision":"RETRY","errors":[],"failure_kind":"start","failures_so_far":1,'
+    f'"group_id":"{G1}","limit":-1,"reason":"start failed"}}'
 )
 
 
