@@ -93,6 +93,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/projections/test_run_rows_mutants.py",
         "tests/projections/test_run_read_model.py",
     ),
+    "wgstore.projections.values": ("tests/projections/test_values.py",),
     "wgstore.orchestration.ray_train.translate": (
         "tests/orchestration/test_ray_train_translate_mutants.py",
         "tests/orchestration/test_ray_train_translate.py",
