@@ -161,67 +161,6 @@ def _patch_reports(metrics: int, latencies: list[float], made: Counter[str]) -> 
     fake_runtime._Worker._report = _report  # type: ignore[method-assign]
 
 
-_QUIET_TYPES = frozenset({"WorkerReported", "WorkerGroupPolled"})
-
-
-class _RunWakeups:
-    """``--wake runs`` (an A/B of a fix, in the bench only): one thread per process follows the
-    log (``wait_for_new`` + ``read_all``, as the executor's loop does) and wakes only the
-    controller whose run stream or attempt group stream moved, and not for reports or polls.
-    Each controller gets a :class:`_WakeStore`, whose ``wait_for_new`` waits for its own wake-up
-    (the controller still re-checks at least every second, its own wait cap)."""
-
-    def __init__(self, store: Any, run_ids: list[str]) -> None:
-        from wgstore.events.streams import group_stream, run_stream
-        from wgstore.orchestration.decide import attempt_group_id
-
-        self.store = store
-        self.flags = {r: threading.Event() for r in run_ids}
-        self.by_stream: dict[str, str] = {}
-        for run_id in run_ids:
-            self.by_stream[run_stream(run_id)] = run_id
-            for attempt in (1, 2, 3):
-                self.by_stream[group_stream(attempt_group_id(run_id, attempt))] = run_id
-        self.stop = threading.Event()
-        self.position = store.head()
-        self.thread = threading.Thread(target=self._follow, daemon=True)
-        self.thread.start()
-
-    def _follow(self) -> None:
-        while not self.stop.is_set():
-            self.store.wait_for_new(self.position, 1.0, stop=self.stop)
-            for record in self.store.read_all(after=self.position):
-                self.position = record.position
-                if record.type in _QUIET_TYPES:
-                    continue
-                run_id = self.by_stream.get(record.stream_id)
-                if run_id is not None:
-                    self.flags[run_id].set()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.store.wake_waiters()
-        self.thread.join(10)
-
-
-class _WakeStore:
-    """The store as one controller sees it under ``--wake runs``."""
-
-    def __init__(self, store: Any, flag: threading.Event) -> None:
-        self._store = store
-        self._flag = flag
-
-    def wait_for_new(
-        self, after: int, timeout_s: float, *, stop: threading.Event | None = None
-    ) -> int:
-        self._flag.wait(timeout_s)
-        self._flag.clear()
-        return self._store.head()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-
 def worker_process(spec: dict[str, Any], out_path: str) -> None:
     """One process: an executor on FakeRuntime and a controller thread per run."""
     if spec.get("profile"):
@@ -268,12 +207,10 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
             time.sleep(0.01)
         executor.start()
         finished: dict[str, str] = {}
-        wakeups = _RunWakeups(store, spec["runs"]) if spec["wake"] == "runs" else None
 
         def drive(run_id: str) -> None:
-            seen = store if wakeups is None else _WakeStore(store, wakeups.flags[run_id])
             try:
-                with RunController(seen, run_id, executor=executor) as controller:
+                with RunController(store, run_id, executor=executor) as controller:
                     finished[run_id] = controller.run(timeout_s=spec["timeout_s"]).status.value
             except Exception as error:  # noqa: BLE001 - recorded and reported
                 errors.append(f"{run_id}: {type(error).__name__}: {error}")
@@ -285,8 +222,6 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
             thread.join()
         executor.wait_idle(30.0)
         executor.stop()
-        if wakeups is not None:
-            wakeups.close()
         errors.extend(executor.errors)
     cpu = time.process_time() - cpu0
     if spec.get("profile"):
@@ -588,6 +523,80 @@ def _check(store: Any, run_ids: list[str], made: Counter[str]) -> dict[str, Any]
     }
 
 
+def _grow(store: Any, run_ids: list[str], target: int, metrics: int) -> dict[str, Any]:
+    """Pad the log to ``target`` events with reports of the fleet's shape (``--metrics``
+    metrics, the workers' metadata, each rank's indexes going on from its last report) appended
+    400 at a time to the fleet's group streams, for the log-growth measurements at size."""
+    from wgstore.events import AppendRequest, NewEvent
+    from wgstore.events.streams import group_stream
+    from wgstore.events.worker_group import WorkerReported
+    from wgstore.orchestration.controller import read_run
+    from wgstore.projections.state import project_worker_group
+
+    groups: list[tuple[str, int, dict[int, int]]] = []
+    for run_id in run_ids:
+        for group_id in read_run(store, run_id).groups:
+            state = project_worker_group(store.read_stream(group_stream(group_id)))
+            last = {
+                rank: state.last_report_index.get(rank, 0) for rank in range(len(state.workers))
+            }
+            groups.append((group_id, len(state.workers), last))
+    names = [f"metric_{k}" for k in range(max(0, metrics - 1))]
+    t0 = time.perf_counter()
+    appended = 0
+    g = 0
+    while store.head() < target:
+        group_id, workers, last = groups[g % len(groups)]
+        g += 1
+        events = []
+        for _ in range(400 // workers):
+            for rank in range(workers):
+                last[rank] += 1
+                index = last[rank]
+                values: dict[str, Any] = {"index": index}
+                for k, name in enumerate(names):
+                    values[name] = index * 0.001 + k
+                events.append(
+                    NewEvent(
+                        WorkerReported(world_rank=rank, index=index, metrics=values),
+                        metadata={
+                            "actor": f"{group_id}-w{rank}",
+                            "source": "worker",
+                            "world_rank": rank,
+                        },
+                    )
+                )
+        store.append_many([AppendRequest(group_stream(group_id), events)])
+        appended += len(events)
+    return {"appended": appended, "append_s": round(time.perf_counter() - t0, 1)}
+
+
+def _timed_at_size(store: Any, url: str) -> dict[str, Any]:
+    """What a user runs on a log of this size, timed: the read models' catch-up (in this
+    process), then ``wgstore verify`` (hash chains and read models against a rebuild) and
+    ``wgstore verify --no-read-models`` (the chains), each in a fresh process."""
+    import subprocess
+
+    from wgstore.projections.projector import catch_up_read_models
+
+    t0 = time.perf_counter()
+    catch_up_read_models(store)
+    caught = time.perf_counter() - t0
+    wgstore = str(Path(sys.executable).with_name("wgstore"))
+    timed: dict[str, Any] = {"events": store.head(), "catch_up_s": round(caught, 1)}
+    for label, extra in (("verify_s", []), ("verify_chains_s", ["--no-read-models"])):
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [wgstore, "--url", url, "verify", *extra], capture_output=True, text=True, check=False
+        )
+        timed[label] = round(time.perf_counter() - t0, 1)
+        timed[label.replace("_s", "_exit")] = done.returncode
+        if done.returncode != 0:
+            timed[label.replace("_s", "_output")] = (done.stdout + done.stderr)[-500:]
+    timed["load"] = [round(x, 1) for x in os.getloadavg()]
+    return timed
+
+
 def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
     """Run one configuration on one backend; returns its report (``REPORT_KEYS``)."""
     from wgstore.events import EventStore
@@ -615,7 +624,6 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
                         "reports": reports,
                         "metrics": args.metrics,
                         "threads": args.threads,
-                        "wake": args.wake,
                         "start_at": start_at,
                         "timeout_s": args.duration * 3 + 600,
                         "profile": args.profile if p == 0 and args.profile else None,
@@ -649,6 +657,11 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
             v0 = time.perf_counter()
             verified = store.verify()
             verify_s = time.perf_counter() - v0
+            at_size = None
+            if args.verify_at:
+                at_size = _grow(store, run_ids, args.verify_at, args.metrics)
+                at_size.update(_timed_at_size(store, backend.url))
+                at_size["bytes"], at_size["log_bytes"], _ = backend.sizes(store)
     finally:
         backend.close()
     load_end = os.getloadavg()
@@ -686,7 +699,6 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
             "duration_s": args.duration,
             "procs": procs,
             "threads": args.threads,
-            "wake": args.wake,
             "reports_per_worker": reports,
         },
         "load_start": [round(x, 1) for x in load_start],
@@ -720,6 +732,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
         "bytes_per_run_hour": round(total_bytes / run_hours),
         "by_type": types,
         "verify": {"s": round(verify_s, 3), "events": head, "ok": bool(verified.ok)},
+        "at_size": at_size,
         "check": {**check, "errors": [e for r in results for e in r["errors"]][:10]},
     }
 
@@ -758,6 +771,8 @@ def _print(report: dict[str, Any]) -> None:
             f"{t['events_per_run_hour']:9} /run-h {t['bytes_per_run_hour']:11,} B/run-h"
         )
     print(f"  verify: {report['verify']}")
+    if report.get("at_size"):
+        print(f"  at size: {report['at_size']}")
     print(f"  check: {report['check']}")
 
 
@@ -776,11 +791,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spawn-s", type=float, default=8.0, help="time given to spawn")
     parser.add_argument("--profile", help="cProfile output of worker process 0")
     parser.add_argument(
-        "--wake",
-        choices=["all", "runs"],
-        default="all",
-        help="all: controllers wait on the whole log (the library); runs: a bench-side "
-        "dispatcher wakes a controller only when its run or group stream moved (an A/B)",
+        "--verify-at",
+        type=int,
+        metavar="EVENTS",
+        help="afterwards, pad the log with reports of the fleet's shape to EVENTS events and "
+        "time the read models' catch-up, `wgstore verify` and `wgstore verify "
+        "--no-read-models` at that size",
     )
     parser.add_argument("--keep", action="store_true", help="keep the schema / file")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -2,6 +2,10 @@
 
 Notifications are an optimisation only. They are lost while the listening connection is down,
 so every waiter also re-reads the head on a short interval.
+
+Waiters that follow a few streams, not the whole log (run controllers), use
+:meth:`Notifier.watch` instead: one follower per store object wakes each of them only for its
+own streams (:mod:`wgstore.events.stream_watch`).
 """
 
 from __future__ import annotations
@@ -10,12 +14,14 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from wgstore.events.schema import NOTIFY_CHANNEL
 
 if TYPE_CHECKING:
     from wgstore.events.store import EventStore
+    from wgstore.events.stream_watch import StreamFollower, StreamWatch
 
 __all__ = ["Notifier"]
 
@@ -35,6 +41,37 @@ class Notifier:
         self._listener: threading.Thread | None = None
         self._stop = threading.Event()
         self._listen_connection: Any = None
+        self._follower: StreamFollower | None = None
+
+    @property
+    def generation(self) -> int:
+        """A counter that moves on every wake-up (a notification, a local append, :meth:`wake`)."""
+        return self._generation
+
+    def wait_for_wake(self, generation: int, timeout_s: float) -> int:
+        """Block until :attr:`generation` moved past ``generation`` or ``timeout_s`` passed;
+        return it. No query: the caller reads what it needs (on Postgres, call
+        :meth:`ensure_listening` first, or only local appends wake it)."""
+        with self._changed:
+            if self._generation == generation:
+                self._changed.wait(max(timeout_s, 0.0))
+            return self._generation
+
+    def ensure_listening(self) -> None:
+        """Postgres: make sure the thread that LISTENs for other processes' appends runs."""
+        if self._store.is_postgres:
+            self._ensure_listener()
+
+    def watch(self, stream_ids: Iterable[str], ignore_types: Iterable[str] = ()) -> StreamWatch:
+        """A :class:`~wgstore.events.stream_watch.StreamWatch` of ``stream_ids``, served by
+        this store object's one follower (started with the first watch)."""
+        with self._changed:
+            if self._follower is None:
+                from wgstore.events.stream_watch import StreamFollower
+
+                self._follower = StreamFollower(self._store, self)
+            follower = self._follower
+        return follower.watch(stream_ids, ignore_types)
 
     def local_append(self) -> None:
         """Wake the waiters of this process: the store object itself just appended."""
@@ -65,8 +102,10 @@ class Notifier:
                     self._changed.wait(min(poll_s, remaining))
 
     def close(self) -> None:
-        """Stop listening."""
+        """Stop listening, and the stream follower (its watches' waits return False)."""
         self._stop.set()
+        if self._follower is not None:
+            self._follower.close()
         connection = self._listen_connection
         if connection is not None:
             with contextlib.suppress(Exception):

@@ -52,6 +52,7 @@ from wgstore.events.records import (
 )
 from wgstore.events.registry import REGISTRY, EventRegistry
 from wgstore.events.schema import FREQUENT_TYPES, TYPE_INDEX_WHERE
+from wgstore.events.stream_watch import StreamWatch
 from wgstore.events.streams import check_reserved_append
 from wgstore.events.verify import VerifyReport, head_digest, verify_log
 
@@ -770,6 +771,22 @@ class EventStore:
         waiter whose ``stop`` event was set returns (a follower stopping without waiting out
         its poll interval, 0.5 s on Postgres)."""
         self._notifier.wake()
+
+    def watch_streams(
+        self, stream_ids: Iterable[str] = (), *, ignore_types: Iterable[str] = ()
+    ) -> StreamWatch:
+        """Wait for a few streams, not the whole log: a :class:`StreamWatch` whose ``wait``
+        returns only when one of ``stream_ids`` (``watch.add`` adds more) gets an event whose
+        type is not in ``ignore_types``.
+
+        Take ``token = watch.position()`` before reading the streams and ``watch.wait(token,
+        timeout_s)`` after: an event that lands in between still wakes the waiter. One thread
+        per store object follows the log for every watch (it reads new events' position, stream
+        and type once, not their data), so each append wakes only its streams' waiters. Close
+        the watch when done (a context manager). See :mod:`wgstore.events.stream_watch`.
+        """
+        self._check_open()
+        return self._notifier.watch(stream_ids, ignore_types)
 
     def subscription(
         self,

@@ -5,8 +5,13 @@ stream and the stream of the run's current worker group, decide, and append the 
 atomic append over both streams: the run events with ``expected_version`` = the run's version (a
 ``ConcurrencyError`` on it means another controller acted first: re-read, decide again, and
 usually find nothing to do) and the group events they imply (ids derived from the decision, so
-a retry is idempotent). When a step finds nothing to do it waits for the next event
-(``store.wait_for_new``).
+a retry is idempotent). When a step finds nothing to do it waits for the next event on its own
+streams, the run's and its groups' (``store.watch_streams``: one follower per store object
+wakes each controller only for its streams, so a process driving many runs reads each event
+once, not once per run). Reports (``WorkerReported``) do not wake it unless ``on_update`` wants
+them: they never change a decision (their checkpoints are read when the group has ended, which
+another event says). With nothing to wake it, it re-checks its lease every ``lease_s / 3``, and
+wakes at the lease's deadline if the keeper could not renew it.
 
 The lease fences: every append the controller makes carries it (``fence=``), so the database
 refuses it once the lease has passed to another holder, however long this process was paused;
@@ -64,6 +69,7 @@ from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
 if TYPE_CHECKING:
+    from wgstore.events.stream_watch import StreamWatch
     from wgstore.orchestration.executor import RayExecutor
 
 __all__ = ["RunController", "abort_events", "read_run"]
@@ -72,6 +78,8 @@ log = logging.getLogger("wgstore.controller")
 
 
 _LIVE = (WorkerGroupStatus.REQUESTED, WorkerGroupStatus.STARTING, WorkerGroupStatus.RUNNING)
+_NEVER_DECIDES = frozenset({"WorkerReported"})
+"""Event types that never change what :func:`decide` returns: they do not wake the loop."""
 
 
 def _now() -> datetime:
@@ -400,32 +408,49 @@ class RunController:
         """
         self.start()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        watch: StreamWatch | None = None
         try:
             while not self._run.ended:
                 self.keep_lease()
-                head = self.store.head()
+                if watch is None:
+                    quiet = () if self.on_update is not None else _NEVER_DECIDES
+                    watch = self.store.watch_streams([self._run.stream_id], ignore_types=quiet)
+                token = watch.position()  # before the step reads: nothing after it is missed
                 decision = self.step()
                 if self._run.ended or not decision.empty:
                     continue
-                self.refresh()
-                if self._run.ended:
-                    break
-                wait_s = max(0.01, min(1.0, self.lease_s / 3))
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise WorkerGroupTimeoutError(
-                            f"run {self.run_id} did not end within {timeout_s}s (controller "
-                            f"state {self._run.controller_state}); it goes on: resume it with "
-                            f"`wgstore run --resume {self.run_id}`"
-                        )
-                    wait_s = min(wait_s, remaining)
-                self.store.wait_for_new(head, wait_s)
+                current = self._run.current_group_id
+                if current is not None:
+                    watch.add(group_stream(current))  # wakes at once if it may have moved
+                watch.wait(token, self._idle_wait_s(deadline, timeout_s))
             self.refresh()
         except KeyboardInterrupt:
             self.abort("interrupted")
             raise
+        finally:
+            if watch is not None:
+                watch.close()
         return self._run
+
+    def _idle_wait_s(self, deadline: float | None, timeout_s: float | None) -> float:
+        """How long a controller with nothing to do waits for its streams: until it should
+        re-check its lease (``lease_s / 3``, or the lease's deadline if that is sooner) or the
+        caller's deadline."""
+        now = time.monotonic()
+        wait_s = self.lease_s / 3
+        keeper = self._keeper
+        if keeper is not None:
+            wait_s = min(wait_s, keeper.valid_until - now)
+        if deadline is not None:
+            remaining = deadline - now
+            if remaining <= 0:
+                raise WorkerGroupTimeoutError(
+                    f"run {self.run_id} did not end within {timeout_s}s (controller "
+                    f"state {self._run.controller_state}); it goes on: resume it with "
+                    f"`wgstore run --resume {self.run_id}`"
+                )
+            wait_s = min(wait_s, remaining)
+        return max(0.01, wait_s)
 
     def abort(self, reason: str, *, timeout_s: float = 120.0) -> RunState:
         """End the run as aborted and abort its live group; returns the run's final state."""

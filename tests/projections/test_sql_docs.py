@@ -224,3 +224,23 @@ def test_query_15_lists_the_checkpoints_reported_but_not_committed(scenario: Any
         (r["group_id"], r["report_index"], r["checkpoint"], r["ranks_reported"], r["committed"])
         for r in rows
     ] == [("g2", 2, "/ckpt/2", 1, None)]
+
+
+def test_query_16_gives_the_log_per_event_type(scenario: Any) -> None:
+    rows = _run(scenario, 16)
+    with scenario.engine.connect() as connection:
+        rows_by_type = connection.execute(
+            sa.text("SELECT event_type, COUNT(*) FROM wg_events GROUP BY event_type")
+        )
+        counts = {event_type: count for event_type, count in rows_by_type}
+    assert {r["event_type"]: r["events"] for r in rows} == counts
+    assert counts["WorkerReported"] == 4  # g1 one report, g2 three
+    sizes = [int(r["row_bytes"]) for r in rows]
+    assert sizes == sorted(sizes, reverse=True) and all(size > 100 for size in sizes)
+    assert all(r["first_at"] <= r["last_at"] for r in rows)
+
+
+def test_query_17_gives_the_logs_size_on_disk(scenario: Any) -> None:
+    (row,) = _run(scenario, 17)
+    assert row["events"] == scenario.head()
+    assert row["bytes"] > 8192  # some pages
