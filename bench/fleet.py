@@ -161,6 +161,41 @@ def _patch_reports(metrics: int, latencies: list[float], made: Counter[str]) -> 
     fake_runtime._Worker._report = _report  # type: ignore[method-assign]
 
 
+class _WholeLogWatch:
+    """``--wake all``, a reference only: the controllers' wait as it was before issue 25's fix
+    (every append anywhere wakes every controller of the process, which re-reads its streams;
+    at most 1 s between re-checks), behind the ``watch_streams`` interface the controller uses
+    now, so the same fleet can be run both ways at the same load."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def position(self) -> int:
+        return int(self._store.head())
+
+    def add(self, *stream_ids: str) -> None:
+        pass
+
+    def wait(self, token: int, timeout_s: float, stop: Any = None) -> bool:
+        return int(self._store.wait_for_new(token, min(timeout_s, 1.0))) > token
+
+    def close(self) -> None:
+        pass
+
+
+class _WholeLogStore:
+    """The store as a controller sees it under ``--wake all``."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def watch_streams(self, *_args: Any, **_kwargs: Any) -> _WholeLogWatch:
+        return _WholeLogWatch(self._store)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
 def worker_process(spec: dict[str, Any], out_path: str) -> None:
     """One process: an executor on FakeRuntime and a controller thread per run."""
     if spec.get("profile"):
@@ -208,9 +243,11 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
         executor.start()
         finished: dict[str, str] = {}
 
+        seen = store if spec["wake"] == "streams" else _WholeLogStore(store)
+
         def drive(run_id: str) -> None:
             try:
-                with RunController(store, run_id, executor=executor) as controller:
+                with RunController(seen, run_id, executor=executor) as controller:
                     finished[run_id] = controller.run(timeout_s=spec["timeout_s"]).status.value
             except Exception as error:  # noqa: BLE001 - recorded and reported
                 errors.append(f"{run_id}: {type(error).__name__}: {error}")
@@ -624,6 +661,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
                         "reports": reports,
                         "metrics": args.metrics,
                         "threads": args.threads,
+                        "wake": args.wake,
                         "start_at": start_at,
                         "timeout_s": args.duration * 3 + 600,
                         "profile": args.profile if p == 0 and args.profile else None,
@@ -699,6 +737,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
             "duration_s": args.duration,
             "procs": procs,
             "threads": args.threads,
+            "wake": args.wake,
             "reports_per_worker": reports,
         },
         "load_start": [round(x, 1) for x in load_start],
@@ -743,7 +782,7 @@ def _print(report: dict[str, Any]) -> None:
     cpu = report["cpu_ms_per_1000_events"]
     print(
         f"{c['backend']:8} runs={c['runs']} workers={c['workers']} every {c['interval_s']}s "
-        f"metrics={c['metrics']} fail={c['fail_share']} procs={c['procs']} "
+        f"metrics={c['metrics']} fail={c['fail_share']} procs={c['procs']} wake={c['wake']} "
         f"load {report['load_start'][0]}->{report['load_end'][0]}"
     )
     print(
@@ -790,6 +829,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8, help="executor threads per process")
     parser.add_argument("--spawn-s", type=float, default=8.0, help="time given to spawn")
     parser.add_argument("--profile", help="cProfile output of worker process 0")
+    parser.add_argument(
+        "--wake",
+        choices=["streams", "all"],
+        default="streams",
+        help="streams: the library's controllers (woken for their own streams); all: a "
+        "reference, the controllers' whole-log wait from before issue 25's fix, for an A/B at "
+        "the same load",
+    )
     parser.add_argument(
         "--verify-at",
         type=int,
