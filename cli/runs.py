@@ -1,14 +1,17 @@
 """``wgstore runs``: the training runs as the log tells them; ``wgstore runs RUN`` one run.
 
 The listing is :func:`wgstore.projections.run_views.run_summaries` (the read model ``wg_runs``
-when it is up to date with the log, the log folded otherwise, or with ``--from-log``); one run is
-:func:`~wgstore.projections.run_views.run_detail`, folded from the log. Orphaned joins each run
-with its lease (``wg_run_leases``) now.
+when it is up to date with the log, the log folded otherwise, or with ``--from-log``) kept by a
+:class:`~wgstore.projections.run_filter.RunFilter`; one run is
+:func:`~wgstore.projections.run_views.run_detail`, folded from the log, shown as
+:func:`~wgstore.projections.run_facts.run_facts`. Orphaned joins each run with its lease
+(``wg_run_leases``) now.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import dataclasses
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
@@ -27,8 +30,9 @@ from wgstore.cli.common import (
     resolve_run,
 )
 from wgstore.cli.groups import status_text
-from wgstore.projections import ProjectionError, RunStatus, StreamNotFoundError
-from wgstore.projections.run_rows import RUN_SOURCES
+from wgstore.projections import ProjectionError, StreamNotFoundError
+from wgstore.projections.run_facts import Tone, budget_text, failures_text, run_facts, state_parts
+from wgstore.projections.run_filter import UNREADABLE, RunFilter
 from wgstore.projections.run_views import run_detail, run_summaries
 from wgstore.projections.views import first_line
 
@@ -46,36 +50,14 @@ RUN_STYLES = {
     "UNREADABLE": "bold red",
 }
 DECISION_STYLES = {"RETRY": "yellow", "RAISE": "bold red"}
+TONE_STYLES = {Tone.MUTED: "dim", Tone.NOTICE: "yellow", Tone.ERROR: "red", Tone.ALERT: "bold red"}
 
 
-def budget_text(used: int | None, limit: int | None) -> str:
-    """``1/3`` failures used against the limit (``1/∞`` when unlimited)."""
-    if used is None:
-        return ""
-    if limit is None:
-        return str(used)
-    return f"{used}/{'∞' if limit < 0 else limit}"
-
-
-def _failures(summary: dict[str, Any]) -> str:
-    text = budget_text(summary["worker_group_failures"], summary["max_failures"])
-    extra = [
-        f"{label} {budget_text(summary[used], summary[limit])}"
-        for label, used, limit in (
-            ("start", "start_failures", "controller_failure_limit"),
-            ("preempt", "preemption_failures", "max_preemption_failures"),
-        )
-        if summary[used]
-    ]
-    return ", ".join([text, *extra]) if extra else text
-
-
-def _state_text(summary: dict[str, Any]) -> Text:
-    status = summary["status"]
+def _state_text(summary: Mapping[str, Any]) -> Text:
+    status, controller = state_parts(summary)
     text = Text(status, style=RUN_STYLES.get(status, ""))
-    controller = summary.get("controller_state")
-    if controller and controller != status:
-        text.append(f" ({controller})", style="dim")
+    if controller:
+        text.append(controller, style="dim")
     return text
 
 
@@ -124,71 +106,45 @@ def runs_command(
             )
         _show_run(url, run, as_json)
         return
-    known = [s.value for s in RunStatus]
-    wanted = {s.upper().replace("-", "_") for s in status or []}
-    unknown = sorted(wanted - set(known))
-    if unknown:
-        raise UsageProblem(f"unknown status {', '.join(unknown)}; use one of {', '.join(known)}")
-    if source is not None and source not in RUN_SOURCES:
-        raise UsageProblem(f"unknown source {source!r}; use one of {', '.join(RUN_SOURCES)}")
-    start: datetime | None = parse_time(since) if since else None
+    wanted = RunFilter.of(status or [], source, orphaned=orphaned)
+    if since:
+        wanted = dataclasses.replace(wanted, since=parse_time(since))
     with opened(url) as store:
-        summaries = run_summaries(store, from_log=from_log)
-    filtered = wanted or source or orphaned or start
+        summaries = [s for s in run_summaries(store, from_log=from_log) if wanted.matches(s)]
+    if as_json:
+        for summary in summaries:
+            typer.echo(json_line(summary))
+        return
+    if not summaries:
+        out_console().print("no runs match" if wanted.active else "no runs in the log")
+        return
     table = Table(
         "run", "name", "state", "attempts", "failures", "checkpoint", "orphaned", "updated"
     )
-    shown = 0
     for summary in summaries:
-        readable = summary["status"] != "UNREADABLE"
-        if filtered and not readable:
-            continue
-        if wanted and summary["status"] not in wanted:
-            continue
-        if source and summary["source"] != source:
-            continue
-        if orphaned and not summary["orphaned"]:
-            continue
-        if start and (summary["created_at"] is None or summary["created_at"] < start):
-            continue
-        shown += 1
-        if as_json:
-            typer.echo(json_line(summary))
-            continue
-        if not readable:
-            table.add_row(
-                summary["run_id"],
-                "",
-                _state_text(summary),
-                "",
-                "",
-                "",
-                "",
-                "",
-            )
-            table.add_row("", Text(first_line(summary["error"]), style="red"))
-            continue
-        table.add_row(
-            summary["run_id"],
-            summary["name"] or "",
-            _state_text(summary),
-            str(summary["attempts"]),
-            _failures(summary),
-            summary["latest_checkpoint"] or "",
-            Text("ORPHANED", style="bold red") if summary["orphaned"] else "",
-            format_time(summary["updated_at"]),
-        )
-        if summary["resumable"] is False:
-            table.add_row(
-                "",
-                Text(f"not resumable: {first_line(summary['not_resumable_reason'] or '')}", "dim"),
-            )
-    if as_json:
+        _add_summary(table, summary)
+    out_console().print(table)
+
+
+def _add_summary(table: Table, summary: Mapping[str, Any]) -> None:
+    """One run's row of the listing (and a second for why it failed or cannot be resumed)."""
+    if summary["status"] == UNREADABLE:
+        table.add_row(summary["run_id"], "", _state_text(summary), "", "", "", "", "")
+        table.add_row("", Text(first_line(summary["error"]), style="red"))
         return
-    if shown:
-        out_console().print(table)
-    else:
-        out_console().print("no runs match" if filtered else "no runs in the log")
+    table.add_row(
+        summary["run_id"],
+        summary["name"] or "",
+        _state_text(summary),
+        str(summary["attempts"]),
+        failures_text(summary),
+        summary["latest_checkpoint"] or "",
+        Text("ORPHANED", style="bold red") if summary["orphaned"] else "",
+        format_time(summary["updated_at"]),
+    )
+    if summary["resumable"] is False:
+        reason = first_line(summary["not_resumable_reason"] or "")
+        table.add_row("", Text(f"not resumable: {reason}", "dim"))
 
 
 def _show_run(url: str, run: str, as_json: bool) -> None:
@@ -207,66 +163,15 @@ def _show_run(url: str, run: str, as_json: bool) -> None:
 def print_run(detail: dict[str, Any]) -> None:
     """Print one run: its facts, then one row per attempt with its failure and decision."""
     console = out_console()
-    run = detail["run"]
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="dim")
     facts.add_column()
-    facts.add_row("run", f"{run['run_id']}" + (f" ({run['name']})" if run["name"] else ""))
-    facts.add_row("source", run["source"])
-    facts.add_row("state", _state_text(run))
-    if run["train_fn"]:
-        facts.add_row("train_fn", run["train_fn"])
-    if run["num_workers"] is not None:
-        resources = ", ".join(f"{k}={v:g}" for k, v in (run["resources_per_worker"] or {}).items())
-        facts.add_row("workers", f"{run['num_workers']} x {{{resources}}}")
-    facts.add_row("failures", _failures(run) + " (worker group failures used / max_failures)")
-    facts.add_row("attempts", str(run["attempts"]))
-    if run["latest_checkpoint"]:
-        at = run["checkpoint_committed_at"]
-        facts.add_row(
-            "checkpoint",
-            run["latest_checkpoint"] + (f" (committed {format_time(at)})" if at else ""),
-        )
-    reported = run["latest_reported_checkpoint"]
-    if reported and reported != run["latest_checkpoint"]:
-        facts.add_row(
-            "reported",
-            Text(f"{reported} (not by every rank: not committed, no retry starts from it)", "dim"),
-        )
-    if run["resumable"] is False:
-        facts.add_row("resumable", Text(f"no: {run['not_resumable_reason']}", style="yellow"))
-    facts.add_row("created", format_time(run["created_at"]))
-    if run["ended_at"]:
-        facts.add_row("ended", format_time(run["ended_at"]))
-    if run["lease_holder"]:
-        facts.add_row(
-            "lease", f"{run['lease_holder']} until {format_time(run['lease_expires_at'])}"
-        )
-    if run["orphaned"]:
-        facts.add_row(
-            "orphaned",
-            Text(
-                "yes: no live process holds its lease (its driver or controller is gone); "
-                f"resume it (`wgstore resume {run['run_id']}`) or end it and release its Ray "
-                "resources (`wgstore gc`)",
-                style="bold red",
-            ),
-        )
-    if run["error"]:
-        facts.add_row("error", Text(first_line(run["error"]), style="bold red"))
-    for failed in run["failed_ranks"] or []:
-        facts.add_row(
-            "", Text(f"rank {failed['world_rank']}: {failed['type']}: {failed['message']}", "red")
-        )
-    for resumed in detail["resumes"]:
-        facts.add_row(
-            "resumed",
-            Text(f"by {resumed['by']} at attempt {resumed['attempt']} ({resumed['reason']})"),
-        )
-    if run["abort_reason"]:
-        facts.add_row("aborted", Text(run["abort_reason"], style="yellow"))
-    if run["ray"]:
-        facts.add_row("ray", json_line(run["ray"]))
+    for fact in run_facts(detail):
+        style = RUN_STYLES.get(fact.text, "") if fact.tone is Tone.STATE else ""
+        text = Text(fact.text, style=TONE_STYLES.get(fact.tone, style))
+        if fact.note:
+            text.append(fact.note, style="dim")
+        facts.add_row(fact.label, text)
     console.print(facts)
     if not detail["attempts"]:
         console.print("no attempts yet", style="dim")
