@@ -283,6 +283,287 @@ def pages_cost(url: str, pages: int, appends: int, rounds: int = 2) -> dict[str,
     }
 
 
+BIG_BATCH = 1000
+"""Events per append while the big run is built (batched appends, as a busy writer does)."""
+
+
+def record_big_run(store: EventStore, run_id: str, events: int) -> str:
+    """A RUNNING run with one attempt of 2 workers whose stream holds about ``events`` events
+    (``events / 2`` reports per rank), appended in batches of :data:`BIG_BATCH`."""
+    group_id = record_run(store, run_id, reports=1, finished=False)
+    stream = group_stream(group_id)
+    step = 2
+    count = store.stream_version(stream)
+    batch: list[Any] = []
+    while count < events:
+        batch += [
+            WorkerReported(world_rank=rank, index=step, metrics={"loss": 1 / step, "lr": 0.01})
+            for rank in range(WORKERS)
+        ]
+        step += 1
+        count += WORKERS
+        if len(batch) >= BIG_BATCH or count >= events:
+            store.append(stream, batch)
+            batch = []
+    return group_id
+
+
+def _first_byte_ms(client: httpx.Client, url: str) -> tuple[float, float, int]:
+    """Ms to the first byte and to the whole answer of one GET, and its size."""
+    started = time.perf_counter()
+    with client.stream("GET", url) as response:
+        response.raise_for_status()
+        chunks = response.iter_bytes()
+        first = next(chunks, b"")
+        first_ms = (time.perf_counter() - started) * 1000
+        size = len(first) + sum(len(chunk) for chunk in chunks)
+    return first_ms, (time.perf_counter() - started) * 1000, size
+
+
+def big_run(url: str, events: int, repeats: int) -> dict[str, Any]:
+    """The run and group pages of a run of ``events`` events: first byte of the page, the API's
+    answer, and the page fully drawn in Chromium (the loss chart on screen), each measured
+    ``repeats`` times after an append (so no answer is reused): first with the read models never
+    caught up (no projector: each request folds the log), then with them caught up once and
+    one report behind (a live run's normal state: the projector catches up every few seconds)."""
+    from playwright.sync_api import sync_playwright
+
+    result: dict[str, Any] = {"events": events}
+    with EventStore.open(url) as store:
+        started = time.perf_counter()
+        group_id = record_big_run(store, "big", events)
+        result["build_s"] = time.perf_counter() - started
+        result["stream_events"] = store.stream_version(group_stream(group_id))
+        step = [10**9]
+
+        def another_report() -> None:  # the head moves: no kept answer is reused
+            store.append(
+                group_stream(group_id),
+                [WorkerReported(world_rank=0, index=step[0], metrics={"loss": 0.5, "lr": 0.01})],
+            )
+            step[0] += 1
+
+        with (
+            served(url) as base,
+            httpx.Client(timeout=600) as client,
+            sync_playwright() as playwright,
+        ):
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            try:
+                for phase in ("behind", "current"):
+                    if phase == "current":
+                        catch_up_read_models(store)
+                    rows: dict[str, list[float]] = {}
+                    for _ in range(repeats):
+                        for name, path in (
+                            ("run_page", "/runs/big"),
+                            ("run_api", "/api/runs/big"),
+                            ("group_api", f"/api/groups/{group_id}"),
+                        ):
+                            another_report()
+                            first, whole, size = _first_byte_ms(client, base + path)
+                            rows.setdefault(f"{name}_first_byte_ms", []).append(first)
+                            rows.setdefault(f"{name}_ms", []).append(whole)
+                            rows[f"{name}_bytes"] = [size]
+                        for name, path, selector in (
+                            ("run_drawn", "/runs/big", "svg[data-metric='loss']"),
+                            ("group_drawn", f"/groups/{group_id}", "table"),
+                        ):
+                            another_report()
+                            page = browser.new_page()
+                            began = time.perf_counter()
+                            page.goto(base + path)
+                            page.wait_for_selector(selector, timeout=600_000)
+                            rows.setdefault(f"{name}_ms", []).append(
+                                (time.perf_counter() - began) * 1000
+                            )
+                            page.close()
+                    result[phase] = {k: statistics.median(v) for k, v in rows.items()}
+                    result[phase]["load_1m"] = os.getloadavg()[0]
+            finally:
+                browser.close()
+    return result
+
+
+def clients_child(base: str, clients: int, run_id: str) -> None:
+    """``clients`` pages' worth of HTTP without a browser (run as its own, niced process): each
+    holds an ``/api/stream`` connection and, on every ``append`` message that touches the run's
+    streams, fetches ``/api/runs/<run_id>`` as live.js does (one fetch at a time per page, one
+    more if messages came meanwhile). Prints ``ready`` once every stream is open; on stdin's end
+    prints how many fetches were made, and exits."""
+    import asyncio
+
+    async def page(client: httpx.AsyncClient, ready: asyncio.Event, counts: list[int]) -> None:
+        watched: set[str] = set()
+        busy = again = False
+        running: set[asyncio.Task[None]] = set()
+
+        def start_refresh() -> None:
+            task = asyncio.create_task(refresh())
+            running.add(task)
+            task.add_done_callback(running.discard)
+
+        async def refresh() -> None:
+            nonlocal busy, again, watched
+            if busy:
+                again = True
+                return
+            busy = True
+            try:
+                while True:
+                    again = False
+                    answer = (await client.get(f"{base}/api/runs/{run_id}")).json()
+                    counts[0] += 1
+                    watched = {f"run-{run_id}"} | {
+                        f"worker-group-{a['group_id']}" for a in answer["attempts"]
+                    }
+                    if not again:
+                        return
+            finally:
+                busy = False
+
+        async with client.stream("GET", f"{base}/api/stream") as stream:
+            kind = ""
+            async for line in stream.aiter_lines():
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:") and kind in ("status", "append"):
+                    message = json.loads(line[5:])
+                    if kind == "status":
+                        ready.set()
+                        start_refresh()
+                    elif message["more"] or any(
+                        e["stream_id"] in watched for e in message["events"]
+                    ):
+                        start_refresh()
+
+    async def main() -> None:
+        counts = [0]
+        limits = httpx.Limits(max_connections=clients * 2 + 10, max_keepalive_connections=None)
+        async with httpx.AsyncClient(timeout=None, limits=limits) as client:
+            readies = [asyncio.Event() for _ in range(clients)]
+            tasks = [asyncio.create_task(page(client, r, counts)) for r in readies]
+            for ready in readies:
+                await ready.wait()
+            print("ready", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+            print(f"fetches {counts[0]}", flush=True)
+            for task in tasks:
+                task.cancel()
+
+    asyncio.run(main())
+
+
+@contextmanager
+def open_clients(base: str, clients: int, run_id: str) -> Iterator[dict[str, Any]]:
+    """:func:`clients_child` in its own process at the lowest priority (``nice 19``); yields a
+    dict that holds ``fetches`` once the clients are gone."""
+    process = subprocess.Popen(
+        [
+            "nice",
+            "-n",
+            "19",
+            sys.executable,
+            __file__,
+            "--clients-child",
+            base,
+            str(clients),
+            run_id,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    found: dict[str, Any] = {"pid": process.pid}
+    try:
+        line = process.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"the clients did not start: {line!r}")
+        yield found
+    finally:
+        process.stdin.close()
+        out = process.stdout.read()
+        process.wait(timeout=60)
+        for line in out.splitlines():
+            if line.startswith("fetches "):
+                found["fetches"] = int(line.split()[1])
+
+
+def clients_cost(url: str, clients: int, appends: int, rounds: int) -> dict[str, Any]:
+    """Single appends at full speed with no client, then with ``clients`` live pages' worth of
+    HTTP clients (:func:`clients_child`), alternating ``rounds`` times, for two workloads:
+    ``run``: every append is a report of the run the pages show (each one makes every page
+    fetch the run again); ``w1``: bench/store.py's W1 (single appends over 50 streams the pages
+    do not show: each reaches every page as a server-sent event, no fetch). Appends/s, and the
+    server's CPU (ms per append, its ``/proc`` user + system time) over the burst and the 2 s
+    after it."""
+    from bench_payload import make_event
+
+    with EventStore.open(url) as store:
+        group_id = record_run(store, "live", reports=1, finished=False)
+        step = [2]
+        seq = [0]
+
+        def run_append() -> None:
+            store.append(
+                group_stream(group_id),
+                [WorkerReported(world_rank=0, index=step[0], metrics={"loss": 1 / step[0]})],
+            )
+            step[0] += 1
+
+        def w1_append() -> None:
+            store.append(f"w1-{seq[0] % 50}", [make_event(seq[0])])
+            seq[0] += 1
+
+        def burst(append: Any) -> tuple[float, float]:
+            cpu = _cpu_s(SERVER_PID[0])
+            started = time.perf_counter()
+            for _ in range(appends):
+                append()
+            took = time.perf_counter() - started
+            time.sleep(2)  # the fetches the last appends caused count in this burst
+            return appends / took, (_cpu_s(SERVER_PID[0]) - cpu) / appends
+
+        out: dict[str, Any] = {"clients": clients, "appends": appends, "rounds": rounds}
+        with served(url) as base:
+            for _ in range(5):
+                w1_append()
+                run_append()  # warm: the first appends open connections and caches
+            for name, append in (("run", run_append), ("w1", w1_append)):
+                rows: dict[str, list[tuple[float, float]]] = {"none": [], "clients": []}
+                fetches = 0
+                loads = []
+                for _ in range(rounds):
+                    loads.append(os.getloadavg()[0])
+                    rows["none"].append(burst(append))
+                    with open_clients(base, clients, "live") as found:
+                        rows["clients"].append(burst(append))
+                    fetches += found.get("fetches", 0)
+                none_rates = [r for r, _ in rows["none"]]
+                with_rates = [r for r, _ in rows["clients"]]
+                none_rate = statistics.median(none_rates)
+                with_rate = statistics.median(with_rates)
+                out[name] = {
+                    "appends_per_s_no_clients": none_rate,
+                    "appends_per_s_with_clients": with_rate,
+                    "rates_no_clients": none_rates,
+                    "rates_with_clients": with_rates,
+                    "append_cost_pct": (none_rate / with_rate - 1) * 100,
+                    "server_cpu_ms_per_append_no_clients": statistics.median(
+                        c for _, c in rows["none"]
+                    )
+                    * 1000,
+                    "server_cpu_ms_per_append_with_clients": statistics.median(
+                        c for _, c in rows["clients"]
+                    )
+                    * 1000,
+                    "fetches_per_append": fetches / (appends * rounds),
+                    "load_1m": loads,
+                }
+    return out
+
+
 OBSERVER = """() => {
   window.__seen = {};
   const stamp = () => {
@@ -364,12 +645,22 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=50)
     parser.add_argument(
         "--part",
-        choices=["visible", "scrape", "pages", "both"],
+        choices=["visible", "scrape", "pages", "big", "clients", "both"],
         default="both",
-        help="both: visible and scrape (pages only when asked: it opens --pages tabs)",
+        help="both: visible and scrape; pages (opens --pages tabs), big (a run of --events "
+        "events) and clients (--clients pages' worth of HTTP clients) only when asked",
     )
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--clients-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.clients_child:
+        base, count, run_id = args.clients_child
+        clients_child(base, int(count), run_id)
+        return
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     results = []
     for backend in backends:
@@ -411,6 +702,43 @@ def main() -> None:
                     f"{cost['server_cpu_ms_per_append_with_pages']:.2f} ms with",
                     flush=True,
                 )
+        if args.part == "big":
+            with place() as url:
+                row["big"] = big = big_run(url, args.events, args.repeats)
+            if not args.json:
+                print(
+                    f"{backend:8} a run of {big['stream_events']:,} events (built in "
+                    f"{big['build_s']:.0f} s)",
+                    flush=True,
+                )
+                for phase in ("behind", "current"):
+                    m = big[phase]
+                    print(
+                        f"  read models {phase:7} (load {m['load_1m']:.2f}): run page first byte "
+                        f"{m['run_page_first_byte_ms']:.0f} ms; /api/runs {m['run_api_ms']:.0f} ms "
+                        f"({m['run_api_bytes']:,} B), drawn {m['run_drawn_ms']:.0f} ms; "
+                        f"/api/groups {m['group_api_ms']:.0f} ms ({m['group_api_bytes']:,} B), "
+                        f"drawn {m['group_drawn_ms']:.0f} ms",
+                        flush=True,
+                    )
+        if args.part == "clients":
+            with place() as url:
+                row["clients"] = cost = clients_cost(url, args.clients, args.appends, args.rounds)
+            if not args.json:
+                for name in ("run", "w1"):
+                    c = cost[name]
+                    print(
+                        f"{backend:8} {name:3} load {c['load_1m']}: {cost['clients']} clients: "
+                        f"appends/s {c['appends_per_s_no_clients']:.0f} without "
+                        f"{[round(r) for r in c['rates_no_clients']]}, "
+                        f"{c['appends_per_s_with_clients']:.0f} with "
+                        f"{[round(r) for r in c['rates_with_clients']]} "
+                        f"({c['append_cost_pct']:+.1f} %); server CPU per append "
+                        f"{c['server_cpu_ms_per_append_no_clients']:.2f} ms without, "
+                        f"{c['server_cpu_ms_per_append_with_clients']:.2f} ms with; "
+                        f"{c['fetches_per_append']:.2f} fetches per append",
+                        flush=True,
+                    )
         results.append(row)
     if args.json:
         print(json.dumps(results, indent=2))

@@ -13,7 +13,7 @@ Orphaned is live state, not history: it joins the run with its lease (``wg_run_l
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
 from wgstore.projections.queries import run_state, worker_group_state
 from wgstore.projections.run_rows import Attempt, attempt_of, order_attempts, orphaned, run_row
 from wgstore.projections.run_state import RunState, project_run
+from wgstore.projections.state import WorkerGroupState
 from wgstore.projections.values import plain, to_utc
 from wgstore.projections.views import iter_groups, resolve_id, run_streams
 
@@ -193,11 +194,21 @@ def resolve_run_id(store: EventStore, run: str) -> str:
     )
 
 
-def run_detail(store: EventStore, run_id: str, now: datetime | None = None) -> dict[str, Any]:
+def run_detail(
+    store: EventStore,
+    run_id: str,
+    now: datetime | None = None,
+    *,
+    group_state: Callable[[EventStore, str], WorkerGroupState] = worker_group_state,
+) -> dict[str, Any]:
     """One run folded from the log: its summary, its attempts, decisions, transitions, controllers.
 
     Each attempt holds its group's status, outcome, failure (``error``) and the decisions taken
     about it (``decisions``: RETRY / RAISE with the failure kind and the count against the limit).
+
+    ``group_state(store, group_id)`` gives each group's state (default:
+    :func:`~wgstore.projections.worker_group_state`); a caller that folds the groups anyway
+    passes its own, so each stream is folded once (``wgstore serve``, the run report).
 
     Raises:
         StreamNotFoundError: no run ``run_id``.
@@ -211,7 +222,7 @@ def run_detail(store: EventStore, run_id: str, now: datetime | None = None) -> d
     unreadable: dict[str, str] = {}
     for group_id in sorted(g for g in group_ids if g):
         try:
-            attempts.append(attempt_of(worker_group_state(store, group_id)))
+            attempts.append(attempt_of(group_state(store, group_id)))
         except StreamNotFoundError:
             continue  # named by the controller, no events yet: order_attempts adds it
         except ProjectionError as error:

@@ -9,18 +9,36 @@ clock orders everything. Long histories are thinned to :data:`MAX_EVENTS` events
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import msgspec
+
 from wgstore.events import EventStore, RecordedEvent
 from wgstore.events.streams import group_stream, run_stream
+from wgstore.projections._db import fetch, param
 from wgstore.projections.errors import StreamNotFoundError
 from wgstore.projections.event_time import event_time
+from wgstore.projections.queries import SNAPSHOT_EVERY
 from wgstore.projections.run_views import run_detail
-from wgstore.projections.state import WorkerGroupState, evolve
+from wgstore.projections.snapshots import load_latest_snapshot, save_snapshot
+from wgstore.projections.state import WorkerGroupFold, WorkerGroupState
 from wgstore.projections.text import describe, format_time
 
-__all__ = ["MAX_EVENTS", "MAX_POINTS", "run_timeline_data", "timeline_data"]
+__all__ = [
+    "MAX_EVENTS",
+    "MAX_POINTS",
+    "GroupTimeline",
+    "group_timeline",
+    "metric_series",
+    "run_timeline_data",
+    "state_and_series",
+    "timeline_data",
+]
+
+
+_json = msgspec.json.Decoder()
 
 
 def _ms(record: RecordedEvent) -> float:
@@ -64,10 +82,27 @@ MAX_POINTS = 2000
 
 
 def _thin_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if len(events) <= MAX_EVENTS:
-        return events
+    return [events[i] for i in _kept_events(len(events))]
+
+
+def _kept_events(count: int) -> range | list[int]:
+    """The indexes of the events a page lists out of ``count``: all, or the first and last
+    halves of :data:`MAX_EVENTS`."""
+    if count <= MAX_EVENTS:
+        return range(count)
     half = MAX_EVENTS // 2
-    return events[:half] + events[-half:]
+    return [*range(half), *range(count - half, count)]
+
+
+def _event(record: RecordedEvent, t: float) -> dict[str, Any]:
+    """One listed event (its summary is built only for the events a page lists)."""
+    return {
+        "t": t,
+        "version": record.version,
+        "type": record.type,
+        "summary": describe(record.event),
+        "time": format_time(event_time(record)),
+    }
 
 
 def _thin(points: list[list[float]]) -> list[list[float]]:
@@ -78,44 +113,66 @@ def _thin(points: list[list[float]]) -> list[list[float]]:
     return [*kept, points[-1]]
 
 
+@dataclass(frozen=True, slots=True)
+class GroupTimeline:
+    """A group's timeline data together with the state its stream folds to (one fold for both)."""
+
+    state: WorkerGroupState
+    """The group's state after its last event, as :func:`~wgstore.projections.worker_group_state`
+    gives it."""
+    data: dict[str, Any]
+    """What :func:`timeline_data` returns."""
+
+
 def timeline_data(store: EventStore, group_id: str) -> dict[str, Any]:
     """Everything the report page shows about ``group_id``, as JSON-ready data (epoch ms).
 
     Raises:
         StreamNotFoundError: the group has no events.
+        ProjectionError: the stream cannot be folded.
+    """
+    return group_timeline(store, group_id).data
+
+
+def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
+    """:func:`timeline_data` and the group's state, from one fold of its stream.
+
+    Raises:
+        StreamNotFoundError: the group has no events.
+        ProjectionError: the stream cannot be folded.
     """
     records = list(store.read_stream(group_stream(group_id)))
-    state: WorkerGroupState | None = None
+    fold = WorkerGroupFold()
     phases: list[dict[str, Any]] = []
-    events: list[dict[str, Any]] = []
+    times: list[float] = []
     lanes = _Lanes()
     metrics: dict[str, dict[str, list[list[float]]]] = {}
+    status: Any = None
     for record in records:
         t = _ms(record)
-        previous = state.status.value if state else None
-        state = evolve(state, record)
-        if state.status.value != previous:
+        times.append(t)
+        fold.apply(record)
+        if fold.view.status != status:
+            status = fold.view.status
             if phases:
                 phases[-1]["end"] = t
-            phases.append({"name": state.status.value, "start": t, "end": t})
-        events.append(
-            {
-                "t": t,
-                "version": record.version,
-                "type": record.type,
-                "summary": describe(record.event),
-                "time": format_time(event_time(record)),
-            }
-        )
+            phases.append({"name": status.value, "start": t, "end": t})
         event = record.event
-        if record.type == "WorkersStarted":
+        kind = record.type
+        if kind == "WorkerReported":
+            for key, value in event.metrics.items():
+                if _numeric(value):
+                    metrics.setdefault(key, {}).setdefault(str(event.world_rank), []).append(
+                        [event.index, float(value), t]
+                    )
+        elif kind == "WorkersStarted":
             for worker in event.workers:
                 lanes.switch(worker.world_rank, "starting", t)
-        elif record.type == "TrainingLaunched":
+        elif kind == "TrainingLaunched":
             for rank in list(lanes.open):
                 if lanes.open[rank]["status"] == "starting":
                     lanes.switch(rank, "running", t)
-        elif record.type == "WorkerGroupPolled":
+        elif kind == "WorkerGroupPolled":
             for change in event.changes:
                 if change.error is not None:
                     lanes.switch(change.world_rank, "error", t)
@@ -130,17 +187,12 @@ def timeline_data(store: EventStore, group_id: str) -> dict[str, Any]:
                     )
                 else:
                     lanes.switch(change.world_rank, "running" if change.running else "finished", t)
-        elif record.type == "WorkerReported":
-            for key, value in event.metrics.items():
-                if _numeric(value):
-                    metrics.setdefault(key, {}).setdefault(str(event.world_rank), []).append(
-                        [event.index, float(value), t]
-                    )
-        elif record.type == "WorkerGroupShutDown":
+        elif kind == "WorkerGroupShutDown":
             lanes.close_all(t)
+    state = fold.state()
     if state is None:
         raise StreamNotFoundError(f"worker group {group_id!r} has no events")
-    end = _ms(records[-1])
+    end = times[-1]
     lanes.close_all(end, still_open=not state.is_terminal)
     if phases:
         phases[-1]["end"] = end
@@ -160,7 +212,7 @@ def timeline_data(store: EventStore, group_id: str) -> dict[str, Any]:
     outcome = state.outcome
     error = state.error
     failure = state.start_failure
-    return {
+    data = {
         "group": {
             "group_id": state.group_id,
             "run_id": state.run_id,
@@ -188,13 +240,15 @@ def timeline_data(store: EventStore, group_id: str) -> dict[str, Any]:
         "t0": _ms(records[0]),
         "t1": end,
         "phases": phases,
-        "events": _thin_events(events),
-        "events_total": len(events),
+        "events": [_event(records[i], times[i]) for i in _kept_events(len(records))],
+        "events_total": len(records),
         "workers": workers,
         "start_failure": None
         if failure is None
         else {
-            "t": next(_ms(r) for r in records if r.type == "WorkerGroupStartFailed"),
+            "t": next(
+                times[i] for i, r in enumerate(records) if r.type == "WorkerGroupStartFailed"
+            ),
             "stage": str(failure.stage),
             "type": failure.error.type,
             "message": failure.error.message,
@@ -205,6 +259,127 @@ def timeline_data(store: EventStore, group_id: str) -> dict[str, Any]:
             for name, series in metrics.items()
         },
     }
+    return GroupTimeline(state, data)
+
+
+def metric_series(store: EventStore, group_id: str) -> dict[str, dict[str, list[list[float]]]]:
+    """``timeline_data(store, group_id)["metrics"]`` without folding the group's stream: each
+    numeric metric's ``[index, value, epoch ms]`` points per rank (thinned the same way).
+
+    The reports come from the read model ``wg_reports`` up to the stream version
+    ``wg_worker_groups`` says the projector folded the group to, and from the log after it (all
+    of them from the log when the projector has not reached the group, or could not fold it). A
+    long run's page then reads the events the projector has not folded yet, not its history.
+
+    Raises:
+        StreamNotFoundError: the group has no events.
+    """
+    projected, series = _projected_series(store, group_id)
+    last = projected
+    for record in store.read_stream(group_stream(group_id), from_version=projected + 1):
+        last = record.version
+        if record.type == "WorkerReported":
+            _add_report(series, record)
+    if last == 0:
+        raise StreamNotFoundError(f"worker group {group_id!r} has no events")
+    return _thin_series(series)
+
+
+def state_and_series(
+    store: EventStore, group_id: str
+) -> tuple[WorkerGroupState, dict[str, dict[str, list[list[float]]]]]:
+    """The group's latest state (as :func:`~wgstore.projections.worker_group_state` gives it)
+    and its :func:`metric_series`, reading each event of the log at most once: the state from
+    the newest valid snapshot (the projector saves one with every batch) and the events after
+    it, the series from ``wg_reports`` and the events after what it holds. With neither, one
+    read and one fold of the whole stream.
+
+    Raises:
+        StreamNotFoundError: the group has no events.
+        ProjectionError: the stream cannot be folded.
+    """
+    stream_id = group_stream(group_id)
+    snapshot = load_latest_snapshot(store, stream_id)
+    snapshot_version = 0 if snapshot is None else snapshot.version
+    projected, series = _projected_series(store, group_id)
+    fold = WorkerGroupFold(snapshot)
+    folded = 0
+    for record in store.read_stream(stream_id, from_version=min(snapshot_version, projected) + 1):
+        if record.version > snapshot_version:
+            fold.apply(record)
+            folded += 1
+        if record.version > projected and record.type == "WorkerReported":
+            _add_report(series, record)
+    state = fold.state()
+    if state is None:
+        raise StreamNotFoundError(
+            f"worker group {group_id!r} has no events (stream {stream_id!r}); check the group id"
+        )
+    if folded >= SNAPSHOT_EVERY and not getattr(store, "read_only", False):
+        save_snapshot(store, state)
+    return state, _thin_series(series)
+
+
+_Series = dict[str, dict[str, list[list[float]]]]
+
+
+def _add_report(series: _Series, record: RecordedEvent) -> None:
+    event = record.event
+    t = _ms(record)
+    for key, value in event.metrics.items():
+        if _numeric(value):
+            series.setdefault(key, {}).setdefault(str(event.world_rank), []).append(
+                [event.index, float(value), t]
+            )
+
+
+def _thin_series(series: _Series) -> _Series:
+    return {
+        name: {rank: _thin(points) for rank, points in ranks.items()}
+        for name, ranks in series.items()
+    }
+
+
+def _projected_series(store: EventStore, group_id: str) -> tuple[int, _Series]:
+    """The stream version the read models hold the group at (0: not at all, or they could not
+    fold it) and the series of the reports ``wg_reports`` holds up to it, unthinned."""
+    p = param(store)
+    found = fetch(
+        store,
+        f"SELECT stream_version, projection_error FROM wg_worker_groups WHERE group_id = {p}",
+        (group_id,),
+    )
+    series: _Series = {}
+    if not found or found[0][1] is not None:
+        return 0, series
+    projected = int(found[0][0])
+    rows = fetch(
+        store,
+        "SELECT world_rank, report_index, metrics, reported_at FROM wg_reports "
+        f"WHERE group_id = {p} AND stream_version <= {p} ORDER BY stream_version",
+        (group_id, projected),
+    )
+    decode = _json.decode
+    for rank, index, values, at in rows:
+        t = _row_ms(at)
+        rank_key = str(rank)
+        for key, value in (decode(values) if isinstance(values, str | bytes) else values).items():
+            kind = type(value)
+            if kind is float or kind is int:  # JSON numbers (a bool is not one)
+                series.setdefault(key, {}).setdefault(rank_key, []).append([index, float(value), t])
+    return projected, series
+
+
+_NAIVE_EPOCH = datetime(1970, 1, 1)
+
+
+def _row_ms(at: datetime | str) -> float:
+    """Epoch ms of a ``wg_reports.reported_at`` as the raw driver returns it (SQLite: UTC text
+    without a zone), computed as ``datetime.timestamp()`` does, to the same float."""
+    moment = datetime.fromisoformat(at) if isinstance(at, str) else at
+    if moment.tzinfo is None:
+        return (moment - _NAIVE_EPOCH).total_seconds() * 1000.0
+    return moment.timestamp() * 1000.0
 
 
 # ------------------------------------------------------------------------------------ runs
@@ -222,7 +397,13 @@ def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
         StreamNotFoundError: no run ``run_id``.
         ProjectionError: the run stream cannot be folded.
     """
-    detail = run_detail(store, run_id)
+    timelines: dict[str, GroupTimeline] = {}
+
+    def folded(store: EventStore, group_id: str) -> WorkerGroupState:
+        timelines[group_id] = group_timeline(store, group_id)
+        return timelines[group_id].state
+
+    detail = run_detail(store, run_id, group_state=folded)
     run_records = list(store.read_stream(run_stream(run_id)))
     events: list[dict[str, Any]] = [
         {
@@ -249,7 +430,8 @@ def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
             "failures": [],
         }
         if attempt["status"] not in (None, "UNREADABLE"):
-            group = timeline_data(store, attempt["group_id"])
+            known = timelines.get(attempt["group_id"])
+            group = known.data if known else timeline_data(store, attempt["group_id"])
             lane["phases"] = group["phases"]
             times += [group["t0"], group["t1"]]
             for worker in group["workers"]:

@@ -4,10 +4,11 @@ together per page (nothing here folds the log itself).
 - :func:`run_list`: :func:`~wgstore.projections.run_views.run_summaries`, filtered as
   ``wgstore runs`` filters, newest first, paged.
 - :func:`run_page`: :func:`~wgstore.projections.run_views.run_detail` plus each attempt's metric
-  series (:func:`~wgstore.projections.timeline.timeline_data`) and the latest metrics per rank.
+  series and latest state (:func:`~wgstore.projections.timeline.state_and_series`).
 - :func:`group_page`: a group's state (:func:`~wgstore.projections.views.state_json`), its
   workers (:func:`~wgstore.projections.views.worker_rows`), its timeline (errors with
-  tracebacks, builder steps) and the tail of its poll history.
+  tracebacks, builder steps; :func:`~wgstore.projections.timeline.group_timeline`, one fold for
+  the state and the timeline) and the tail of its poll history.
 - :func:`event_list`: the log after a position, as ``wgstore events --json`` prints it.
 """
 
@@ -22,12 +23,13 @@ import msgspec
 
 from wgstore.events import EventStore, InvalidArgumentError
 from wgstore.events.streams import group_stream
-from wgstore.projections import RunStatus, StreamNotFoundError
-from wgstore.projections.queries import poll_history, worker_group_state
+from wgstore.projections import RunStatus
+from wgstore.projections.queries import poll_history
 from wgstore.projections.run_rows import RUN_SOURCES
 from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
+from wgstore.projections.state import WorkerGroupState
 from wgstore.projections.text import describe, event_json
-from wgstore.projections.timeline import timeline_data
+from wgstore.projections.timeline import group_timeline, state_and_series
 from wgstore.projections.views import (
     check_event_types,
     resolve_group_id,
@@ -193,34 +195,39 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
     ``[step, value, epoch ms]`` points) and ``latest`` (the current attempt's workers with
     their latest metrics).
 
+    Each group's state and series are read together, each event of the log at most once
+    (:func:`~wgstore.projections.timeline.state_and_series`: the projector's snapshot and the
+    read model ``wg_reports``, then the events after them), so a long run costs the events the
+    projector has not folded yet, not its whole history.
+
     Raises:
         InvalidArgumentError: no run, or more than one, matches ``run``.
         StreamNotFoundError / ProjectionError: as ``run_detail``.
     """
     run_id = resolve_run_id(store, run)
-    detail: dict[str, Any] = run_detail(store, run_id, now=now)
+    states: dict[str, WorkerGroupState] = {}
+    series: dict[str, dict[str, dict[str, list[list[float]]]]] = {}
+
+    def group_state(store: EventStore, group_id: str) -> WorkerGroupState:
+        states[group_id], series[group_id] = state_and_series(store, group_id)
+        return states[group_id]
+
+    detail: dict[str, Any] = run_detail(store, run_id, now=now, group_state=group_state)
     metrics: dict[str, list[dict[str, Any]]] = {}
     latest: list[dict[str, Any]] = []
-    for attempt in detail["attempts"]:
-        if attempt["status"] in (None, "UNREADABLE"):
-            continue
-        try:
-            timeline = timeline_data(store, attempt["group_id"])
-        except StreamNotFoundError:
-            continue
-        for name, series in timeline["metrics"].items():
-            for rank, points in sorted(series.items(), key=lambda item: int(item[0])):
+    readable = [a for a in detail["attempts"] if a["group_id"] in states]
+    for attempt in readable:
+        for name, ranks in series[attempt["group_id"]].items():
+            for rank, points in sorted(ranks.items(), key=lambda item: int(item[0])):
                 metrics.setdefault(name, []).append(
                     {"attempt": attempt["number"], "rank": int(rank), "points": points}
                 )
-    readable = [a for a in detail["attempts"] if a["status"] not in (None, "UNREADABLE")]
     if readable:
         current = readable[-1]
-        try:
-            state = worker_group_state(store, current["group_id"])
-            latest = [{**row, "attempt": current["number"]} for row in worker_rows(state)]
-        except StreamNotFoundError:
-            latest = []
+        latest = [
+            {**row, "attempt": current["number"]}
+            for row in worker_rows(states[current["group_id"]])
+        ]
     detail["duration_s"] = _duration_s(detail["run"], now or datetime.now(UTC))
     detail["metrics"] = dict(sorted(metrics.items()))
     detail["latest"] = latest
@@ -238,8 +245,8 @@ def group_page(store: EventStore, group: str) -> dict[str, Any]:
         StreamNotFoundError / ProjectionError: the stream cannot be read or folded.
     """
     group_id = resolve_group_id(store, group)
-    state = worker_group_state(store, group_id)
-    timeline = timeline_data(store, group_id)
+    folded = group_timeline(store, group_id)
+    state, timeline = folded.state, folded.data
     errors = [
         {"rank": worker["rank"], **error}
         for worker in timeline["workers"]

@@ -154,7 +154,8 @@ if (typeof document === "undefined") {
     out.push(facts([["state", state(r.status, r.controller_state)], ["source", r.source], ["train_fn", r.train_fn],
       ["workers", r.num_workers === null ? "" : r.num_workers + " × " + JSON.stringify(r.resources_per_worker || {})],
       ["failures", budget(r.worker_group_failures, r.max_failures) + " (worker group failures used / max_failures)"],
-      ["attempts", r.attempts], ["checkpoint", r.latest_checkpoint], ["started", when(r.created_at)], ["ended", when(r.ended_at)],
+      ["attempts", r.attempts], ["checkpoint", r.latest_checkpoint ? r.latest_checkpoint + " (committed by every rank" + (r.checkpoint_committed_at ? ", " + when(r.checkpoint_committed_at) : "") + ")" : ""],
+      ["reported", r.latest_reported_checkpoint && r.latest_reported_checkpoint !== r.latest_checkpoint ? r.latest_reported_checkpoint + " (the latest some ranks reported; not committed)" : ""], ["started", when(r.created_at)], ["ended", when(r.ended_at)],
       ["duration", seconds(d.duration_s)], ["driver", r.orphaned ? el("span", { class: "bad" }, "ORPHANED: no controller holds a live lease") : r.lease_holder ? r.lease_holder + " until " + when(r.lease_expires_at) : ""],
       ["error", r.error ? el("pre", { class: "bad" }, r.error) : ""], ["aborted", r.abort_reason]]));
     const names = Object.keys(d.metrics);

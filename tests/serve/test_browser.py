@@ -20,6 +20,8 @@ import pytest
 from serve_scenarios import ERROR_MESSAGE, errored_run, live_run, new_run, report
 from serve_support import live_server
 
+from wgstore.events.streams import group_stream
+from wgstore.events.worker_group import WorkerReported
 from wgstore.serve.app import create_app
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need playwright")
@@ -135,6 +137,14 @@ def test_a_report_changes_the_run_pages_chart_and_table_without_a_reload(
     )
     assert _not_reloaded(page)
     print(f"append -> chart redrawn: {seen_ms:.0f} ms")
+    stream = group_stream(served["live_group"])
+    writer.append(stream, [WorkerReported(world_rank=0, index=4, metrics={}, checkpoint="ck-4")])
+    page.wait_for_selector(
+        "text=ck-4 (the latest some ranks reported; not committed)", timeout=WAIT_MS
+    )
+    writer.append(stream, [WorkerReported(world_rank=1, index=4, metrics={}, checkpoint="ck-4")])
+    page.wait_for_selector("text=ck-4 (committed by every rank", timeout=WAIT_MS)
+    assert page.locator("text=not committed").count() == 0
     page.screenshot(path=str(tmp_path / "run.png"), full_page=True)
 
 
