@@ -1,4 +1,5 @@
-"""What ``wgstore serve`` costs: append -> visible in an open page, and a ``/metrics`` scrape.
+"""What ``wgstore serve`` costs: append -> visible in an open page, a ``/metrics`` scrape, a big
+run's pages, and the cost of open pages to appends.
 
 1. **Append -> visible**: ``wgstore serve`` runs as its own process; headless Chromium (Debian's,
    driven by Playwright) has a run's page open. Each of ``--appends`` appends (one
@@ -9,9 +10,23 @@
    workers x 3 reports): the median and max of ``--scrapes`` scrapes, once with the read models
    current (the scrape reads ``wg_runs``) and once behind (the scrape folds the log).
 
+3. **A big run** (``--part big``): a run of ``--events`` events (default 100,000: 2 ranks x
+   50,000 reports, appended in batches of 1,000): the run page's first byte, ``/api/runs/<id>``
+   and ``/api/groups/<id>`` (first byte and whole answer), and each page fully drawn in Chromium
+   (from ``goto`` to its chart or table on screen); with the read models never caught up, then
+   caught up and one report behind. One report is appended before each request, so no answer is
+   shared from the server's cache.
+4. **Live pages without a browser** (``--part clients``): ``--clients`` HTTP clients in one
+   process at ``nice 19``, each doing what an open run page does (an ``/api/stream`` connection,
+   and ``/api/runs/<id>`` fetched on each append to the run); appends/s of a single-append writer
+   and the server's CPU per append, without and with them, for appends to the run the pages
+   show and for bench/store.py's W1 (50 other streams).
+
     .venv/bin/python bench/serve.py                        # both backends
     .venv/bin/python bench/serve.py --backend sqlite --appends 50 --runs 200
     .venv/bin/python bench/serve.py --json
+    .venv/bin/python bench/serve.py --part big --events 100000
+    .venv/bin/python bench/serve.py --part clients --clients 50 --appends 300 --rounds 3
 
 Postgres: ``WGSTORE_BENCH_PG_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``),
 one fresh schema per run, dropped afterwards. Numbers, not pass/fail.
@@ -201,7 +216,7 @@ def served(url: str) -> Iterator[str]:
             if process.poll() is not None:
                 raise RuntimeError(process.communicate()[1])
             try:
-                if httpx.get(base + "/api/runs?limit=1", timeout=5).status_code == 200:
+                if httpx.get(base + "/static/live.js", timeout=5).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
@@ -361,7 +376,12 @@ def big_run(url: str, events: int, repeats: int) -> dict[str, Any]:
                             ("group_api", f"/api/groups/{group_id}"),
                         ):
                             another_report()
+                            time.sleep(0.2)  # the follower's work on the append is not counted
+                            cpu = _cpu_s(SERVER_PID[0])
                             first, whole, size = _first_byte_ms(client, base + path)
+                            rows.setdefault(f"{name}_cpu_ms", []).append(
+                                (_cpu_s(SERVER_PID[0]) - cpu) * 1000
+                            )
                             rows.setdefault(f"{name}_first_byte_ms", []).append(first)
                             rows.setdefault(f"{name}_ms", []).append(whole)
                             rows[f"{name}_bytes"] = [size]
@@ -388,14 +408,15 @@ def big_run(url: str, events: int, repeats: int) -> dict[str, Any]:
 def clients_child(base: str, clients: int, run_id: str) -> None:
     """``clients`` pages' worth of HTTP without a browser (run as its own, niced process): each
     holds an ``/api/stream`` connection and, on every ``append`` message that touches the run's
-    streams, fetches ``/api/runs/<run_id>`` as live.js does (one fetch at a time per page, one
-    more if messages came meanwhile). Prints ``ready`` once every stream is open; on stdin's end
+    streams, fetches ``/api/runs/<run_id>?head=<the message's head>`` as live.js does (one fetch
+    at a time per page, one more if messages came meanwhile). Prints ``ready`` once every stream is open; on stdin's end
     prints how many fetches were made, and exits."""
     import asyncio
 
     async def page(client: httpx.AsyncClient, ready: asyncio.Event, counts: list[int]) -> None:
         watched: set[str] = set()
         busy = again = False
+        head = 0
         running: set[asyncio.Task[None]] = set()
 
         def start_refresh() -> None:
@@ -404,7 +425,7 @@ def clients_child(base: str, clients: int, run_id: str) -> None:
             task.add_done_callback(running.discard)
 
         async def refresh() -> None:
-            nonlocal busy, again, watched
+            nonlocal busy, again, watched, head
             if busy:
                 again = True
                 return
@@ -412,7 +433,13 @@ def clients_child(base: str, clients: int, run_id: str) -> None:
             try:
                 while True:
                     again = False
-                    answer = (await client.get(f"{base}/api/runs/{run_id}")).json()
+                    try:
+                        path = f"{base}/api/runs/{run_id}" + (f"?head={head}" if head else "")
+                        answer = (await client.get(path)).json()
+                    except httpx.TransportError:  # a kept-alive connection the server closed
+                        counts[1] += 1
+                        again = True
+                        continue
                     counts[0] += 1
                     watched = {f"run-{run_id}"} | {
                         f"worker-group-{a['group_id']}" for a in answer["attempts"]
@@ -429,6 +456,7 @@ def clients_child(base: str, clients: int, run_id: str) -> None:
                     kind = line[6:].strip()
                 elif line.startswith("data:") and kind in ("status", "append"):
                     message = json.loads(line[5:])
+                    head = max(head, message["head"])
                     if kind == "status":
                         ready.set()
                         start_refresh()
@@ -438,18 +466,20 @@ def clients_child(base: str, clients: int, run_id: str) -> None:
                         start_refresh()
 
     async def main() -> None:
-        counts = [0]
+        counts = [0, 0]
         limits = httpx.Limits(max_connections=clients * 2 + 10, max_keepalive_connections=None)
         async with httpx.AsyncClient(timeout=None, limits=limits) as client:
             readies = [asyncio.Event() for _ in range(clients)]
-            tasks = [asyncio.create_task(page(client, r, counts)) for r in readies]
+            _pages = [asyncio.create_task(page(client, r, counts)) for r in readies]  # referenced
             for ready in readies:
                 await ready.wait()
             print("ready", flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-            print(f"fetches {counts[0]}", flush=True)
-            for task in tasks:
+            print(f"fetches {counts[0]} {counts[1]}", flush=True)
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:  # the pages and their fetches in flight
                 task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
     asyncio.run(main())
 
@@ -487,7 +517,7 @@ def open_clients(base: str, clients: int, run_id: str) -> Iterator[dict[str, Any
         process.wait(timeout=60)
         for line in out.splitlines():
             if line.startswith("fetches "):
-                found["fetches"] = int(line.split()[1])
+                found["fetches"], found["retries"] = (int(n) for n in line.split()[1:])
 
 
 def clients_cost(url: str, clients: int, appends: int, rounds: int) -> dict[str, Any]:
@@ -532,7 +562,7 @@ def clients_cost(url: str, clients: int, appends: int, rounds: int) -> dict[str,
                 run_append()  # warm: the first appends open connections and caches
             for name, append in (("run", run_append), ("w1", w1_append)):
                 rows: dict[str, list[tuple[float, float]]] = {"none": [], "clients": []}
-                fetches = 0
+                fetches = retries = 0
                 loads = []
                 for _ in range(rounds):
                     loads.append(os.getloadavg()[0])
@@ -540,6 +570,7 @@ def clients_cost(url: str, clients: int, appends: int, rounds: int) -> dict[str,
                     with open_clients(base, clients, "live") as found:
                         rows["clients"].append(burst(append))
                     fetches += found.get("fetches", 0)
+                    retries += found.get("retries", 0)
                 none_rates = [r for r, _ in rows["none"]]
                 with_rates = [r for r, _ in rows["clients"]]
                 none_rate = statistics.median(none_rates)
@@ -559,6 +590,7 @@ def clients_cost(url: str, clients: int, appends: int, rounds: int) -> dict[str,
                     )
                     * 1000,
                     "fetches_per_append": fetches / (appends * rounds),
+                    "fetches_retried": retries,
                     "load_1m": loads,
                 }
     return out
@@ -716,8 +748,9 @@ def main() -> None:
                     print(
                         f"  read models {phase:7} (load {m['load_1m']:.2f}): run page first byte "
                         f"{m['run_page_first_byte_ms']:.0f} ms; /api/runs {m['run_api_ms']:.0f} ms "
-                        f"({m['run_api_bytes']:,} B), drawn {m['run_drawn_ms']:.0f} ms; "
-                        f"/api/groups {m['group_api_ms']:.0f} ms ({m['group_api_bytes']:,} B), "
+                        f"(server CPU {m['run_api_cpu_ms']:.0f} ms, {m['run_api_bytes']:,} B), "
+                        f"drawn {m['run_drawn_ms']:.0f} ms; /api/groups {m['group_api_ms']:.0f} ms "
+                        f"(server CPU {m['group_api_cpu_ms']:.0f} ms, {m['group_api_bytes']:,} B), "
                         f"drawn {m['group_drawn_ms']:.0f} ms",
                         flush=True,
                     )
@@ -736,7 +769,8 @@ def main() -> None:
                         f"({c['append_cost_pct']:+.1f} %); server CPU per append "
                         f"{c['server_cpu_ms_per_append_no_clients']:.2f} ms without, "
                         f"{c['server_cpu_ms_per_append_with_clients']:.2f} ms with; "
-                        f"{c['fetches_per_append']:.2f} fetches per append",
+                        f"{c['fetches_per_append']:.2f} fetches per append "
+                        f"({c['fetches_retried']} retried)",
                         flush=True,
                     )
         results.append(row)

@@ -8,6 +8,7 @@ parsed as HTML. The JSON endpoints run in Starlette's thread pool (the store is 
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import secrets
@@ -20,9 +21,10 @@ from urllib.parse import urlencode
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,15 +43,6 @@ TOKEN_COOKIE = "wgstore_serve_token"
 PING_S = 15
 
 
-class _Json(JSONResponse):
-    def render(self, content: Any) -> bytes:
-        return _encode(content)
-
-
-def _error(status: int, message: str) -> _Json:
-    return _Json({"error": message}, status_code=status)
-
-
 def _encode(content: Any) -> bytes:
     return json.dumps(content, default=json_default, ensure_ascii=False).encode()
 
@@ -59,32 +52,65 @@ def _guarded(
 ) -> Callable[[Request], Any]:
     """Answer with ``handler``'s data as JSON, shared through ``answers`` at the same log head;
     turn the library's errors into JSON answers: 400 bad input, 404 not found, 422 a stream
-    that cannot be folded, 503 the store is unavailable."""
+    that cannot be folded, 503 the store is unavailable.
 
-    def endpoint(request: Request) -> Response:
+    A request with ``?head=N`` (a live page, after an ``append`` message at ``N``) is answered
+    on the event loop from a kept answer at ``N`` or later, or waits for the one being computed
+    for it: after an append the open pages of a run cost one computation and no thread each."""
+    flights: dict[str, tuple[int, asyncio.Future[tuple[int, bytes]]]] = {}
+
+    def compute(request: Request, key: str) -> tuple[int, bytes]:
         try:
-            key = f"{request.url.path}?{request.url.query}"
-            body = answers.get(key, head(), lambda: _encode(handler(request)))
-            return Response(body, media_type="application/json")
+            return 200, answers.get(key, head(), lambda: _encode(handler(request)))
         except InvalidArgumentError as error:
             missing = str(error).startswith(("no run id starts with", "no worker group id starts"))
-            status = 404 if missing else 400
-            return _error(status, str(error))
+            return (404 if missing else 400), _message(str(error))
         except StreamNotFoundError as error:
-            return _error(404, str(error))
+            return 404, _message(str(error))
         except ProjectionError as error:
-            return _error(422, str(error))
+            return 422, _message(str(error))
         except StoreUnavailableError as error:
-            return _error(503, f"the store is unavailable: {error}")
+            return 503, _message(f"the store is unavailable: {error}")
         except EventStoreError as error:
-            return _error(503, f"the store failed: {error}")
+            return 503, _message(f"the store failed: {error}")
         except Exception as error:
             if type(error).__module__.startswith(("sqlalchemy", "psycopg", "sqlite3")):
-                return _error(503, f"the store is unavailable: {str(error).splitlines()[0]}")
+                return 503, _message(f"the store is unavailable: {str(error).splitlines()[0]}")
             raise
+
+    async def endpoint(request: Request) -> Response:
+        kept = [(k, v) for k, v in request.query_params.multi_items() if k != "head"]
+        key = f"{request.url.path}?{urlencode(kept)}"
+        seen = request.query_params.get("head", "")
+        if seen.isdigit():
+            body = answers.at_least(key, int(seen))
+            if body is not None:
+                return Response(body, media_type="application/json")
+            flight = flights.get(key)
+            if flight is not None and flight[0] >= int(seen):
+                status, body = await asyncio.shield(flight[1])
+                return Response(body, status_code=status, media_type="application/json")
+        started = request.app.state.follower.head if hasattr(request.app.state, "follower") else 0
+        future: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        flights[key] = (started, future)
+        try:
+            status, body = await run_in_threadpool(compute, request, key)
+            future.set_result((status, body))
+        except BaseException as error:
+            future.set_exception(error)
+            future.exception()  # retrieved: the waiters, if any, raise it too
+            raise
+        finally:
+            if flights.get(key, (0, None))[1] is future:
+                del flights[key]
+        return Response(body, status_code=status, media_type="application/json")
 
     endpoint.__name__ = handler.__name__
     return endpoint
+
+
+def _message(text: str) -> bytes:
+    return _encode({"error": text})
 
 
 def _int(request: Request, name: str, default: int | None) -> int | None:

@@ -3,6 +3,8 @@
 After an append every open page of a run asks for that run at once; the first request computes
 the answer and the others, waiting on the same key, get its bytes. An answer is kept while the
 log's head is unchanged, for at most ``ttl_s`` (durations and orphaned runs move with the clock).
+A page says which head it saw (``?head=N``): any kept answer at that head or later serves it
+(:meth:`AnswerCache.at_least`), without a thread or a look at the log.
 """
 
 from __future__ import annotations
@@ -41,6 +43,18 @@ class AnswerCache:
             return None
         self._answers.move_to_end(key)
         return answer.body
+
+    def at_least(self, key: str, head: int) -> bytes | None:
+        """The kept answer to ``key`` computed at ``head`` or later (within ``ttl_s``), or None.
+
+        For a live page that asks for what an ``append`` message at ``head`` announced: any
+        answer that already holds that head will do, with no look at the log."""
+        with self._lock:
+            answer = self._answers.get(key)
+            if answer is None or answer.head < head or time.monotonic() - answer.at > self.ttl_s:
+                return None
+            self._answers.move_to_end(key)
+            return answer.body
 
     def get(self, key: str, head: int, compute: Callable[[], bytes]) -> bytes:
         """The answer to ``key`` at ``head``: kept, or computed once by ``compute`` (callers

@@ -77,6 +77,9 @@ if (typeof document === "undefined") {
   const facts = (pairs) => el("dl", {}, pairs.filter((p) => p[1] !== null && p[1] !== undefined && p[1] !== "").map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
   const metricsText = (m) => Object.entries(m || {}).map(([k, v]) => k + "=" + (typeof v === "number" ? +v.toPrecision(6) : JSON.stringify(v))).join(" ");
 
+  // the log head of the message this redraw answers: any answer the server keeps at that head or
+  // later serves it (the open pages of a run share one answer per append)
+  const seen = () => (head ? "?head=" + head : "");
   async function api(path) {
     const response = await fetch(path, { credentials: "same-origin", cache: "no-store" });
     let data = null;
@@ -104,6 +107,7 @@ if (typeof document === "undefined") {
   async function drawRuns() {
     const q = new URLSearchParams(location.search);
     for (const [k, v] of [...q.entries()]) if (!v) q.delete(k);
+    if (head) q.set("head", head);
     const data = await api("/api/runs?" + q.toString());
     const rows = data.runs.map((r) => [
       link("/runs/", r.run_id, short(r.run_id)), r.name || "", state(r.status, r.controller_state !== r.status ? r.controller_state : null),
@@ -147,7 +151,7 @@ if (typeof document === "undefined") {
     return el("figure", {}, el("figcaption", {}, name), plot, legend);
   }
   async function drawRun() {
-    const d = await api("/api/runs/" + encodeURIComponent(ident));
+    const d = await api("/api/runs/" + encodeURIComponent(ident) + seen());
     watched = new Set(["run-" + d.run.run_id, ...d.attempts.map((a) => "worker-group-" + a.group_id)]);
     const r = d.run;
     const out = [el("h1", {}, "Run ", r.run_id, r.name ? el("span", { class: "dim" }, " (" + r.name + ")") : null)];
@@ -177,7 +181,7 @@ if (typeof document === "undefined") {
 
   // ------------------------------------------------------------------ one group
   async function drawGroup() {
-    const d = await api("/api/groups/" + encodeURIComponent(ident));
+    const d = await api("/api/groups/" + encodeURIComponent(ident) + seen());
     watched = new Set(["worker-group-" + d.group_id]);
     const s = d.state;
     const out = [el("h1", {}, "Worker group ", d.group_id)];

@@ -79,3 +79,24 @@ def test_pages_asking_the_same_run_at_the_same_head_share_one_answer(
         fresh = client.get("/api/runs/run-share1").json()
         assert app.state.answers.computed == 2
         assert [w["reports"] for w in fresh["latest"]] == [3, 2]
+
+
+def test_pages_saying_the_head_they_saw_are_served_any_answer_that_holds_it(
+    writer: Any, store_url: str
+) -> None:
+    group_id = live_run(writer, "run-seen1")
+    app = create_app(store_url)
+    with TestClient(app) as client:
+        first = client.get("/api/runs/run-seen1")
+        head = writer.head()
+        assert app.state.answers.computed == 1
+        for seen in (1, head, head):  # an older head, or the one the answer holds: no new answer
+            assert client.get(f"/api/runs/run-seen1?head={seen}").json() == first.json()
+        assert app.state.answers.computed == 1
+        report(writer, group_id, 0, 3, loss=0.1)
+        newer = client.get(f"/api/runs/run-seen1?head={writer.head()}")  # announced: computed
+        assert app.state.answers.computed == 2
+        assert [w["reports"] for w in newer.json()["latest"]] == [3, 2]
+        missing = client.get("/api/runs/nope?head=3")
+        assert missing.status_code == 404
+        assert missing.json()["error"].startswith("no run id starts with 'nope'")
