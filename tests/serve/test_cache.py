@@ -74,7 +74,9 @@ def test_pages_asking_the_same_run_at_the_same_head_share_one_answer(
     with TestClient(app) as client:
         answers = [client.get("/api/runs/run-share1").json() for _ in range(10)]
         assert app.state.answers.computed == 1
-        assert all(answer == answers[0] for answer in answers)
+        assert all(answer == answers[0] for answer in answers), [
+            a for a in answers if a != answers[0]
+        ]
         report(writer, group_id, 0, 3, loss=0.1)  # a new head: a new answer, at once
         fresh = client.get("/api/runs/run-share1").json()
         assert app.state.answers.computed == 2
