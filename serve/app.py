@@ -83,9 +83,9 @@ def _guarded(
         key = f"{request.url.path}?{urlencode(kept)}"
         seen = request.query_params.get("head", "")
         if seen.isdigit():
-            body = answers.at_least(key, int(seen))
-            if body is not None:
-                return Response(body, media_type="application/json")
+            kept_body = answers.at_least(key, int(seen))
+            if kept_body is not None:
+                return Response(kept_body, media_type="application/json")
             flight = flights.get(key)
             if flight is not None and flight[0] >= int(seen):
                 status, body = await asyncio.shield(flight[1])
