@@ -1,0 +1,88 @@
+"""bench/mlflow_compare.py at its smallest: every side runs on real Ray Train, MLflow and
+wgstore record into one SQLite file, the three queries answer alike through every way.
+
+Runs in the session's Ray (``ray_session``); the bench's train function travels by value.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+pytest.importorskip("ray.train.v2")
+pytest.importorskip("mlflow")
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "mlflow_compare.py"
+STEPS = 4
+
+
+@pytest.fixture(scope="module")
+def bench(ray_session: None) -> Iterator[ModuleType]:
+    """The bench as a module whose functions Ray pickles by value (workers cannot import it)."""
+    import cloudpickle
+
+    spec = importlib.util.spec_from_file_location("wgstore_bench_mlflow_compare", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)
+    yield module
+    cloudpickle.unregister_pickle_by_value(module)
+    del sys.modules[spec.name]
+
+
+@pytest.fixture
+def result(bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    for name, value in bench.QUIET_MLFLOW.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.05")  # the controller reads it
+    args = bench.parse_args(
+        ["--steps", str(STEPS), "--repeats", "1", "--query-repeats", "2", "--no-warmup"]
+    )
+    return dict(bench.bench_main(args))
+
+
+def test_the_smallest_comparison_runs_every_side_and_query(result: dict[str, Any]) -> None:
+    assert result["backend"] == "sqlite" and result["steps"] == STEPS
+    sides = result["sides"]
+    assert set(sides) == {"neither", "mlflow", "wgstore"}
+    for side, entry in sides.items():
+        assert entry["runs"] == 1, side
+        assert entry["median_wall_s"] > 0 and entry["median_to_shutdown_s"] > 0
+        assert entry["report_us_median"] > 0
+    # MLflow logged every step on rank 0 only; wgstore's hooks were timed in the controller
+    runs = {run["side"]: run for run in result["runs"]}
+    logged = {w["rank"]: len(w["log_s"]) for w in runs["mlflow"]["workers"]}
+    assert logged == {0: STEPS, 1: 0}
+    assert all(not w["log_s"] for w in runs["wgstore"]["workers"] + runs["neither"]["workers"])
+    assert runs["wgstore"]["note"] is not None and runs["mlflow"].get("note") is None
+    assert sides["mlflow"]["log_metrics_us_median"] > 0
+    assert sides["wgstore"]["hook_us_per_report"] > 0
+    assert result["per_report"]["ratio"] > 0
+    assert result["failed_run"]["failed"] is not None
+    queries = result["queries"]
+    assert set(queries) == {"running_latest", "metric_series", "failed_last_day"}
+    for name, row in queries.items():
+        for tool in ("mlflow", "wgstore"):
+            assert row[f"{tool}_api_ms"] > 0 and row[f"{tool}_sql_ms"] > 0, (name, tool)
+    # the same answers through the API and through SQL: one running run (rows: MLflow one per
+    # metric, wgstore one per rank), a whole series, one failed run
+    running = queries["running_latest"]
+    assert running["mlflow_api_rows"] == running["wgstore_api_rows"] == 1
+    assert running["mlflow_sql_rows"] == result["metrics"]
+    assert running["wgstore_sql_rows"] == 2
+    series = queries["metric_series"]
+    assert {series[f"{t}_{w}_rows"] for t in ("mlflow", "wgstore") for w in ("api", "sql")} == {
+        STEPS
+    }
+    failed = queries["failed_last_day"]
+    assert {failed[f"{t}_{w}_rows"] for t in ("mlflow", "wgstore") for w in ("api", "sql")} == {1}
