@@ -702,7 +702,14 @@ def main() -> None:
     os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = str(args.poll_s)
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    for attempt in (1, 2, 3):  # Ray waits a fixed 30 s for its raylet: a loaded machine misses it
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            break
+        except Exception as error:
+            if "timed out during startup" not in str(error) or attempt == 3:
+                raise
+            ray.shutdown()
     try:
         result = bench_main(args)
     finally:
