@@ -131,6 +131,79 @@ def _probe_class() -> type:
     return ShutdownProbe
 
 
+def _timed_recorder_class() -> type:
+    """``RecordingCallback`` with every hook timed (``perf_counter`` and the controller thread's
+    CPU time around the hook, its guard included), written as JSON to ``timings_path`` at the end
+    of ``after_controller_finish``; pickled by value (made here; bench/ray_train_overhead.py has the same)."""
+    import functools
+
+    from ray.train.v2._internal.execution.callback import (
+        ControllerCallback,
+        ReportCallback,
+        WorkerGroupCallback,
+    )
+
+    from wgstore.orchestration.ray_train import RecordingCallback
+
+    bases = (ControllerCallback, WorkerGroupCallback, ReportCallback)
+    hooks = sorted(
+        name
+        for name, value in vars(RecordingCallback).items()
+        if not name.startswith("_")
+        and callable(value)
+        and any(hasattr(base, name) for base in bases)
+    )
+
+    class TimedRecordingCallback(RecordingCallback):
+        def __init__(self, url: str, timings_path: str) -> None:
+            self.timings_path = timings_path
+            super().__init__(url)
+
+        def __getstate__(self) -> dict[str, Any]:
+            return {**super().__getstate__(), "timings_path": self.timings_path}
+
+        def _reset(self) -> None:
+            super()._reset()
+            self.hook_times: dict[str, tuple[int, float, float]] = {}
+
+        def _write_timings(self) -> None:
+            times = self.hook_times
+            with open(self.timings_path, "w") as out:
+                json.dump(
+                    {
+                        "hook_s": round(sum(s for _, s, _ in times.values()), 6),
+                        "hook_calls": sum(calls for calls, _, _ in times.values()),
+                        "hooks": {
+                            name: {"calls": calls, "s": round(s, 6), "cpu_s": round(cpu, 6)}
+                            for name, (calls, s, cpu) in sorted(times.items())
+                        },
+                    },
+                    out,
+                )
+
+    def timed(name: str, hook: Any) -> Any:
+        @functools.wraps(hook)
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            started, cpu_started = time.perf_counter(), time.thread_time()
+            try:
+                return hook(self, *args, **kwargs)
+            finally:
+                calls, seconds, cpu = self.hook_times.get(name, (0, 0.0, 0.0))
+                self.hook_times[name] = (
+                    calls + 1,
+                    seconds + time.perf_counter() - started,
+                    cpu + time.thread_time() - cpu_started,
+                )
+                if name == "after_controller_finish":
+                    self._write_timings()
+
+        return run
+
+    for name in hooks:
+        setattr(TimedRecordingCallback, name, timed(name, getattr(RecordingCallback, name)))
+    return TimedRecordingCallback
+
+
 class Bench:
     """One database shared by both tools, the runs on it, and the queries."""
 
@@ -189,16 +262,14 @@ class Bench:
         from ray.train import RunConfig, ScalingConfig
         from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-        from wgstore.events import EventStore
-        from wgstore.orchestration.ray_train import RecordingCallback
-
         self.counter += 1
         tag = f"{side}-{self.counter}"
         probe_path = os.path.join(self.folder, f"{tag}-shutdown-at")
         callbacks: list[Any] = [_probe_class()(probe_path)]
         wgstore = side == "wgstore" if record_wgstore is None else record_wgstore
+        timings_path = os.path.join(self.folder, f"{tag}-hook-times.json")
         if wgstore:
-            callbacks.append(RecordingCallback(self.url))
+            callbacks.append(_timed_recorder_class()(self.url, timings_path))
         config: dict[str, Any] = {
             "steps": steps,
             "metrics": self.args.metrics,
@@ -221,10 +292,6 @@ class Bench:
                 worker_runtime_env={"env_vars": QUIET_MLFLOW},
             ),
         )
-        head = 0
-        if wgstore:
-            with EventStore.open(self.url) as store:
-                head = store.head()
         failed = None
         started = time.monotonic()
         try:
@@ -245,9 +312,10 @@ class Bench:
                 with open(path) as timings:
                     result["workers"].append(json.load(timings))
         if wgstore:
-            with EventStore.open(self.url) as store:
-                ends = [r for r in store.read_all(after=head) if "recording" in r.metadata]
-            result["note"] = dict(ends[-1].metadata["recording"]) if ends else None
+            result["note"] = None
+            if os.path.exists(timings_path):
+                with open(timings_path) as timings:
+                    result["note"] = json.load(timings)
         return result
 
 
