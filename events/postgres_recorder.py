@@ -15,15 +15,30 @@ still make their one ``wg_append`` call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from datetime import UTC, datetime, timedelta
 from inspect import signature
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, chain_hash, epoch_us, event_mac, log_hash
-from wgstore.events.recorder import AppendResult, Batch, Pending, StreamVersionMismatch, fenced
+from wgstore.events.pooled_recorder import PooledRecorder
+from wgstore.events.recorder import (
+    AppendResult,
+    Batch,
+    Pending,
+    StoredTime,
+    StreamVersionMismatch,
+    as_results,
+    fenced,
+)
 from wgstore.events.records import Fence
+
+if TYPE_CHECKING:
+    import psycopg
+    import sqlalchemy as sa
+    from sqlalchemy.engine.interfaces import DBAPICursor
+    from sqlalchemy.pool import PoolProxiedConnection
 
 __all__ = ["APPEND_FUNCTION", "APPEND_SIGNATURE", "PostgresRecorder", "chunked_mode_available"]
 
@@ -214,74 +229,78 @@ def chunked_mode_available() -> bool:
     return psycopg.pq.version() >= 170000 and "size" in signature(psycopg.Cursor.stream).parameters
 
 
-def _stream_rows(cursor: Any, sql: str, params: Sequence[Any]) -> Generator[Any, None, None]:
+def _stream_rows(
+    cursor: DBAPICursor, sql: str, params: Sequence[Any]
+) -> Generator[tuple[Any, ...], None, None]:
     """The rows of a SELECT as they arrive, ``_CHUNK`` at a time (libpq's chunked mode).
 
     The reader works on each chunk while the server sends the next, instead of waiting for the
     whole result. Exhaust or close the generator before the connection is used again (closing it
     early cancels the query).
     """
-    return cursor.stream(sql, params, size=_CHUNK)  # type: ignore[no-any-return]
+    rows = cast("psycopg.Cursor[tuple[Any, ...]]", cursor).stream(sql, params, size=_CHUNK)
+    return cast("Generator[tuple[Any, ...], None, None]", rows)  # a generator, typed Iterator
 
 
-class PostgresRecorder:
+def _driver(connection: PoolProxiedConnection) -> psycopg.Connection[tuple[Any, ...]]:
+    """The psycopg connection under a pooled one."""
+    return cast("psycopg.Connection[tuple[Any, ...]]", connection.driver_connection)
+
+
+class PostgresRecorder(PooledRecorder):
     """Appends and reads on PostgreSQL (see the module docstring)."""
 
     columns = _COLUMNS
     stream_columns = _STREAM_COLUMNS
     param = "%s"
 
-    @staticmethod
-    def time_of(stored: int) -> datetime:
+    def time_of(self, stored: StoredTime) -> datetime:
         """``recorded_at`` read as microseconds since the epoch, as an aware UTC datetime."""
-        return _EPOCH + timedelta(microseconds=stored)
+        return _EPOCH + timedelta(microseconds=cast(int, stored))
 
-    def __init__(self, hmac_key: bytes | None = None) -> None:
-        self.hmac_key = hmac_key
-        """The key of each row's MAC (:func:`~wgstore.events.hashing.event_mac`), or None."""
-        self.stream_rows: Callable[[Any, str, Sequence[Any]], Generator[Any, None, None]] | None = (
-            _stream_rows if chunked_mode_available() else None
-        )
-        """A SELECT's rows as they arrive (see :func:`_stream_rows`); None without libpq 17."""
+    def __init__(self, engine: sa.Engine, hmac_key: bytes | None = None) -> None:
+        super().__init__(engine, hmac_key)
+        if chunked_mode_available():
+            self.stream_rows = _stream_rows  # see _stream_rows; None without libpq 17
 
-    def prepare_writer(self, connection: Any) -> None:
+    def _prepare_writer(self, connection: PoolProxiedConnection) -> None:
         """Autocommit: ``wg_append`` is one statement, so one round trip."""
-        connection.driver_connection.autocommit = True
+        _driver(connection).autocommit = True
 
-    def prepare_read(self, connection: Any) -> None:
+    def _prepare_read(self, connection: PoolProxiedConnection) -> None:
         """Autocommit: one round trip, no BEGIN/COMMIT around a single SELECT."""
-        connection.driver_connection.autocommit = True
+        _driver(connection).autocommit = True
 
-    def release(self, connection: Any) -> None:
+    def _release(self, connection: PoolProxiedConnection) -> None:
         """Back to the pool's default (transactions) for SQLAlchemy's other users."""
-        if not connection.driver_connection.closed:
-            connection.driver_connection.autocommit = False
+        driver = _driver(connection)
+        if not driver.closed:
+            driver.autocommit = False
+        connection.close()
 
-    def connection_died(self, connection: Any, error: BaseException) -> bool:
+    def _connection_died(self, connection: PoolProxiedConnection, error: BaseException) -> bool:
         """True when ``error`` came from a connection the server closed (a restart, say)."""
         import psycopg
 
-        return isinstance(error, psycopg.OperationalError) and bool(
-            connection.driver_connection is None or connection.driver_connection.closed
-        )
+        driver = connection.driver_connection
+        return isinstance(error, psycopg.OperationalError) and bool(driver is None or driver.closed)
 
-    def append(
+    def _append(
         self,
-        writer: Any,
+        writer: PoolProxiedConnection,
         stream_id: str,
         expected: int,
         pending: list[Pending],
         check_ids: bool,
     ) -> list[AppendResult]:
-        """Append one batch (see :meth:`wgstore.events.recorder.Recorder.append`)."""
         import psycopg
 
         if self.hmac_key is not None:
-            return self._append_keyed(writer, stream_id, expected, pending, check_ids)
-        cursor = writer.driver_connection.cursor()
+            return self._append_keyed(_driver(writer), stream_id, expected, pending, check_ids)
+        cursor = _driver(writer).cursor()
         try:
             cursor.execute(_CALL, _arguments(stream_id, expected, pending, check_ids))
-            return cursor.fetchall()  # type: ignore[no-any-return]
+            return list(as_results(cursor.fetchall()))
         except psycopg.Error as error:
             raise _translated(error, stream_id) from None
         finally:
@@ -289,7 +308,7 @@ class PostgresRecorder:
 
     def _append_keyed(
         self,
-        writer: Any,
+        connection: psycopg.Connection[tuple[Any, ...]],
         stream_id: str,
         expected: int,
         pending: list[Pending],
@@ -303,7 +322,6 @@ class PostgresRecorder:
         key that never leaves the client. Pipelined: two round trips (BEGIN, the lock and the
         heads; the insert, the notification and COMMIT), three with ``check_ids``.
         """
-        connection = writer.driver_connection
         with (
             connection.pipeline(),
             connection.transaction(),
@@ -311,12 +329,17 @@ class PostgresRecorder:
         ):
             cursor.execute(_KEYED_LOCK)
             results = self._keyed_batch(cursor, stream_id, expected, pending, check_ids)
-            if not results[0][4]:
+            if not results[0].existed:
                 cursor.execute(_KEYED_NOTIFY)
         return results
 
     def _keyed_batch(
-        self, cursor: Any, stream_id: str, expected: int, pending: list[Pending], check_ids: bool
+        self,
+        cursor: psycopg.Cursor[tuple[Any, ...]],
+        stream_id: str,
+        expected: int,
+        pending: list[Pending],
+        check_ids: bool,
     ) -> list[AppendResult]:
         """One batch of a keyed append, in a transaction that holds the table lock."""
         assert self.hmac_key is not None
@@ -334,7 +357,9 @@ class PostgresRecorder:
                 len(pending),
             ),
         )
-        version, previous, log, now, data, metadata, positions = cursor.fetchone()
+        heads = cursor.fetchone()
+        assert heads is not None  # one row, always
+        version, previous, log, now, data, metadata, positions = heads
         if not positions:
             raise StreamVersionMismatch(version, stream_id)
         previous, log = previous or "", log or GENESIS
@@ -358,29 +383,32 @@ class PostgresRecorder:
                    text, meta, previous, log, mac)  # fmt: skip
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
-            results.append((position, version, now, previous, False))
+            results.append(AppendResult(position, version, now, previous, False))
         cursor.execute(_KEYED_INSERT, (stream_id, now, *columns))
         return results
 
-    def append_many(
-        self, writer: Any, batches: list[Batch], check_ids: bool, fence: Fence | None
+    def _append_many(
+        self,
+        writer: PoolProxiedConnection,
+        batches: list[Batch],
+        check_ids: bool,
+        fence: Fence | None,
     ) -> list[list[AppendResult]]:
-        """Append batches atomically (see :meth:`wgstore.events.recorder.Recorder.append_many`).
-
-        One transaction: ``wg_check_fence`` (its lock on the lease row holds a takeover back
+        """Append batches atomically (see :meth:`wgstore.events.recorder.Recorder.append_many`):
+        one transaction: ``wg_check_fence`` (its lock on the lease row holds a takeover back
         until the commit), then one ``wg_append`` per batch (the first takes the table lock), or
         with a key, the keyed append's work for each batch under one table lock.
         """
         import psycopg
 
-        connection = writer.driver_connection
+        connection = _driver(writer)
         cursor = connection.cursor()
         stream_id = None
         try:
             with connection.transaction():
                 if fence is not None:
                     cursor.execute(_CHECK_FENCE, (fence.lease, fence.holder, fence.epoch))
-                results = []
+                results: list[list[AppendResult]] = []
                 if self.hmac_key is not None:
                     cursor.execute(_KEYED_LOCK)
                 for batch in batches:
@@ -396,8 +424,8 @@ class PostgresRecorder:
                         _CALL,
                         _arguments(batch.stream_id, batch.expected, batch.pending, check_ids),
                     )
-                    results.append(cursor.fetchall())
-                existed = {rows[0][4] for rows in results}
+                    results.append(list(as_results(cursor.fetchall())))
+                existed = {rows[0].existed for rows in results}
                 if len(existed) > 1:  # the transaction rolls back on the way out
                     raise DuplicateEventError(
                         "some of the batches' event ids are already stored and others are not: "
@@ -429,7 +457,9 @@ def _arguments(
     )
 
 
-def _translated(error: Any, stream_id: str | None, fence: Fence | None = None) -> BaseException:
+def _translated(
+    error: psycopg.Error, stream_id: str | None, fence: Fence | None = None
+) -> BaseException:
     """``wg_append``'s and ``wg_check_fence``'s own errors as the recorder's; others as they are."""
     if error.sqlstate == "WG001":
         return StreamVersionMismatch(int(error.diag.message_detail or 0), stream_id)
@@ -438,20 +468,27 @@ def _translated(error: Any, stream_id: str | None, fence: Fence | None = None) -
         refused = fenced(fence, holder or None, int(epoch) if epoch else None)
         if refused is not None:
             return refused
-    return error  # type: ignore[no-any-return]
+    return error
 
 
-def _stored_ids(cursor: Any, stream_id: str, pending: list[Pending]) -> list[AppendResult] | None:
+def _stored_ids(
+    cursor: psycopg.Cursor[tuple[Any, ...]], stream_id: str, pending: list[Pending]
+) -> list[AppendResult] | None:
     """The stored rows of a batch retried after a lost reply, as ``wg_append`` finds them."""
     cursor.execute(_KEYED_STORED, ([p.event_id for p in pending],))
-    found = {row[0]: row[1:] for row in cursor.fetchall()}
+    found: dict[str, tuple[str, int, int, datetime, str]] = {
+        row[0]: row[1:] for row in cursor.fetchall()
+    }
     if not found:
         return None
-    in_order = [found.get(p.event_id) for p in pending]
-    if all(in_order) and all(row[0] == stream_id for row in in_order):  # type: ignore[index]
-        offsets = {row[1] - index for index, row in enumerate(in_order)}  # type: ignore[index]
-        if len(offsets) == 1:
-            return [(row[2], row[1], row[3], row[4], True) for row in in_order]  # type: ignore[index]
+    if all(p.event_id in found for p in pending):
+        in_order = [found[p.event_id] for p in pending]
+        offsets = {row[1] - index for index, row in enumerate(in_order)}
+        if all(row[0] == stream_id for row in in_order) and len(offsets) == 1:
+            return [
+                AppendResult(position, version, at, hash_, True)
+                for _, version, position, at, hash_ in in_order
+            ]
     raise DuplicateEventError(
         f"{len(found)} of {len(pending)} event ids are already stored, but not as this exact "
         "batch in this stream: give each new event a new id, or retry the whole original "

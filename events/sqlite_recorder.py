@@ -10,13 +10,27 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, epoch_us, event_mac
-from wgstore.events.recorder import AppendResult, Batch, Pending, StreamVersionMismatch, fenced
+from wgstore.events.pooled_recorder import PooledRecorder
+from wgstore.events.recorder import (
+    AppendResult,
+    Batch,
+    Pending,
+    StoredTime,
+    StreamVersionMismatch,
+    fenced,
+)
 from wgstore.events.records import Fence
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.pool import PoolProxiedConnection
 
 __all__ = ["SqliteRecorder", "parse_time"]
 
@@ -50,6 +64,15 @@ _COLUMNS = f"position, stream_id, {_AFTER_STREAM_ID}"
 _STREAM_COLUMNS = f"position, {_AFTER_STREAM_ID}"
 
 
+# A row as inserted: position, event_id, stream_id, stream_version, event_type, schema_version,
+# data, metadata, recorded_at, hash, log_hash, mac.
+_Row = tuple[int, str, str, int, str, int, str, str, str, str, str, str | None]
+# An AppendResult from a tuple, in C (AppendResult's own __new__ is Python).
+_result: Callable[[tuple[int, int, datetime, str, bool]], AppendResult] = partial(
+    tuple.__new__, AppendResult
+)
+
+
 def parse_time(text: str) -> datetime:
     """A ``recorded_at`` as SQLite stores it (UTC text) as an aware datetime."""
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
@@ -63,69 +86,60 @@ def _mismatch(expected: int, version: int) -> bool:
     )
 
 
-class SqliteRecorder:
-    """Appends and reads on SQLite (see the module docstring)."""
+class SqliteRecorder(PooledRecorder):
+    """Appends and reads on SQLite (see the module docstring). Pages are read whole: fetching
+    one costs less than its decode, so nothing is gained by handing rows over as they come."""
 
     columns = _COLUMNS
     stream_columns = _STREAM_COLUMNS
     param = "?"
-    stream_rows = None  # a page is read whole: fetching it costs less than the decode
 
-    @staticmethod
-    def time_of(stored: str) -> datetime:
+    def time_of(self, stored: StoredTime) -> datetime:
         """``recorded_at`` as SQLite stores it (UTC text) as an aware datetime."""
-        return parse_time(stored)
+        return parse_time(cast(str, stored))
 
-    def __init__(self, hmac_key: bytes | None = None) -> None:
-        self.hmac_key = hmac_key
-        """The key of each row's MAC (:func:`~wgstore.events.hashing.event_mac`), or None."""
+    def __init__(self, engine: sa.Engine, hmac_key: bytes | None = None) -> None:
+        super().__init__(engine, hmac_key)
         # The heads this store's own appends left (a stale entry is caught, not trusted).
         self._stream_heads: dict[str, tuple[int, str]] = {}
         self._log_head: tuple[int, str] | None = None
         self._cached_skips = 0
 
-    def prepare_writer(self, connection: Any) -> None:
-        """Nothing to set: the engine configured the connection."""
-
-    def prepare_read(self, connection: Any) -> None:
-        """Nothing to set."""
-
-    def release(self, connection: Any) -> None:
-        """Nothing to undo."""
-
-    def connection_died(self, connection: Any, error: BaseException) -> bool:
-        """A file database does not drop connections."""
-        return False
-
-    def append(
+    def _append(
         self,
-        writer: Any,
+        writer: PoolProxiedConnection,
         stream_id: str,
         expected: int,
         pending: list[Pending],
         check_ids: bool,
     ) -> list[AppendResult]:
-        """Append one batch (see :meth:`wgstore.events.recorder.Recorder.append`)."""
+        connection = cast(sqlite3.Connection, writer.driver_connection)
         if self._cached_skips > 0:
             self._cached_skips -= 1
         elif not check_ids:
-            done = self._append_cached(writer, stream_id, expected, pending)
+            done = self._append_cached(connection, stream_id, expected, pending)
             if done is not None:
                 return done
-        return self._append_locked(writer, [Batch(stream_id, expected, pending)], check_ids, None)[
-            0
-        ]
+        batch = Batch(stream_id, expected, pending)
+        return self._append_locked(connection, [batch], check_ids, None)[0]
 
-    def append_many(
-        self, writer: Any, batches: list[Batch], check_ids: bool, fence: Fence | None
+    def _append_many(
+        self,
+        writer: PoolProxiedConnection,
+        batches: list[Batch],
+        check_ids: bool,
+        fence: Fence | None,
     ) -> list[list[AppendResult]]:
-        """Append batches atomically (see :meth:`wgstore.events.recorder.Recorder.append_many`)."""
-        return self._append_locked(writer, batches, check_ids, fence)
+        connection = cast(sqlite3.Connection, writer.driver_connection)
+        return self._append_locked(connection, batches, check_ids, fence)
 
     def _append_locked(
-        self, writer: Any, batches: list[Batch], check_ids: bool, fence: Fence | None
+        self,
+        connection: sqlite3.Connection,
+        batches: list[Batch],
+        check_ids: bool,
+        fence: Fence | None,
     ) -> list[list[AppendResult]]:
-        connection = writer.driver_connection
         cursor = connection.cursor()
         cursor.execute("BEGIN IMMEDIATE")
         try:
@@ -139,8 +153,8 @@ class SqliteRecorder:
                 if stored is not None:
                     cursor.execute("ROLLBACK")
                     return stored
-            results = []
-            last_rows = []
+            results: list[list[AppendResult]] = []
+            last_rows: list[tuple[str, _Row]] = []
             for batch in batches:
                 version, previous, log, position = cursor.execute(
                     _HEADS, (batch.stream_id, batch.stream_id)
@@ -171,7 +185,7 @@ class SqliteRecorder:
         finally:
             cursor.close()
 
-    def _remember_heads(self, stream_id: str, last_row: tuple[Any, ...]) -> None:
+    def _remember_heads(self, stream_id: str, last_row: _Row) -> None:
         """Cache the heads this writer just made, for :meth:`_append_cached`."""
         if len(self._stream_heads) >= _HEAD_CACHE_SIZE:
             self._stream_heads.clear()
@@ -180,7 +194,7 @@ class SqliteRecorder:
 
     def _append_cached(
         self,
-        writer: Any,
+        connection: sqlite3.Connection,
         stream_id: str,
         expected: int,
         pending: list[Pending],
@@ -203,7 +217,6 @@ class SqliteRecorder:
             return None  # the locked path reads the true version and raises if it must
         rows, results = _rows(stream_id, pending, self.hmac_key, version, previous, *log_head[::-1])
         first = rows[0]
-        connection = writer.driver_connection
         cursor = connection.cursor()
         try:
             cursor.execute("BEGIN IMMEDIATE")
@@ -235,7 +248,9 @@ class SqliteRecorder:
         return results
 
 
-def _stored_batches(cursor: Any, batches: list[Batch]) -> list[list[AppendResult]] | None:
+def _stored_batches(
+    cursor: sqlite3.Cursor, batches: list[Batch]
+) -> list[list[AppendResult]] | None:
     """Every batch as stored (a retry of an append that committed), or None if none is stored.
 
     An append is atomic, so a retry finds all of its batches stored or none; some but not all
@@ -253,10 +268,12 @@ def _stored_batches(cursor: Any, batches: list[Batch]) -> list[list[AppendResult
     return found
 
 
-def _stored_ids(cursor: Any, stream_id: str, pending: list[Pending]) -> list[AppendResult] | None:
+def _stored_ids(
+    cursor: sqlite3.Cursor, stream_id: str, pending: list[Pending]
+) -> list[AppendResult] | None:
     ids = [p.event_id for p in pending]
     marks = ",".join("?" * len(ids))
-    found = {
+    found: dict[str, tuple[str, int, int, str, str]] = {
         row[0]: row[1:]
         for row in cursor.execute(
             f"SELECT event_id, stream_id, stream_version, position, recorded_at, hash "
@@ -266,13 +283,13 @@ def _stored_ids(cursor: Any, stream_id: str, pending: list[Pending]) -> list[App
     }
     if not found:
         return None
-    in_order = [found.get(event_id) for event_id in ids]
-    if all(in_order) and all(row[0] == stream_id for row in in_order):  # type: ignore[index]
-        offsets = {row[1] - index for index, row in enumerate(in_order)}  # type: ignore[index]
-        if len(offsets) == 1:
+    if all(event_id in found for event_id in ids):
+        in_order = [found[event_id] for event_id in ids]
+        offsets = {row[1] - index for index, row in enumerate(in_order)}
+        if all(row[0] == stream_id for row in in_order) and len(offsets) == 1:
             return [
-                (row[2], row[1], parse_time(row[3]), row[4], True)  # type: ignore[index]
-                for row in in_order
+                AppendResult(position, version, parse_time(at), hash_, True)
+                for _, version, position, at, hash_ in in_order
             ]
     raise DuplicateEventError(
         f"{len(found)} of {len(ids)} event ids are already stored, but not as this exact "
@@ -289,7 +306,7 @@ def _rows(
     previous: str,
     log: str,
     position: int,
-) -> tuple[list[tuple[Any, ...]], list[AppendResult]]:
+) -> tuple[list[_Row], list[AppendResult]]:
     """The rows of a batch that follows the given stream and log heads, and its results.
 
     The hash inputs are those of hashing.chain_hash and hashing.log_hash, inlined (the calls
@@ -301,8 +318,8 @@ def _rows(
     now_us = epoch_us(now)
     us = str(now_us)
     sha256 = hashlib.sha256
-    rows = []
-    results = []
+    rows: list[_Row] = []
+    results: list[AppendResult] = []
     mac = None
     for item in pending:
         version += 1
@@ -322,5 +339,5 @@ def _rows(
             (position, item.event_id, stream_id, version, item.type, item.schema_version,
              item.data, item.metadata_text, stored_at, previous, log, mac)
         )  # fmt: skip
-        results.append((position, version, now, previous, False))
+        results.append(_result((position, version, now, previous, False)))
     return rows, results

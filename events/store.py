@@ -1,8 +1,12 @@
 """``EventStore``: append, read, verify and follow the log, on SQLite or PostgreSQL.
 
-The hot paths (append, read) run plain driver SQL on connections SQLAlchemy manages: an append
-on Postgres is one call of the ``wg_append`` function (one round trip); on SQLite it is one
-``BEGIN IMMEDIATE`` transaction on the store's writer connection.
+The application side of the log, as the eventsourcing library's ``Application`` is of its
+recorders: the store checks input, encodes and decodes events, turns a version mismatch into
+:class:`ConcurrencyError`, and keeps the public API. Everything that talks to the database (its
+connections, the SQL of every read and write, paging, streamed reads, the retry on a dropped
+connection) is the backend's recorder's (:mod:`wgstore.events.recorder`): an append on
+Postgres is one call of the ``wg_append`` function (one round trip); on SQLite it is one
+``BEGIN IMMEDIATE`` transaction on the recorder's writer connection.
 """
 
 from __future__ import annotations
@@ -11,17 +15,15 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from itertools import islice
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
-import msgspec
 import sqlalchemy as sa
 from uuid_utils import uuid7
 
 from wgstore.events._translate import translate_errors
-from wgstore.events.codec import DECODE_ERRORS, Codec, canonical_json
+from wgstore.events.codec import Codec, canonical_json
+from wgstore.events.decoding import decode_log, decode_stream
 from wgstore.events.engine import create_store_engine, mask_url, parse_url
 from wgstore.events.errors import (
     ConcurrencyError,
@@ -34,8 +36,10 @@ from wgstore.events.hashing import HMAC_KEY_ENV, normalize_key
 from wgstore.events.recorder import (
     AppendResult,
     Batch,
+    LogRow,
     Pending,
     Recorder,
+    StreamRow,
     StreamVersionMismatch,
     recorder_for,
 )
@@ -51,15 +55,12 @@ from wgstore.events.records import (
     _StreamState,
 )
 from wgstore.events.registry import REGISTRY, EventRegistry
-from wgstore.events.schema import FREQUENT_TYPES, TYPE_INDEX_WHERE
 from wgstore.events.stream_watch import StreamWatch
 from wgstore.events.streams import check_reserved_append
 from wgstore.events.verify import VerifyReport, head_digest, verify_log
 
 __all__ = ["EventStore", "VerifyReport"]
 
-_PAGE = 1000
-_FREQUENT_TYPES = frozenset(FREQUENT_TYPES)  # left out of the type index (schema.py)
 # A stdlib UUID from uuid-utils' (Rust) UUIDv7 without uuid.UUID.__init__'s checks, which
 # cost more than making the id: the int is a valid UUID by construction.
 _UUID = uuid.UUID
@@ -69,11 +70,6 @@ _new_uuid = object.__new__
 _set_int = vars(uuid.UUID)["int"].__set__
 _set_safety = vars(uuid.UUID)["is_safe"].__set__
 
-_UNSET: Any = object()
-_T = TypeVar("_T")
-# Stored ids as UUIDs, parsed in C: the id in quotes is a JSON string. A third of UUID(text)'s
-# cost, and cheaper than msgspec.convert(text, UUID), which resolves the type on every call.
-_parse_uuid: Callable[[str], uuid.UUID] = msgspec.json.Decoder(uuid.UUID).decode
 
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
 
@@ -104,15 +100,9 @@ class EventStore:
         self.read_only = read_only
         self.backend: str = engine.dialect.name
         self.codec = Codec(registry or REGISTRY)
-        self._write_lock = threading.Lock()
-        self._writer: Any = None
         self._closed = False
-        self.recorder: Recorder = recorder_for(self.backend, self._hmac_key)
-        """This database's recorder: how batches are appended and rows read."""
-        self._columns = self.recorder.columns
-        # Set when the recorder can hand rows over as they arrive (Postgres with libpq 17+).
-        self._stream_rows = self.recorder.stream_rows
-        self._param = self.recorder.param
+        self.recorder: Recorder = recorder_for(engine, self._hmac_key)
+        """This database's recorder: its connections, and the SQL of every read and write."""
         self._base_metadata_pid = -1
         self._base_metadata: dict[str, Any] = {}
         self._base_metadata_text = ""
@@ -196,10 +186,7 @@ class EventStore:
             return
         self._closed = True
         self._notifier.close()
-        with self._write_lock:
-            if self._writer is not None:
-                self._writer.close()
-                self._writer = None
+        self.recorder.close()
         self.engine.dispose()
 
     def __enter__(self) -> EventStore:
@@ -253,16 +240,13 @@ class EventStore:
         pending, check_ids = self._encode_batch(events)
         if not pending:
             return []
-        with translate_errors(self.url):
-            rows = self._append_with_retry(
-                lambda writer, check: self.recorder.append(
-                    writer, stream_id, expected, pending, check
-                ),
-                {stream_id: expected_version},
-                check_ids,
-            )
-        if rows[0][4]:  # already stored: return what is in the log
-            return self._read_positions([row[0] for row in rows])
+        try:
+            with translate_errors(self.url):
+                rows = self.recorder.append(stream_id, expected, pending, check_ids)
+        except StreamVersionMismatch as mismatch:
+            raise ConcurrencyError(stream_id, expected_version, mismatch.actual) from None
+        if rows[0].existed:  # already stored: return what is in the log
+            return self._read_positions([row.position for row in rows])
         self._notifier.local_append()
         return _recorded(stream_id, pending, rows)
 
@@ -311,14 +295,16 @@ class EventStore:
                 batches.append(Batch(request.stream_id, expected, pending))
         if not batches:
             return [[] for _ in requests]
-        with translate_errors(self.url):
-            results = self._append_with_retry(
-                lambda writer, check: self.recorder.append_many(writer, batches, check, fence),
-                expected_versions,
-                check_ids,
-            )
-        if results[0][0][4]:  # already stored
-            appended = [self._read_positions([row[0] for row in rows]) for rows in results]
+        try:
+            with translate_errors(self.url):
+                results = self.recorder.append_many(batches, check_ids, fence)
+        except StreamVersionMismatch as mismatch:
+            stream_id = mismatch.stream_id or batches[0].stream_id
+            raise ConcurrencyError(
+                stream_id, expected_versions[stream_id], mismatch.actual
+            ) from None
+        if results[0][0].existed:  # already stored
+            appended = [self._read_positions([row.position for row in rows]) for rows in results]
         else:
             self._notifier.local_append()
             appended = [
@@ -399,47 +385,6 @@ class EventStore:
             self._base_metadata_pid = pid
         return self._base_metadata, self._base_metadata_text
 
-    def _append_with_retry(
-        self,
-        write: Callable[[Any, bool], _T],
-        expected_versions: dict[str, ExpectedVersion],
-        check_ids: bool,
-    ) -> _T:
-        with self._write_lock:
-            for attempt in (1, 2):
-                writer = self._writer_connection()
-                try:
-                    return write(writer, check_ids)
-                except StreamVersionMismatch as mismatch:
-                    stream_id = mismatch.stream_id or next(iter(expected_versions))
-                    raise ConcurrencyError(
-                        stream_id, expected_versions[stream_id], mismatch.actual
-                    ) from None
-                except Exception as error:
-                    if not self._connection_died(writer, error):
-                        raise
-                    # The server dropped the connection (a restart, say). The event ids were
-                    # fixed before the first try, so sending the batch again is safe: if the
-                    # first try committed, the idempotency check returns it, unwritten.
-                    self._drop_writer()
-                    if attempt == 2:
-                        raise
-                    check_ids = True
-        raise AssertionError("unreachable")
-
-    def _writer_connection(self) -> Any:
-        if self._writer is None:
-            self._writer = self.engine.raw_connection()
-            self.recorder.prepare_writer(self._writer)
-        return self._writer
-
-    def _drop_writer(self) -> None:
-        if self._writer is not None:
-            try:
-                self._writer.invalidate()
-            finally:
-                self._writer = None
-
     # ------------------------------------------------------------------ reading
 
     def read_stream(
@@ -460,79 +405,12 @@ class EventStore:
         _check_stream_id(stream_id)
         from_version = _check_int("from_version", from_version)
         last = _check_int("to_version", to_version) if to_version is not None else 2**31 - 1
-        version = max(from_version, 1)
-        p = self._param
-        sql = (
-            f"SELECT {self.recorder.stream_columns} FROM wg_events WHERE stream_id = {p} "
-            f"AND stream_version >= {p} AND stream_version <= {p} ORDER BY stream_version "
-            f"LIMIT {_PAGE + 1}"
-        )
-        # A page asks for one row more than it yields: without that row, a stream ending on a
-        # page boundary (a 1,000-event stream, say) costs one more query to find nothing. The
-        # rows leave out stream_id, which is known.
-        retry = True
-        while version <= last:
-            if self._stream_rows is not None:
-                with self._streamed_page(sql, (stream_id, version, last), retry) as page:
-                    yield from self._decode_rows(islice(page.rows, _PAGE), stream_id)
-                retry = page.count > 0 or not page.dropped  # dropped twice in a row: give up
-                if page.count > _PAGE:  # the row after the page: the next page's first
-                    version = page.last[1]
-                elif not page.dropped:
-                    return
-                elif page.last is not None:
-                    version = page.last[1] + 1
-                continue
-            rows = self._fetch(sql, (stream_id, version, last))
-            if len(rows) <= _PAGE:
-                yield from self._decode_rows(rows, stream_id)
-                return
-            yield from self._decode_rows(rows[:_PAGE], stream_id)
-            version = rows[_PAGE][1]
-
-    @contextmanager
-    def _streamed_page(self, sql: str, params: Sequence[Any], retry: bool) -> Iterator[_Page]:
-        """One page's query, its rows handed over as they arrive (:meth:`read_stream`,
-        :meth:`read_all` on Postgres with libpq 17+).
-
-        The recorder's ``stream_rows`` hands the rows over in chunks: the reader's work on one
-        chunk (decoding, and whatever it does with the events, a fold say) overlaps the server
-        sending the next, instead of following the whole page. The block reads ``page.rows``;
-        the rows it leaves are read after it (not handed over), and the connection is held until
-        then (or until the reader drops the iterator, which cancels the rest of the query).
-
-        When the server drops the connection, the block ends (the error is swallowed) with
-        ``page.dropped`` set: the page then ends after ``page.last``, the last row handed over,
-        and the next one goes on from there. Unless ``retry`` is False and no row came: then the
-        error is raised.
-        """
-        stream_rows = self._stream_rows
-        assert stream_rows is not None  # the readers call this only then
-        page = _Page()
-        with translate_errors(self.url):
-            connection = self.engine.raw_connection()
-            try:
-                self.recorder.prepare_read(connection)
-                cursor = connection.cursor()
-                rows = _one_ahead(stream_rows(cursor, sql, params))
-                page.rows = page.track(rows)
-                try:
-                    yield page
-                    for _ in page.rows:  # what the block left of the page
-                        pass
-                finally:
-                    rows.close()
-                cursor.close()
-            except BaseException as error:
-                if not self._connection_died(connection, error):
-                    self._release(connection)
-                    raise
-                connection.invalidate()
-                if not retry and page.count == 0:
-                    raise
-                page.dropped = True
-                return
-            self._release(connection)
+        rows = self.recorder.select_events(stream_id, from_version, last)
+        try:
+            with translate_errors(self.url):
+                yield from self._decode_stream(rows, stream_id)
+        finally:
+            rows.close()
 
     def read_all(
         self,
@@ -565,55 +443,27 @@ class EventStore:
         if limit is not None and _check_int("limit", limit) < 0:
             raise InvalidArgumentError(f"limit must be None or an int >= 0, got {limit!r}")
         names = self._type_names(types)
-        p = self._param
-        where = f"position > {p}"
-        if names:
-            where += f" AND event_type IN ({','.join([p] * len(names))})"
-            if not _FREQUENT_TYPES.intersection(names):
-                where += f" AND {TYPE_INDEX_WHERE}"  # lets the planner use the partial index
-        remaining = limit if limit is not None else -1
-        position = after
-        retry = True
-        while remaining != 0:
-            # The stream filter runs here, not in SQL: a LIKE there can make Postgres' planner
-            # trade the position index for a sort of every later row, page after page.
-            page = _PAGE if remaining < 0 or streams is not None else min(_PAGE, remaining)
-            sql = f"SELECT {self._columns} FROM wg_events WHERE {where} ORDER BY position LIMIT {page}"
-            if self._stream_rows is not None:
-                with self._streamed_page(sql, (position, *names), retry) as streamed:
-                    for record in self._decode_rows(_kept(streamed.rows, streams, remaining)):
-                        yield record
-                        if remaining > 0:
-                            remaining -= 1
-                retry = streamed.count > 0 or not streamed.dropped  # dropped twice: give up
-                if streamed.last is not None:  # the next page starts after its last row
-                    position = streamed.last[0]
-                if streamed.count < page and not streamed.dropped:
-                    return
-                continue
-            rows = self._fetch(sql, (position, *names))
-            for record in self._decode_rows(_kept(rows, streams, remaining)):
-                yield record
-                if remaining > 0:
-                    remaining -= 1
-            if len(rows) < page:
-                return
-            position = rows[-1][0]
+        rows = self.recorder.select_notifications(
+            after, limit if limit is not None else -1, names, streams
+        )
+        try:
+            with translate_errors(self.url):
+                yield from self._decode_log(rows)
+        finally:
+            rows.close()
 
     def stream_version(self, stream_id: str) -> int:
         """The version of the stream's last event, 0 when the stream has none."""
         self._check_open()
         _check_stream_id(stream_id)
-        rows = self._fetch(
-            f"SELECT max(stream_version) FROM wg_events WHERE stream_id = {self._param}",
-            (stream_id,),
-        )
-        return int(rows[0][0] or 0)
+        with translate_errors(self.url):
+            return self.recorder.max_stream_version(stream_id)
 
     def head(self) -> int:
         """The highest position safe to read: nothing below it can still appear later."""
         self._check_open()
-        return int(self._fetch("SELECT max(position) FROM wg_events", ())[0][0] or 0)
+        with translate_errors(self.url):
+            return self.recorder.max_position()
 
     def streams(self, prefix: str = "") -> list[tuple[str, int]]:
         """Every stream whose id starts with ``prefix``, with its version."""
@@ -621,23 +471,13 @@ class EventStore:
         if not isinstance(prefix, str):
             raise InvalidArgumentError(f"prefix must be a string, got {prefix!r}")
         _check_text("prefix", prefix)
-        return [
-            (row[0], int(row[1]))
-            for row in self._fetch(
-                f"SELECT stream_id, max(stream_version) FROM wg_events "
-                f"WHERE stream_id LIKE {self._param} ESCAPE '\\' "
-                "GROUP BY stream_id ORDER BY min(position)",
-                (_like_prefix(prefix),),
-            )
-        ]
+        with translate_errors(self.url):
+            return [(head.stream_id, head.version) for head in self.recorder.select_streams(prefix)]
 
     def _read_positions(self, positions: list[int]) -> list[RecordedEvent]:
-        marks = ",".join([self._param] * len(positions))
-        rows = self._fetch(
-            f"SELECT {self._columns} FROM wg_events WHERE position IN ({marks}) ORDER BY position",
-            tuple(positions),
-        )
-        return list(self._decode_rows(rows))
+        with translate_errors(self.url):
+            rows = self.recorder.select_positions(positions)
+        return list(self._decode_log(rows))
 
     def _type_names(self, types: Iterable[str | type] | None) -> list[str]:
         if types is None:
@@ -649,108 +489,16 @@ class EventStore:
             _check_text("an event type name", name)
         return names
 
-    def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+    def _fetch(self, sql: str, params: Sequence[Any]) -> Sequence[tuple[Any, ...]]:
+        """The rows of one SELECT of the caller's own (verify's), through the recorder."""
         with translate_errors(self.url):
-            for attempt in (1, 2):
-                connection = self.engine.raw_connection()
-                try:
-                    return self._fetch_on(connection, sql, params)
-                except BaseException as error:
-                    if not self._connection_died(connection, error):
-                        self._release(connection)
-                        raise
-                    # The server dropped this connection (a restart, say): discard it without
-                    # the pool's reset, and read again on a fresh one (reads are idempotent).
-                    connection.invalidate()
-                    if attempt == 2:
-                        raise
-        raise AssertionError("unreachable")
+            return self.recorder.fetch(sql, params)
 
-    def _fetch_on(self, connection: Any, sql: str, params: Sequence[Any]) -> list[Any]:
-        self.recorder.prepare_read(connection)
-        cursor = connection.cursor()
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-        cursor.close()
-        self._release(connection)
-        return rows
+    def _decode_log(self, rows: Iterable[LogRow]) -> Iterator[RecordedEvent]:
+        return decode_log(self.codec, self.recorder.time_of, rows)
 
-    def _release(self, connection: Any) -> None:
-        self.recorder.release(connection)
-        connection.close()
-
-    def _connection_died(self, connection: Any, error: BaseException) -> bool:
-        return self.recorder.connection_died(connection, error)
-
-    def _decode_rows(
-        self, rows: Iterable[Sequence[Any]], stream: str | None = None
-    ) -> Iterator[RecordedEvent]:
-        """Records of ``rows`` (``recorder.columns``; ``stream_columns`` when ``stream`` is the
-        stream id they all belong to)."""
-        codec = self.codec
-        decode_json = msgspec.json.decode
-        time_of = self.recorder.time_of
-        # Values rows share (a batch has one time and one metadata text) are decoded once; the
-        # records of a batch then share one metadata dict, as the records append returns do.
-        last_at: Any = _UNSET
-        last_time: Any = None
-        last_meta: Any = _UNSET
-        metadata: Any = None
-        # One registry lookup per event type of the page, not per row.
-        decoders: dict[str, tuple[int, Callable[[Any], Any] | None]] = {}
-        parse_uuid = _parse_uuid
-        for row in rows:
-            if stream is None:
-                (
-                    position,
-                    stream_id,
-                    version,
-                    event_id,
-                    type_,
-                    schema_version,
-                    data,
-                    meta,
-                    at,
-                    hash_,
-                ) = row
-            else:
-                stream_id = stream
-                position, version, event_id, type_, schema_version, data, meta, at, hash_ = row
-            if at != last_at:
-                last_at, last_time = at, time_of(at)
-            if meta != last_meta:
-                last_meta, metadata = meta, decode_json(meta)
-            known = decoders.get(type_)
-            if known is None:
-                known = decoders[type_] = (
-                    schema_version,
-                    codec.current_decoder(type_, schema_version),
-                )
-            fast = known[1]
-            if fast is None or known[0] != schema_version:
-                event = codec.decode(
-                    type_, schema_version, data, stream_id=stream_id, position=position
-                )
-            else:
-                try:
-                    event = fast(data)
-                except DECODE_ERRORS:  # decode again to raise the EventDecodeError
-                    codec.decode(
-                        type_, schema_version, data, stream_id=stream_id, position=position
-                    )
-                    raise
-            yield RecordedEvent(
-                position=position,
-                stream_id=stream_id,
-                version=version,
-                event_id=parse_uuid(f'"{event_id}"'),
-                type=type_,
-                schema_version=schema_version,
-                event=event,
-                metadata=metadata,
-                recorded_at=last_time,
-                hash=hash_,
-            )
+    def _decode_stream(self, rows: Iterable[StreamRow], stream_id: str) -> Iterator[RecordedEvent]:
+        return decode_stream(self.codec, self.recorder.time_of, rows, stream_id)
 
     # ------------------------------------------------------------------ following
 
@@ -848,73 +596,21 @@ class EventStore:
             raise StoreUnavailableError("this EventStore is closed; open a new one")
 
 
-def _kept(
-    rows: Iterable[Any], streams: str | tuple[str, ...] | None, remaining: int
-) -> Iterable[Any]:
-    """The rows of a :meth:`EventStore.read_all` page it hands on: those of the ``streams``
-    prefixes (all when None), at most ``remaining`` of them (all when negative)."""
-    if streams is not None:
-        rows = (row for row in rows if row[1].startswith(streams))
-    return rows if remaining < 0 else islice(rows, remaining)
-
-
-class _Page:
-    """The rows of one streamed page (:meth:`EventStore._streamed_page`) as they are handed over:
-    how many, the last one, and whether the server dropped the connection meanwhile."""
-
-    __slots__ = ("count", "dropped", "last", "rows")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.last: Any = None
-        self.dropped = False
-        self.rows: Iterator[Any] = iter(())
-
-    def track(self, rows: Iterable[Any]) -> Generator[Any, None, None]:
-        for row in rows:
-            self.last = row
-            self.count += 1
-            yield row
-
-
-def _one_ahead(rows: Generator[Any, None, None]) -> Generator[Any, None, None]:
-    """``rows``, each handed on once the row after it (or the end) has been read.
-
-    A reader that stops after the last row then leaves no query running, to be cancelled (a
-    round trip on a new connection): ``next(iter(store.read_stream(sid, v, v)))``, say.
-    """
-    try:
-        held = next(rows, _UNSET)
-        for row in rows:
-            yield held
-            held = row
-        if held is not _UNSET:
-            yield held
-    finally:
-        rows.close()
-
-
-def _like_prefix(prefix: str) -> str:
-    """A LIKE pattern (escape character ``\\``) matching ids that start with ``prefix``."""
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return escaped + "%"
-
-
 def _recorded(
     stream_id: str, pending: list[Pending], rows: list[AppendResult]
 ) -> list[RecordedEvent]:
     return [
         RecordedEvent(
-            position=row[0],
+            position=row.position,
             stream_id=stream_id,
-            version=row[1],
+            version=row.version,
             event_id=item.uuid,
             type=item.type,
             schema_version=item.schema_version,
             event=item.event,
             metadata=item.metadata,
-            recorded_at=row[2],
-            hash=row[3],
+            recorded_at=row.recorded_at,
+            hash=row.hash,
         )
         for item, row in zip(pending, rows, strict=True)
     ]

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from wgstore.events import EventStore, StoreUnavailableError, event_type
+from wgstore.events.pooled_recorder import PooledRecorder
 from wgstore.events.postgres_recorder import PostgresRecorder, chunked_mode_available
 
 
@@ -32,16 +33,22 @@ class Other:
 def pg_store(pg_url: str) -> Iterator[EventStore]:
     store = EventStore.open(pg_url)
     try:
-        assert store._stream_rows is not None  # the psycopg[binary] wheel: libpq 17+
+        assert _recorder(store).stream_rows is not None  # the psycopg[binary] wheel: libpq 17+
         yield store
     finally:
         store.close()
 
 
+def _recorder(store: EventStore) -> PooledRecorder:
+    """The store's recorder, whose ``stream_rows`` hands its reads' rows over."""
+    assert isinstance(store.recorder, PooledRecorder)
+    return store.recorder
+
+
 def _dropping(store: EventStore, after: list[int]) -> list[int]:
     """Make the store's streamed reads lose their connection after ``after[i]`` rows of the
     i-th query (then read normally); returns the row count each query got."""
-    stream_rows = store._stream_rows
+    stream_rows = _recorder(store).stream_rows
     assert stream_rows is not None
     got: list[int] = []
 
@@ -62,7 +69,7 @@ def _dropping(store: EventStore, after: list[int]) -> list[int]:
         cursor.connection.close()  # what a server restart does to the client
         raise psycopg.OperationalError("the connection was dropped")
 
-    store._stream_rows = dropping
+    _recorder(store).stream_rows = dropping
     return got
 
 
@@ -116,19 +123,20 @@ def test_read_stream_without_chunked_mode_pages_are_read_whole_with_the_same_eve
     # chunked mode: the recorder then offers no stream_rows and read_stream fetches each page.
     pg_store.append("s-1", [Probe(n=i) for i in range(2100)])
     streamed = [(r.version, r.event.n, r.event_id) for r in pg_store.read_stream("s-1")]
-    pg_store._stream_rows = None
+    _recorder(pg_store).stream_rows = None
     fetched = [(r.version, r.event.n, r.event_id) for r in pg_store.read_stream("s-1")]
     assert fetched == streamed and len(fetched) == 2100
     assert [r.event.n for r in pg_store.read_stream("s-1", 1000, 1001)] == [999, 1000]
 
 
 def test_read_stream_chunked_mode_is_offered_only_with_a_libpq_that_has_it(
-    monkeypatch: pytest.MonkeyPatch,
+    pg_store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert PostgresRecorder().stream_rows is not None  # the psycopg[binary] wheel: libpq 17+
+    # the psycopg[binary] wheel: libpq 17+
+    assert PostgresRecorder(pg_store.engine).stream_rows is not None
     monkeypatch.setattr(psycopg.pq, "version", lambda: 160004)
     assert not chunked_mode_available()
-    assert PostgresRecorder().stream_rows is None
+    assert PostgresRecorder(pg_store.engine).stream_rows is None
 
 
 def test_read_all_a_connection_dropped_mid_page_goes_on_from_the_next_event(
@@ -203,7 +211,7 @@ def test_read_all_filters_and_limits_across_pages_give_the_events_of_whole_pages
         if r[0] > after and (streams is None or r[1].startswith(streams))
     ][:limit]
     streamed = _seen(pg_store.read_all(after, limit, types, streams=streams))
-    pg_store._stream_rows = None  # libpq before 17: pages are fetched whole
+    _recorder(pg_store).stream_rows = None  # libpq before 17: pages are fetched whole
     fetched = _seen(pg_store.read_all(after, limit, types, streams=streams))
     assert streamed == fetched == expected
     assert pg_store.engine.pool.checkedout() == 1

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from wgstore.events import EventStore
+from wgstore.events.pooled_recorder import PooledRecorder
 from wgstore.events.schema import TYPE_INDEX_WHERE
 from wgstore.events.worker_group import (
     WorkerGroupPolled,
@@ -122,21 +123,23 @@ def test_a_read_of_rare_types_uses_the_partial_index(
         mixed = {r.type for r in store.read_all(types=["WorkerReported", "WorkerGroupPolled"])}
         assert mixed == {"WorkerReported", "WorkerGroupPolled"}
         statements: list[str] = []
-        fetch = store._fetch
+        recorder = store.recorder
+        assert isinstance(recorder, PooledRecorder)
+        fetch = recorder.fetch
 
         def capture(sql: str, params: Sequence[Any]) -> list[Any]:
             statements.append(sql)
             return fetch(sql, params)
 
-        monkeypatch.setattr(store, "_fetch", capture)
-        stream_rows = store._stream_rows  # Postgres streams its pages: the SQL goes through here
+        monkeypatch.setattr(recorder, "fetch", capture)
+        stream_rows = recorder.stream_rows  # Postgres streams its pages: the SQL goes through here
         if stream_rows is not None:
 
             def capture_streamed(cursor: Any, sql: str, params: Sequence[Any]) -> Any:
                 statements.append(sql)
                 return stream_rows(cursor, sql, params)
 
-            monkeypatch.setattr(store, "_stream_rows", capture_streamed)
+            monkeypatch.setattr(recorder, "stream_rows", capture_streamed)
         list(store.read_all(types=["WorkerGroupShutdownRequested"]))
         [select] = statements
         explain = "EXPLAIN" if store.is_postgres else "EXPLAIN QUERY PLAN"
