@@ -12,7 +12,11 @@ Whichever way the run was started:
   ``RecordingCallback`` continues the same run stream. Before the trainer starts, the resuming
   process takes the run's lease, removes the placement group of the lost attempt if the cluster
   still has it, and records, in one fenced append, that attempt shut down ("driver lost") and the
-  controller back at ``INITIALIZING``; the new controller takes the lease over from it.
+  controller back at ``INITIALIZING``; the new controller takes the lease over from it. Until
+  it does (Ray starts it, and it opens the store once training starts), the resuming process
+  keeps the lease renewed: a controller slow to start never lets the run look orphaned, which
+  made a supervisor resume it a second time. The lease is as long as the recording
+  controller's (``ControllerStarted.lease_s``), not ``RunCreated``'s default.
 
 Refused, with :class:`RunNotResumableError` saying why, when the run has ended, is live (its
 lease held by a process that is not gone: ``wait_s`` waits for it to lapse), or cannot be
@@ -35,6 +39,7 @@ from wgstore.events.run import ControllerState, ControllerStateChanged, RunResum
 from wgstore.events.worker_group import WorkerGroupShutDown, WorkerGroupShutdownRequested
 from wgstore.orchestration.controller import RunController, read_run
 from wgstore.orchestration.errors import RunLeaseHeldError, RunNotResumableError
+from wgstore.orchestration.lease_keeper import LeaseKeeper
 from wgstore.projections.run_state import RunState, resume_problem
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 
@@ -53,13 +58,18 @@ def _refusal(run: RunState) -> str | None:
 
 
 def _take_lease(
-    store: EventStore, run: RunState, holder: str, wait_s: float, handed: Fence | None
+    store: EventStore,
+    run: RunState,
+    holder: str,
+    wait_s: float,
+    handed: Fence | None,
+    lease_s: float,
 ) -> Lease:
     """The run's lease for ``holder``: handed over (by a supervisor), free or lapsed, or from a
     holder on this host whose process is gone; else wait up to ``wait_s`` for it to lapse."""
     deadline = time.monotonic() + wait_s
     while True:
-        lease, held = take_lease(store, run.run_id, holder, run.lease_s, take_from=handed)
+        lease, held = take_lease(store, run.run_id, holder, lease_s, take_from=handed)
         if lease is not None:
             return lease
         if held is None:
@@ -144,20 +154,28 @@ def _resume_recorded(
         spec = decode_run_spec(run.trainer, lambda sha256: get_blob(store, sha256))
     except NotResumableError as error:
         raise RunNotResumableError(f"run {run.run_id} cannot be resumed: {error}") from None
-    lease = _take_lease(store, run, f"resume-{uuid.uuid4().hex[:12]}", wait_s, handed)
-    run = _close_lost_attempt(store, run, lease, by)
-    recorder = RecordingCallback(
-        store.url,
-        run_name=run.name,
-        continue_run=ContinueRun(run.run_id, attempts=len(run.groups), lease=lease.fence),
-        lease_s=run.lease_s,
-    )
-    trainer = build_trainer(spec, callbacks=[recorder])
-    log.info("resuming Ray Train run %s (attempt %d)", run.run_id, len(run.groups) + 1)
+    # The recorder's lease is in ControllerStarted (RunCreated of a recorded run has none).
+    lease_s = next((c.lease_s for c in reversed(run.controllers) if c.lease_s), run.lease_s)
+    lease = _take_lease(store, run, f"resume-{uuid.uuid4().hex[:12]}", wait_s, handed, lease_s)
+    # Renewed until the new controller takes it over (the keeper then finds it held by the
+    # controller and stops) or the fit returns.
+    keeper = LeaseKeeper(store, lease, lease_s)
     try:
-        fit(trainer)
-    except Exception:
-        log.warning("the resumed run %s ended with an error", run.run_id, exc_info=True)
+        run = _close_lost_attempt(store, run, lease, by)
+        recorder = RecordingCallback(
+            store.url,
+            run_name=run.name,
+            continue_run=ContinueRun(run.run_id, attempts=len(run.groups), lease=lease.fence),
+            lease_s=lease_s,
+        )
+        trainer = build_trainer(spec, callbacks=[recorder])
+        log.info("resuming Ray Train run %s (attempt %d)", run.run_id, len(run.groups) + 1)
+        try:
+            fit(trainer)
+        except Exception:
+            log.warning("the resumed run %s ended with an error", run.run_id, exc_info=True)
+    finally:
+        keeper.stop()
     return read_run(store, run.run_id)
 
 

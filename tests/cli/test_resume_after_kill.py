@@ -3,17 +3,21 @@
 The run's controller holds a 60 s lease; it is SIGKILLed mid-training. Its pid is gone on this
 host, so `wgstore resume` takes the run at once (not after the lease time), re-attaches to the
 workers by name (they are detached actors of the cluster, which outlives the driver) and drives
-the run to its end: one attempt, no failure charged.
+the run to its end: one attempt, no failure charged. The workers (``run_fns.chatty_fn``) report
+step 1 and then wait for a file the test writes only once the resume's controller is recorded:
+the resume re-attaches to workers that are still training, however slow the machine.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -47,42 +51,56 @@ def _reports(store: EventStore, run_id: str) -> int:
 
 
 def test_a_killed_wgstore_run_is_resumed_at_once_and_reattaches(
-    store_url: str, cluster_env: dict[str, str]
+    store_url: str, cluster_env: dict[str, str], tmp_path: Path
 ) -> None:
-    config = '{"steps": 40, "step_sleep_s": 0.25}'
+    release = tmp_path / "release"
+    config = json.dumps({"release": str(release)})
     driver = subprocess.Popen(
-        [sys.executable, "-m", "wgstore.cli", "run", "examples.train:train_fn", "--workers", "2",
-         "--cpus-per-worker", "0.25", "--config", config, "--run-id", "killed", "--url", store_url],
+        [sys.executable, "-m", "wgstore.cli", "run", "tests.cli.run_fns:chatty_fn", "--workers",
+         "2", "--cpus-per-worker", "0.25", "--poll-interval", "0.2", "--config", config,
+         "--run-id", "killed", "--url", store_url],
         cwd=REPO, env=cluster_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     store = EventStore.open(store_url)
+    resume: subprocess.Popen[str] | None = None
     try:
         wait_until(
             lambda: (
                 driver.poll() is not None
-                or (store.stream_version("run-killed") > 0 and _reports(store, "killed") >= 6)
+                or (store.stream_version("run-killed") > 0 and _reports(store, "killed") >= 2)
             ),
             timeout_s=240,
-            what="the run training",
+            what="both ranks reporting step 1 (then they wait for the release file)",
         )
         assert driver.poll() is None, "the run ended before it was killed"
         driver.send_signal(signal.SIGKILL)
         driver.wait()
         lease = lease_of(store, "killed")
         assert lease is not None and lease.expires_at > datetime.now(UTC)  # not lapsed
-        resumed = subprocess.run(
-            [sys.executable, "-m", "wgstore.cli", "resume", "kil", "--url", store_url],
-            cwd=REPO, env=cluster_env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        output = tmp_path / "resume.out"
+        with output.open("w") as out_file:  # a file: a pipe nobody reads yet could fill up
+            resume = subprocess.Popen(
+                [sys.executable, "-m", "wgstore.cli", "resume", "kil", "--url", store_url],
+                cwd=REPO, env=cluster_env, stdout=out_file, stderr=subprocess.STDOUT, text=True,
+            )  # fmt: skip
+        wait_until(
+            lambda: resume.poll() is not None or len(read_run(store, "killed").controllers) == 2,
+            timeout_s=240,
+            what="the resume's controller to take the run",
+        )
+        release.touch()  # the workers, still training, finish under the resume's controller
+        resume.wait(timeout=240)
+        out = output.read_text()
+        assert resume.returncode == 0, out
         resumed_at = read_run(store, "killed").controllers[-1].at
         assert resumed_at < lease.expires_at  # taken over before the lease would have lapsed
         run = read_run(store, "killed")
     finally:
-        if driver.poll() is None:
-            driver.kill()
+        for process in (driver, resume):
+            if process is not None and process.poll() is None:
+                process.kill()
         store.close()
-    assert "run killed: FINISHED" in resumed.stdout
+    assert "run killed: FINISHED" in out
     assert run.status.value == "FINISHED"
     assert len(run.groups) == 1 and not run.decisions  # re-attached: no failure, no new attempt
     assert [c.resumed for c in run.controllers] == [False, True]
