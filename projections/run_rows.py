@@ -162,7 +162,6 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
     current = run.current_group_id or (attempts[-1].group_id if attempts else None)
     committed = _committed(attempts)
     problem = resume_problem(run)
-    problem = resume_problem(run)
     return {
         "run_id": run.run_id,
         "stream_id": run.stream_id,

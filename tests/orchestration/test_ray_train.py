@@ -387,13 +387,17 @@ def test_strict_fails_the_run_with_a_wgstore_error_when_the_database_stays_away(
 
     db = tmp_path / "wgstore.db"
     url = f"sqlite:///{db}?busy_timeout=0.5"
+    # The writer's first batch opens the store in the controller (imports, the version check,
+    # the run's lease: 1-2 s there), which counts against the retry limit: at 1 s the run failed
+    # before any report, the lock not yet taken. 10 s is past that and well inside 30 steps.
+    EventStore.open(url).close()
     thread, done = _lock_mid_run(db, hold_s=None)
     trainer = ray_train_recorded.make_trainer(
         url,
         str(tmp_path / "storage"),
         steps=30,
         strict=True,
-        retry_limit_s=1.0,
+        retry_limit_s=10.0,
         flush_timeout_s=1.0,
     )
     try:
@@ -411,6 +415,7 @@ def test_strict_fails_the_run_with_a_wgstore_error_when_the_database_stays_away(
         thread.join(30)
     assert isinstance(getattr(info.value, "controller_failure", None), RecordingError)
     assert "cannot record the Ray Train run" in str(info.value)
+    assert thread.locked.is_set()  # type: ignore[attr-defined]  # failed while the log was locked
     with EventStore.open(url) as store:
         ((stream, _),) = store.streams("run-")
         state = project_run(store.read_stream(stream))

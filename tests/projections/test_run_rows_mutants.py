@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.projections.projection_builders import Stream
-from wgstore.events.run import FailureConfig, RankError, ScalingConfig
+from wgstore.events.run import ControllerState, FailureConfig, RankError, ScalingConfig
 from wgstore.events.worker_group import ErrorInfo, WorkerGroupContext
 from wgstore.projections.run_rows import (
     RUN_SOURCES,
@@ -44,7 +44,7 @@ def _run(**fields: Any) -> RunState:
         "run_id": "r1",
         "name": "demo",
         "status": RunStatus.RUNNING,
-        "controller_state": "RUNNING",
+        "controller_state": ControllerState.RUNNING,
         "version": 3,
         "position": 9,
         "created_at": T0,
