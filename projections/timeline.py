@@ -30,8 +30,8 @@ __all__ = [
     "MAX_EVENTS",
     "MAX_POINTS",
     "GroupTimeline",
+    "group_metric_series",
     "group_timeline",
-    "metric_series",
     "run_timeline_data",
     "state_and_series",
     "timeline_data",
@@ -262,7 +262,9 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
     return GroupTimeline(state, data)
 
 
-def metric_series(store: EventStore, group_id: str) -> dict[str, dict[str, list[list[float]]]]:
+def group_metric_series(
+    store: EventStore, group_id: str
+) -> dict[str, dict[str, list[list[float]]]]:
     """``timeline_data(store, group_id)["metrics"]`` without folding the group's stream: each
     numeric metric's ``[index, value, epoch ms]`` points per rank (thinned the same way).
 
@@ -289,7 +291,7 @@ def state_and_series(
     store: EventStore, group_id: str
 ) -> tuple[WorkerGroupState, dict[str, dict[str, list[list[float]]]]]:
     """The group's latest state (as :func:`~wgstore.projections.worker_group_state` gives it)
-    and its :func:`metric_series`, reading each event of the log at most once: the state from
+    and its :func:`group_metric_series`, reading each event of the log at most once: the state from
     the newest valid snapshot (the projector saves one with every batch) and the events after
     it, the series from ``wg_reports`` and the events after what it holds. With neither, one
     read and one fold of the whole stream.

@@ -1,4 +1,4 @@
-"""A run page's metric series and states without folding the whole stream: ``metric_series`` and
+"""A run page's metric series and states without folding the whole stream: ``group_metric_series`` and
 ``state_and_series`` (read models + the log after them) against ``timeline_data`` and
 ``worker_group_state`` (the log folded), on a real SQLite file and a real PostgreSQL; and the
 group stream read once per run page, whatever the read models hold."""
@@ -15,8 +15,8 @@ from wgstore.events.worker_group import WorkerReported
 from wgstore.projections import catch_up_read_models, worker_group_state
 from wgstore.projections.timeline import (
     MAX_POINTS,
+    group_metric_series,
     group_timeline,
-    metric_series,
     state_and_series,
     timeline_data,
 )
@@ -25,7 +25,7 @@ from wgstore.serve.views import group_page, run_page
 
 def _agree(store: Any, group_id: str) -> None:
     folded = timeline_data(store, group_id)["metrics"]
-    assert metric_series(store, group_id) == folded
+    assert group_metric_series(store, group_id) == folded
     state, series = state_and_series(store, group_id)
     assert series == folded
     assert state == worker_group_state(store, group_id, use_snapshots=False)
@@ -44,7 +44,7 @@ def test_series_from_the_read_models_and_the_log_after_them_equal_the_folded_one
     report(writer, group, 1, 4, loss=0.3, acc=0.4, eval=8.5)
     report(writer, group, 0, 5, loss=0.1)
     _agree(writer, group)  # wg_reports, then the two reports after them
-    assert metric_series(writer, group)["eval"] == {
+    assert group_metric_series(writer, group)["eval"] == {
         "0": [[4, 9.0, _t(writer, group, 0, 4)]],
         "1": [[4, 8.5, _t(writer, group, 1, 4)]],
     }
@@ -78,7 +78,7 @@ def test_long_series_are_thinned_alike_from_the_read_models_and_the_log(writer: 
     reports(2, MAX_POINTS)
     catch_up_read_models(writer)
     reports(MAX_POINTS, MAX_POINTS + 700)  # past the thinning, partly after the read models
-    series = metric_series(writer, group)
+    series = group_metric_series(writer, group)
     assert len(series["loss"]["0"]) == MAX_POINTS
     assert series["loss"]["0"][-1][0] == MAX_POINTS + 699
     assert len(series["eval"]["1"]) == (MAX_POINTS + 699) // 10  # every one: not thinned away
