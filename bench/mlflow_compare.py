@@ -45,6 +45,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -53,6 +54,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ray_train_probes import shutdown_probe_class, timed_recorder_class  # next to this file
 
 SIDES = ("neither", "mlflow", "wgstore")
 QUERIES = ("running_latest", "metric_series", "failed_last_day")
@@ -116,94 +121,6 @@ def train_func(config: dict[str, Any]) -> None:
             json.dump(timings, out)
 
 
-def _probe_class() -> type:
-    """A callback writing ``time.monotonic()`` to a file when the group's shutdown begins."""
-    from ray.train.v2._internal.execution.callback import WorkerGroupCallback
-
-    class ShutdownProbe(WorkerGroupCallback):
-        def __init__(self, path: str) -> None:
-            self.path = path
-
-        def before_worker_group_shutdown(self, worker_group: Any) -> None:
-            with open(self.path, "w") as out:
-                out.write(repr(time.monotonic()))
-
-    return ShutdownProbe
-
-
-def _timed_recorder_class() -> type:
-    """``RecordingCallback`` with every hook timed (``perf_counter`` and the controller thread's
-    CPU time around the hook, its guard included), written as JSON to ``timings_path`` at the end
-    of ``after_controller_finish``; pickled by value (made here; bench/ray_train_overhead.py has the same)."""
-    import functools
-
-    from ray.train.v2._internal.execution.callback import (
-        ControllerCallback,
-        ReportCallback,
-        WorkerGroupCallback,
-    )
-
-    from wgstore.orchestration.ray_train import RecordingCallback
-
-    bases = (ControllerCallback, WorkerGroupCallback, ReportCallback)
-    hooks = sorted(
-        name
-        for name, value in vars(RecordingCallback).items()
-        if not name.startswith("_")
-        and callable(value)
-        and any(hasattr(base, name) for base in bases)
-    )
-
-    class TimedRecordingCallback(RecordingCallback):
-        def __init__(self, url: str, timings_path: str) -> None:
-            self.timings_path = timings_path
-            super().__init__(url)
-
-        def __getstate__(self) -> dict[str, Any]:
-            return {**super().__getstate__(), "timings_path": self.timings_path}
-
-        def _reset(self) -> None:
-            super()._reset()
-            self.hook_times: dict[str, tuple[int, float, float]] = {}
-
-        def _write_timings(self) -> None:
-            times = self.hook_times
-            with open(self.timings_path, "w") as out:
-                json.dump(
-                    {
-                        "hook_s": round(sum(s for _, s, _ in times.values()), 6),
-                        "hook_calls": sum(calls for calls, _, _ in times.values()),
-                        "hooks": {
-                            name: {"calls": calls, "s": round(s, 6), "cpu_s": round(cpu, 6)}
-                            for name, (calls, s, cpu) in sorted(times.items())
-                        },
-                    },
-                    out,
-                )
-
-    def timed(name: str, hook: Any) -> Any:
-        @functools.wraps(hook)
-        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-            started, cpu_started = time.perf_counter(), time.thread_time()
-            try:
-                return hook(self, *args, **kwargs)
-            finally:
-                calls, seconds, cpu = self.hook_times.get(name, (0, 0.0, 0.0))
-                self.hook_times[name] = (
-                    calls + 1,
-                    seconds + time.perf_counter() - started,
-                    cpu + time.thread_time() - cpu_started,
-                )
-                if name == "after_controller_finish":
-                    self._write_timings()
-
-        return run
-
-    for name in hooks:
-        setattr(TimedRecordingCallback, name, timed(name, getattr(RecordingCallback, name)))
-    return TimedRecordingCallback
-
-
 class Bench:
     """One database shared by both tools, the runs on it, and the queries."""
 
@@ -265,11 +182,11 @@ class Bench:
         self.counter += 1
         tag = f"{side}-{self.counter}"
         probe_path = os.path.join(self.folder, f"{tag}-shutdown-at")
-        callbacks: list[Any] = [_probe_class()(probe_path)]
+        callbacks: list[Any] = [shutdown_probe_class()(probe_path)]
         wgstore = side == "wgstore" if record_wgstore is None else record_wgstore
         timings_path = os.path.join(self.folder, f"{tag}-hook-times.json")
         if wgstore:
-            callbacks.append(_timed_recorder_class()(self.url, timings_path))
+            callbacks.append(timed_recorder_class()(self.url, timings_path))
         config: dict[str, Any] = {
             "steps": steps,
             "metrics": self.args.metrics,
