@@ -222,32 +222,20 @@ MALFORMED_RUNS = {
 
 
 @pytest.mark.parametrize("case", list(MALFORMED_RUNS))
-def test_run_refuses_malformed_input_in_under_2_s_in_one_line_before_ray_starts(
+def test_run_refuses_malformed_input_in_one_line_before_ray_is_imported(
     case: str, tmp_path: Path
 ) -> None:
     args, exit_code, needle = MALFORMED_RUNS[case]
     args = [a.replace("{sqlite}", f"sqlite:///{tmp_path}/w.db") for a in args]
-    env = {**os.environ, "RAY_ADDRESS": "", "COLUMNS": "200"}
-    # CPU time, not wall time: on a shared machine the clock measures the neighbours; starting
-    # (or even importing) Ray alone costs more than 2 s of CPU
-    cpu_before = _children_cpu_s()
-    result = subprocess.run(
-        [sys.executable, "-m", "wgstore.cli", "run", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env=env,
-    )
-    took = _children_cpu_s() - cpu_before
-    assert result.returncode == exit_code, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert needle in lines[0]
-    assert "Traceback" not in result.stderr and "ray" not in result.stderr.lower().replace(
-        "array", ""
-    )
-    assert took < 2.0, f"{case}: {took:.2f} s of CPU"
+    # what it imported, not how long it took: CPU seconds grow with the neighbours' load (0.75 s
+    # quiet became 2.1 s in a loaded CI run), and importing Ray is the cost this test guards
+    returncode, said, imported = _run_listing_imports(["run", *args], cwd=REPO)
+    assert returncode == exit_code, said
+    assert len(said) == 1, said
+    assert needle in said[0]
+    assert "Traceback" not in said[0] and "ray" not in said[0].lower().replace("array", "")
+    assert "wgstore.cli.run" in imported  # the listing works
+    assert [m for m in imported if m == "ray" or m.startswith("ray.")] == []
 
 
 UNLOADABLE = {
@@ -264,27 +252,11 @@ def test_a_train_function_that_cannot_load_fails_in_one_line_before_ray_is_impor
     path, needle = UNLOADABLE[case]
     (tmp_path / "broken_train.py").write_text("def train_fn(config):\n    return (\n")
     db = tmp_path / "w.db"
-    url = f"sqlite:///{db}"
-    # -X importtime lists every module the command imported: Ray must not be among them
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "wgstore.cli", "run", path, "--url", url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,  # workers would put this folder on sys.path: broken_train is found here
-        env={**os.environ, "RAY_ADDRESS": "", "COLUMNS": "300", "PYTHONPATH": str(REPO)},
+    # cwd: workers would put this folder on sys.path, so broken_train is found here
+    returncode, said, imported = _run_listing_imports(
+        ["run", path, "--url", f"sqlite:///{db}"], cwd=tmp_path
     )
-    imported = [
-        line.rsplit("|", 1)[1].strip()
-        for line in result.stderr.splitlines()
-        if line.startswith("import time:")
-    ]
-    said = [
-        line
-        for line in result.stderr.splitlines()
-        if line.strip() and not line.startswith("import time:")
-    ]
-    assert result.returncode == 2, result.stderr
+    assert returncode == 2, said
     assert len(said) == 1 and said[0].startswith("error: "), said
     assert needle in said[0]
     assert "wgstore.cli.run" in imported  # the listing works
@@ -292,11 +264,20 @@ def test_a_train_function_that_cannot_load_fails_in_one_line_before_ray_is_impor
     assert not db.exists()  # not even the store was made, let alone a group recorded
 
 
-def _children_cpu_s() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _run_listing_imports(args: list[str], cwd: Path) -> tuple[int, list[str], list[str]]:
+    """Run the CLI with ``-X importtime``: its exit code, what it said, every module it imported."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "wgstore.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "RAY_ADDRESS": "", "COLUMNS": "300", "PYTHONPATH": str(REPO)},
+    )
+    lines = result.stderr.splitlines()
+    imported = [ln.rsplit("|", 1)[1].strip() for ln in lines if ln.startswith("import time:")]
+    said = [ln for ln in lines if ln.strip() and not ln.startswith("import time:")]
+    return result.returncode, said, imported
 
 
 @pytest.mark.ray
