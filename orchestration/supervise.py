@@ -40,6 +40,11 @@ __all__ = ["SUPERVISOR", "Decision", "plan", "start_resume", "supervise"]
 log = logging.getLogger("wgstore.supervise")
 
 SUPERVISOR = "supervisor"
+
+HANDOFF_LEASE_S = 60.0
+"""How long the supervisor holds a run's lease for the resume process it starts, which takes it
+over (``--lease-from``) once it runs. A resume that never starts lets it lapse: the run is
+orphaned again after this long and the next pass may try again (within ``max_resumes``)."""
 """``RunResumed.by`` of a supervisor's resumes starts with this."""
 
 
@@ -144,7 +149,7 @@ def _resume(
     spawn: Callable[[str, str, str, int], object],
 ) -> Decision:
     run_id = decision.run_id
-    run_lease = acquire_lease(store, run_id, holder, 60.0, now=datetime.now(UTC))
+    run_lease = acquire_lease(store, run_id, holder, HANDOFF_LEASE_S, now=datetime.now(UTC))
     if run_lease is None:
         return Decision(run_id, "skip", "another process took it (a second supervisor?)")
     spawn(store.url, run_id, holder, run_lease.epoch)

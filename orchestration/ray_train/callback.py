@@ -283,13 +283,16 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
 
         holder = self._metadata.get("ray_controller_actor_id") or f"ray-train-{os.getpid()}"
         handed = self.continue_run.lease if self.continue_run is not None else None
-        lease, _held = take_lease(store, self._run_id, holder, self.lease_s, take_from=handed)
+        lease, held = take_lease(store, self._run_id, holder, self.lease_s, take_from=handed)
         if lease is None:
-            logger.warning(
-                "wgstore: run %s is held by another live process; recording it without a lease",
-                self._run_id,
-            )
+            if held is not None and self._writer is not None:  # a resume, say: it records now
+                self._writer.fenced_off(
+                    f"run {self._run_id} is held by {held.holder!r}, a live process: this "
+                    "controller does not record it"
+                )
             return
+        if self._writer is not None:
+            self._writer.fence = lease.fence  # every append from now on carries it
         if self._keeper is not None:
             self._keeper.stop()
         self._keeper = LeaseKeeper(store, lease, self.lease_s)

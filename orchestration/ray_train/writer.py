@@ -30,10 +30,11 @@ from wgstore.events.errors import (
     ConcurrencyError,
     DuplicateEventError,
     EventEncodeError,
+    FencedError,
     UnknownEventTypeError,
     WgstoreError,
 )
-from wgstore.events.records import NewEvent
+from wgstore.events.records import Fence, NewEvent
 
 __all__ = ["BackgroundWriter", "RecordingError", "WriterStats"]
 
@@ -136,6 +137,10 @@ class BackgroundWriter:
         self._busy = 0
         self._batch_started: float | None = None
         self._store: Any = None
+        self.fence: Fence | None = None
+        """The run's lease as a fencing token, carried by every append once set (the recorder
+        sets it when it takes the lease, in this thread, before the first append)."""
+        self._fenced_off: str | None = None
         self._failing_since: float | None = None
         self._failure: RecordingError | None = None
         self._first_error = ""
@@ -158,6 +163,9 @@ class BackgroundWriter:
             self.stats.submitted += len(events)
             if self._closing:
                 self._drop(len(events), "submitted after close()")
+                return
+            if self._fenced_off is not None:  # said once, when it happened
+                self.stats.dropped += len(events)
                 return
             room = self._max_pending - len(self._queue)
             if room < len(events):
@@ -308,19 +316,50 @@ class BackgroundWriter:
         deadline = self._close_deadline
         return deadline is not None and time.monotonic() >= deadline
 
+    def fenced_off(self, why: str) -> None:
+        """Another process records the run now: drop what is queued and every later event.
+
+        Called when the lease is held by another live holder, and by the writer itself when the
+        database refuses an append's fence. Nothing this process still has is written after it.
+        """
+        with self._cond:
+            if self._fenced_off is None:
+                self._fenced_off = why
+                left = len(self._queue)
+                self._queue.clear()
+                if left:
+                    self._drop(left, why)
+                else:
+                    self._note(why)
+            self._cond.notify_all()
+
     def _write(self, batch: list[_Item]) -> None:
         backoff = self._backoff_s
         self._batch_started = time.monotonic()
         while True:
+            if self._fenced_off is not None:
+                with self._cond:
+                    self.stats.dropped += len(batch)
+                return
             try:
                 if self._store is None:
                     self._store = self._open_store()
+                    if self._fenced_off is not None:  # opening found the run held by another
+                        continue
                 blobs = [blob for item in batch for blob in item.blobs]
                 if blobs:
                     from wgstore.events.blobs import put_blobs
 
                     put_blobs(self._store, blobs)
-                self._store.append(batch[0].stream_id, [item.event for item in batch])
+                self._store.append(
+                    batch[0].stream_id, [item.event for item in batch], fence=self.fence
+                )
+            except FencedError as error:
+                self.fenced_off(
+                    f"run {error.lease}'s lease passed to {error.now_holder!r}: another "
+                    "process records this run now, this one stops"
+                )
+                continue
             except _PERMANENT as error:
                 with self._cond:
                     self._drop(len(batch), f"{type(error).__name__}: {error}", error=True)
@@ -389,6 +428,11 @@ class BackgroundWriter:
             "check that the database is reachable and writable, or pass strict=False to "
             "let training go on without the record"
         )
+
+    def _note(self, text: str) -> None:
+        text = f"wgstore: {text}"
+        self.stats.problems.append(text)
+        logger.error(text)
 
     def _drop(self, count: int, why: str, *, error: bool = False) -> None:
         self.stats.dropped += count

@@ -103,8 +103,8 @@ def test_a_lost_reply_retried_writes_nothing_twice(store_url: str, reader: Event
             self.store = EventStore.open(store_url)
             self.lost = False
 
-        def append(self, stream: str, batch: list[Any]) -> Any:
-            recorded = self.store.append(stream, batch)
+        def append(self, stream: str, batch: list[Any], fence: Any = None) -> Any:
+            recorded = self.store.append(stream, batch, fence=fence)
             if not self.lost:
                 self.lost = True
                 raise StoreUnavailableError("connection lost after the commit (test)")
@@ -277,3 +277,45 @@ def test_blobs_are_stored_before_the_event_that_names_them_even_after_a_retry(
     assert opener.calls == 3 and writer.stats.dropped == 0
     assert _reasons(reader, "run-a") == ["spec0", "spec1"]
     assert get_blob(reader, sha256_of(big)) == big
+
+
+def test_a_writer_whose_lease_passed_to_another_writes_nothing_more(
+    store_url: str, reader: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A recording controller paused past its lease (SIGSTOP, a VM pause) while a resume took
+    the run over: the database refuses its fenced appends, and it stops, once, loudly."""
+    from wgstore.events.leases import acquire_lease
+
+    lease = acquire_lease(reader, "r1", "controller-a", 30.0)
+    assert lease is not None
+    writer = BackgroundWriter(lambda: EventStore.open(store_url), url=store_url)
+    writer.fence = lease.fence
+    writer.submit("run-r1", _events(3, "before-"))
+    assert writer.flush(30)
+    taken = acquire_lease(reader, "r1", "resume-b", 30.0, take_from=lease.fence)
+    assert taken is not None and taken.epoch == lease.epoch + 1
+    reader.append("run-r1", _events(1, "resume-"))  # the new holder writes on
+    with caplog.at_level(logging.ERROR, logger="wgstore"):
+        writer.submit("run-r1", _events(2, "after-"))
+        _wait(lambda: writer.pending == 0)
+        writer.submit("run-r1", _events(4, "later-"))  # dropped at once, not said again
+    assert not writer.close(timeout_s=30)
+    assert _reasons(reader, "run-r1") == ["before-0", "before-1", "before-2", "resume-0"]
+    assert writer.stats.dropped == 6 and writer.stats.written == 3
+    said = [r.getMessage() for r in caplog.records if "resume-b" in r.getMessage()]
+    assert len(said) == 1 and "another process records this run now" in said[0]
+
+
+def test_a_writer_fenced_off_before_opening_drops_what_it_held(
+    store_url: str, reader: EventStore
+) -> None:
+    """The recorder found the run held by a live process when it opened the store: what it
+    queued while holding is dropped, nothing is appended."""
+    writer = BackgroundWriter(lambda: EventStore.open(store_url), url=store_url, hold_s=60)
+    writer.submit("run-r2", _events(5))
+    writer.fenced_off("run r2 is held by 'resume-b', a live process: this controller does not")
+    writer.submit("run-r2", _events(1))
+    assert not writer.close(timeout_s=30)
+    assert writer.stats.dropped == 6 and writer.stats.written == 0
+    assert reader.stream_version("run-r2") == 0
+    assert any("held by 'resume-b'" in p for p in writer.stats.problems)
