@@ -1,7 +1,9 @@
 """``wgstore serve``: the live web view of runs and groups, and ``/metrics`` (:mod:`wgstore.serve`).
 
-Read-only: the store is opened read-only. Binds 127.0.0.1 by default; any other address needs a
-token (``--token`` or ``WGSTORE_SERVE_TOKEN``), which every request must then carry.
+Read-only: the store is opened read-only, and on PostgreSQL its sessions act as the store's
+reader role, the one ``wgstore sql`` logs in as (``SELECT`` on the store and nothing else). Binds
+127.0.0.1 by default; any other address needs a token (``--token`` or ``WGSTORE_SERVE_TOKEN``),
+which every request must then carry.
 """
 
 from __future__ import annotations
@@ -11,8 +13,15 @@ from typing import Annotated
 
 import typer
 
-from wgstore.cli.common import DEFAULT_URL, UrlOption, UsageProblem, err_console, open_store
-from wgstore.events.engine import mask_url
+from wgstore.cli.common import (
+    DEFAULT_URL,
+    UrlOption,
+    UsageProblem,
+    check_url,
+    err_console,
+    open_store,
+)
+from wgstore.events.engine import mask_url, parse_url
 from wgstore.serve import DEFAULT_PORT
 
 __all__ = ["TOKEN_ENV", "is_loopback", "serve_command"]
@@ -29,6 +38,28 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def served_url(url: str) -> tuple[str, str]:
+    """The URL the server reads with, and how it reads (for its start line).
+
+    PostgreSQL: the store's reader role, switched to at every login
+    (:func:`~wgstore.events.sql_reader.as_reader_session`); where the URL's user may not prepare
+    it, the URL itself, with read-only transactions, and a warning. SQLite: the URL (the file is
+    opened read-only).
+    """
+    if parse_url(url).get_backend_name() != "postgresql":
+        return url, "read-only"
+    from wgstore.events.sql_reader import ReaderUnavailableError, as_reader_session
+
+    try:
+        reader_url, reader = as_reader_session(url)
+    except ReaderUnavailableError as error:
+        err_console().print(
+            f"[yellow]warning:[/] {error}\nserving with read-only transactions as the URL's user"
+        )
+        return url, "read-only"
+    return reader_url, f"read-only as role {reader.name}"
 
 
 def serve_command(
@@ -75,13 +106,15 @@ def serve_command(
             f"wgstore serve needs the serve extra ({error.name} is missing): "
             "pip install 'wgstore[serve]'"
         ) from None
-    store = open_store(url)  # read-only; a bad URL or an unreachable store fails here
+    check_url(url)
+    reader_url, how = served_url(url)  # an unreachable or unmigrated store fails here
+    store = open_store(reader_url)
     try:
         loopback = ["127.0.0.1", "localhost", "::1", "[::1]"] if is_loopback(host) else None
-        app = create_app(url, token=token, store=store, allowed_hosts=loopback)
+        app = create_app(reader_url, token=token, store=store, allowed_hosts=loopback)
         shown = "localhost" if is_loopback(host) else host
         err_console().print(
-            f"serving {mask_url(url)} read-only at http://{shown}:{port}/"
+            f"serving {mask_url(url)} {how} at http://{shown}:{port}/"
             + ("?token=..." if token else "")
             + " (Ctrl-C stops)"
         )

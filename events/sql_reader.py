@@ -62,6 +62,7 @@ __all__ = [
     "ReaderUnavailableError",
     "SqlQueryError",
     "SqlRefusedError",
+    "as_reader_session",
     "prepare_reader",
     "reader_role_name",
     "run_read_only",
@@ -408,6 +409,30 @@ def _store_schema(admin: Any, label: str) -> tuple[str, str]:
             "wgstore schema (e.g. ?options=-csearch_path%3Dwgstore) or another database"
         )
     return database, schema
+
+
+def as_reader_session(url: str) -> tuple[str, ReaderRole]:
+    """``url`` whose sessions act as the store's reader role: for a long-lived reader (``wgstore
+    serve``) that logs in as the URL's user, with no password that expires.
+
+    Prepares the reader role (:func:`prepare_reader`) and adds ``-c role=<reader>`` to the URL's
+    ``options``, so every connection switches to the reader at login (``SET ROLE``): what the
+    sessions run has the reader's privileges only (``SELECT`` on the store). It guards against a
+    bug of the reader's own code writing, not against code that could run ``RESET ROLE``: for
+    other people's SQL, :func:`run_read_only` logs in as the reader itself.
+
+    Raises:
+        ValueError: ``url`` is not a PostgreSQL URL.
+        StoreUnavailableError: the server is unreachable or the store is not migrated.
+        ReaderUnavailableError: the URL's user may not prepare the role.
+    """
+    reader = prepare_reader(url)
+    parsed = parse_url(url)
+    options = parsed.query.get("options", "")
+    if not isinstance(options, str):  # given twice: libpq takes them one after the other
+        options = " ".join(options)
+    switched = parsed.update_query_dict({"options": f"{options} -crole={reader.name}".strip()})
+    return switched.render_as_string(hide_password=False), reader
 
 
 def prepare_reader(url: str | URL) -> ReaderRole:

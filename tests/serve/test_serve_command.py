@@ -18,7 +18,7 @@ from serve_scenarios import live_run
 from typer.testing import CliRunner
 
 from wgstore.cli import app
-from wgstore.cli.serve import is_loopback
+from wgstore.cli.serve import is_loopback, served_url
 from wgstore.events import EventStore
 
 TOKEN = "command-line-token-0123456789"
@@ -116,3 +116,28 @@ def test_the_command_serves_and_stops_on_ctrl_c(store_url: str) -> None:
     assert process.returncode in (0, 130), stderr
     assert "Traceback" not in stderr
     assert f"at http://localhost:{port}/?token=..." in stderr
+    if store_url.startswith("postgresql"):  # it read as the reader role wgstore sql uses
+        assert "read-only as role wgstore_reader_" in stderr
+
+
+def test_on_postgres_the_server_reads_as_the_reader_role_and_cannot_write(pg_url: str) -> None:
+    import sqlalchemy as sa
+
+    with EventStore.open(pg_url) as store:
+        live_run(store, "run-role")
+    reader_url, how = served_url(pg_url)
+    assert how.startswith("read-only as role wgstore_reader_")
+    with EventStore.open(reader_url, read_only=True, migrate=False) as store:
+        assert store.head() > 0  # it reads
+        with store.engine.connect() as connection:
+            user = connection.execute(sa.text("SELECT current_user")).scalar_one()
+            assert how.endswith(user)
+        with store.engine.connect() as connection:
+            # past the read-only transaction too: the role itself may not write
+            connection.execute(sa.text("SET TRANSACTION READ WRITE"))
+            with pytest.raises(sa.exc.ProgrammingError, match="permission denied"):
+                connection.execute(sa.text("DELETE FROM wg_blobs"))
+
+
+def test_on_sqlite_the_url_is_served_as_given(sqlite_url: str) -> None:
+    assert served_url(sqlite_url) == (sqlite_url, "read-only")
