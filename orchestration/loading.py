@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 __all__ = [
+    "IMPORT_PATH",
     "check_train_fn_imports",
     "check_train_fn_path",
     "import_path_of",
@@ -52,7 +53,8 @@ def _refuse_unnamed(fn: Any, where: str) -> None:
         )
 
 
-_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+"""``module.sub:function`` (or ``:Class.method``): the form of a train function's import path."""
 
 
 def check_train_fn_path(path: str) -> str:
@@ -61,7 +63,7 @@ def check_train_fn_path(path: str) -> str:
     Raises:
         TrainFnError: not of that form (e.g. a file path, or no ``:function``).
     """
-    if not isinstance(path, str) or not _PATH.match(path):
+    if not isinstance(path, str) or not IMPORT_PATH.match(path):
         hint = ""
         if isinstance(path, str) and (path.endswith(".py") or "/" in path):
             hint = " (a module path with dots, not a file path)"

@@ -9,7 +9,6 @@ URL) and run an executor in this process unless told one runs elsewhere.
 from __future__ import annotations
 
 import contextlib
-import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from wgstore.events.worker_group import WorkerGroupContext
 from wgstore.orchestration.controller import RunController, read_run
 from wgstore.orchestration.errors import OrchestrationError, WorkerGroupStartError
 from wgstore.orchestration.loading import TrainFn, import_path_of
+from wgstore.orchestration.run_inputs import RUN_ID_PATTERN
 from wgstore.projections.projector import catch_up_read_models
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import TrainingOutcome, WorkerGroupState, project_worker_group
@@ -38,7 +38,6 @@ __all__ = [
     "worker_resources",
 ]
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 NO_RETRY = FailureConfig(max_failures=0, controller_failure_limit=0, max_preemption_failures=0)
 """No retry of any kind: :func:`run_training`'s default (one attempt, as before runs had a
@@ -174,7 +173,7 @@ def start_run(
     failure_config = failure_config if failure_config is not None else FailureConfig()
     path: Any = import_path_of(train_fn) if isinstance(train_fn, str) else train_fn
     run_id = run_id or uuid.uuid4().hex[:16]
-    if not _RUN_ID.match(run_id):
+    if not RUN_ID_PATTERN.match(run_id):
         raise ValueError(f"run_id must be 1-128 letters, digits, '_', '.' or '-', got {run_id!r}")
     context = WorkerGroupContext(
         num_workers=scaling_config.num_workers,

@@ -23,13 +23,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from wgstore.events.run import Pickled, TrainerRecorded
+from wgstore.orchestration.loading import IMPORT_PATH
 
 __all__ = [
     "INLINE_LIMIT",
@@ -49,7 +49,6 @@ INLINE_LIMIT = 256 * 1024
 event. 256 KiB keeps an event small enough to read and hash quickly while a typical train loop
 (a few KiB) and its configs stay inline."""
 
-_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _RECORDING_CALLBACK = "wgstore.orchestration.ray_train.callback:RecordingCallback"
 _FAILURE_FIELDS = (
     "max_failures",
@@ -98,7 +97,7 @@ def _importable(fn: Any) -> str | None:
     if (
         inspect.isfunction(fn)
         and module != "__main__"
-        and _IMPORT_PATH.match(path)
+        and IMPORT_PATH.match(path)
         and getattr(sys.modules.get(module), qualname, None) is fn
     ):
         return path

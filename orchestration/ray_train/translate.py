@@ -11,13 +11,13 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from wgstore.events.run import FailureKind, RankError
 from wgstore.events.worker_group import ErrorInfo, StartStage, WorkerInfo
+from wgstore.orchestration.loading import IMPORT_PATH
 
 __all__ = [
     "error_info",
@@ -32,8 +32,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("wgstore.ray_train")
-
-_IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 def utc(seconds: float) -> datetime:
@@ -189,4 +187,4 @@ def train_fn_path(fn: Any) -> str | Any:
     module = getattr(fn, "__module__", None) or "__main__"
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     path = f"{module}:{qualname}"
-    return path if _IMPORT_PATH.match(path) else fn
+    return path if IMPORT_PATH.match(path) else fn

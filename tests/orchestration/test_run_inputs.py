@@ -89,3 +89,21 @@ def test_a_new_run_id_has_the_allowed_form_and_no_run_yet(sqlite_url: str) -> No
         "run taken exists already; continue it with `wgstore run --resume taken`, "
         "or choose another --run-id"
     )
+
+
+@pytest.mark.parametrize("bad", ["a b", " ", "x" * 129, "run/1"])
+def test_start_run_refuses_a_run_id_of_another_form_before_writing(
+    bad: str, sqlite_url: str
+) -> None:
+    from wgstore.events.run import ScalingConfig
+    from wgstore.orchestration.training import start_run
+
+    with EventStore.open(sqlite_url) as store:
+        with pytest.raises(ValueError, match="run_id must be 1-128 letters"):
+            start_run(
+                store,
+                "examples.train:train_fn",
+                scaling_config=ScalingConfig(num_workers=1),
+                run_id=bad,
+            )
+        assert store.head() == 0
