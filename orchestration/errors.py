@@ -116,7 +116,7 @@ class ExecutorLostError(OrchestrationError):
 
 
 class FailpointError(OrchestrationError):
-    """A failure injected on purpose through the executor's failpoints (tests only)."""
+    """A failure injected on purpose through ``RayRuntime``'s failpoints (tests only)."""
 
 
 class NotInWorkerError(OrchestrationError):

@@ -73,7 +73,6 @@ log = logging.getLogger("wgstore.executor")
 
 _POLL = object()
 _ENDED = frozenset({"WorkerGroupShutDown", "WorkerGroupStartFailed"})
-_EXECUTOR_FAILPOINTS = frozenset({"shutdown_pause_s"})
 
 
 @dataclass
@@ -82,22 +81,6 @@ class _Lane:
 
     queue: deque[Any] = field(default_factory=deque)
     busy: bool = False
-
-
-def _runtime_for(
-    runtime: WorkerGroupRuntime | None, failpoints: Mapping[str, Any]
-) -> WorkerGroupRuntime:
-    actor_failpoints = {k: v for k, v in failpoints.items() if k not in _EXECUTOR_FAILPOINTS}
-    if runtime is not None:
-        if actor_failpoints:
-            raise ValueError(
-                f"failpoints {sorted(actor_failpoints)} are RayRuntime's: with runtime= given, "
-                "pass them as RayRuntime(failpoints=...), or inject faults on FakeRuntime"
-            )
-        return runtime
-    from wgstore.orchestration.ray_runtime import RayRuntime
-
-    return RayRuntime(failpoints=actor_failpoints)
 
 
 class RayExecutor:
@@ -122,10 +105,6 @@ class RayExecutor:
         actor_timeout_s: how long actor calls during a start may take.
         extra_sys_path: folders workers add to ``sys.path`` before importing the train function
             (default: this process's working folder), e.g. so ``examples.train`` imports.
-        failpoints: failures injected on purpose, for tests of real Ray: ``shutdown_pause_s``
-            (seconds a shutdown waits, with the group ``SHUTTING_DOWN``, before its last poll);
-            the others are handed to ``RayRuntime(failpoints=...)`` (see
-            :mod:`~wgstore.orchestration.ray_runtime`), so they need ``runtime=None``.
         read_models_interval_s: bring the SQL read models up to date at most this often while
             the log grows, and once more when the executor stops; ``None`` leaves them alone.
         callbacks: ``WorkerGroupCallback`` hooks, called in Ray Train's order.
@@ -150,7 +129,6 @@ class RayExecutor:
         max_threads: int = 4,
         actor_timeout_s: float = 120.0,
         extra_sys_path: Iterable[str] | None = None,
-        failpoints: Mapping[str, Any] | None = None,
         read_models_interval_s: float | None = 2.0,
         callbacks: Sequence[WorkerGroupCallback] = (),
         claim_s: float = CLAIM_S,
@@ -160,8 +138,11 @@ class RayExecutor:
                 "group_ids and run_ids take a collection of ids, e.g. run_ids={'r1'}, not a str"
             )
         self.store = store
-        self.failpoints: dict[str, Any] = dict(failpoints or {})
-        self.runtime: WorkerGroupRuntime = _runtime_for(runtime, self.failpoints)
+        if runtime is None:
+            from wgstore.orchestration.ray_runtime import RayRuntime
+
+            runtime = RayRuntime()
+        self.runtime: WorkerGroupRuntime = runtime
         """The cluster commands are carried out on."""
         self.callbacks: tuple[WorkerGroupCallback, ...] = tuple(callbacks)
         """``WorkerGroupCallback`` hooks, called in Ray Train's order (see ``callbacks``)."""
@@ -327,11 +308,6 @@ class RayExecutor:
 
     # ------------------------------------------------------------------ services for handlers
     # (handlers.HandlerServices: the part of the executor a handler may use)
-
-    @property
-    def shutdown_pause_s(self) -> float:
-        """Seconds a shutdown waits before its last poll: the ``shutdown_pause_s`` failpoint."""
-        return float(self.failpoints.get("shutdown_pause_s", 0))
 
     def fence(self, group_id: str) -> Fence | None:
         """This executor's claim of ``group_id``, the fence of every append for it."""
@@ -637,22 +613,22 @@ def run_executor(
     *,
     ray_address: str | None = None,
     release_orphans: bool = True,
-    failpoints: Mapping[str, Any] | None = None,
+    runtime: WorkerGroupRuntime | None = None,
 ) -> None:
     """Run a standalone executor on the store at ``url`` until ``stop_event`` is set.
 
     Connects to Ray (``ray_address``, else ``RAY_ADDRESS``, else a local instance), catches up
     with the log, re-attaches to running groups, releases orphaned ``wgstore-*`` resources,
-    then follows the log. This is what ``wgstore executor --url URL`` runs.
+    then follows the log. This is what ``wgstore executor --url URL`` runs. ``runtime`` replaces
+    ``RayRuntime(address=ray_address)`` (e.g. one whose actors inject faults, in tests).
     """
-    from wgstore.orchestration.ray_runtime import RayRuntime
+    if runtime is None:
+        from wgstore.orchestration.ray_runtime import RayRuntime
 
-    failpoints = dict(failpoints or {})
-    pause = {k: failpoints.pop(k) for k in list(failpoints) if k in _EXECUTOR_FAILPOINTS}
-    runtime = RayRuntime(address=ray_address, failpoints=failpoints)
+        runtime = RayRuntime(address=ray_address)
+    elif ray_address is not None:
+        raise ValueError("give ray_address or runtime, not both: a runtime has its own address")
     runtime.connect()
     log.info("wgstore %s executor on %s", wgstore.__version__, url)
     with EventStore.open(url) as store:
-        RayExecutor(store, runtime=runtime, release_orphans=release_orphans, failpoints=pause).run(
-            stop_event
-        )
+        RayExecutor(store, runtime=runtime, release_orphans=release_orphans).run(stop_event)

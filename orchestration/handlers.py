@@ -76,10 +76,6 @@ class HandlerServices(Protocol):
     def extra_sys_path(self) -> tuple[str, ...]:
         """Folders workers add to ``sys.path`` before importing the train function."""
 
-    @property
-    def shutdown_pause_s(self) -> float:
-        """Seconds a shutdown waits before its last poll (0; tests make it a window to die in)."""
-
     def fence(self, group_id: str) -> Fence | None:
         """The executor's claim of ``group_id``: the fence of every append for it."""
 
@@ -284,7 +280,6 @@ def shutdown_worker_group(command: ShutdownWorkerGroup, ex: HandlerServices) -> 
     if done(command) or not command_needed(command, state):
         return
     started = time.monotonic()
-    time.sleep(ex.shutdown_pause_s)  # tests: a window to die in
     events = ex.final_poll_events(state, command)
     hooks = "abort" if command.abort else "shutdown"
     hook_failures = ex.invoke(

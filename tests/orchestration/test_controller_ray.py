@@ -158,13 +158,14 @@ def test_an_exhausted_budget_errors_the_run_naming_every_failed_rank(
 _CONTROLLER_SCRIPT = """
 import json, sys
 from wgstore.events import EventStore
-from wgstore.orchestration import FailureConfig, RayExecutor, ScalingConfig, start_run
+from wgstore.orchestration import FailureConfig, ScalingConfig, start_run
 from wgstore.orchestration.ray_resources import ensure_ray
-url, address, run_id, config, failpoints, repo = sys.argv[1:7]
+from tests.orchestration.pausing_executor import PausingExecutor
+url, address, run_id, config, pause_s, repo = sys.argv[1:7]
 ensure_ray(address)
 with EventStore.open(url) as store:
-    executor = RayExecutor(
-        store, run_ids={run_id}, failpoints=json.loads(failpoints), extra_sys_path=[repo]
+    executor = PausingExecutor(
+        store, run_ids={run_id}, shutdown_pause_s=float(pause_s), extra_sys_path=[repo]
     )
     print("controller up", flush=True)
     start_run(
@@ -186,7 +187,7 @@ class ControllerProcess:
     """``start_run`` with its executor in a subprocess, connected to the session's Ray."""
 
     def __init__(
-        self, url: str, run_id: str, config: dict[str, Any], failpoints: dict[str, Any], log: Path
+        self, url: str, run_id: str, config: dict[str, Any], shutdown_pause_s: float, log: Path
     ) -> None:
         import ray
 
@@ -201,7 +202,7 @@ class ControllerProcess:
                 ray.get_runtime_context().gcs_address,
                 run_id,
                 json.dumps(config),
-                json.dumps(failpoints),
+                str(shutdown_pause_s),
                 str(REPO),
             ],
             cwd=REPO,
@@ -220,9 +221,9 @@ class ControllerProcess:
 def controller_process(store_url: str, tmp_path: Path, in_repo: None) -> Iterator[Any]:
     started: list[ControllerProcess] = []
 
-    def start(run_id: str, config: dict[str, Any], failpoints: dict[str, Any] | None = None) -> Any:
+    def start(run_id: str, config: dict[str, Any], shutdown_pause_s: float = 0.0) -> Any:
         process = ControllerProcess(
-            store_url, run_id, config, failpoints or {}, tmp_path / f"controller{len(started)}.log"
+            store_url, run_id, config, shutdown_pause_s, tmp_path / f"controller{len(started)}.log"
         )
         started.append(process)
         return process
@@ -298,7 +299,7 @@ def test_a_controller_sigkilled_while_restarting_is_resumed_without_a_repeat(
     store: EventStore, controller_process: Any
 ) -> None:
     process = controller_process(
-        "k_restart", {"steps": 3, "kill_rank": 1, "kill_at": 1}, {"shutdown_pause_s": 4.0}
+        "k_restart", {"steps": 3, "kill_rank": 1, "kill_at": 1}, shutdown_pause_s=4.0
     )
     _kill_in(store, process, "k_restart", "RESTARTING")
     result = resume_run(store, "k_restart", timeout_s=120)

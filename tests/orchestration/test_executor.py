@@ -8,8 +8,10 @@ advance one step per poll, and every wait is for a condition in the log, with a 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -441,13 +443,28 @@ class TestScope:
         assert runtime.list_group_resources() == {}
 
 
-def test_actor_failpoints_need_ray_and_scopes_need_collections(store: Any) -> None:
-    with pytest.raises(ValueError, match="RayRuntime's"):
-        RayExecutor(store, runtime=FakeRuntime(), failpoints={"poll_hang": 1})
+def test_failpoints_are_the_runtimes_and_scopes_need_collections(store: Any) -> None:
+    from wgstore.orchestration.ray_runtime import RayRuntime
+
+    with pytest.raises(TypeError, match="failpoints"):
+        RayExecutor(store, runtime=FakeRuntime(), failpoints={"poll_hang": 1})  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="collection of ids"):
         RayExecutor(store, runtime=FakeRuntime(), run_ids="r1")
     with pytest.raises(ValueError, match="unknown RayRuntime failpoint"):
-        RayExecutor(store, failpoints={"poll_hangs": 1})
+        RayRuntime(failpoints={"poll_hangs": 1})
+    runtime = RayRuntime(failpoints={"poll_hang": 1})
+    assert RayExecutor(store, runtime=runtime, read_models_interval_s=None).runtime is runtime
+
+
+def test_a_standalone_executor_takes_a_ray_address_or_a_runtime_not_both(tmp_path: Path) -> None:
+    from wgstore.orchestration.executor import run_executor
+
+    stop = threading.Event()
+    stop.set()  # were the refusal missing, the executor would stop at once
+    url = f"sqlite:///{tmp_path / 'never.db'}"
+    with pytest.raises(ValueError, match="not both"):
+        run_executor(url, stop, ray_address="127.0.0.1:1", runtime=FakeRuntime())
+    assert not (tmp_path / "never.db").exists()
 
 
 def test_loading_a_group_whose_stream_does_not_exist_is_stream_not_found(store: Any) -> None:

@@ -6,8 +6,10 @@ One group of three workers covers the three kinds at once (rank 0 is SIGKILLed, 
 ending the log records, the rank named, every report whose ``report()`` returned is in the log
 (the train function writes each returned index to a file), the checkpoint of the last report is
 the group's, ``verify()`` is clean, and Ray holds no actor or placement group of the group.
-Before the start the kinds are the executor's failpoints (the constructor SIGKILLs itself or
-exits, or launching raises): the start fails there, with nothing left behind.
+Before the start the kinds are ``RayRuntime``'s failpoints (the actor's constructor SIGKILLs
+itself or exits, or launching raises): the start fails there, with nothing left behind. During
+shutdown the workers die in the pause ``PausingExecutor`` (a test wrapper) makes before the
+shutdown's last poll.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import pytest
 
 from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
 from tests.orchestration.fault_fns import checkpoint_path
+from tests.orchestration.pausing_executor import PausingExecutor
 from wgstore.events.worker_group import (
     StartStage,
     WorkerGroupShutdownRequested,
     stream_id_for_group,
 )
 from wgstore.orchestration import RayExecutor, WorkerGroup, WorkerGroupStartError
+from wgstore.orchestration.ray_runtime import RayRuntime
 from wgstore.orchestration.worker_group import follow_group
 from wgstore.projections import TrainingOutcome, WorkerGroupStatus
 
@@ -72,8 +76,8 @@ def test_a_worker_death_once_training_runs_is_a_worker_failure_and_loses_no_retu
     during_shutdown = when == "during-shutdown"
     if during_shutdown:
         config["wait_for"] = "shutdown-asked"
-    failpoints = {"shutdown_pause_s": 3.0} if during_shutdown else {}
-    executor = RayExecutor(store, failpoints=failpoints, extra_sys_path=[str(REPO)]).start()
+    pause_s = 3.0 if during_shutdown else 0.0
+    executor = PausingExecutor(store, shutdown_pause_s=pause_s, extra_sys_path=[str(REPO)]).start()
     try:
         context = make_context(3, train_fn="tests.orchestration.fault_fns:faulty_fn", config=config)
         group = WorkerGroup.create(store, context, executor=executor, timeout_s=90)
@@ -101,6 +105,12 @@ def test_a_worker_death_once_training_runs_is_a_worker_failure_and_loses_no_retu
     assert "WorkerGroupStarted" in types and "TrainingLaunched" in types
     assert "WorkerGroupStartFailed" not in types
     assert state.status is WorkerGroupStatus.SHUT_DOWN
+    (shut_down,) = [
+        r.event
+        for r in store.read_stream(stream_id_for_group(group_id))
+        if r.type == "WorkerGroupShutDown"
+    ]
+    assert shut_down.duration_s >= pause_s  # during shutdown: the window was there
     assert state.start_failure is None
     assert state.outcome is TrainingOutcome.ERRORED
     # each rank named with what happened to it
@@ -142,7 +152,8 @@ def test_a_worker_death_before_training_runs_fails_the_start_and_leaves_nothing(
     store: Any, ray_up: None, tmp_path: Path, kind: str
 ) -> None:
     failpoints, stage, error_type = BEFORE_START[kind]
-    executor = RayExecutor(store, failpoints=failpoints, extra_sys_path=[str(REPO)]).start()
+    runtime = RayRuntime(failpoints=failpoints)
+    executor = RayExecutor(store, runtime=runtime, extra_sys_path=[str(REPO)]).start()
     try:
         context = make_context(
             2,

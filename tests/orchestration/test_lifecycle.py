@@ -175,12 +175,14 @@ def test_a_poll_hanging_past_the_health_check_timeout_marks_the_worker_failed(
 ) -> None:
     from wgstore.events import EventStore
     from wgstore.orchestration import RayExecutor
+    from wgstore.orchestration.ray_runtime import RayRuntime
 
     context = make_context(
         2, train_fn="examples.train:sleepy_fn", config={"seconds": 60}, health_check_timeout_s=1.0
     )
     with EventStore.open(sqlite_url) as store:
-        executor = RayExecutor(store, failpoints={"poll_hang": 1}, extra_sys_path=[str(REPO)])
+        runtime = RayRuntime(failpoints={"poll_hang": 1})
+        executor = RayExecutor(store, runtime=runtime, extra_sys_path=[str(REPO)])
         with executor:
             group = WorkerGroup.create(store, context, executor=executor)
             status = group.wait(timeout_s=60)

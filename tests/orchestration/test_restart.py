@@ -49,9 +49,10 @@ LIFECYCLE = [
 _EXECUTOR_SCRIPT = """
 import json, sys, threading
 from wgstore.orchestration.executor import run_executor
+from wgstore.orchestration.ray_runtime import RayRuntime
 url, address, failpoints = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 print("executor up", flush=True)
-run_executor(url, threading.Event(), ray_address=address, failpoints=failpoints)
+run_executor(url, threading.Event(), runtime=RayRuntime(address=address, failpoints=failpoints))
 """
 
 

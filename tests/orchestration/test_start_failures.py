@@ -21,6 +21,7 @@ import pytest
 from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
 from wgstore.events.worker_group import StartStage, stream_id_for_group
 from wgstore.orchestration import RayExecutor, WorkerGroup, WorkerGroupStartError
+from wgstore.orchestration.ray_runtime import RayRuntime
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -63,7 +64,8 @@ def test_a_start_failing_at_a_stage_records_it_and_leaves_nothing_in_ray(
     store: Any, ray_up: None, stage: StartStage
 ) -> None:
     overrides, failpoints, error_type, builder_steps = CASES[stage]
-    executor = RayExecutor(store, failpoints=failpoints, extra_sys_path=[str(REPO)]).start()
+    runtime = RayRuntime(failpoints=failpoints)
+    executor = RayExecutor(store, runtime=runtime, extra_sys_path=[str(REPO)]).start()
     try:
         with (
             _busy(stage is StartStage.PLACEMENT_GROUP),
