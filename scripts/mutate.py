@@ -98,6 +98,11 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/orchestration/test_ray_train_translate_mutants.py",
         "tests/orchestration/test_ray_train_translate.py",
     ),
+    "wgstore.projections.run_filter": ("tests/projections/test_run_filter.py",),
+    "wgstore.projections.run_facts": ("tests/projections/test_run_facts.py",),
+    "wgstore.projections.progress": ("tests/projections/test_progress.py",),
+    "wgstore.projections.report_html": ("tests/projections/test_report_html.py",),
+    "wgstore.orchestration.run_outcome": ("tests/orchestration/test_run_outcome.py",),
 }
 """The pure modules under mutation, each with the test files run against its mutants."""
 

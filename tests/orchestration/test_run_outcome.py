@@ -53,3 +53,15 @@ def test_a_training_error_names_the_lowest_failed_rank_and_its_first_line() -> N
     stream.polled(stopped(2, error("late")), stopped(1, error("died\nTraceback (most recent")))
     result = RunResult("g1", project_worker_group(stream.events), interrupted=False)
     assert training_error_text(result) == "training errored on rank 1: RuntimeError: died ..."
+
+
+def test_a_start_failure_is_a_training_error_of_no_rank() -> None:
+    state = project_worker_group(Stream().requested().start_failed().events)
+    result = RunResult("g1", state, interrupted=False)
+    assert training_error_text(result) == "training errored: RuntimeError: no resources"
+
+
+def test_a_run_line_without_the_runs_state_has_no_status() -> None:
+    state = project_worker_group(finished_group().events)
+    result = RunResult("g2", state, interrupted=False, run_id="r1", attempts=("g2",))
+    assert run_outcome_text(result) == "run r1: , 1 attempt(s)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -96,8 +97,10 @@ def test_a_failed_start_comes_first_and_a_shutdown_reason_is_a_fact() -> None:
         "traceback": None,
     }
     parts = group_page_parts(data)
-    assert parts["errors"].startswith(
+    assert parts["errors"] == (
         '<div class="error-box"><b>start failed at stage workers:</b> TimeoutError: no room</div>'
+        '<div class="error-box"><b>rank &lt;1&gt;</b> (poll #3): RuntimeError: a &lt; b'
+        "<pre>tb</pre></div>"
     )
     assert "<dt>shutdown</dt><dd>user &lt;asked&gt;</dd>" in parts["facts"]
 
@@ -106,7 +109,9 @@ def test_the_payload_is_the_data_as_json_that_cannot_end_its_script() -> None:
     data = group_data(train_fn="</script><script>alert(1)</script>")
     payload = group_page_parts(data)["payload"]
     assert "</" not in payload
-    assert json.loads(payload.replace("<\\/", "</")) == json.loads(json.dumps(data))
+    decoded = json.loads(payload.replace("<\\/", "</"))
+    assert decoded == json.loads(json.dumps(data))
+    assert list(decoded) == sorted(data) and list(decoded["group"]) == sorted(data["group"])
 
 
 def test_a_thinned_event_list_says_which_events_are_shown() -> None:
@@ -176,11 +181,13 @@ def test_a_run_page_has_each_attempt_with_its_decisions_against_the_budget() -> 
     }  # fmt: skip
     first, second = parts["attempts"].split("</tr>")[:2]
     assert "<code>g1</code>" in first and "x &lt; y" in first and "<code>/c</code>" in first
-    assert (
+    assert first.endswith(
         '<span class="badge RETRY">RETRY</span> worker_group failure 1 of 1 '
         "<span class=muted>(rank &lt;1&gt; died)</span><br>"
-        '<span class="badge RAISE">RAISE</span> worker_group failure 1 of unlimited'
-    ) in first
+        '<span class="badge RAISE">RAISE</span> worker_group failure 1 of unlimited</td>'
+    )  # no reason: nothing after the budget
+    assert parts["attempts"].startswith("<tr class=attempt-row><td>1</td>")
+    assert parts["attempts"].count("</tr><tr class=attempt-row><td>2</td>") == 1
     assert '<span class="badge NO EVENTS">NO EVENTS</span> </td>' in second
     assert "<code>-</code>" in second  # no checkpoint
     assert "run-r1 v1" in parts["rows"]  # every stream of the run: with the stream
@@ -203,3 +210,73 @@ def test_a_run_page_states_the_controller_and_orphaned_and_every_budget() -> Non
     calm = run_page_parts(run_data(error=None, controller_state="ERRORED"))
     assert calm["errors"] == ""
     assert "controller" not in calm["facts"]
+
+
+FACT = re.compile(r"<dt>(.*?)</dt><dd>(.*?)</dd>", re.S)
+
+
+def facts_of(html: str) -> list[tuple[str, str]]:
+    """The (label, value) pairs of a facts part, which holds nothing else."""
+    pairs: list[tuple[str, str]] = FACT.findall(html)
+    assert "".join(f"<dt>{label}</dt><dd>{value}</dd>" for label, value in pairs) == html
+    return pairs
+
+
+def test_a_group_page_lists_its_facts_in_order() -> None:
+    data = group_data(resources_per_worker={"CPU": 0.5, "GPU": 1.0})
+    data["t0"], data["t1"] = 0.0, 12345.0  # milliseconds
+    facts = facts_of(group_page_parts(data)["facts"])
+    assert [label for label, _ in facts] == [
+        "status", "run", "train_fn", "workers", "recorded", "events", "checkpoint",
+    ]  # fmt: skip
+    values = dict(facts)
+    assert values["run"] == "r1 (attempt 1)"
+    assert values["train_fn"] == "<code>m:&lt;fn&gt;</code> <code>{&quot;steps&quot;: 3}</code>"
+    assert values["workers"] == "2 x {CPU=0.5, GPU=1}"
+    assert values["recorded"] == "2026-01-01T12:00:00Z to 2026-01-01T12:00:02Z (12.35 s)"
+    assert values["events"] == "9; 4 polls, 6 reports"
+
+
+def test_a_group_pages_events_are_one_row_each() -> None:
+    data = group_data()
+    data["events"] = events(2, 2)
+    row = "<tr><td class=muted>v{}</td><td><code>t</code></td><td><b>WorkerReported</b></td>"
+    assert group_page_parts(data)["rows"] == "".join(
+        row.format(v) + "<td>&lt;s&gt;</td></tr>" for v in (1, 2)
+    )
+
+
+def test_a_run_page_lists_its_facts_in_order_and_the_optional_ones_when_set() -> None:
+    bare = facts_of(run_page_parts(run_data(name=None, ray={}))["facts"])
+    assert [label for label, _ in bare] == [
+        "state", "name", "source", "attempts", "failures", "checkpoint", "created",
+    ]  # fmt: skip
+    values = dict(bare)
+    assert (values["name"], values["source"], values["attempts"]) == ("", "wgstore", "2")
+    assert values["created"] == "2026-01-01 12:00:00.000Z"
+    ended = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
+    full = run_page_parts(
+        run_data(train_fn="m:<fn>", ended_at=ended, abort_reason="SIGINT <2>", ray={"j": 1})
+    )
+    assert facts_of(full["facts"])[7:] == [
+        ("train_fn", "<code>m:&lt;fn&gt;</code>"),
+        ("ended", "2026-01-01 13:00:00.000Z"),
+        ("aborted", "SIGINT &lt;2&gt;"),
+        ("ray", "<code>{&quot;j&quot;: 1}</code>"),
+    ]
+
+
+def test_a_commit_time_without_a_committed_checkpoint_is_not_shown() -> None:
+    run = run_data(checkpoint_committed_at="2026-01-01T12:00:01Z")
+    assert dict(facts_of(run_page_parts(run)["facts"]))["checkpoint"] == "<code>-</code>"
+
+
+def test_every_failed_rank_of_an_errored_run_is_named() -> None:
+    failed = [
+        {"world_rank": 0, "type": "RuntimeError", "message": "a"},
+        {"world_rank": 1, "type": "ValueError", "message": "b"},
+    ]
+    assert run_page_parts(run_data(failed_ranks=failed))["errors"] == (
+        '<div class="error-box"><b>run errored:</b> RuntimeError: died'
+        "<br>rank 0: RuntimeError: a<br>rank 1: ValueError: b</div>"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -146,3 +147,16 @@ def test_a_reported_checkpoint_that_was_committed_is_not_repeated() -> None:
     assert [f.text for f in facts if f.label in ("checkpoint", "reported")] == ["/c"]
     uncommitted = run_facts(detail(latest_reported_checkpoint="/c"))
     assert [f.label for f in uncommitted if f.label in ("checkpoint", "reported")] == ["reported"]
+
+
+def test_a_fact_is_a_frozen_value_with_no_note_and_a_plain_tone_unless_given() -> None:
+    fact = Fact("source", "wgstore")
+    assert (fact.tone, fact.note) == (Tone.PLAIN, "")  # the CLI shows a non-empty note
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fact.note = "x"  # type: ignore[misc]
+    assert len({fact, Fact("source", "wgstore")}) == 1
+
+
+def test_a_tone_reads_as_its_name_in_lower_case() -> None:
+    # Tone is a StrEnum: its text is what str() and a JSON encoder show of it
+    assert [str(tone) for tone in Tone] == ["plain", "muted", "notice", "error", "alert", "state"]
