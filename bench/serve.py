@@ -21,12 +21,17 @@ run's pages, and the cost of open pages to appends.
    and ``/api/runs/<id>`` fetched on each append to the run); appends/s of a single-append writer
    and the server's CPU per append, without and with them, for appends to the run the pages
    show and for bench/store.py's W1 (50 other streams).
+5. **A big run's page in process** (``--part series``): ``state_and_series`` of its group and
+   ``serve.views.run_page``, ``--repeats`` times on a read-only store with the read models caught
+   up: this process's CPU, the Postgres server's CPU for the reader's connections, and wall.
+   ``--url`` reuses a store that holds the run ``--run-id`` (built there when missing).
 
     .venv/bin/python bench/serve.py                        # both backends
     .venv/bin/python bench/serve.py --backend sqlite --appends 50 --runs 200
     .venv/bin/python bench/serve.py --json
     .venv/bin/python bench/serve.py --part big --events 100000
     .venv/bin/python bench/serve.py --part clients --clients 50 --appends 300 --rounds 3
+    .venv/bin/python bench/serve.py --backend sqlite --part series --url sqlite:///big.db --run-id big
 
 Postgres: ``WGSTORE_BENCH_PG_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``),
 one fresh schema per run, dropped afterwards. Numbers, not pass/fail.
@@ -832,11 +837,15 @@ def main() -> None:
             if not args.json:
                 for name in ("state_and_series", "run_page"):
                     c = cost[name]
+                    server = (
+                        f", Postgres server CPU {c['server_cpu_ms']:.0f} ms"
+                        if backend == "postgres"
+                        else ""
+                    )
                     print(
                         f"{backend:8} {cost['stream_events']:,} events, {name}: CPU "
                         f"{c['cpu_ms']:.0f} ms {c['cpu_all_ms']}, wall {c['wall_ms']:.0f} ms "
-                        f"{c['wall_all_ms']}, Postgres server CPU {c['server_cpu_ms']:.0f} ms "
-                        f"(load {c['load_1m']:.2f})",
+                        f"{c['wall_all_ms']}{server} (load {c['load_1m']:.2f})",
                         flush=True,
                     )
         if args.part == "clients":

@@ -375,68 +375,63 @@ def _projected_version(store: EventStore, group_id: str) -> int:
     return int(found[0][0])
 
 
-_SERIES_SQL = """
+_POSTGRES_SERIES = f"""
 WITH tail AS (
-  SELECT {tail_rank} AS rank, {tail_key} AS key, {tail_count} AS count FROM {tail_rows}
+  SELECT CAST(e ->> 0 AS integer) AS rank, e ->> 1 AS key, CAST(e ->> 2 AS bigint) AS count
+  FROM jsonb_array_elements(CAST(%s AS jsonb)) e
 ),
 numbered AS (
   SELECT r.world_rank AS rank, j.key AS key, r.report_index AS idx, row_number() OVER w - 1 AS pos,
          count(*) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS n
-  FROM wg_reports r, {each} j
-  WHERE r.group_id = {p} AND r.stream_version <= {p} AND {numeric}
+  FROM wg_reports r, jsonb_each(r.metrics) j
+  WHERE r.group_id = %s AND r.stream_version <= %s AND jsonb_typeof(j.value) = 'number'
   WINDOW w AS (PARTITION BY r.world_rank, j.key ORDER BY r.stream_version)
 ),
 counted AS (
   SELECT numbered.*, numbered.n + coalesce(tail.count, 0) AS total
   FROM numbered LEFT JOIN tail ON tail.rank = numbered.rank AND tail.key = numbered.key
 ),
-kept AS (SELECT * FROM counted WHERE {on_grid})
-SELECT k.rank, k.key, k.idx, {value}, r.reported_at, k.n
+kept AS (SELECT * FROM counted WHERE {_on_grid_sql("pos", "total")})
+SELECT k.rank, k.key, k.idx, CAST(r.metrics -> k.key AS double precision), r.reported_at, k.n
 FROM kept k JOIN wg_reports r
-  ON r.group_id = {p} AND r.world_rank = k.rank AND r.report_index = k.idx{value_join}
+  ON r.group_id = %s AND r.world_rank = k.rank AND r.report_index = k.idx
 ORDER BY k.key, k.rank, k.pos
 """
-"""The thinned series of the reports ``wg_reports`` holds up to a version, one row a kept point.
+"""The thinned series of the reports ``wg_reports`` (``metrics``: jsonb) holds up to a version,
+one row a kept point (PostgreSQL).
 
-Each (rank, metric) series is numbered in stream order and counted, with the points the log
-adds after that version (``tail``: ``[rank, key, count]`` triples, a JSON parameter), so a
-point is kept when it is on :func:`_grid` of the whole series, as :func:`_thin` keeps it. The
-numbering sorts narrow rows only; the kept ones are looked up again (primary key) for their
-value and time. Parameters: the tail, the group, the version, the group."""
-
-_SQLITE_SERIES = _SERIES_SQL.format(
-    tail_rank="CAST(json_extract(e.value, '$[0]') AS INTEGER)",
-    tail_key="json_extract(e.value, '$[1]')",
-    tail_count="json_extract(e.value, '$[2]')",
-    tail_rows="json_each(?) e",
-    each="json_each(r.metrics)",
-    p="?",
-    numeric="j.type IN ('integer', 'real')",  # JSON numbers (true / false are not)
-    on_grid=_on_grid_sql("pos", "total"),
-    value="v.value",
-    value_join=", json_each(r.metrics) v WHERE v.key = k.key",
-)
-_POSTGRES_SERIES = _SERIES_SQL.format(
-    tail_rank="CAST(e ->> 0 AS integer)",
-    tail_key="e ->> 1",
-    tail_count="CAST(e ->> 2 AS bigint)",
-    tail_rows="jsonb_array_elements(CAST(%s AS jsonb)) e",
-    each="jsonb_each(r.metrics)",  # wg_reports.metrics is jsonb
-    p="%s",
-    numeric="jsonb_typeof(j.value) = 'number'",
-    on_grid=_on_grid_sql("pos", "total"),
-    value="CAST(r.metrics -> k.key AS double precision)",
-    value_join="",
-)
+Each (rank, metric) series of JSON numbers (not booleans) is numbered in stream order and
+counted, with the points the log adds after that version (``tail``: ``[rank, key, count]``
+triples, a JSON parameter), so a point is kept when it is on :func:`_grid` of the whole series,
+as :func:`_thin` keeps it. The numbering sorts narrow rows only; the kept ones are looked up
+again (primary key) for their value and time. Parameters: the tail, the group, the version, the
+group."""
 
 
 def _thinned_series(store: EventStore, group_id: str, projected: int, tail: _Series) -> _Series:
     """The group's series, thinned: the points of the reports ``wg_reports`` holds up to version
-    ``projected`` (0: none) that the thinning keeps, chosen in SQL (the rows of a long run are
-    never all turned into points), followed by the kept ones of ``tail``, the points of the
-    reports after ``projected`` read from the log (unthinned, in order)."""
+    ``projected`` (0: none), followed by ``tail``, the points of the reports after ``projected``
+    read from the log (unthinned, in order).
+
+    On PostgreSQL the thinning is done in SQL (:data:`_POSTGRES_SERIES`: the rows of a long run
+    are never all turned into points). On SQLite every row is read and turned into points, then
+    thinned: SQLite's ``json_each`` and window functions over 100,000 reports took more CPU than
+    this loop (0.7 s against 0.4 s of CPU, bench/README.md "Fold once")."""
     if projected == 0:
         return _thin_series(tail)
+    if not is_postgres(store):
+        series = _projected_points(store, group_id, projected)
+        for key, ranks in tail.items():
+            for rank_key, points in ranks.items():
+                series.setdefault(key, {}).setdefault(rank_key, []).extend(points)
+        thinned = _thin_series(series)
+        for ranks in thinned.values():
+            for points in ranks.values():
+                for point in points:
+                    at: Any = point[2]
+                    if type(at) is not float:  # a row's reported_at, not converted yet
+                        point[2] = _row_ms(at)
+        return thinned
     counts = [
         [int(rank), key, len(points)]
         for key, ranks in tail.items()
@@ -444,10 +439,10 @@ def _thinned_series(store: EventStore, group_id: str, projected: int, tail: _Ser
     ]
     rows = fetch(
         store,
-        _POSTGRES_SERIES if is_postgres(store) else _SQLITE_SERIES,
+        _POSTGRES_SERIES,
         (msgspec.json.encode(counts).decode(), group_id, projected, group_id),
     )
-    series: _Series = {}
+    series = {}
     projected_counts: dict[tuple[str, str], int] = {}
     for rank, key, index, value, at, n in rows:
         rank_key = str(rank)
@@ -465,6 +460,32 @@ def _thinned_series(store: EventStore, group_id: str, projected: int, tail: _Ser
             else:
                 on_grid = set(grid)
                 kept += [point for pos, point in enumerate(points, start=n) if pos in on_grid]
+    return series
+
+
+_decode = msgspec.json.Decoder().decode
+
+
+def _projected_points(store: EventStore, group_id: str, projected: int) -> _Series:
+    """Every point of the reports ``wg_reports`` holds for the group up to version
+    ``projected``, unthinned (SQLite: JSON text), with the row's ``reported_at`` as the driver
+    returns it in place of its epoch ms (converted once thinned, for the points kept)."""
+    rows = fetch(
+        store,
+        "SELECT world_rank, report_index, metrics, reported_at FROM wg_reports "
+        "WHERE group_id = ? AND stream_version <= ? ORDER BY stream_version",
+        (group_id, projected),
+    )
+    series: _Series = {}
+    decode = _decode
+    for rank, index, values, at in rows:
+        rank_key = str(rank)
+        for key, value in decode(values).items():
+            kind = type(value)
+            if kind is float or kind is int:  # JSON numbers (a bool is not one)
+                series.setdefault(key, {}).setdefault(rank_key, []).append(
+                    [index, float(value), at]
+                )
     return series
 
 
