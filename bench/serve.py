@@ -21,12 +21,17 @@ run's pages, and the cost of open pages to appends.
    and ``/api/runs/<id>`` fetched on each append to the run); appends/s of a single-append writer
    and the server's CPU per append, without and with them, for appends to the run the pages
    show and for bench/store.py's W1 (50 other streams).
+5. **A big run's page in process** (``--part series``): ``state_and_series`` of its group and
+   ``serve.views.run_page``, ``--repeats`` times on a read-only store with the read models caught
+   up: this process's CPU, the Postgres server's CPU for the reader's connections, and wall.
+   ``--url`` reuses a store that holds the run ``--run-id`` (built there when missing).
 
     .venv/bin/python bench/serve.py                        # both backends
     .venv/bin/python bench/serve.py --backend sqlite --appends 50 --runs 200
     .venv/bin/python bench/serve.py --json
     .venv/bin/python bench/serve.py --part big --events 100000
     .venv/bin/python bench/serve.py --part clients --clients 50 --appends 300 --rounds 3
+    .venv/bin/python bench/serve.py --backend sqlite --part series --url sqlite:///big.db --run-id big
 
 Postgres: ``WGSTORE_BENCH_PG_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``),
 one fresh schema per run, dropped afterwards. Numbers, not pass/fail.
@@ -52,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 
 from wgstore.events import EventStore
 from wgstore.events.run import (
@@ -405,6 +411,70 @@ def big_run(url: str, events: int, repeats: int) -> dict[str, Any]:
     return result
 
 
+def series_cost(url: str | None, events: int, repeats: int, run_id: str = "big") -> dict[str, Any]:
+    """In-process CPU and wall time of a big run's page with the read models caught up:
+    ``state_and_series`` of its group and ``serve.views.run_page``, each ``repeats`` times on a
+    read-only store (as ``wgstore serve`` opens it). ``url``: a store that already holds the run
+    ``run_id`` (its group ``<run_id>-g1``; e.g. a copy of a SQLite file built before, or a kept Postgres schema; built there
+    and caught up when missing); None: a fresh SQLite file."""
+    from wgstore.projections.timeline import state_and_series
+    from wgstore.serve.views import run_page
+
+    def measure(url: str) -> dict[str, Any]:
+        with EventStore.open(url) as store:
+            group_id = f"{run_id}-g1"
+            if store.stream_version(group_stream(group_id)) == 0:
+                started = time.perf_counter()
+                record_big_run(store, run_id, events)
+                print(f"built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+            catch_up_read_models(store)
+            stream_events = store.stream_version(group_stream(group_id))
+        result: dict[str, Any] = {"stream_events": stream_events}
+        with EventStore.open(url, read_only=True, migrate=False) as reader:
+            backends: list[int] = []  # Postgres: the server processes of the reader's connections
+            if reader.engine.dialect.name == "postgresql":
+
+                def backend_pid(connection: Any, _record: Any) -> None:
+                    cursor = connection.cursor()
+                    cursor.execute("SELECT pg_backend_pid()")
+                    backends.append(cursor.fetchone()[0])
+                    cursor.close()
+                    connection.rollback()
+
+                sa.event.listen(reader.engine, "connect", backend_pid)
+                reader.engine.dispose()
+
+            def server_cpu_s() -> float:
+                return sum(_cpu_s(pid) for pid in backends if Path(f"/proc/{pid}").exists())
+
+            for name, call in (
+                ("state_and_series", lambda: state_and_series(reader, group_id)),
+                ("run_page", lambda: run_page(reader, run_id)),
+            ):
+                cpu_ms, wall_ms, server_ms = [], [], []
+                for _ in range(repeats):
+                    server = server_cpu_s()
+                    cpu, wall = time.process_time(), time.perf_counter()
+                    call()
+                    cpu_ms.append((time.process_time() - cpu) * 1000)
+                    wall_ms.append((time.perf_counter() - wall) * 1000)
+                    server_ms.append((server_cpu_s() - server) * 1000)
+                result[name] = {
+                    "server_cpu_ms": statistics.median(server_ms),
+                    "cpu_ms": statistics.median(cpu_ms),
+                    "wall_ms": statistics.median(wall_ms),
+                    "cpu_all_ms": [round(c) for c in cpu_ms],
+                    "wall_all_ms": [round(w) for w in wall_ms],
+                    "load_1m": os.getloadavg()[0],
+                }
+        return result
+
+    if url is not None:
+        return measure(url)
+    with _sqlite_url() as fresh:
+        return measure(fresh)
+
+
 def clients_child(base: str, clients: int, run_id: str) -> None:
     """``clients`` pages' worth of HTTP without a browser (run as its own, niced process): each
     holds an ``/api/stream`` connection and, on every ``append`` message that touches the run's
@@ -677,7 +747,7 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=50)
     parser.add_argument(
         "--part",
-        choices=["visible", "scrape", "pages", "big", "clients", "both"],
+        choices=["visible", "scrape", "pages", "big", "clients", "series", "both"],
         default="both",
         help="both: visible and scrape; pages (opens --pages tabs), big (a run of --events "
         "events) and clients (--clients pages' worth of HTTP clients) only when asked",
@@ -686,6 +756,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--url", help="--part series: a store holding the run --run-id (built when missing)"
+    )
+    parser.add_argument("--run-id", default="big", help="--part series: the run to time")
     parser.add_argument("--clients-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -752,6 +826,26 @@ def main() -> None:
                         f"drawn {m['run_drawn_ms']:.0f} ms; /api/groups {m['group_api_ms']:.0f} ms "
                         f"(server CPU {m['group_api_cpu_ms']:.0f} ms, {m['group_api_bytes']:,} B), "
                         f"drawn {m['group_drawn_ms']:.0f} ms",
+                        flush=True,
+                    )
+        if args.part == "series":
+            if args.url is not None:
+                row["series"] = cost = series_cost(args.url, args.events, args.repeats, args.run_id)
+            else:
+                with place() as url:
+                    row["series"] = cost = series_cost(url, args.events, args.repeats)
+            if not args.json:
+                for name in ("state_and_series", "run_page"):
+                    c = cost[name]
+                    server = (
+                        f", Postgres server CPU {c['server_cpu_ms']:.0f} ms"
+                        if backend == "postgres"
+                        else ""
+                    )
+                    print(
+                        f"{backend:8} {cost['stream_events']:,} events, {name}: CPU "
+                        f"{c['cpu_ms']:.0f} ms {c['cpu_all_ms']}, wall {c['wall_ms']:.0f} ms "
+                        f"{c['wall_all_ms']}{server} (load {c['load_1m']:.2f})",
                         flush=True,
                     )
         if args.part == "clients":

@@ -13,8 +13,11 @@ from wgstore.events import EventStore
 from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import WorkerReported
 from wgstore.projections import catch_up_read_models, worker_group_state
+from wgstore.projections._db import fetch
 from wgstore.projections.timeline import (
     MAX_POINTS,
+    _grid,
+    _on_grid_sql,
     group_metric_series,
     group_timeline,
     state_and_series,
@@ -83,6 +86,51 @@ def test_long_series_are_thinned_alike_from_the_read_models_and_the_log(writer: 
     assert series["loss"]["0"][-1][0] == MAX_POINTS + 699
     assert len(series["eval"]["1"]) == (MAX_POINTS + 699) // 10  # every one: not thinned away
     _agree(writer, group)
+
+
+def test_the_sql_grid_keeps_the_positions_the_python_thinning_keeps(writer: Any) -> None:
+    m = MAX_POINTS
+    for count in (1, m - 1, m, m + 1, m + 7, 2 * m - 1, 2 * m, 2 * m + 1, 2698, 7919, 123_457):
+        rows = fetch(
+            writer,
+            "WITH RECURSIVE p(pos) AS (SELECT CAST(0 AS bigint) UNION ALL "
+            f"SELECT pos + 1 FROM p WHERE pos + 1 < {count}) "
+            f"SELECT pos FROM p WHERE {_on_grid_sql('pos', str(count))} ORDER BY pos",
+        )
+        kept = [int(pos) for (pos,) in rows]
+        assert kept == list(_grid(count)), count
+        assert len(kept) == min(count, m) and kept[-1] == count - 1
+
+
+def test_series_thinned_in_sql_before_and_after_a_tail_equal_the_folded_ones(writer: Any) -> None:
+    group = live_run(writer, "run-long2", reports=1)
+    stream = group_stream(group)
+
+    def reports(first: int, last: int, **extra: Any) -> None:
+        events = [
+            WorkerReported(
+                world_rank=rank,
+                index=step,
+                metrics={"loss": 1 / step, "step": step, "ok": step % 2 == 0}
+                | ({"eval": step / 7} if step % 3 == rank else {})
+                | extra,
+            )
+            for step in range(first, last)
+            for rank in (0, 1)
+        ]
+        for start in range(0, len(events), 1000):
+            writer.append(stream, events[start : start + 1000])
+
+    last = 2 * MAX_POINTS + 333
+    reports(2, last)
+    catch_up_read_models(writer)
+    _agree(writer, group)  # every series longer than MAX_POINTS, thinned in SQL alone
+    reports(last, last + 5, late=0.5)  # a tail: moves the grid; "late" only in the tail
+    _agree(writer, group)
+    series = group_metric_series(writer, group)
+    assert len(series["loss"]["1"]) == MAX_POINTS and series["loss"]["1"][-1][0] == last + 4
+    assert series["late"]["0"] == timeline_data(writer, group)["metrics"]["late"]["0"]
+    assert "ok" not in series
 
 
 def test_a_run_page_reads_its_group_stream_once_and_only_the_unfolded_tail(
