@@ -410,9 +410,9 @@ def query_bench(bench: Bench, targets: dict[str, Any], repeats: int) -> dict[str
     def wgstore_running() -> dict[str, dict[int, Any]]:
         found = {}
         for summary in run_summaries(store):
-            if summary["status"] == "RUNNING" and summary["current_group_id"]:
-                state = worker_group_state(store, summary["current_group_id"])
-                found[summary["run_id"]] = dict(state.latest_metrics)
+            if summary.status == "RUNNING" and summary.current_group_id:
+                state = worker_group_state(store, summary.current_group_id)
+                found[summary.run_id] = dict(state.latest_metrics)
         return found
 
     def wgstore_series() -> list[tuple[int, float]]:
@@ -423,9 +423,9 @@ def query_bench(bench: Bench, targets: dict[str, Any], repeats: int) -> dict[str
 
     def wgstore_failed() -> list[str]:
         return [
-            s["run_id"]
+            s.run_id
             for s in run_summaries(store)
-            if s["status"] == "ERRORED" and s["ended_at"] is not None and s["ended_at"] >= since
+            if s.status == "ERRORED" and s.ended_at is not None and s.ended_at >= since
         ]
 
     sql = _sql(bench.args.backend)

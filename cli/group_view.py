@@ -33,14 +33,14 @@ def workers_table(state: WorkerGroupState) -> Table:
     )
     for row in worker_rows(state):
         table.add_row(
-            str(row["rank"]),
-            str(row["node_rank"]),
-            row["node_ip"],
-            str(row["pid"]),
-            Text(row["status"], style=WORKER_STYLES.get(row["status"], "")),
-            str(row["reports"]),
-            metrics_text(row["metrics"]),
-            Text(row["error"], style="red"),
+            str(row.rank),
+            str(row.node_rank),
+            row.node_ip,
+            str(row.pid),
+            Text(row.status, style=WORKER_STYLES.get(row.status, "")),
+            str(row.reports),
+            metrics_text(row.metrics),
+            Text(row.error, style="red"),
         )
     return table
 

@@ -8,7 +8,7 @@ is up to date with the log, the log folded otherwise (or with ``--from-log``).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -28,6 +28,7 @@ from wgstore.cli.common import (
 from wgstore.projections import (
     WorkerGroupStatus,
 )
+from wgstore.projections.rows import UNREADABLE, GroupSummary
 from wgstore.projections.views import first_line, group_summaries
 
 __all__ = ["OUTCOME_STYLES", "STATUS_STYLES", "groups_command", "status_text"]
@@ -43,11 +44,11 @@ STATUS_STYLES = {
 OUTCOME_STYLES = {"finished": "green", "errored": "bold red", "aborted": "yellow"}
 
 
-def _duration(summary: dict[str, Any]) -> str:
-    end = summary["shut_down_at"] or summary["updated_at"]
-    if end is None or summary["requested_at"] is None:
+def _duration(summary: GroupSummary) -> str:
+    end = summary.shut_down_at or summary.updated_at
+    if end is None or summary.requested_at is None:
         return ""
-    seconds = (end - summary["requested_at"]).total_seconds()
+    seconds = (end - summary.requested_at).total_seconds()
     if seconds < 120:
         return f"{seconds:.1f}s"
     if seconds < 7200:
@@ -103,31 +104,31 @@ def groups_command(
     table = Table("group", "run", "try", "status", "workers", "requested", "took", "error")
     shown = 0
     for summary in summaries:
-        readable = summary["status"] != "UNREADABLE"
+        readable = summary.status != UNREADABLE
         if filtered and not readable:
             continue
-        if wanted and summary["status"] not in wanted:
+        if wanted and summary.status not in wanted:
             continue
-        if run_id is not None and summary["run_id"] != run_id:
+        if run_id is not None and summary.run_id != run_id:
             continue
-        if start and summary["requested_at"] < start:
+        if start and (summary.requested_at is None or summary.requested_at < start):
             continue
         shown += 1
         if as_json:
-            typer.echo(json_line(summary))
+            typer.echo(json_line(summary.to_json()))
             continue
-        running, workers = summary["running_workers"], summary["num_workers"]
+        running, workers = summary.running_workers, summary.num_workers
         table.add_row(
-            summary["group_id"],
-            summary["run_id"] or Text("-", style="dim"),
-            "" if summary["attempt"] is None or not summary["run_id"] else str(summary["attempt"]),
-            status_text(summary["status"], summary["outcome"]),
+            summary.group_id,
+            summary.run_id or Text("-", style="dim"),
+            "" if summary.attempt is None or not summary.run_id else str(summary.attempt),
+            status_text(summary.status, summary.outcome),
             ""
             if workers is None
             else (f"{workers}" if running is None else f"{running}/{workers} running"),
-            format_time(summary["requested_at"]) if readable else "",
+            format_time(summary.requested_at) if readable else "",
             _duration(summary),
-            Text(first_line(summary["error"] or ""), style="red"),
+            Text(first_line(summary.error or ""), style="red"),
         )
     if not as_json:
         if shown:

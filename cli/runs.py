@@ -11,8 +11,7 @@ when it is up to date with the log, the log folded otherwise, or with ``--from-l
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -31,8 +30,9 @@ from wgstore.cli.common import (
 )
 from wgstore.cli.groups import status_text
 from wgstore.projections import ProjectionError, StreamNotFoundError
+from wgstore.projections.rows import UNREADABLE, RunDetail, RunSummary
 from wgstore.projections.run_facts import Tone, budget_text, failures_text, run_facts, state_parts
-from wgstore.projections.run_filter import UNREADABLE, RunFilter
+from wgstore.projections.run_filter import RunFilter
 from wgstore.projections.run_views import run_detail, run_summaries
 from wgstore.projections.views import first_line
 
@@ -53,7 +53,7 @@ DECISION_STYLES = {"RETRY": "yellow", "RAISE": "bold red"}
 TONE_STYLES = {Tone.MUTED: "dim", Tone.NOTICE: "yellow", Tone.ERROR: "red", Tone.ALERT: "bold red"}
 
 
-def _state_text(summary: Mapping[str, Any]) -> Text:
+def _state_text(summary: RunSummary) -> Text:
     status, controller = state_parts(summary)
     text = Text(status, style=RUN_STYLES.get(status, ""))
     if controller:
@@ -113,7 +113,7 @@ def runs_command(
         summaries = [s for s in run_summaries(store, from_log=from_log) if wanted.matches(s)]
     if as_json:
         for summary in summaries:
-            typer.echo(json_line(summary))
+            typer.echo(json_line(summary.to_json()))
         return
     if not summaries:
         out_console().print("no runs match" if wanted.active else "no runs in the log")
@@ -126,24 +126,24 @@ def runs_command(
     out_console().print(table)
 
 
-def _add_summary(table: Table, summary: Mapping[str, Any]) -> None:
+def _add_summary(table: Table, summary: RunSummary) -> None:
     """One run's row of the listing (and a second for why it failed or cannot be resumed)."""
-    if summary["status"] == UNREADABLE:
-        table.add_row(summary["run_id"], "", _state_text(summary), "", "", "", "", "")
-        table.add_row("", Text(first_line(summary["error"]), style="red"))
+    if summary.status == UNREADABLE:
+        table.add_row(summary.run_id, "", _state_text(summary), "", "", "", "", "")
+        table.add_row("", Text(first_line(summary.error), style="red"))
         return
     table.add_row(
-        summary["run_id"],
-        summary["name"] or "",
+        summary.run_id,
+        summary.name or "",
         _state_text(summary),
-        str(summary["attempts"]),
+        str(summary.attempts),
         failures_text(summary),
-        summary["latest_checkpoint"] or "",
-        Text("ORPHANED", style="bold red") if summary["orphaned"] else "",
-        format_time(summary["updated_at"]),
+        summary.latest_checkpoint or "",
+        Text("ORPHANED", style="bold red") if summary.orphaned else "",
+        format_time(summary.updated_at),
     )
-    if summary["resumable"] is False:
-        reason = first_line(summary["not_resumable_reason"] or "")
+    if summary.resumable is False:
+        reason = first_line(summary.not_resumable_reason or "")
         table.add_row("", Text(f"not resumable: {reason}", "dim"))
 
 
@@ -155,12 +155,12 @@ def _show_run(url: str, run: str, as_json: bool) -> None:
         except (StreamNotFoundError, ProjectionError) as error:
             raise UsageProblem(f"run {run_id}: {error}") from None
     if as_json:
-        typer.echo(json_line(detail))
+        typer.echo(json_line(detail.to_json()))
     else:
         print_run(detail)
 
 
-def print_run(detail: dict[str, Any]) -> None:
+def print_run(detail: RunDetail) -> None:
     """Print one run: its facts, then one row per attempt with its failure and decision."""
     console = out_console()
     facts = Table.grid(padding=(0, 2))
@@ -173,27 +173,26 @@ def print_run(detail: dict[str, Any]) -> None:
             text.append(fact.note, style="dim")
         facts.add_row(fact.label, text)
     console.print(facts)
-    if not detail["attempts"]:
+    if not detail.attempts:
         console.print("no attempts yet", style="dim")
         return
     table = Table("#", "group", "try", "status", "requested", "failure", "decision")
-    for attempt in detail["attempts"]:
+    for attempt in detail.attempts:
         decisions = Text()
-        for decision in attempt["decisions"]:
+        for decision in attempt.decisions:
             if decisions:
                 decisions.append("; ")
-            decisions.append(decision["decision"], style=DECISION_STYLES.get(decision["decision"]))
+            decisions.append(decision.decision, style=DECISION_STYLES.get(decision.decision))
             decisions.append(
-                f" {decision['failure_kind']} "
-                f"{budget_text(decision['failures_so_far'], decision['limit'])}"
+                f" {decision.failure_kind} {budget_text(decision.failures_so_far, decision.limit)}"
             )
         table.add_row(
-            str(attempt["number"]),
-            attempt["group_id"],
-            "" if attempt["attempt"] is None else str(attempt["attempt"]),
-            status_text(attempt["status"] or "NO EVENTS", attempt["outcome"]),
-            format_time(attempt["requested_at"]),
-            Text(first_line(attempt["error"] or ""), style="red"),
+            str(attempt.number),
+            attempt.group_id,
+            "" if attempt.attempt is None else str(attempt.attempt),
+            status_text(attempt.status or "NO EVENTS", attempt.outcome),
+            format_time(attempt.requested_at),
+            Text(first_line(attempt.error or ""), style="red"),
             decisions,
         )
     console.print(table)

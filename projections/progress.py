@@ -17,8 +17,8 @@ def progress_line(state: WorkerGroupState) -> str:
     e.g. ``attempt 1: RUNNING | rank 0 running, 3 report(s) loss=0.5``."""
     head = f"attempt {state.attempt}: {state.status.value}" if state.attempt else state.status.value
     ranks = [
-        f"rank {row['rank']} {row['status']}, {row['reports']} report(s)"
-        + (f" {metrics_text(row['metrics'])}" if row["metrics"] else "")
+        f"rank {row.rank} {row.status}, {row.reports} report(s)"
+        + (f" {metrics_text(row.metrics)}" if row.metrics else "")
         for row in worker_rows(state)
     ]
     return " | ".join([head, *ranks])

@@ -13,8 +13,10 @@ import html
 import json
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
+from wgstore.projections.rows import RunInfo
 from wgstore.projections.text import format_time, json_default
 
 __all__ = ["fill", "group_page_parts", "run_page_parts"]
@@ -42,7 +44,7 @@ def _badge(value: str | None) -> str:
     return f'<span class="badge {html.escape(value)}">{html.escape(value)}</span>'
 
 
-def _budget(used: int, limit: int | None) -> str:
+def _budget(used: int | None, limit: int | None) -> str:
     return f"{used} of {'unlimited' if limit is None or limit < 0 else limit}"
 
 
@@ -55,17 +57,14 @@ def _decision_text(decision: Mapping[str, Any]) -> str:
     )
 
 
-def _checkpoint_text(item: Mapping[str, Any]) -> str:
+def _checkpoint_text(committed: str | None, at: datetime | str | None, reported: str | None) -> str:
     """The committed checkpoint of a run or an attempt, when it was committed, and the latest
     one a rank reported when that is another (not every rank reported it: not committed)."""
     esc = html.escape
-    committed = item.get("latest_checkpoint")
     text = f"<code>{esc(committed or '-')}</code>"
-    at = item.get("checkpoint_committed_at")
     if committed and at:
         shown = at if isinstance(at, str) else format_time(at)
         text += f' <span class="muted">committed {esc(shown)}</span>'
-    reported = item.get("latest_reported_checkpoint")
     if reported and reported != committed:
         text += (
             f'<br><span class="muted uncommitted">reported, not by every rank (not committed): '
@@ -129,7 +128,7 @@ def _group_facts(data: Mapping[str, Any]) -> str:
                 "events",
                 f"{group['version']}; {group['polls_total']} polls, {group['reports_total']} reports",
             ),
-            _fact("checkpoint", _checkpoint_text(group)),
+            _fact("checkpoint", _checkpoint_of(group)),
         ]
         + ([_fact("shutdown", esc(group["shutdown_reason"]))] if group["shutdown_reason"] else [])
     )
@@ -159,35 +158,40 @@ def group_page_parts(data: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def _run_facts(run: Mapping[str, Any]) -> str:
+def _run_facts(run: RunInfo) -> str:
     esc = html.escape
-    state = _badge(run["status"])
-    if run["controller_state"] and run["controller_state"] != run["status"]:
-        state += f' <span class="muted">controller {esc(run["controller_state"])}</span>'
-    if run["orphaned"]:
+    state = _badge(run.status)
+    if run.controller_state and run.controller_state != run.status:
+        state += f' <span class="muted">controller {esc(run.controller_state)}</span>'
+    if run.orphaned:
         state += " " + _badge("ORPHANED")
     facts = [
         _fact("state", state),
-        _fact("name", esc(run["name"] or "")),
-        _fact("source", esc(run["source"])),
-        _fact("attempts", str(run["attempts"])),
+        _fact("name", esc(run.name or "")),
+        _fact("source", esc(run.source or "")),
+        _fact("attempts", str(run.attempts)),
         _fact(
             "failures",
-            f"worker group {_budget(run['worker_group_failures'], run['max_failures'])}, "
-            f"start {_budget(run['start_failures'], run['controller_failure_limit'])}, "
-            f"preemption {_budget(run['preemption_failures'], run['max_preemption_failures'])}",
+            f"worker group {_budget(run.worker_group_failures, run.max_failures)}, "
+            f"start {_budget(run.start_failures, run.controller_failure_limit)}, "
+            f"preemption {_budget(run.preemption_failures, run.max_preemption_failures)}",
         ),
-        _fact("checkpoint", _checkpoint_text(run)),
-        _fact("created", esc(format_time(run["created_at"]))),
+        _fact(
+            "checkpoint",
+            _checkpoint_text(
+                run.latest_checkpoint, run.checkpoint_committed_at, run.latest_reported_checkpoint
+            ),
+        ),
+        _fact("created", esc(format_time(run.created_at))),
     ]
-    if run["train_fn"]:
-        facts.append(_fact("train_fn", f"<code>{esc(run['train_fn'])}</code>"))
-    if run["ended_at"]:
-        facts.append(_fact("ended", esc(format_time(run["ended_at"]))))
-    if run["abort_reason"]:
-        facts.append(_fact("aborted", esc(run["abort_reason"])))
-    if run["ray"]:
-        facts.append(_fact("ray", f"<code>{esc(json.dumps(run['ray'], sort_keys=True))}</code>"))
+    if run.train_fn:
+        facts.append(_fact("train_fn", f"<code>{esc(run.train_fn)}</code>"))
+    if run.ended_at:
+        facts.append(_fact("ended", esc(format_time(run.ended_at))))
+    if run.abort_reason:
+        facts.append(_fact("aborted", esc(run.abort_reason)))
+    if run.ray:
+        facts.append(_fact("ray", f"<code>{esc(json.dumps(run.ray, sort_keys=True))}</code>"))
     return "".join(facts)
 
 
@@ -196,10 +200,20 @@ def _attempt_rows(data: Mapping[str, Any]) -> str:
     return "".join(
         f"<tr class=attempt-row><td>{a['number']}</td><td><code>{esc(a['group_id'])}</code></td>"
         f"<td>{_badge(a['status'] or 'NO EVENTS')} {_badge(a['outcome'])}</td>"
-        f"<td>{_checkpoint_text(a)}</td>"
+        f"<td>{_checkpoint_of(a)}</td>"
         f"<td>{esc(a['error'] or '')}</td>"
         f"<td>{'<br>'.join(_decision_text(d) for d in _decisions_of(data, a['group_id']))}</td></tr>"
         for a in data["attempts"]
+    )
+
+
+def _checkpoint_of(item: Mapping[str, Any]) -> str:
+    """:func:`_checkpoint_text` of a group (``timeline_data``'s ``group``) or an attempt's lane
+    (``run_timeline_data``'s ``attempts``)."""
+    return _checkpoint_text(
+        item.get("latest_checkpoint"),
+        item.get("checkpoint_committed_at"),
+        item.get("latest_reported_checkpoint"),
     )
 
 
@@ -211,20 +225,17 @@ def run_page_parts(data: Mapping[str, Any]) -> dict[str, str]:
     """The parts of a run's page (``run_report.html``) for ``data`` (from
     :func:`~wgstore.projections.timeline.run_timeline_data`): title, facts, errors, attempts
     with their failures and decisions, events."""
-    run = data["run"]
+    run: RunInfo = data["run"]
     esc = html.escape
     errors = []
-    if run["error"]:
+    if run.error:
         ranks = "".join(
-            f"<br>rank {f['world_rank']}: {esc(f['type'])}: {esc(f['message'])}"
-            for f in run["failed_ranks"] or []
+            f"<br>rank {f.world_rank}: {esc(f.type)}: {esc(f.message)}" for f in run.failed_ranks
         )
-        errors.append(
-            f'<div class="error-box"><b>run errored:</b> {esc(run["error"])}{ranks}</div>'
-        )
+        errors.append(f'<div class="error-box"><b>run errored:</b> {esc(run.error)}{ranks}</div>')
     return {
-        "title": esc(f"wgstore: run {run['run_id']}"),
-        "run_id": esc(run["run_id"]),
+        "title": esc(f"wgstore: run {run.run_id}"),
+        "run_id": esc(run.run_id),
         "facts": _run_facts(run),
         "errors": "".join(errors),
         "attempts": _attempt_rows(data),

@@ -9,10 +9,9 @@ with its controller's state. Pure, no styles: the CLI picks the colours.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from wgstore.projections.rows import RunDetail, RunInfo, RunSummary
 from wgstore.projections.text import format_time, json_line
 from wgstore.projections.views import first_line
 
@@ -51,92 +50,92 @@ def budget_text(used: int | None, limit: int | None) -> str:
     return f"{used}/{'∞' if limit < 0 else limit}"
 
 
-def failures_text(summary: Mapping[str, Any]) -> str:
+def failures_text(summary: RunSummary) -> str:
     """Worker group failures against ``max_failures``, then start and preemption failures
     against their limits when there were any: ``2/1, start 1/3``."""
-    text = budget_text(summary["worker_group_failures"], summary["max_failures"])
+    text = budget_text(summary.worker_group_failures, summary.max_failures)
     extra = [
-        f"{label} {budget_text(summary[used], summary[limit])}"
+        f"{label} {budget_text(used, limit)}"
         for label, used, limit in (
-            ("start", "start_failures", "controller_failure_limit"),
-            ("preempt", "preemption_failures", "max_preemption_failures"),
+            ("start", summary.start_failures, summary.controller_failure_limit),
+            ("preempt", summary.preemption_failures, summary.max_preemption_failures),
         )
-        if summary[used]
+        if used
     ]
     return ", ".join([text, *extra]) if extra else text
 
 
-def state_parts(summary: Mapping[str, Any]) -> tuple[str, str]:
+def state_parts(summary: RunSummary) -> tuple[str, str]:
     """A run's status and, when its controller's state says more, `` (THAT_STATE)``."""
-    status: str = summary["status"]
-    controller = summary.get("controller_state")
+    status = summary.status
+    controller = summary.controller_state
     return status, f" ({controller})" if controller and controller != status else ""
 
 
-def _checkpoint_facts(run: Mapping[str, Any]) -> list[Fact]:
+def _checkpoint_facts(run: RunInfo) -> list[Fact]:
     facts = []
-    if run["latest_checkpoint"]:
-        at = run["checkpoint_committed_at"]
+    if run.latest_checkpoint:
+        at = run.checkpoint_committed_at
         committed = f" (committed {format_time(at)})" if at else ""
-        facts.append(Fact("checkpoint", run["latest_checkpoint"] + committed))
-    reported = run["latest_reported_checkpoint"]
-    if reported and reported != run["latest_checkpoint"]:
+        facts.append(Fact("checkpoint", run.latest_checkpoint + committed))
+    reported = run.latest_reported_checkpoint
+    if reported and reported != run.latest_checkpoint:
         text = f"{reported} (not by every rank: not committed, no retry starts from it)"
         facts.append(Fact("reported", text, Tone.MUTED))
     return facts
 
 
-def _trouble_facts(detail: Mapping[str, Any]) -> list[Fact]:
-    run = detail["run"]
+def _trouble_facts(detail: RunDetail) -> list[Fact]:
+    run = detail.run
     facts = []
-    if run["orphaned"]:
+    if run.orphaned:
         text = (
             "yes: no live process holds its lease (its driver or controller is gone); "
-            f"resume it (`wgstore resume {run['run_id']}`) or end it and release its Ray "
+            f"resume it (`wgstore resume {run.run_id}`) or end it and release its Ray "
             "resources (`wgstore gc`)"
         )
         facts.append(Fact("orphaned", text, Tone.ALERT))
-    if run["error"]:
-        facts.append(Fact("error", first_line(run["error"]), Tone.ALERT))
-    for failed in run["failed_ranks"] or []:
-        text = f"rank {failed['world_rank']}: {failed['type']}: {failed['message']}"
+    if run.error:
+        facts.append(Fact("error", first_line(run.error), Tone.ALERT))
+    for failed in run.failed_ranks:
+        text = f"rank {failed.world_rank}: {failed.type}: {failed.message}"
         facts.append(Fact("", text, Tone.ERROR))
-    for resumed in detail["resumes"]:
-        text = f"by {resumed['by']} at attempt {resumed['attempt']} ({resumed['reason']})"
+    for resumed in detail.resumes:
+        text = f"by {resumed.by} at attempt {resumed.attempt} ({resumed.reason})"
         facts.append(Fact("resumed", text))
-    if run["abort_reason"]:
-        facts.append(Fact("aborted", run["abort_reason"], Tone.NOTICE))
+    if run.abort_reason:
+        facts.append(Fact("aborted", run.abort_reason, Tone.NOTICE))
     return facts
 
 
-def run_facts(detail: Mapping[str, Any]) -> list[Fact]:
+def run_facts(detail: RunDetail) -> list[Fact]:
     """The facts of one run (``detail`` from :func:`~wgstore.projections.run_views.run_detail`):
     id and name, source, state, train function, workers, failures, attempts, checkpoints,
     whether it can be resumed, times, lease, orphaned, errors, resumes, abort, Ray ids."""
-    run = detail["run"]
+    run = detail.run
     status, controller = state_parts(run)
     facts = [
-        Fact("run", f"{run['run_id']}" + (f" ({run['name']})" if run["name"] else "")),
-        Fact("source", run["source"]),
+        Fact("run", f"{run.run_id}" + (f" ({run.name})" if run.name else "")),
+        Fact("source", run.source or ""),
         Fact("state", status, Tone.STATE, controller),
     ]
-    if run["train_fn"]:
-        facts.append(Fact("train_fn", run["train_fn"]))
-    if run["num_workers"] is not None:
-        resources = ", ".join(f"{k}={v:g}" for k, v in (run["resources_per_worker"] or {}).items())
-        facts.append(Fact("workers", f"{run['num_workers']} x {{{resources}}}"))
+    if run.train_fn:
+        facts.append(Fact("train_fn", run.train_fn))
+    if run.num_workers is not None:
+        resources = ", ".join(f"{k}={v:g}" for k, v in (run.resources_per_worker or {}).items())
+        facts.append(Fact("workers", f"{run.num_workers} x {{{resources}}}"))
     failures = failures_text(run) + " (worker group failures used / max_failures)"
-    facts += [Fact("failures", failures), Fact("attempts", str(run["attempts"]))]
+    facts += [Fact("failures", failures), Fact("attempts", str(run.attempts))]
     facts += _checkpoint_facts(run)
-    if run["resumable"] is False:
-        facts.append(Fact("resumable", f"no: {run['not_resumable_reason']}", Tone.NOTICE))
-    facts.append(Fact("created", format_time(run["created_at"])))
-    if run["ended_at"]:
-        facts.append(Fact("ended", format_time(run["ended_at"])))
-    if run["lease_holder"]:
-        until = format_time(run["lease_expires_at"])
-        facts.append(Fact("lease", f"{run['lease_holder']} until {until}"))
+    if run.resumable is False:
+        facts.append(Fact("resumable", f"no: {run.not_resumable_reason}", Tone.NOTICE))
+    facts.append(Fact("created", format_time(run.created_at)))
+    if run.ended_at:
+        facts.append(Fact("ended", format_time(run.ended_at)))
+    if run.lease_holder:
+        until = format_time(run.lease_expires_at)
+        facts.append(Fact("lease", f"{run.lease_holder} until {until}"))
     facts += _trouble_facts(detail)
-    if run["ray"]:
-        facts.append(Fact("ray", json_line(run["ray"])))
+    if run.ray:
+        facts.append(Fact("ray", json_line(run.ray)))
     return facts

@@ -7,19 +7,16 @@ names the valid ones when one is not; :meth:`RunFilter.matches` keeps a run summ
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from wgstore.events import InvalidArgumentError
+from wgstore.projections.rows import UNREADABLE, RunSummary
 from wgstore.projections.run_rows import RUN_SOURCES
 from wgstore.projections.run_state import RunStatus
 
 __all__ = ["UNREADABLE", "RunFilter"]
-
-UNREADABLE = "UNREADABLE"
-"""The status of a run summary whose stream cannot be folded (its reason under ``error``)."""
 
 
 @dataclass(frozen=True)
@@ -69,17 +66,17 @@ class RunFilter:
         """True when any criterion is set (then unreadable runs are left out)."""
         return bool(self.statuses or self.source or self.orphaned or self.since)
 
-    def matches(self, summary: Mapping[str, Any]) -> bool:
-        """Whether the run ``summary`` (keys of ``RUN_SUMMARY_KEYS``) passes every criterion."""
+    def matches(self, summary: RunSummary) -> bool:
+        """Whether the run ``summary`` passes every criterion."""
         if not self.active:
             return True
-        if summary["status"] == UNREADABLE:
+        if summary.status == UNREADABLE:
             return False
-        if self.statuses and summary["status"] not in self.statuses:
+        if self.statuses and summary.status not in self.statuses:
             return False
-        if self.source and summary["source"] != self.source:
+        if self.source and summary.source != self.source:
             return False
-        if self.orphaned and not summary["orphaned"]:
+        if self.orphaned and not summary.orphaned:
             return False
-        created: datetime | None = summary["created_at"]
+        created = summary.created_at
         return not (self.since and (created is None or created < self.since))

@@ -14,6 +14,7 @@ Orphaned is live state, not history: it joins the run with its lease (``wg_run_l
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,13 +27,30 @@ from wgstore.events.run import RunCreated
 from wgstore.events.schema import wg_runs
 from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
-from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
 from wgstore.projections.queries import run_state, worker_group_state
+from wgstore.projections.rows import (
+    UNREADABLE,
+    AttemptRow,
+    ControllerRow,
+    DecisionRow,
+    FailedRank,
+    ResumeRow,
+    RunDetail,
+    RunInfo,
+    RunSummary,
+    TransitionRow,
+)
 from wgstore.projections.run_rows import Attempt, attempt_of, order_attempts, orphaned, run_row
 from wgstore.projections.run_state import RunState, project_run
 from wgstore.projections.state import WorkerGroupState
-from wgstore.projections.values import plain, to_utc
-from wgstore.projections.views import iter_groups, resolve_id, run_streams
+from wgstore.projections.values import to_utc
+from wgstore.projections.views import (
+    current_summaries,
+    iter_groups,
+    read_models_current,
+    resolve_id,
+    run_streams,
+)
 
 __all__ = [
     "RUN_SUMMARY_KEYS",
@@ -41,60 +59,35 @@ __all__ = [
     "run_summaries",
 ]
 
-RUN_SUMMARY_KEYS = (
-    "run_id",
-    "name",
-    "source",
-    "status",
-    "controller_state",
-    "attempts",
-    "current_group_id",
-    "worker_group_failures",
-    "max_failures",
-    "start_failures",
-    "controller_failure_limit",
-    "preemption_failures",
-    "max_preemption_failures",
-    "latest_checkpoint",
-    "checkpoint_committed_at",
-    "latest_reported_checkpoint",
-    "resumable",
-    "not_resumable_reason",
-    "orphaned",
-    "lease_holder",
-    "lease_expires_at",
-    "created_at",
-    "updated_at",
-    "ended_at",
-    "error",
-    "abort_reason",
-)
-"""The keys of every run summary; a run whose stream cannot be folded has status ``UNREADABLE``
-and the reason in ``error``."""
+RUN_SUMMARY_KEYS = tuple(f.name for f in fields(RunSummary))
+"""The keys of every run summary's JSON (the fields of
+:class:`~wgstore.projections.rows.RunSummary`); a run whose stream cannot be folded has status
+``UNREADABLE`` and the reason in ``error``."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _summary(row: Mapping[str, Any], lease: Lease | None, now: datetime) -> dict[str, Any]:
+def _summary_fields(row: Mapping[str, Any], lease: Lease | None, now: datetime) -> dict[str, Any]:
+    """The fields of a run summary from a ``wg_runs``-shaped row and the run's lease."""
+    error = row.get("error_type")
+    return {
+        **{key: row.get(key) for key in RUN_SUMMARY_KEYS},
+        "created_at": to_utc(row.get("created_at")),
+        "updated_at": to_utc(row.get("updated_at")),
+        "ended_at": to_utc(row.get("ended_at")),
+        "checkpoint_committed_at": to_utc(row.get("checkpoint_committed_at")),
+        "error": f"{error}: {row['error_message']}" if error else None,
+        "orphaned": orphaned(
+            bool(row.get("needs_controller")), None if lease is None else lease.expires_at, now
+        ),
+        "lease_holder": None if lease is None else lease.holder,
+        "lease_expires_at": None if lease is None else lease.expires_at,
+    }
+
+
+def _summary(row: Mapping[str, Any], lease: Lease | None, now: datetime) -> RunSummary:
     """A summary from a ``wg_runs``-shaped row and the run's lease."""
-    summary = {key: row.get(key) for key in RUN_SUMMARY_KEYS}
-    for key in ("created_at", "updated_at", "ended_at", "checkpoint_committed_at"):
-        summary[key] = to_utc(summary[key])
-    summary["error"] = (
-        f"{row['error_type']}: {row['error_message']}" if row.get("error_type") else None
-    )
-    summary["orphaned"] = orphaned(
-        bool(row.get("needs_controller")), None if lease is None else lease.expires_at, now
-    )
-    summary["lease_holder"] = None if lease is None else lease.holder
-    summary["lease_expires_at"] = None if lease is None else lease.expires_at
-    return summary
-
-
-def _unreadable(run_id: str, error: str) -> dict[str, Any]:
-    summary: dict[str, Any] = dict.fromkeys(RUN_SUMMARY_KEYS)
-    summary.update(run_id=run_id, status="UNREADABLE", error=error, orphaned=False)
-    return summary
+    return RunSummary(**_summary_fields(row, lease, now))
 
 
 def _run_records(store: EventStore, stream_id: str) -> list[RecordedEvent] | None:
@@ -125,7 +118,7 @@ def _attempts_by_run(store: EventStore) -> dict[str, list[Attempt]]:
     return found
 
 
-def summaries_from_log(store: EventStore, now: datetime) -> list[dict[str, Any]]:
+def summaries_from_log(store: EventStore, now: datetime) -> list[RunSummary]:
     """One summary per run, folded from the log (always right, slower on a big log)."""
     runs = list(_iter_runs(store))
     if not runs:
@@ -135,23 +128,23 @@ def summaries_from_log(store: EventStore, now: datetime) -> list[dict[str, Any]]
     result = []
     for run_id, state in runs:
         if isinstance(state, ProjectionError):
-            result.append(_unreadable(run_id, str(state)))
+            result.append(RunSummary.unreadable(run_id, str(state)))
             continue
         row = run_row(state, order_attempts(state, attempts.get(run_id, [])))
         result.append(_summary(row, held.get(run_id), now))
     return result
 
 
-def summaries_from_read_models(store: EventStore, now: datetime) -> list[dict[str, Any]] | None:
+def summaries_from_read_models(store: EventStore, now: datetime) -> list[RunSummary] | None:
     """One summary per run from ``wg_runs``; None when the read models are behind the log."""
-    if store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() < store.head():
+    if not read_models_current(store):
         return None
     with translate_errors(store.url), store.engine.connect() as connection:
         rows = [dict(row) for row in connection.execute(sa.select(wg_runs)).mappings()]
         connection.rollback()
     held = leases(store)
     return [
-        _unreadable(row["run_id"], row["projection_error"])
+        RunSummary.unreadable(row["run_id"], row["projection_error"])
         if row["projection_error"] is not None
         else _summary(row, held.get(row["run_id"]), now)
         for row in rows
@@ -160,19 +153,21 @@ def summaries_from_read_models(store: EventStore, now: datetime) -> list[dict[st
 
 def run_summaries(
     store: EventStore, *, from_log: bool = False, now: datetime | None = None
-) -> list[dict[str, Any]]:
-    """One summary per run (keys :data:`RUN_SUMMARY_KEYS`), oldest first.
+) -> list[RunSummary]:
+    """One summary per run (:class:`~wgstore.projections.rows.RunSummary`), oldest first.
 
     Read from ``wg_runs`` when the read models are current with the log (and ``from_log`` is
-    False), else folded from the log. ``orphaned`` is judged at ``now`` (default: the wall
-    clock) against the run's lease.
+    False), else folded from the log (:func:`~wgstore.projections.views.current_summaries`, as
+    for groups). ``orphaned`` is judged at ``now`` (default: the wall clock) against the run's
+    lease.
     """
-    now = now or datetime.now(UTC)
-    summaries = None if from_log else summaries_from_read_models(store, now)
-    if summaries is None:
-        summaries = summaries_from_log(store, now)
-    summaries.sort(key=lambda r: (r["created_at"] or _EPOCH, r["run_id"]))
-    return summaries
+    at = now or datetime.now(UTC)
+    return current_summaries(
+        lambda: summaries_from_read_models(store, at),
+        lambda: summaries_from_log(store, at),
+        log_only=from_log,
+        order=lambda r: (r.created_at or _EPOCH, r.run_id),
+    )
 
 
 def resolve_run_id(store: EventStore, run: str) -> str:
@@ -200,7 +195,7 @@ def run_detail(
     now: datetime | None = None,
     *,
     group_state: Callable[[EventStore, str], WorkerGroupState] = worker_group_state,
-) -> dict[str, Any]:
+) -> RunDetail:
     """One run folded from the log: its summary, its attempts, decisions, transitions, controllers.
 
     Each attempt holds its group's status, outcome, failure (``error``) and the decisions taken
@@ -230,68 +225,79 @@ def run_detail(
     ordered = order_attempts(state, attempts)
     lease = lease_of(store, run_id)
     row = run_row(state, ordered)
-    summary = _summary(row, lease, now)
-    decisions = [
-        {
-            "version": d.version,
-            "at": d.at,
-            "group_id": d.group_id,
-            "decision": d.decision,
-            "failure_kind": d.failure_kind,
-            "failures_so_far": d.failures_so_far,
-            "limit": d.limit,
-            "reason": d.reason,
-            "errors": [
-                {"world_rank": e.world_rank, "type": e.error.type, "message": e.error.message}
+    decisions = tuple(
+        DecisionRow(
+            version=d.version,
+            at=d.at,
+            group_id=d.group_id,
+            decision=d.decision,
+            failure_kind=d.failure_kind,
+            failures_so_far=d.failures_so_far,
+            limit=d.limit,
+            reason=d.reason,
+            errors=tuple(
+                FailedRank(world_rank=e.world_rank, type=e.error.type, message=e.error.message)
                 for e in d.errors
-            ],
-        }
+            ),
+        )
         for d in state.decisions
-    ]
+    )
     rows = []
     for number, attempt in enumerate(ordered, start=1):
-        item = plain(attempt)
-        item["requested_at"] = attempt.requested_at
-        item["number"] = number
-        if attempt.group_id in unreadable:
-            item.update(status="UNREADABLE", error=unreadable[attempt.group_id])
-        item["decisions"] = [d for d in decisions if d["group_id"] == attempt.group_id]
-        rows.append(item)
-    return {
-        "run": {
-            **summary,
-            "num_workers": row["num_workers"],
-            "resources_per_worker": row["resources_per_worker"],
-            "train_fn": row["train_fn"],
-            "final_group_id": row["final_group_id"],
-            "failed_ranks": row["failed_ranks"],
-            "lease_s": row["lease_s"],
-            "ray": row["ray"],
-            "version": state.version,
-        },
-        "attempts": rows,
-        "decisions": decisions,
-        "transitions": [
-            {
-                "version": t.version,
-                "at": t.at,
-                "from_state": t.from_state,
-                "to_state": t.to_state,
-                "reason": t.reason,
-                "group_id": t.group_id,
-            }
+        broken = unreadable.get(attempt.group_id)
+        rows.append(
+            AttemptRow(
+                group_id=attempt.group_id,
+                attempt=attempt.attempt,
+                status=attempt.status if broken is None else UNREADABLE,
+                outcome=attempt.outcome,
+                requested_at=attempt.requested_at,
+                latest_checkpoint=attempt.latest_checkpoint,
+                checkpoint_committed_at=attempt.checkpoint_committed_at,
+                latest_reported_checkpoint=attempt.latest_reported_checkpoint,
+                error=attempt.error if broken is None else broken,
+                number=number,
+                decisions=tuple(d for d in decisions if d.group_id == attempt.group_id),
+            )
+        )
+    info = RunInfo(
+        **_summary_fields(row, lease, now),
+        num_workers=row["num_workers"],
+        resources_per_worker=row["resources_per_worker"],
+        train_fn=row["train_fn"],
+        final_group_id=row["final_group_id"],
+        failed_ranks=tuple(FailedRank(**failed) for failed in row["failed_ranks"]),
+        lease_s=row["lease_s"],
+        ray=row["ray"],
+        version=state.version,
+    )
+    return RunDetail(
+        run=info,
+        attempts=tuple(rows),
+        decisions=decisions,
+        transitions=tuple(
+            TransitionRow(
+                version=t.version,
+                at=t.at,
+                from_state=t.from_state,
+                to_state=t.to_state,
+                reason=t.reason,
+                group_id=t.group_id,
+            )
             for t in state.transitions
-        ],
-        "controllers": [
-            {
-                "version": c.version,
-                "at": c.at,
-                "controller_id": c.controller_id,
-                "host": c.host,
-                "pid": c.pid,
-                "resumed": c.resumed,
-            }
+        ),
+        controllers=tuple(
+            ControllerRow(
+                version=c.version,
+                at=c.at,
+                controller_id=c.controller_id,
+                host=c.host,
+                pid=c.pid,
+                resumed=c.resumed,
+            )
             for c in state.controllers
-        ],
-        "resumes": [{"by": r.by, "reason": r.reason, "attempt": r.attempt} for r in state.resumes],
-    }
+        ),
+        resumes=tuple(
+            ResumeRow(by=r.by, reason=r.reason, attempt=r.attempt) for r in state.resumes
+        ),
+    )

@@ -17,6 +17,7 @@ from uuid import UUID
 import msgspec
 
 from wgstore.events import RecordedEvent, UnknownEvent
+from wgstore.projections.rows import Row
 
 __all__ = [
     "describe",
@@ -179,7 +180,10 @@ def event_json(record: RecordedEvent) -> dict[str, Any]:
 
 
 def json_default(value: Any) -> Any:
-    """Turn the values databases and events hold into JSON: times, ids, bytes, enums, decimals."""
+    """Turn the values databases and events hold into JSON: times, ids, bytes, enums, decimals,
+    and the views' typed rows (their :meth:`~wgstore.projections.rows.Row.to_json`)."""
+    if isinstance(value, Row):
+        return value.to_json()
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)

@@ -21,6 +21,7 @@ from wgstore.projections._db import fetch, is_postgres, param
 from wgstore.projections.errors import StreamNotFoundError
 from wgstore.projections.event_time import event_time
 from wgstore.projections.queries import SNAPSHOT_EVERY
+from wgstore.projections.rows import UNREADABLE
 from wgstore.projections.run_views import run_detail
 from wgstore.projections.snapshots import load_latest_snapshot, save_snapshot
 from wgstore.projections.state import WorkerGroupFold, WorkerGroupState
@@ -511,6 +512,8 @@ def _at_ms(moment: datetime) -> float:
 def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
     """Everything the run report shows: the controller's states, one lane per attempt with its
     phases and failures, and each decision of the failure policy, on one clock (epoch ms).
+    ``run`` is the run's :class:`~wgstore.projections.rows.RunInfo` (``json_default`` writes it
+    as its ``to_json()``).
 
     Raises:
         StreamNotFoundError: no run ``run_id``.
@@ -537,20 +540,20 @@ def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
     ]
     times = [_ms(run_records[0]), _ms(run_records[-1])]
     lanes = []
-    for attempt in detail["attempts"]:
+    for attempt in detail.attempts:
         lane: dict[str, Any] = {
-            "number": attempt["number"],
-            "group_id": attempt["group_id"],
-            "label": f"attempt {attempt['number']}",
-            "status": attempt["status"],
-            "outcome": attempt["outcome"],
-            "error": attempt["error"],
+            "number": attempt.number,
+            "group_id": attempt.group_id,
+            "label": f"attempt {attempt.number}",
+            "status": attempt.status,
+            "outcome": attempt.outcome,
+            "error": attempt.error,
             "phases": [],
             "failures": [],
         }
-        if attempt["status"] not in (None, "UNREADABLE"):
-            known = timelines.get(attempt["group_id"])
-            group = known.data if known else timeline_data(store, attempt["group_id"])
+        if attempt.status not in (None, UNREADABLE):
+            known = timelines.get(attempt.group_id)
+            group = known.data if known else timeline_data(store, attempt.group_id)
             lane["phases"] = group["phases"]
             times += [group["t0"], group["t1"]]
             for worker in group["workers"]:
@@ -561,27 +564,24 @@ def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
             failure = group["start_failure"]
             if failure is not None:
                 lane["failures"].append({**failure, "rank": -1, "kind": "start"})
-            events += [{**e, "stream": f"attempt {attempt['number']}"} for e in group["events"]]
+            events += [{**e, "stream": f"attempt {attempt.number}"} for e in group["events"]]
         lanes.append(lane)
     decisions = []
-    for decision in detail["decisions"]:
-        number = next(
-            (a["number"] for a in detail["attempts"] if a["group_id"] == decision["group_id"]),
-            None,
-        )
-        decisions.append({**decision, "t": _at_ms(decision["at"]), "attempt": number})
+    for decision in detail.decisions:
+        number = next((a.number for a in detail.attempts if a.group_id == decision.group_id), None)
+        decisions.append({**decision.to_json(), "t": _at_ms(decision.at), "attempt": number})
     end = max(times)
     controller = [{"name": "INITIALIZING", "start": times[0], "end": times[0]}]
-    for transition in detail["transitions"]:
-        t = _at_ms(transition["at"])
+    for transition in detail.transitions:
+        t = _at_ms(transition.at)
         if controller:
             controller[-1]["end"] = t
-        controller.append({"name": transition["to_state"], "start": t, "end": t})
+        controller.append({"name": transition.to_state, "start": t, "end": t})
     controller[-1]["end"] = end
-    controller[-1]["open"] = not detail["run"]["ended_at"]
+    controller[-1]["open"] = not detail.run.ended_at
     events.sort(key=lambda e: e["t"])
     return {
-        "run": detail["run"],
+        "run": detail.run,
         "t0": min(times),
         "t1": end,
         "controller": controller,

@@ -1,12 +1,14 @@
-"""Read-side views: what the CLI, the Python API and tests ask of the store, as plain data.
+"""Read-side views: what the CLI, the Python API and tests ask of the store, as data.
 
-Each function takes an open :class:`~wgstore.events.EventStore` and returns values (dicts,
-tuples, frozen dataclasses): no rendering. ``wgstore groups`` / ``state`` / ``projections
-status`` / ``verify`` are a parse, one call here, and a render.
+Each function takes an open :class:`~wgstore.events.EventStore` and returns values (the typed
+rows of :mod:`wgstore.projections.rows`, tuples, frozen dataclasses): no rendering. ``wgstore
+groups`` / ``state`` / ``projections status`` / ``verify`` are a parse, one call here, and a
+render.
 
 - :func:`group_summaries`: one summary per worker group, from the read model ``wg_worker_groups``
   when it is current with the log, else folded from the log.
-- :func:`state_json` / :func:`worker_rows`: a group's state as JSON-ready data, one row per worker.
+- :func:`state_json` / :func:`worker_rows`: a group's state as JSON-ready data; one
+  :class:`~wgstore.projections.rows.WorkerRow` per worker.
 - :func:`read_model_status`: where the read models stand against the log.
 - :func:`read_model_problems`: the read models compared with a rebuild from the log.
 - :func:`unknown_types`: stored event types this wgstore does not know.
@@ -18,10 +20,10 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import sqlalchemy as sa
@@ -46,6 +48,7 @@ from wgstore.projections.projector import (
     read_model_rows,
 )
 from wgstore.projections.queries import worker_group_state
+from wgstore.projections.rows import GroupSummary, RunSummary, WorkerRow
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
 from wgstore.projections.values import to_utc
 
@@ -53,11 +56,13 @@ __all__ = [
     "SUMMARY_KEYS",
     "ReadModelStatus",
     "check_event_types",
+    "current_summaries",
     "first_line",
     "group_summaries",
     "iter_groups",
     "read_model_problems",
     "read_model_status",
+    "read_models_current",
     "resolve_group_id",
     "resolve_id",
     "run_ids",
@@ -71,23 +76,12 @@ __all__ = [
     "worker_rows",
 ]
 
-SUMMARY_KEYS = (
-    "group_id",
-    "run_id",
-    "attempt",
-    "status",
-    "outcome",
-    "num_workers",
-    "running_workers",
-    "requested_at",
-    "updated_at",
-    "shut_down_at",
-    "train_fn",
-    "reports",
-    "error",
-)
-"""The keys of every group summary; a group whose stream cannot be folded has status
-``UNREADABLE`` and the reason in ``error``."""
+SUMMARY_KEYS = tuple(f.name for f in fields(GroupSummary))
+"""The keys of every group summary's JSON (the fields of
+:class:`~wgstore.projections.rows.GroupSummary`); a group whose stream cannot be folded has
+status ``UNREADABLE`` and the reason in ``error``."""
+
+R = TypeVar("R", GroupSummary, RunSummary)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MAX_PER_TABLE = 20
@@ -132,49 +126,66 @@ def running_now(status: str, running: int | None) -> int | None:
     return running
 
 
-def _group_summary(group_id: str, state: WorkerGroupState) -> dict[str, Any]:
+def _group_summary(group_id: str, state: WorkerGroupState) -> GroupSummary:
     outcome = state.outcome
     error = state.error
     running = running_now(
         state.status.value, state.poll_status.num_running if state.poll_status else None
     )
-    return {
-        "group_id": group_id,
-        "run_id": state.run_id,
-        "attempt": state.attempt,
-        "status": state.status.value,
-        "outcome": None if outcome is None else outcome.value,
-        "num_workers": state.num_workers,
-        "running_workers": running,
-        "requested_at": state.requested_at,
-        "updated_at": state.updated_at,
-        "shut_down_at": state.shut_down_at,
-        "train_fn": state.context.train_fn,
-        "reports": state.reports_total,
-        "error": None if error is None else str(error),
-    }
+    return GroupSummary(
+        group_id=group_id,
+        run_id=state.run_id,
+        attempt=state.attempt,
+        status=state.status.value,
+        outcome=None if outcome is None else outcome.value,
+        num_workers=state.num_workers,
+        running_workers=running,
+        requested_at=state.requested_at,
+        updated_at=state.updated_at,
+        shut_down_at=state.shut_down_at,
+        train_fn=state.context.train_fn,
+        reports=state.reports_total,
+        error=None if error is None else str(error),
+    )
 
 
-def _unreadable(group_id: str, error: str) -> dict[str, Any]:
-    summary: dict[str, Any] = dict.fromkeys(SUMMARY_KEYS)
-    summary.update(group_id=group_id, status="UNREADABLE", error=error)
-    return summary
+def read_models_current(store: EventStore) -> bool:
+    """Whether the read models have applied every event of the log (then the summaries are read
+    from them)."""
+    checkpoint: int = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+    return checkpoint >= store.head()
 
 
-def summaries_from_log(store: EventStore) -> list[dict[str, Any]]:
+def current_summaries(
+    from_read_models: Callable[[], list[R] | None],
+    from_log: Callable[[], list[R]],
+    *,
+    log_only: bool = False,
+    order: Callable[[R], tuple[datetime, str]],
+) -> list[R]:
+    """The one "read models if current, else the log" choice of groups and runs: the rows
+    ``from_read_models()`` gives (None: they are behind the log), else ``from_log()``, sorted
+    by ``order``. ``log_only`` skips the read models."""
+    rows = None if log_only else from_read_models()
+    if rows is None:
+        rows = from_log()
+    rows.sort(key=order)
+    return rows
+
+
+def summaries_from_log(store: EventStore) -> list[GroupSummary]:
     """One summary per group, folded from the log (always right, slower on a big log)."""
-    result = []
-    for group_id, state in iter_groups(store):
-        if isinstance(state, ProjectionError):
-            result.append(_unreadable(group_id, str(state)))
-        else:
-            result.append(_group_summary(group_id, state))
-    return result
+    return [
+        GroupSummary.unreadable(group_id, str(state))
+        if isinstance(state, ProjectionError)
+        else _group_summary(group_id, state)
+        for group_id, state in iter_groups(store)
+    ]
 
 
-def summaries_from_read_models(store: EventStore) -> list[dict[str, Any]] | None:
+def summaries_from_read_models(store: EventStore) -> list[GroupSummary] | None:
     """One summary per group from ``wg_worker_groups``; None when the read models are behind."""
-    if store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() < store.head():
+    if not read_models_current(store):
         return None
     table = wg_worker_groups
     with translate_errors(store.url), store.engine.connect() as connection:
@@ -183,31 +194,32 @@ def summaries_from_read_models(store: EventStore) -> list[dict[str, Any]] | None
     result = []
     for row in rows:
         if row["projection_error"] is not None:
-            result.append(_unreadable(row["group_id"], row["projection_error"]))
+            result.append(GroupSummary.unreadable(row["group_id"], row["projection_error"]))
             continue
         error = f"{row['error_type']}: {row['error_message']}" if row["error_type"] else None
         result.append(
-            {
-                "group_id": row["group_id"],
-                "run_id": row["run_id"],
-                "attempt": row["attempt"],
-                "status": row["status"],
-                "outcome": row["outcome"],
-                "num_workers": row["num_workers"],
-                "running_workers": running_now(row["status"], row["running_workers"]),
-                "requested_at": to_utc(row["requested_at"]),
-                "updated_at": to_utc(row["updated_at"]),
-                "shut_down_at": to_utc(row["shut_down_at"]),
-                "train_fn": row["train_fn"],
-                "reports": row["reports_total"],
-                "error": error,
-            }
+            GroupSummary(
+                group_id=row["group_id"],
+                run_id=row["run_id"],
+                attempt=row["attempt"],
+                status=row["status"],
+                outcome=row["outcome"],
+                num_workers=row["num_workers"],
+                running_workers=running_now(row["status"], row["running_workers"]),
+                requested_at=to_utc(row["requested_at"]),
+                updated_at=to_utc(row["updated_at"]),
+                shut_down_at=to_utc(row["shut_down_at"]),
+                train_fn=row["train_fn"],
+                reports=row["reports_total"],
+                error=error,
+            )
         )
     return result
 
 
-def group_summaries(store: EventStore, *, from_log: bool = False) -> list[dict[str, Any]]:
-    """One summary per group (keys :data:`SUMMARY_KEYS`), oldest request first.
+def group_summaries(store: EventStore, *, from_log: bool = False) -> list[GroupSummary]:
+    """One summary per group (:class:`~wgstore.projections.rows.GroupSummary`), oldest request
+    first.
 
     ``run_id`` is None for a group that belongs to no run (made by ``WorkerGroup.create``
     without one: its start request names its own id, and there is no ``run-<id>`` stream).
@@ -215,15 +227,18 @@ def group_summaries(store: EventStore, *, from_log: bool = False) -> list[dict[s
     Read from ``wg_worker_groups`` when the read models are current with the log (and
     ``from_log`` is False), else folded from the log, so it is right either way.
     """
-    summaries = None if from_log else summaries_from_read_models(store)
-    if summaries is None:
-        summaries = summaries_from_log(store)
+    summaries = current_summaries(
+        lambda: summaries_from_read_models(store),
+        lambda: summaries_from_log(store),
+        log_only=from_log,
+        order=lambda g: (g.requested_at or _EPOCH, g.group_id),
+    )
     runs = run_ids(store)
-    for summary in summaries:
-        if summary["run_id"] not in runs:
-            summary["run_id"] = None  # a group on its own: no run stream, not a run
-    summaries.sort(key=lambda g: (g["requested_at"] or _EPOCH, g["group_id"]))
-    return summaries
+    return [
+        # a group on its own: no run stream, not a run
+        s if s.run_id in runs or s.run_id is None else replace(s, run_id=None)
+        for s in summaries
+    ]
 
 
 def first_line(error: Any) -> str:
@@ -233,8 +248,8 @@ def first_line(error: Any) -> str:
     return f"{line} ..." if rest.strip() else line
 
 
-def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
-    """One dict per worker: placement, status at the latest poll, reports and latest metrics.
+def worker_rows(state: WorkerGroupState) -> list[WorkerRow]:
+    """One row per worker: placement, status at the latest poll, reports and latest metrics.
 
     ``node_rank`` and ``node_ip`` name the node; ``status`` is ``started`` (no poll yet),
     ``running``, ``finished`` or ``error`` (``error`` holds its first line). Once the group is
@@ -258,17 +273,17 @@ def worker_rows(state: WorkerGroupState) -> list[dict[str, Any]]:
         else:
             label = "running"
         rows.append(
-            {
-                "rank": worker.world_rank,
-                "node": f"{worker.node_rank} {worker.node_ip}",
-                "node_rank": worker.node_rank,
-                "node_ip": worker.node_ip,
-                "pid": worker.pid,
-                "status": label,
-                "error": "" if status is None or status.error is None else first_line(status.error),
-                "reports": state.report_counts.get(worker.world_rank, 0),
-                "metrics": dict(state.latest_metrics.get(worker.world_rank, {})),
-            }
+            WorkerRow(
+                rank=worker.world_rank,
+                node=f"{worker.node_rank} {worker.node_ip}",
+                node_rank=worker.node_rank,
+                node_ip=worker.node_ip,
+                pid=worker.pid,
+                status=label,
+                error="" if status is None or status.error is None else first_line(status.error),
+                reports=state.report_counts.get(worker.world_rank, 0),
+                metrics=dict(state.latest_metrics.get(worker.world_rank, {})),
+            )
         )
     return rows
 

@@ -13,7 +13,7 @@ million finished runs still scrapes as a few hundred series.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream
 from wgstore.projections import RunStatus, WorkerGroupStatus
 from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
 from wgstore.projections.queries import worker_group_state
+from wgstore.projections.rows import UNREADABLE, GroupSummary, RunSummary
 from wgstore.projections.run_views import run_summaries
 from wgstore.projections.views import group_summaries, worker_rows
 
@@ -48,10 +49,10 @@ MAX_RUN_SERIES = 100
 WORKER_STATUSES = ("started", "running", "finished", "error")
 """The values of ``wgstore_workers``' ``status`` label (``worker_rows``' statuses)."""
 _ENDED_GROUP = {WorkerGroupStatus.SHUT_DOWN.value, WorkerGroupStatus.START_FAILED.value}
-_FAILURE_KINDS = {
-    "worker_group": "worker_group_failures",
-    "start": "start_failures",
-    "preemption": "preemption_failures",
+_FAILURE_KINDS: dict[str, Callable[[RunSummary], int | None]] = {
+    "worker_group": lambda run: run.worker_group_failures,
+    "start": lambda run: run.start_failures,
+    "preemption": lambda run: run.preemption_failures,
 }
 
 
@@ -88,7 +89,7 @@ class StoreCollector(Collector):
         current = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() >= store.head()
         runs = run_summaries(store, now=now)
         groups = group_summaries(store)
-        live = [g for g in groups if g["status"] not in _ENDED_GROUP | {"UNREADABLE"}]
+        live = [g for g in groups if g.status not in _ENDED_GROUP | {UNREADABLE}]
         if current:
             workers, reported = _workers_from_read_models(store, live)
         else:
@@ -167,40 +168,40 @@ class StoreCollector(Collector):
             yield clients
 
 
-def _run_families(runs: list[dict[str, Any]]) -> Iterator[Metric]:
+def _run_families(runs: list[RunSummary]) -> Iterator[Metric]:
     states = GaugeMetricFamily("wgstore_runs", "Runs by state", labels=["state"])
-    counted = dict.fromkeys([s.value for s in RunStatus] + ["UNREADABLE"], 0)
+    counted = dict.fromkeys([s.value for s in RunStatus] + [UNREADABLE], 0)
     for run in runs:
-        counted[run["status"]] = counted.get(run["status"], 0) + 1
+        counted[run.status] = counted.get(run.status, 0) + 1
     for state, count in counted.items():
         states.add_metric([state], count)
     yield states
     orphans = GaugeMetricFamily("wgstore_runs_orphaned", "Unended runs no controller holds")
-    orphans.add_metric([], sum(1 for r in runs if r["orphaned"]))
+    orphans.add_metric([], sum(1 for r in runs if r.orphaned))
     yield orphans
     attempts = CounterMetricFamily("wgstore_run_attempts", "Worker group attempts of all runs")
-    attempts.add_metric([], sum(r["attempts"] or 0 for r in runs))
+    attempts.add_metric([], sum(r.attempts or 0 for r in runs))
     yield attempts
     failures = CounterMetricFamily(
         "wgstore_run_failures", "Failures counted against runs' budgets, by kind", labels=["kind"]
     )
-    for kind, key in _FAILURE_KINDS.items():
-        failures.add_metric([kind], sum(r[key] or 0 for r in runs))
+    for kind, used in _FAILURE_KINDS.items():
+        failures.add_metric([kind], sum(used(r) or 0 for r in runs))
     yield failures
     with_checkpoint = GaugeMetricFamily(
         "wgstore_runs_with_checkpoint", "Runs with a committed checkpoint"
     )
-    with_checkpoint.add_metric([], sum(1 for r in runs if r["latest_checkpoint"]))
+    with_checkpoint.add_metric([], sum(1 for r in runs if r.latest_checkpoint))
     yield with_checkpoint
 
 
 def _live_run_families(
-    runs: list[dict[str, Any]],
-    groups: list[dict[str, Any]],
+    runs: list[RunSummary],
+    groups: list[GroupSummary],
     reported: dict[str, datetime],
     now: datetime,
 ) -> Iterator[Metric]:
-    live = [r for r in runs if r["ended_at"] is None and r["status"] != "UNREADABLE"]
+    live = [r for r in runs if r.ended_at is None and r.status != UNREADABLE]
     live = live[-MAX_RUN_SERIES:]
     age = GaugeMetricFamily(
         "wgstore_run_last_report_age_seconds",
@@ -213,12 +214,12 @@ def _live_run_families(
         "1 when an unended run has no controller holding a live lease",
         labels=["run_id", "name"],
     )
-    requested = {g["group_id"]: g["requested_at"] for g in groups}
+    requested = {g.group_id: g.requested_at for g in groups}
     for run in live:
-        labels = [run["run_id"], run["name"] or ""]
-        orphaned.add_metric(labels, 1 if run["orphaned"] else 0)
-        group_id = run["current_group_id"]
-        if run["status"] != RunStatus.RUNNING.value or not group_id:
+        labels = [run.run_id, run.name or ""]
+        orphaned.add_metric(labels, 1 if run.orphaned else 0)
+        group_id = run.current_group_id
+        if run.status != RunStatus.RUNNING.value or not group_id:
             continue
         last = reported.get(group_id) or requested.get(group_id)
         if last is not None:
@@ -228,13 +229,13 @@ def _live_run_families(
 
 
 def _workers_from_read_models(
-    store: EventStore, live: list[dict[str, Any]]
+    store: EventStore, live: list[GroupSummary]
 ) -> tuple[dict[str, int], dict[str, datetime]]:
     """Workers of the ``live`` groups by status, and each group's latest report, from
     ``wg_workers`` in one query (``worker_rows``' statuses: ``started`` before the first poll)."""
     counted = dict.fromkeys(WORKER_STATUSES, 0)
     reported: dict[str, datetime] = {}
-    ids = [g["group_id"] for g in live]
+    ids = [g.group_id for g in live]
     if not ids:
         return counted, reported
     w, g = wg_workers, wg_worker_groups
@@ -263,14 +264,14 @@ def _workers_from_read_models(
 
 
 def _workers_from_log(
-    store: EventStore, live: list[dict[str, Any]]
+    store: EventStore, live: list[GroupSummary]
 ) -> tuple[dict[str, int], dict[str, datetime]]:
     """As :func:`_workers_from_read_models`, each live group folded from the log."""
     counted = dict.fromkeys(WORKER_STATUSES, 0)
     for group in live:
-        for row in worker_rows(worker_group_state(store, group["group_id"])):
-            counted[row["status"]] = counted.get(row["status"], 0) + 1
-    streams = [group_stream(g["group_id"]) for g in live]
+        for row in worker_rows(worker_group_state(store, group.group_id)):
+            counted[row.status] = counted.get(row.status, 0) + 1
+    streams = [group_stream(g.group_id) for g in live]
     reported: dict[str, datetime] = {}
     if not streams:
         return counted, reported

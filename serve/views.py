@@ -25,6 +25,7 @@ from wgstore.events import EventStore, InvalidArgumentError
 from wgstore.events.streams import group_stream
 from wgstore.projections import RunStatus
 from wgstore.projections.queries import poll_history
+from wgstore.projections.rows import UNREADABLE, RunSummary
 from wgstore.projections.run_rows import RUN_SOURCES
 from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
 from wgstore.projections.state import WorkerGroupState
@@ -140,27 +141,27 @@ class RunFilter:
         """True when any filter is set."""
         return bool(self.statuses or self.name or self.source or self.orphaned or self.since)
 
-    def keep(self, summary: dict[str, Any]) -> bool:
+    def keep(self, summary: RunSummary) -> bool:
         """Whether a run summary passes (an unreadable run only passes no filter at all)."""
-        if summary["status"] == "UNREADABLE":
+        if summary.status == UNREADABLE:
             return not self.active
-        if self.statuses and summary["status"] not in self.statuses:
+        if self.statuses and summary.status not in self.statuses:
             return False
-        if self.name and self.name.lower() not in (summary["name"] or "").lower():
+        if self.name and self.name.lower() not in (summary.name or "").lower():
             return False
-        if self.source and summary["source"] != self.source:
+        if self.source and summary.source != self.source:
             return False
-        if self.orphaned and not summary["orphaned"]:
+        if self.orphaned and not summary.orphaned:
             return False
-        created = summary["created_at"]
+        created = summary.created_at
         return self.since is None or (created is not None and created >= self.since)
 
 
-def _duration_s(summary: dict[str, Any], now: datetime) -> float | None:
-    start: datetime | None = summary.get("created_at")
+def _duration_s(summary: RunSummary, now: datetime) -> float | None:
+    start = summary.created_at
     if start is None:
         return None
-    end: datetime = summary.get("ended_at") or now
+    end = summary.ended_at or now
     return (end - start).total_seconds()
 
 
@@ -183,9 +184,10 @@ def run_list(
     offset = max(0, offset)
     kept = [s for s in run_summaries(store, now=now) if run_filter.keep(s)]
     kept.reverse()
-    page = kept[offset : offset + limit]
-    for summary in page:
-        summary["duration_s"] = _duration_s(summary, now)
+    page = [
+        {**summary.to_json(), "duration_s": _duration_s(summary, now)}
+        for summary in kept[offset : offset + limit]
+    ]
     return {"runs": page, "total": len(kept), "offset": offset, "limit": limit}
 
 
@@ -212,26 +214,28 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
         states[group_id], series[group_id] = state_and_series(store, group_id)
         return states[group_id]
 
-    detail: dict[str, Any] = run_detail(store, run_id, now=now, group_state=group_state)
+    detail = run_detail(store, run_id, now=now, group_state=group_state)
     metrics: dict[str, list[dict[str, Any]]] = {}
     latest: list[dict[str, Any]] = []
-    readable = [a for a in detail["attempts"] if a["group_id"] in states]
+    readable = [a for a in detail.attempts if a.group_id in states]
     for attempt in readable:
-        for name, ranks in series[attempt["group_id"]].items():
+        for name, ranks in series[attempt.group_id].items():
             for rank, points in sorted(ranks.items(), key=lambda item: int(item[0])):
                 metrics.setdefault(name, []).append(
-                    {"attempt": attempt["number"], "rank": int(rank), "points": points}
+                    {"attempt": attempt.number, "rank": int(rank), "points": points}
                 )
     if readable:
         current = readable[-1]
         latest = [
-            {**row, "attempt": current["number"]}
-            for row in worker_rows(states[current["group_id"]])
+            {**row.to_json(), "attempt": current.number}
+            for row in worker_rows(states[current.group_id])
         ]
-    detail["duration_s"] = _duration_s(detail["run"], now or datetime.now(UTC))
-    detail["metrics"] = dict(sorted(metrics.items()))
-    detail["latest"] = latest
-    return detail
+    return {
+        **detail.to_json(),
+        "duration_s": _duration_s(detail.run, now or datetime.now(UTC)),
+        "metrics": dict(sorted(metrics.items())),
+        "latest": latest,
+    }
 
 
 def group_page(store: EventStore, group: str) -> dict[str, Any]:
@@ -283,7 +287,7 @@ def group_page(store: EventStore, group: str) -> dict[str, Any]:
     return {
         "group_id": group_id,
         "state": state_json(state),
-        "workers": worker_rows(state),
+        "workers": [row.to_json() for row in worker_rows(state)],
         "errors": errors,
         "builder": builder,
         "polls": polls,

@@ -103,7 +103,7 @@ def test_state_shows_how_each_worker_ended_not_running(
 ) -> None:
     with EventStore.open(shut_down_while_running, read_only=True) as store:
         rows = worker_rows(worker_group_state(store, GROUP))
-    assert [row["status"] for row in rows] == ["stopped", "error", "finished", "killed"]
+    assert [row.status for row in rows] == ["stopped", "error", "finished", "killed"]
     shown = cli("state", GROUP[:6], "--url", shut_down_while_running, env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert "running" not in shown.stdout.split("latest metrics", 1)[1]
@@ -115,4 +115,4 @@ def test_while_shutting_down_the_workers_still_run(store_url: str, history: Any)
         history.record_started_group(store, GROUP, "r1")
         store.append(group_stream(GROUP), [WorkerGroupShutdownRequested(reason="done")])
         rows = worker_rows(worker_group_state(store, GROUP))
-    assert {row["status"] for row in rows} == {"started"}
+    assert {row.status for row in rows} == {"started"}

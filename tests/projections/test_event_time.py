@@ -112,7 +112,7 @@ def test_the_run_fold_and_the_read_models_take_rays_times(recorded: Any) -> None
     summaries = summaries_from_read_models(store)
     assert summaries is not None
     (summary,) = summaries
-    assert (summary["requested_at"], summary["shut_down_at"]) == (times[0], times[8])
+    assert (summary.requested_at, summary.shut_down_at) == (times[0], times[8])
 
 
 def test_the_report_timeline_has_a_starting_phase_as_long_as_rays(recorded: Any) -> None:

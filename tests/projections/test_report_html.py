@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from wgstore.projections.report_html import fill, group_page_parts, run_page_parts
+from wgstore.projections.rows import FailedRank, RunInfo
 
 
 def test_fill_replaces_each_slot_once_and_leaves_slots_inside_parts() -> None:
@@ -142,7 +143,8 @@ def run_data(**run: Any) -> dict[str, Any]:
         "abort_reason": None,
         "ray": {},
         "error": "RuntimeError: died",
-        "failed_ranks": [{"world_rank": 1, "type": "RuntimeError", "message": "<died>"}],
+        "failed_ranks": (FailedRank(world_rank=1, type="RuntimeError", message="<died>"),),
+        "version": 1,
     }
     fields.update(run)
     decision = {
@@ -153,7 +155,7 @@ def run_data(**run: Any) -> dict[str, Any]:
         "reason": "rank <1> died",
     }
     return {
-        "run": fields,
+        "run": RunInfo(**fields),
         "attempts": [
             {
                 "number": 1,
@@ -267,15 +269,15 @@ def test_a_run_page_lists_its_facts_in_order_and_the_optional_ones_when_set() ->
 
 
 def test_a_commit_time_without_a_committed_checkpoint_is_not_shown() -> None:
-    run = run_data(checkpoint_committed_at="2026-01-01T12:00:01Z")
+    run = run_data(checkpoint_committed_at=datetime(2026, 1, 1, 12, 0, 1, tzinfo=UTC))
     assert dict(facts_of(run_page_parts(run)["facts"]))["checkpoint"] == "<code>-</code>"
 
 
 def test_every_failed_rank_of_an_errored_run_is_named() -> None:
-    failed = [
-        {"world_rank": 0, "type": "RuntimeError", "message": "a"},
-        {"world_rank": 1, "type": "ValueError", "message": "b"},
-    ]
+    failed = (
+        FailedRank(world_rank=0, type="RuntimeError", message="a"),
+        FailedRank(world_rank=1, type="ValueError", message="b"),
+    )
     assert run_page_parts(run_data(failed_ranks=failed))["errors"] == (
         '<div class="error-box"><b>run errored:</b> RuntimeError: died'
         "<br>rank 0: RuntimeError: a<br>rank 1: ValueError: b</div>"

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from wgstore.projections.rows import FailedRank, ResumeRow, RunDetail, RunInfo, RunSummary
 from wgstore.projections.run_facts import (
     Fact,
     Tone,
@@ -16,14 +17,13 @@ from wgstore.projections.run_facts import (
     run_facts,
     state_parts,
 )
-from wgstore.projections.run_views import RUN_SUMMARY_KEYS
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def detail(resumes: tuple[dict[str, Any], ...] = (), **run: Any) -> dict[str, Any]:
+def detail(resumes: tuple[ResumeRow, ...] = (), **run: Any) -> RunDetail:
     """A ``run_detail`` as a finished wgstore run has it, with ``run`` fields replaced."""
-    fields: dict[str, Any] = dict.fromkeys(RUN_SUMMARY_KEYS)
+    fields: dict[str, Any] = {}
     fields.update(
         run_id="r1",
         name=None,
@@ -43,11 +43,19 @@ def detail(resumes: tuple[dict[str, Any], ...] = (), **run: Any) -> dict[str, An
         num_workers=None,
         resources_per_worker=None,
         train_fn=None,
-        failed_ranks=[],
+        failed_ranks=(),
         ray={},
+        version=1,
     )
     fields.update(run)
-    return {"run": fields, "attempts": [], "resumes": list(resumes)}
+    return RunDetail(
+        run=RunInfo(**fields),
+        attempts=(),
+        decisions=(),
+        transitions=(),
+        controllers=(),
+        resumes=resumes,
+    )
 
 
 def labels(facts: list[Fact]) -> list[str]:
@@ -63,19 +71,23 @@ def test_a_budget_is_used_against_its_limit(used: int | None, limit: int | None,
 
 
 def test_start_and_preemption_failures_show_only_once_there_were_some() -> None:
-    run = detail(worker_group_failures=2, max_failures=1)["run"]
+    run = detail(worker_group_failures=2, max_failures=1).run
     assert failures_text(run) == "2/1"
-    run.update(start_failures=1, controller_failure_limit=3, preemption_failures=4)
+    run = dataclasses.replace(
+        run, start_failures=1, controller_failure_limit=3, preemption_failures=4
+    )
     assert failures_text(run) == "2/1, start 1/3, preempt 4/∞"
 
 
 def test_the_state_names_the_controller_state_only_when_it_says_more() -> None:
-    assert state_parts({"status": "RUNNING", "controller_state": "RUNNING"}) == ("RUNNING", "")
-    assert state_parts({"status": "SCHEDULING", "controller_state": "RESCHEDULING"}) == (
-        "SCHEDULING",
-        " (RESCHEDULING)",
-    )
-    assert state_parts({"status": "UNREADABLE"}) == ("UNREADABLE", "")
+    def parts(status: str, controller_state: str | None = None) -> tuple[str, str]:
+        return state_parts(
+            RunSummary(run_id="r1", status=status, controller_state=controller_state)
+        )
+
+    assert parts("RUNNING", "RUNNING") == ("RUNNING", "")
+    assert parts("SCHEDULING", "RESCHEDULING") == ("SCHEDULING", " (RESCHEDULING)")
+    assert parts("UNREADABLE") == ("UNREADABLE", "")
 
 
 def test_a_plain_finished_run_has_only_the_facts_every_run_has() -> None:
@@ -93,7 +105,7 @@ def test_a_plain_finished_run_has_only_the_facts_every_run_has() -> None:
 def test_every_optional_fact_in_order_with_its_tone() -> None:
     facts = run_facts(
         detail(
-            resumes=({"by": "wgstore supervise", "attempt": 2, "reason": "orphaned"},),
+            resumes=(ResumeRow(by="wgstore supervise", attempt=2, reason="orphaned"),),
             name="demo",
             status="ERRORED",
             train_fn="examples.train:train_fn",
@@ -109,7 +121,7 @@ def test_every_optional_fact_in_order_with_its_tone() -> None:
             lease_expires_at=T0,
             orphaned=True,
             error="WorkerGroupError: failed\nTraceback ...",
-            failed_ranks=[{"world_rank": 1, "type": "RuntimeError", "message": "died"}],
+            failed_ranks=(FailedRank(world_rank=1, type="RuntimeError", message="died"),),
             abort_reason="controller lost",
             ray={"job_id": "02"},
         )

@@ -9,17 +9,15 @@ from typing import Any
 import pytest
 
 from wgstore.events import InvalidArgumentError
+from wgstore.projections.rows import RunSummary
 from wgstore.projections.run_filter import UNREADABLE, RunFilter
-from wgstore.projections.run_views import RUN_SUMMARY_KEYS
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def summary(run_id: str, **fields: Any) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(RUN_SUMMARY_KEYS)
-    row.update(run_id=run_id, status="RUNNING", source="wgstore", orphaned=False, created_at=T0)
-    row.update(fields)
-    return row
+def summary(run_id: str, **fields: Any) -> RunSummary:
+    given: dict[str, Any] = {"status": "RUNNING", "source": "wgstore", "created_at": T0}
+    return RunSummary(run_id=run_id, **{**given, **fields})
 
 
 RUNS = [
@@ -34,17 +32,17 @@ RUNS = [
 
 
 def kept(wanted: RunFilter) -> list[str]:
-    return [run["run_id"] for run in RUNS if wanted.matches(run)]
+    return [run.run_id for run in RUNS if wanted.matches(run)]
 
 
 def test_an_empty_filter_keeps_every_run_even_an_unreadable_one() -> None:
     for wanted in (RunFilter.of(), RunFilter()):  # serve/views.py builds RunFilter() itself
         assert not wanted.active
-        assert kept(wanted) == [run["run_id"] for run in RUNS]
+        assert kept(wanted) == [run.run_id for run in RUNS]
 
 
 def test_unreadable_is_the_status_run_views_writes() -> None:
-    assert UNREADABLE == "UNREADABLE"  # run_views.py and views.py write the literal
+    assert UNREADABLE == "UNREADABLE"  # rows.UNREADABLE: what run_views.py and views.py write
     assert RunFilter.of(["ERRORED"]).matches(summary("b", status="UNREADABLE")) is False
 
 

@@ -127,8 +127,8 @@ def test_each_scenario_reads_as_it_should(store: Any) -> None:
         scenarios.TRAIN_FN,
         2,
     )
-    summaries = {s["run_id"]: s for s in run_summaries(store)}
-    assert {k for k, s in summaries.items() if s["orphaned"]} == {"orph"}
+    summaries = {s.run_id: s for s in run_summaries(store)}
+    assert {k for k, s in summaries.items() if s.orphaned} == {"orph"}
 
 
 def test_orphaned_of_a_row_is_is_orphaned_of_the_run(store: Any) -> None:
@@ -152,7 +152,7 @@ def test_the_listing_says_the_same_from_the_read_model_and_from_the_log(store: A
     from_log = run_summaries(store, from_log=True, now=now)
     catch_up_read_models(store)
     assert run_summaries(store, now=now) == from_log
-    assert [s["run_id"] for s in from_log] == ["fin", "err", "abt", "live", "ray", "orph"]
+    assert [s.run_id for s in from_log] == ["fin", "err", "abt", "live", "ray", "orph"]
 
 
 def test_a_run_row_follows_its_attempts_when_only_their_streams_change(store: Any) -> None:
@@ -197,7 +197,7 @@ def test_a_run_stream_the_fold_refuses_keeps_its_last_good_state(store: Any) -> 
     assert refused[0] == "bad" and "already ended" in refused[1]
     from_read_model = run_summaries(store)
     (bad,) = from_read_model
-    assert bad["status"] == "UNREADABLE" and "already ended" in bad["error"]
+    assert bad.status == "UNREADABLE" and bad.error is not None and "already ended" in bad.error
     assert run_summaries(store, from_log=True) == from_read_model
 
 

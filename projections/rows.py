@@ -1,0 +1,277 @@
+"""The typed rows the read-side views hand to the CLI, the HTML report and ``wgstore serve``.
+
+Frozen dataclasses, read by attribute. Each has :meth:`Row.to_json`: the ``--json`` output of
+the CLI and the ``/api/...`` answers are derived from it, one dict per row, the keys in
+:data:`~wgstore.projections.views.SUMMARY_KEYS` / :data:`~wgstore.projections.run_views.RUN_SUMMARY_KEYS`
+order; nested rows become dicts, tuples lists. Times stay :class:`~datetime.datetime` (the JSON
+encoders, ``json_default``, write them as ISO 8601).
+
+- :class:`GroupSummary`: one worker group (``wgstore groups``), from
+  :func:`~wgstore.projections.views.group_summaries`.
+- :class:`WorkerRow`: one worker of a group, from :func:`~wgstore.projections.views.worker_rows`.
+- :class:`RunSummary`: one run (``wgstore runs``), from
+  :func:`~wgstore.projections.run_views.run_summaries`.
+- :class:`RunDetail`: one run with its attempts, decisions, transitions, controllers and resumes
+  (``wgstore runs RUN``), from :func:`~wgstore.projections.run_views.run_detail`; its ``run`` is
+  a :class:`RunInfo` (the summary and what the listing leaves out).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from wgstore.events.run import ControllerState
+from wgstore.projections.values import plain
+
+__all__ = [
+    "UNREADABLE",
+    "AttemptRow",
+    "ControllerRow",
+    "DecisionRow",
+    "FailedRank",
+    "GroupSummary",
+    "ResumeRow",
+    "Row",
+    "RunDetail",
+    "RunInfo",
+    "RunSummary",
+    "TransitionRow",
+    "WorkerRow",
+    "json_value",
+]
+
+UNREADABLE = "UNREADABLE"
+"""The status of a group or run whose stream cannot be folded (the reason is its ``error``)."""
+
+
+def json_value(value: Any) -> Any:
+    """``value`` as the JSON-ready data of a row's field: a row its :meth:`Row.to_json`, a tuple
+    or list a list of those; anything else as it is."""
+    if isinstance(value, Row):
+        return value.to_json()
+    if isinstance(value, tuple | list):
+        return [json_value(item) for item in value]
+    return value
+
+
+class Row:
+    """What every row has: :meth:`to_json`."""
+
+    __slots__ = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as JSON-ready data: one key per field, in field order (:func:`json_value`)."""
+        return {f.name: json_value(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------ worker groups
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupSummary(Row):
+    """One worker group as ``wgstore groups`` lists it.
+
+    ``run_id`` is None for a group that belongs to no run; a group whose stream cannot be folded
+    has status :data:`UNREADABLE`, the reason in ``error`` and every other field None.
+    """
+
+    group_id: str
+    run_id: str | None = None
+    attempt: int | None = None
+    status: str
+    outcome: str | None = None
+    num_workers: int | None = None
+    running_workers: int | None = None
+    """Workers running now (:func:`~wgstore.projections.views.running_now`)."""
+    requested_at: datetime | None = None
+    updated_at: datetime | None = None
+    shut_down_at: datetime | None = None
+    train_fn: str | None = None
+    reports: int | None = None
+    """Reports of every rank."""
+    error: str | None = None
+
+    @classmethod
+    def unreadable(cls, group_id: str, error: str) -> GroupSummary:
+        """The summary of a group whose stream cannot be folded."""
+        return cls(group_id=group_id, status=UNREADABLE, error=error)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerRow(Row):
+    """One worker of a group: placement, status at the latest poll, reports, latest metrics."""
+
+    rank: int
+    node: str
+    """``"<node_rank> <node_ip>"``."""
+    node_rank: int
+    node_ip: str
+    pid: int
+    status: str
+    """``started``, ``running``, ``finished``, ``error``, or how it ended at the shutdown."""
+    error: str
+    """The first line of its error, ``""`` when none."""
+    reports: int
+    metrics: Mapping[str, Any]
+    """Its latest reported metrics."""
+
+
+# ------------------------------------------------------------------------ runs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSummary(Row):
+    """One run as ``wgstore runs`` lists it (the columns of ``wg_runs`` it shows, and its lease).
+
+    A run whose stream cannot be folded has status :data:`UNREADABLE`, the reason in ``error``,
+    ``orphaned`` False and every other field None.
+    """
+
+    run_id: str
+    name: str | None = None
+    source: str | None = None
+    status: str
+    controller_state: str | None = None
+    attempts: int | None = None
+    current_group_id: str | None = None
+    worker_group_failures: int | None = None
+    max_failures: int | None = None
+    start_failures: int | None = None
+    controller_failure_limit: int | None = None
+    preemption_failures: int | None = None
+    max_preemption_failures: int | None = None
+    latest_checkpoint: str | None = None
+    checkpoint_committed_at: datetime | None = None
+    latest_reported_checkpoint: str | None = None
+    resumable: bool | None = None
+    not_resumable_reason: str | None = None
+    orphaned: bool = False
+    lease_holder: str | None = None
+    lease_expires_at: datetime | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    ended_at: datetime | None = None
+    error: str | None = None
+    abort_reason: str | None = None
+
+    @classmethod
+    def unreadable(cls, run_id: str, error: str) -> RunSummary:
+        """The summary of a run whose stream cannot be folded."""
+        return cls(run_id=run_id, status=UNREADABLE, error=error)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedRank(Row):
+    """One rank's error: in a run's ``failed_ranks`` and in a decision's ``errors``."""
+
+    world_rank: int
+    type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunInfo(RunSummary):
+    """A run's summary and what ``wgstore runs RUN`` shows besides."""
+
+    num_workers: int | None = None
+    resources_per_worker: Mapping[str, float] | None = None
+    train_fn: str | None = None
+    final_group_id: str | None = None
+    failed_ranks: tuple[FailedRank, ...] = ()
+    lease_s: float | None = None
+    ray: Mapping[str, Any]
+    """What the Ray Train recorder recorded of Ray (job id, ...), ``{}`` for none."""
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionRow(Row):
+    """One decision of the failure policy (``FailureDecisionMade``)."""
+
+    version: int
+    at: datetime
+    group_id: str
+    decision: str
+    failure_kind: str
+    failures_so_far: int
+    limit: int | None
+    reason: str
+    errors: tuple[FailedRank, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptRow(Row):
+    """One attempt of a run (a worker group), numbered from 1, with the decisions about it.
+
+    ``status`` is None for a group the controller named whose stream holds no events, and
+    :data:`UNREADABLE` (the reason in ``error``) for one that cannot be folded.
+    """
+
+    group_id: str
+    attempt: int | None
+    status: str | None
+    outcome: str | None
+    requested_at: datetime | None
+    latest_checkpoint: str | None
+    checkpoint_committed_at: datetime | None
+    latest_reported_checkpoint: str | None
+    error: str | None
+    number: int
+    decisions: tuple[DecisionRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """As :meth:`Row.to_json`, but ``checkpoint_committed_at`` as msgspec writes a time
+        (``...Z``), as ``wgstore runs RUN --json`` always printed it."""
+        data = Row.to_json(self)
+        data["checkpoint_committed_at"] = plain(self.checkpoint_committed_at)
+        return data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransitionRow(Row):
+    """One change of the controller's state (``ControllerStateChanged``)."""
+
+    version: int
+    at: datetime
+    from_state: ControllerState
+    to_state: ControllerState
+    reason: str
+    group_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerRow(Row):
+    """One controller process that took the run (``ControllerStarted``)."""
+
+    version: int
+    at: datetime
+    controller_id: str
+    host: str
+    pid: int
+    resumed: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeRow(Row):
+    """One resume of the run (``RunResumed``)."""
+
+    by: str
+    reason: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunDetail(Row):
+    """One run folded from the log: what ``wgstore runs RUN`` and the run pages show."""
+
+    run: RunInfo
+    attempts: tuple[AttemptRow, ...]
+    decisions: tuple[DecisionRow, ...]
+    transitions: tuple[TransitionRow, ...]
+    controllers: tuple[ControllerRow, ...]
+    resumes: tuple[ResumeRow, ...]
