@@ -555,6 +555,12 @@ def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
             known = timelines.get(attempt.group_id)
             group = known.data if known else timeline_data(store, attempt.group_id)
             lane["phases"] = group["phases"]
+            for key in (
+                "latest_checkpoint",
+                "checkpoint_committed_at",
+                "latest_reported_checkpoint",
+            ):
+                lane[key] = group["group"][key]  # the attempt row's checkpoint, as the group's
             times += [group["t0"], group["t1"]]
             for worker in group["workers"]:
                 for error in worker["errors"]:

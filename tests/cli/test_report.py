@@ -290,6 +290,9 @@ def test_the_run_report_shows_committed_and_only_reported_checkpoints(
     assert data["run"]["latest_reported_checkpoint"] == "/ckpt/step2"
     assert '<code>/ckpt/step1</code> <span class="muted">committed ' in page
     assert "reported, not by every rank (not committed): <code>/ckpt/step2</code>" in page
+    first = re.search(r"<tr class=attempt-row><td>1</td>.*?</tr>", page, re.S)
+    assert first is not None and "<code>/ckpt/step1</code>" in first.group(0)  # not "-"
+    assert data["attempts"][0]["latest_reported_checkpoint"] == "/ckpt/step2"
     group_page = tmp_path / "group.html"
     result = cli("report", "part-g1", "--url", store_url, "-o", str(group_page))
     assert result.exit_code == 0, result.stderr
