@@ -255,6 +255,8 @@ def test_a_run_page_lists_its_facts_in_order_and_the_optional_ones_when_set() ->
     ]  # fmt: skip
     values = dict(bare)
     assert (values["name"], values["source"], values["attempts"]) == ("", "wgstore", "2")
+    unsourced = dict(facts_of(run_page_parts(run_data(source=None))["facts"]))
+    assert unsourced["source"] == ""  # a run recorded before sources were: empty, not "None"
     assert values["created"] == "2026-01-01 12:00:00.000Z"
     ended = datetime(2026, 1, 1, 13, 0, tzinfo=UTC)
     full = run_page_parts(

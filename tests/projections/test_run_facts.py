@@ -102,6 +102,10 @@ def test_a_plain_finished_run_has_only_the_facts_every_run_has() -> None:
     ]
 
 
+def test_a_run_without_a_source_shows_an_empty_source_not_none() -> None:
+    assert run_facts(detail(source=None))[1] == Fact("source", "")
+
+
 def test_every_optional_fact_in_order_with_its_tone() -> None:
     facts = run_facts(
         detail(
