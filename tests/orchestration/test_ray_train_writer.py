@@ -78,12 +78,9 @@ def test_a_database_that_is_down_is_retried_and_nothing_is_lost(
     opener = FlakyOpener(store_url, failures=5)
     writer = BackgroundWriter(opener, url=store_url, backoff_s=0.01, max_backoff_s=0.05)
     with caplog.at_level(logging.WARNING, logger="wgstore.ray_train"):
-        started = time.perf_counter()
         writer.submit("run-a", _events(3))
-        submit_s = time.perf_counter() - started
         writer.submit("run-a", _events(2, "late"))
         assert writer.flush(timeout_s=30)
-    assert submit_s < 0.05  # the caller never waits for the database
     assert writer.close(timeout_s=10)
     assert _reasons(reader, "run-a") == ["e0", "e1", "e2", "late0", "late1"]
     assert writer.stats.retries == 5 and writer.stats.outage_s > 0
@@ -91,6 +88,29 @@ def test_a_database_that_is_down_is_retried_and_nothing_is_lost(
     assert any("failed" in m and "retrying" in m for m in messages), messages
     assert any("writable again" in m and "nothing lost" in m for m in messages), messages
     writer.check()  # recovered within the retry limit: no failure
+
+
+def test_submit_returns_while_the_database_cannot_even_be_opened(
+    store_url: str, reader: EventStore
+) -> None:
+    """The caller never waits for the database: the store opens only once the test lets it,
+    after submit() returned (a submit that waited would hang here, not be slow)."""
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def opener() -> EventStore:
+        entered.set()
+        assert gate.wait(60), "the test never let the database come up"
+        return EventStore.open(store_url)
+
+    writer = BackgroundWriter(opener, url=store_url)
+    writer.submit("run-a", _events(3))
+    assert entered.wait(30)  # the writer's thread is in the open, blocked
+    writer.submit("run-a", _events(2, "late"))  # and still nothing waits
+    assert writer.pending == 5
+    gate.set()
+    assert writer.close(timeout_s=30)
+    assert _reasons(reader, "run-a") == ["e0", "e1", "e2", "late0", "late1"]
 
 
 def test_a_lost_reply_retried_writes_nothing_twice(store_url: str, reader: EventStore) -> None:
