@@ -79,7 +79,12 @@ def test_workers_see_the_driver_s_ray_train_variables_and_the_runtime_env(
 ) -> None:
     monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "3.5")  # set after ray.init
     monkeypatch.setenv("RAY_TRAIN_COLLECTIVE_TIMEOUT_S", "10")
-    (tmp_path / "shipped.txt").write_text("in the working dir\n")
+    # a folder of its own: tmp_path also holds the test's live SQLite store, which Ray would zip
+    # (with its -wal and -shm files) while the executor writes it; the one run that did crashed
+    # the suite with SIGBUS in a read of that store (under stress --cpu 2)
+    shipped = tmp_path / "working_dir"
+    shipped.mkdir()
+    (shipped / "shipped.txt").write_text("in the working dir\n")
     names = ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "RAY_TRAIN_COLLECTIVE_TIMEOUT_S", "MY_VAR"]
     context = make_context(
         2,
@@ -87,7 +92,7 @@ def test_workers_see_the_driver_s_ray_train_variables_and_the_runtime_env(
         config={"names": names},
         runtime_env={
             "env_vars": {"MY_VAR": "mine", "RAY_TRAIN_COLLECTIVE_TIMEOUT_S": "99"},
-            "working_dir": str(tmp_path),
+            "working_dir": str(shipped),
         },
     )
     group = WorkerGroup.create(store, context, executor=executor)
