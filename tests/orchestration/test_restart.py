@@ -223,7 +223,8 @@ from wgstore.orchestration import WorkerGroup, WorkerGroupContext
 url, address = sys.argv[1], sys.argv[2]
 ray.init(address=address, log_to_driver=False)
 context = WorkerGroupContext(num_workers=2, resources_per_worker={"CPU": 0.25},
-                             train_fn="examples.train:sleepy_fn", train_fn_config={"seconds": 300})
+                             train_fn="tests.orchestration.slow_launch_fns:sleepy_fn",
+                             train_fn_config={"seconds": 300})
 with EventStore.open(url) as store:
     try:
         WorkerGroup.create(store, context)
