@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from wgstore.events.run import ControllerState
+from wgstore.projections.run_rows import Attempt
 from wgstore.projections.values import plain
 
 __all__ = [
@@ -205,22 +206,14 @@ class DecisionRow(Row):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AttemptRow(Row):
-    """One attempt of a run (a worker group), numbered from 1, with the decisions about it.
+class AttemptRow(Attempt, Row):
+    """One attempt of a run (:class:`~wgstore.projections.run_rows.Attempt`, whose fields come
+    first), numbered from 1, with the decisions about it.
 
     ``status`` is None for a group the controller named whose stream holds no events, and
     :data:`UNREADABLE` (the reason in ``error``) for one that cannot be folded.
     """
 
-    group_id: str
-    attempt: int | None
-    status: str | None
-    outcome: str | None
-    requested_at: datetime | None
-    latest_checkpoint: str | None
-    checkpoint_committed_at: datetime | None
-    latest_reported_checkpoint: str | None
-    error: str | None
     number: int
     decisions: tuple[DecisionRow, ...]
 

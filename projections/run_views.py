@@ -14,7 +14,7 @@ Orphaned is live state, not history: it joins the run with its lease (``wg_run_l
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -245,17 +245,11 @@ def run_detail(
     rows = []
     for number, attempt in enumerate(ordered, start=1):
         broken = unreadable.get(attempt.group_id)
+        if broken is not None:
+            attempt = replace(attempt, status=UNREADABLE, error=broken)
         rows.append(
             AttemptRow(
-                group_id=attempt.group_id,
-                attempt=attempt.attempt,
-                status=attempt.status if broken is None else UNREADABLE,
-                outcome=attempt.outcome,
-                requested_at=attempt.requested_at,
-                latest_checkpoint=attempt.latest_checkpoint,
-                checkpoint_committed_at=attempt.checkpoint_committed_at,
-                latest_reported_checkpoint=attempt.latest_reported_checkpoint,
-                error=attempt.error if broken is None else broken,
+                **{f.name: getattr(attempt, f.name) for f in fields(attempt)},
                 number=number,
                 decisions=tuple(d for d in decisions if d.group_id == attempt.group_id),
             )
