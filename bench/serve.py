@@ -16,11 +16,15 @@ run's pages, and the cost of open pages to appends.
    (from ``goto`` to its chart or table on screen); with the read models never caught up, then
    caught up and one report behind. One report is appended before each request, so no answer is
    shared from the server's cache.
-4. **Live pages without a browser** (``--part clients``): ``--clients`` HTTP clients in one
-   process at ``nice 19``, each doing what an open run page does (an ``/api/stream`` connection,
-   and ``/api/runs/<id>`` fetched on each append to the run); appends/s of a single-append writer
-   and the server's CPU per append, without and with them, for appends to the run the pages
-   show and for bench/store.py's W1 (50 other streams).
+4. **Live pages without a browser** (``--part clients``): ``--clients`` run pages (what
+   live.js does: an ``/api/stream`` connection, and ``/api/runs/<id>?head=N`` refetched on
+   each append to the run, one fetch at a time, coalescing appends that come faster) as plain
+   asyncio HTTP/1.1 clients in one process at ``nice 19``. A check first (each page fetches
+   once per append when appends wait for the pages), then ``--rounds`` pairs of bursts of
+   ``--burst`` single appends, without and with the pages, the order alternating: the median
+   and spread of each pair's cost to appends, and the server's CPU per append (``/proc``,
+   until the pages have caught up), for appends to the run the pages show and for
+   bench/store.py's W1 (50 other streams).
 5. **A big run's page in process** (``--part series``): ``state_and_series`` of its group and
    ``serve.views.run_page``, ``--repeats`` times on a read-only store with the read models caught
    up: this process's CPU, the Postgres server's CPU for the reader's connections, and wall.
@@ -30,7 +34,7 @@ run's pages, and the cost of open pages to appends.
     .venv/bin/python bench/serve.py --backend sqlite --appends 50 --runs 200
     .venv/bin/python bench/serve.py --json
     .venv/bin/python bench/serve.py --part big --events 100000
-    .venv/bin/python bench/serve.py --part clients --clients 50 --appends 300 --rounds 3
+    .venv/bin/python bench/serve.py --backend sqlite --part clients --clients 50 --burst 100 --rounds 20
     .venv/bin/python bench/serve.py --backend sqlite --part series --url sqlite:///big.db --run-id big
 
 Postgres: ``WGSTORE_BENCH_PG_URL`` (default ``postgresql+psycopg://postgres@127.0.0.1:5432/test``),
@@ -40,6 +44,7 @@ one fresh schema per run, dropped afterwards. Numbers, not pass/fail.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -50,7 +55,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -475,129 +480,348 @@ def series_cost(url: str | None, events: int, repeats: int, run_id: str = "big")
         return measure(fresh)
 
 
-def clients_child(base: str, clients: int, run_id: str) -> None:
-    """``clients`` pages' worth of HTTP without a browser (run as its own, niced process): each
-    holds an ``/api/stream`` connection and, on every ``append`` message that touches the run's
-    streams, fetches ``/api/runs/<run_id>?head=<the message's head>`` as live.js does (one fetch
-    at a time per page, one more if messages came meanwhile). Prints ``ready`` once every stream is open; on stdin's end
-    prints how many fetches were made, and exits."""
-    import asyncio
+CLIENTS_NICE = 19
+"""The clients' process runs at this priority: their CPU comes from what the writer and the
+server leave (on a cluster the pages run on the readers' machines)."""
 
-    async def page(client: httpx.AsyncClient, ready: asyncio.Event, counts: list[int]) -> None:
-        watched: set[str] = set()
-        busy = again = False
-        head = 0
-        running: set[asyncio.Task[None]] = set()
 
-        def start_refresh() -> None:
-            task = asyncio.create_task(refresh())
-            running.add(task)
-            task.add_done_callback(running.discard)
+class _Connection:
+    """One HTTP/1.1 keep-alive connection, as a browser holds it: a GET at a time, reopened
+    when the server has closed it (uvicorn closes an idle one after 5 s). asyncio streams and
+    no HTTP library: the clients share the writer's and the server's 2 cores, so a request
+    must cost them little. (With httpx, 50 pages' 100 connections in one pool: the pool looks
+    at each connection, a syscall each, for every request, and the clients' process used a
+    core of its own and fell behind the appends: the stall of the first measurement.)"""
 
-        async def refresh() -> None:
-            nonlocal busy, again, watched, head
-            if busy:
-                again = True
-                return
-            busy = True
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self.reopened = 0
+
+    async def get(self, path: str) -> tuple[dict[str, str], asyncio.StreamReader]:
+        """Send ``GET path``; the answer's headers and the reader its body comes from."""
+        request = f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n\r\n".encode()
+        for attempt in (1, 2):
+            if self.streams is None:
+                self.streams = await asyncio.open_connection(self.host, self.port)
+            reader, writer = self.streams
             try:
-                while True:
-                    again = False
-                    try:
-                        path = f"{base}/api/runs/{run_id}" + (f"?head={head}" if head else "")
-                        answer = (await client.get(path)).json()
-                    except httpx.TransportError:  # a kept-alive connection the server closed
-                        counts[1] += 1
-                        again = True
-                        continue
-                    counts[0] += 1
-                    watched = {f"run-{run_id}"} | {
-                        f"worker-group-{a['group_id']}" for a in answer["attempts"]
-                    }
-                    if not again:
-                        return
-            finally:
-                busy = False
+                writer.write(request)
+                await writer.drain()
+                status = await reader.readuntil(b"\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                self.close()  # the server closed the kept-alive connection: a new one
+                if attempt == 2:
+                    raise
+                self.reopened += 1
+                continue
+            headers: dict[str, str] = {}
+            while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            if int(status.split()[1]) != 200:
+                raise RuntimeError(f"GET {path}: {status.decode().strip()}")
+            return headers, reader
+        raise AssertionError("unreachable")
 
-        async with client.stream("GET", f"{base}/api/stream") as stream:
-            kind = ""
-            async for line in stream.aiter_lines():
-                if line.startswith("event:"):
-                    kind = line[6:].strip()
-                elif line.startswith("data:") and kind in ("status", "append"):
-                    message = json.loads(line[5:])
-                    head = max(head, message["head"])
-                    if kind == "status":
-                        ready.set()
-                        start_refresh()
-                    elif message["more"] or any(
-                        e["stream_id"] in watched for e in message["events"]
-                    ):
-                        start_refresh()
+    async def get_body(self, path: str) -> bytes:
+        """``GET path``'s whole body (``Content-Length`` or chunked)."""
+        headers, reader = await self.get(path)
+        if "content-length" in headers:
+            body = await reader.readexactly(int(headers["content-length"]))
+        else:
+            body = b"".join([chunk async for chunk in _chunks(reader)])
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return body
+
+    def close(self) -> None:
+        """Close the connection (a later :meth:`get` opens another)."""
+        if self.streams is not None:
+            self.streams[1].close()
+            self.streams = None
+
+
+async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """The chunks of a chunked HTTP/1.1 body, as they arrive."""
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")
+            return
+        yield await reader.readexactly(size)
+        await reader.readexactly(2)
+
+
+class _LivePage:
+    """What live.js does for an open run page, on two connections of its own (a reader's
+    browser): it follows ``/api/stream``; on each ``status`` message, and each ``append`` that
+    touches the run's streams (or lists fewer events than it holds, or starts a group), it
+    fetches ``/api/runs/<run>?head=<the newest message's head>``. One fetch at a time: messages
+    that come meanwhile make one more fetch when it ends (live.js' ``busy`` / ``again``), so a
+    page fetches once per append when appends are slower than its fetches and coalesces them
+    when they are faster. ``fetching=False``: the stream alone (the harness's observer)."""
+
+    def __init__(self, host: str, port: int, run_id: str, *, fetching: bool = True) -> None:
+        self.run_id = run_id
+        self.fetching = fetching
+        self.stream = _Connection(host, port)
+        self.api = _Connection(host, port)
+        self.watched: set[str] | None = None  # None: every append matters (as in live.js)
+        self.busy = self.again = False
+        self.status_seen = False
+        self.head = 0  # the newest message's head
+        self.fetches = 0
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.failed: str | None = None  # what ended its stream or a fetch
+
+    def start(self) -> None:
+        """Open the page: its stream, and its first fetch (the page's load)."""
+        self._spawn(self._follow())
+        self.refresh()
+
+    def caught_up(self, head: int) -> bool:
+        """The page has had the message at ``head``, and no fetch is in flight or pending."""
+        return self.status_seen and self.head >= head and not self.busy
+
+    def refresh(self) -> None:
+        """live.js' ``refresh()``: fetch now, or once more after the fetch in flight."""
+        if not self.fetching:
+            return
+        if self.busy:
+            self.again = True
+            return
+        self.busy = True
+        self._spawn(self._fetch())
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.failed = f"{type(task.exception()).__name__}: {task.exception()}"
+
+    async def _fetch(self) -> None:
+        try:
+            while True:
+                self.again = False
+                path = f"/api/runs/{self.run_id}" + (f"?head={self.head}" if self.head else "")
+                answer = json.loads(await self.api.get_body(path))
+                self.fetches += 1
+                self.watched = {f"run-{self.run_id}"} | {
+                    f"worker-group-{a['group_id']}" for a in answer["attempts"]
+                }
+                if not self.again:
+                    return
+        finally:
+            self.busy = False
+
+    def _matters(self, message: dict[str, Any]) -> bool:
+        watched = self.watched
+        return (
+            watched is None
+            or message["more"] > 0
+            or any(
+                e["stream_id"] in watched or e["type"] == "WorkerGroupStartRequested"
+                for e in message["events"]
+            )
+        )
+
+    async def _follow(self) -> None:
+        headers, reader = await self.stream.get("/api/stream")
+        if "chunked" not in headers.get("transfer-encoding", ""):
+            raise RuntimeError(f"/api/stream is not chunked: {headers}")
+        text = ""
+        async for chunk in _chunks(reader):
+            text += chunk.decode().replace("\r\n", "\n")
+            while "\n\n" in text:
+                block, text = text.split("\n\n", 1)
+                kind, data = "", ""
+                for line in block.split("\n"):
+                    if line.startswith("event:"):
+                        kind = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data += line[5:].strip()
+                if kind == "append":
+                    message = json.loads(data)
+                    self.head = message["head"]
+                    if self._matters(message):
+                        self.refresh()
+                elif kind == "status":
+                    message = json.loads(data)
+                    self.status_seen = True
+                    if message["available"]:
+                        self.head = max(self.head, message["head"])
+                        self.refresh()
+
+    async def close(self) -> None:
+        """Close the page: its tasks and its connections."""
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.stream.close()
+        self.api.close()
+
+
+def clients_child(base: str, run_id: str) -> None:
+    """The live pages of ``--part clients``, in their own process (:class:`Clients` starts it
+    niced), driven by lines on stdin, each answered by one line on stdout:
+
+    - ``open N``: open N pages of the run (:class:`_LivePage`); ``ready`` once each has its
+      stream and has fetched the run at the head its stream announced.
+    - ``close``: close them; ``closed``.
+    - ``wait H S``: wait (at most S seconds) until the observer (a stream without pages, open
+      throughout) and every page have had the message at head H and no page has a fetch in
+      flight or pending; ``caught <seconds> <1 | 0 if S ran out>``.
+    - ``count``: ``count <fetches> <connections reopened>`` so far.
+    """
+    host, port = base.removeprefix("http://").rsplit(":", 1)
 
     async def main() -> None:
-        counts = [0, 0]
-        limits = httpx.Limits(max_connections=clients * 2 + 10, max_keepalive_connections=None)
-        async with httpx.AsyncClient(timeout=None, limits=limits) as client:
-            readies = [asyncio.Event() for _ in range(clients)]
-            _pages = [asyncio.create_task(page(client, r, counts)) for r in readies]  # referenced
-            for ready in readies:
-                await ready.wait()
-            print("ready", flush=True)
-            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-            print(f"fetches {counts[0]} {counts[1]}", flush=True)
-            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in others:  # the pages and their fetches in flight
-                task.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        commands = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
+        observer = _LivePage(host, int(port), run_id, fetching=False)
+        observer.start()
+        pages: list[_LivePage] = []
+        closed = [0, 0]  # fetches, reopened: of pages closed before
+
+        async def until(done: Any, seconds: float) -> tuple[float, bool]:
+            started = time.perf_counter()
+            while not done():
+                failed = [p.failed for p in [observer, *pages] if p.failed]
+                if failed:
+                    say(f"failed {failed[0]}")
+                    raise SystemExit(1)
+                if time.perf_counter() - started > seconds:
+                    return time.perf_counter() - started, False
+                await asyncio.sleep(0.005)
+            return time.perf_counter() - started, True
+
+        def say(text: str) -> None:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+
+        while line := (await commands.readline()).decode().split():
+            if line[0] == "open":
+                pages = [_LivePage(host, int(port), run_id) for _ in range(int(line[1]))]
+                for page in pages:
+                    page.start()
+                _, ok = await until(
+                    lambda pages=pages: all(p.fetches and p.caught_up(p.head) for p in pages), 300
+                )
+                say("ready" if ok else "not ready")
+            elif line[0] == "close":
+                for page in pages:
+                    closed[0] += page.fetches
+                    closed[1] += page.api.reopened
+                    await page.close()
+                pages = []
+                say("closed")
+            elif line[0] == "wait":
+                head = int(line[1])
+                took, ok = await until(
+                    lambda head=head, pages=pages: (
+                        observer.caught_up(head) and all(p.caught_up(head) for p in pages)
+                    ),
+                    float(line[2]),
+                )
+                say(f"caught {took:.4f} {int(ok)}")
+            elif line[0] == "count":
+                fetches = closed[0] + sum(p.fetches for p in pages)
+                say(f"count {fetches} {closed[1] + sum(p.api.reopened for p in pages)}")
+        await observer.close()
+        for page in pages:
+            await page.close()
 
     asyncio.run(main())
 
 
-@contextmanager
-def open_clients(base: str, clients: int, run_id: str) -> Iterator[dict[str, Any]]:
-    """:func:`clients_child` in its own process at the lowest priority (``nice 19``); yields a
-    dict that holds ``fetches`` once the clients are gone."""
-    process = subprocess.Popen(
-        [
-            "nice",
-            "-n",
-            "19",
-            sys.executable,
-            __file__,
-            "--clients-child",
-            base,
-            str(clients),
-            run_id,
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    found: dict[str, Any] = {"pid": process.pid}
-    try:
-        line = process.stdout.readline()
-        if line.strip() != "ready":
-            raise RuntimeError(f"the clients did not start: {line!r}")
-        yield found
-    finally:
-        process.stdin.close()
-        out = process.stdout.read()
-        process.wait(timeout=60)
-        for line in out.splitlines():
-            if line.startswith("fetches "):
-                found["fetches"], found["retries"] = (int(n) for n in line.split()[1:])
+class Clients:
+    """:func:`clients_child` in its own process at ``nice`` (default :data:`CLIENTS_NICE`)."""
+
+    def __init__(self, base: str, run_id: str, nice: int = CLIENTS_NICE) -> None:
+        self.process = subprocess.Popen(
+            ["nice", "-n", str(nice), sys.executable, __file__, "--clients-child", base, run_id],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.pid = self.process.pid
+
+    def ask(self, command: str) -> list[str]:
+        """Send ``command``; its answer's words."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline().split()
+        if not answer:
+            raise RuntimeError(f"the clients' process ended (exit {self.process.wait()})")
+        return answer
+
+    def open(self, pages: int) -> None:
+        """Open ``pages`` live pages; return once each shows the run."""
+        if self.ask(f"open {pages}") != ["ready"]:
+            raise RuntimeError(f"{pages} pages did not all load within 300 s")
+
+    def close(self) -> None:
+        """Close the open pages."""
+        self.ask("close")
+
+    def wait(self, head: int, seconds: float = 120) -> float:
+        """Seconds until every page has had the append at ``head`` and fetched what it made it
+        fetch (raises after ``seconds``)."""
+        _, took, ok = self.ask(f"wait {head} {seconds}")
+        if ok != "1":
+            raise RuntimeError(f"the pages did not catch up with head {head} in {seconds} s")
+        return float(took)
+
+    def count(self) -> tuple[int, int]:
+        """Fetches made so far, and connections the server had closed that were reopened."""
+        _, fetches, reopened = self.ask("count")
+        return int(fetches), int(reopened)
+
+    def stop(self) -> None:
+        """End the process."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
 
 
-def clients_cost(url: str, clients: int, appends: int, rounds: int) -> dict[str, Any]:
-    """Single appends at full speed with no client, then with ``clients`` live pages' worth of
-    HTTP clients (:func:`clients_child`), alternating ``rounds`` times, for two workloads:
-    ``run``: every append is a report of the run the pages show (each one makes every page
-    fetch the run again); ``w1``: bench/store.py's W1 (single appends over 50 streams the pages
-    do not show: each reaches every page as a server-sent event, no fetch). Appends/s, and the
-    server's CPU (ms per append, its ``/proc`` user + system time) over the burst and the 2 s
-    after it."""
+def _spread(values: list[float]) -> dict[str, float]:
+    """Median, quartiles, min and max."""
+    quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+    return {
+        "median": statistics.median(values),
+        "q1": quartiles[0],
+        "q3": quartiles[2],
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def clients_cost(
+    url: str, clients: int, burst: int, rounds: int, paced: int = 20, nice: int = CLIENTS_NICE
+) -> dict[str, Any]:
+    """What ``clients`` open run pages (:class:`_LivePage`, in a process of their own at
+    ``nice``) cost a writer of single appends and the server, for two workloads: ``run``: every
+    append is a report of the run the pages show (each makes every page refetch the run, or
+    coalesce); ``w1``: bench/store.py's W1 (single appends over 50 other streams: each reaches
+    every page as a server-sent event, no fetch).
+
+    First a check that the pages do what a page does (``paced``): ``paced`` appends to the run,
+    each after the pages caught up with the one before: each page fetches once per append.
+
+    Then, per workload, ``rounds`` pairs of bursts of ``burst`` appends, one without pages and
+    one with them, the order alternating from pair to pair. A burst is timed from its first
+    append to its last (appends/s); its CPU (``/proc`` user + system time, of the server and of
+    the clients' process) runs until the pages have caught up (every page has had the last
+    append and finished the fetches it made; without pages, until an observer's stream, open
+    throughout, has had it). The cost to appends is each pair's without/with - 1: its median
+    and spread; the CPU per append is each arm's total over its total appends."""
     from bench_payload import make_event
 
     with EventStore.open(url) as store:
@@ -616,54 +840,130 @@ def clients_cost(url: str, clients: int, appends: int, rounds: int) -> dict[str,
             store.append(f"w1-{seq[0] % 50}", [make_event(seq[0])])
             seq[0] += 1
 
-        def burst(append: Any) -> tuple[float, float]:
-            cpu = _cpu_s(SERVER_PID[0])
-            started = time.perf_counter()
-            for _ in range(appends):
-                append()
-            took = time.perf_counter() - started
-            time.sleep(2)  # the fetches the last appends caused count in this burst
-            return appends / took, (_cpu_s(SERVER_PID[0]) - cpu) / appends
-
-        out: dict[str, Any] = {"clients": clients, "appends": appends, "rounds": rounds}
+        out: dict[str, Any] = {
+            "clients": clients,
+            "burst": burst,
+            "rounds": rounds,
+            "nice": nice,
+        }
         with served(url) as base:
-            for _ in range(5):
-                w1_append()
-                run_append()  # warm: the first appends open connections and caches
-            for name, append in (("run", run_append), ("w1", w1_append)):
-                rows: dict[str, list[tuple[float, float]]] = {"none": [], "clients": []}
-                fetches = retries = 0
-                loads = []
-                for _ in range(rounds):
-                    loads.append(os.getloadavg()[0])
-                    rows["none"].append(burst(append))
-                    with open_clients(base, clients, "live") as found:
-                        rows["clients"].append(burst(append))
-                    fetches += found.get("fetches", 0)
-                    retries += found.get("retries", 0)
-                none_rates = [r for r, _ in rows["none"]]
-                with_rates = [r for r, _ in rows["clients"]]
-                none_rate = statistics.median(none_rates)
-                with_rate = statistics.median(with_rates)
-                out[name] = {
-                    "appends_per_s_no_clients": none_rate,
-                    "appends_per_s_with_clients": with_rate,
-                    "rates_no_clients": none_rates,
-                    "rates_with_clients": with_rates,
-                    "append_cost_pct": (none_rate / with_rate - 1) * 100,
-                    "server_cpu_ms_per_append_no_clients": statistics.median(
-                        c for _, c in rows["none"]
-                    )
-                    * 1000,
-                    "server_cpu_ms_per_append_with_clients": statistics.median(
-                        c for _, c in rows["clients"]
-                    )
-                    * 1000,
-                    "fetches_per_append": fetches / (appends * rounds),
-                    "fetches_retried": retries,
-                    "load_1m": loads,
+            harness = Clients(base, "live", nice)
+            try:
+                for _ in range(5):
+                    w1_append()
+                    run_append()  # warm: the first appends open connections and caches
+                harness.wait(store.head())
+                harness.open(clients)
+                fetches = harness.count()[0]
+                waits = []
+                for _ in range(paced):
+                    run_append()
+                    waits.append(harness.wait(store.head()))
+                out["paced"] = {
+                    "appends": paced,
+                    "fetches_per_append_per_page": (harness.count()[0] - fetches)
+                    / (paced * clients),
+                    "all_pages_fetched_ms": _spread([w * 1000 for w in waits]),
+                    "load_1m": os.getloadavg()[0],
                 }
+                harness.close()
+                for name, append in (("run", run_append), ("w1", w1_append)):
+                    out[name] = _clients_rounds(
+                        store, harness, append, clients=clients, burst=burst, rounds=rounds
+                    )
+            finally:
+                harness.stop()
     return out
+
+
+def _clients_rounds(
+    store: EventStore, harness: Clients, append: Any, *, clients: int, burst: int, rounds: int
+) -> dict[str, Any]:
+    """The alternating rounds of :func:`clients_cost` for one workload."""
+
+    def one(with_pages: bool) -> dict[str, float]:
+        if with_pages:
+            harness.open(clients)
+        fetches, reopened = harness.count()
+        server, child = _cpu_s(SERVER_PID[0]), _cpu_s(harness.pid)
+        started = time.perf_counter()
+        for _ in range(burst):
+            append()
+        took = time.perf_counter() - started
+        caught = harness.wait(store.head())
+        row = {
+            "appends_per_s": burst / took,
+            "server_cpu_s": _cpu_s(SERVER_PID[0]) - server,
+            "clients_cpu_s": _cpu_s(harness.pid) - child,
+            "caught_up_s": caught,
+            "fetches": harness.count()[0] - fetches,
+            "reopened": harness.count()[1] - reopened,
+            "load_1m": os.getloadavg()[0],
+        }
+        if with_pages:
+            harness.close()
+        return row
+
+    pairs = []
+    for n in range(rounds):
+        first = n % 2 == 1  # pages first in every other pair
+        a = one(first)
+        b = one(not first)
+        without, with_ = (b, a) if first else (a, b)
+        pairs.append({"without": without, "with": with_})
+    appends = burst * rounds
+
+    def total(arm: str, key: str) -> float:
+        return sum(p[arm][key] for p in pairs)
+
+    return {
+        "cost_pct": _spread(
+            [(p["without"]["appends_per_s"] / p["with"]["appends_per_s"] - 1) * 100 for p in pairs]
+        ),
+        "appends_per_s_without": _spread([p["without"]["appends_per_s"] for p in pairs]),
+        "appends_per_s_with": _spread([p["with"]["appends_per_s"] for p in pairs]),
+        "server_cpu_ms_per_append_without": total("without", "server_cpu_s") / appends * 1000,
+        "server_cpu_ms_per_append_with": total("with", "server_cpu_s") / appends * 1000,
+        "clients_cpu_ms_per_append": total("with", "clients_cpu_s") / appends * 1000,
+        "fetches_per_append_per_page": total("with", "fetches") / (appends * clients),
+        "caught_up_ms_with": _spread([p["with"]["caught_up_s"] * 1000 for p in pairs]),
+        "reopened": total("with", "reopened"),
+        "load_1m": _spread([p[arm]["load_1m"] for p in pairs for arm in ("without", "with")]),
+        "pairs": pairs,
+    }
+
+
+def print_clients(backend: str, cost: dict[str, Any]) -> None:
+    """:func:`clients_cost`'s summary: the check, then one row per workload."""
+    paced = cost["paced"]
+    print(
+        f"{backend}: {cost['clients']} pages (nice {cost['nice']}), {cost['rounds']} pairs of "
+        f"{cost['burst']} appends. Check, {paced['appends']} appends each after the pages "
+        f"caught up: {paced['fetches_per_append_per_page']:.2f} fetches per append per page "
+        f"(a page fetches once per append), all pages fetched "
+        f"{paced['all_pages_fetched_ms']['median']:.0f} ms after the append (median; load "
+        f"{paced['load_1m']:.1f})",
+        flush=True,
+    )
+    print(
+        "workload | load 1 min | appends/s without | with | cost to appends: median [q1, q3] "
+        "(min, max) | server CPU ms/append without | with | clients' CPU ms/append | "
+        "fetches/append/page | caught up ms"
+    )
+    for name in ("run", "w1"):
+        c = cost[name]
+        p = c["cost_pct"]
+        print(
+            f"{name} | {c['load_1m']['min']:.1f}-{c['load_1m']['max']:.1f} | "
+            f"{c['appends_per_s_without']['median']:.0f} | "
+            f"{c['appends_per_s_with']['median']:.0f} | "
+            f"{p['median']:+.1f} % [{p['q1']:+.1f}, {p['q3']:+.1f}] "
+            f"({p['min']:+.1f}, {p['max']:+.1f}) | "
+            f"{c['server_cpu_ms_per_append_without']:.2f} | "
+            f"{c['server_cpu_ms_per_append_with']:.2f} | {c['clients_cpu_ms_per_append']:.2f} | "
+            f"{c['fetches_per_append_per_page']:.2f} | {c['caught_up_ms_with']['median']:.0f}",
+            flush=True,
+        )
 
 
 OBSERVER = """() => {
@@ -754,18 +1054,23 @@ def main() -> None:
     )
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--rounds", type=int, default=20, help="--part clients: pairs of bursts (without, with)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--url", help="--part series: a store holding the run --run-id (built when missing)"
     )
     parser.add_argument("--run-id", default="big", help="--part series: the run to time")
-    parser.add_argument("--clients-child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--burst", type=int, default=100, help="--part clients: appends per burst")
+    parser.add_argument(
+        "--clients-nice", type=int, default=CLIENTS_NICE, help="--part clients: the pages' nice"
+    )
+    parser.add_argument("--clients-child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.clients_child:
-        base, count, run_id = args.clients_child
-        clients_child(base, int(count), run_id)
+        clients_child(*args.clients_child)
         return
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     results = []
@@ -850,23 +1155,11 @@ def main() -> None:
                     )
         if args.part == "clients":
             with place() as url:
-                row["clients"] = cost = clients_cost(url, args.clients, args.appends, args.rounds)
+                row["clients"] = cost = clients_cost(
+                    url, args.clients, args.burst, args.rounds, nice=args.clients_nice
+                )
             if not args.json:
-                for name in ("run", "w1"):
-                    c = cost[name]
-                    print(
-                        f"{backend:8} {name:3} load {c['load_1m']}: {cost['clients']} clients: "
-                        f"appends/s {c['appends_per_s_no_clients']:.0f} without "
-                        f"{[round(r) for r in c['rates_no_clients']]}, "
-                        f"{c['appends_per_s_with_clients']:.0f} with "
-                        f"{[round(r) for r in c['rates_with_clients']]} "
-                        f"({c['append_cost_pct']:+.1f} %); server CPU per append "
-                        f"{c['server_cpu_ms_per_append_no_clients']:.2f} ms without, "
-                        f"{c['server_cpu_ms_per_append_with_clients']:.2f} ms with; "
-                        f"{c['fetches_per_append']:.2f} fetches per append "
-                        f"({c['fetches_retried']} retried)",
-                        flush=True,
-                    )
+                print_clients(backend, cost)
         results.append(row)
     if args.json:
         print(json.dumps(results, indent=2))
