@@ -791,6 +791,13 @@ class Clients:
         self.process.wait(timeout=60)
 
 
+def _schedstat_s() -> tuple[float, float]:
+    """Seconds this thread has run, and waited on a run queue for a core (Linux
+    ``/proc/thread-self/schedstat``)."""
+    on_cpu, waiting, _ = Path("/proc/thread-self/schedstat").read_text().split()
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     """Median, quartiles, min and max."""
     quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
@@ -821,7 +828,10 @@ def clients_cost(
     the clients' process) runs until the pages have caught up (every page has had the last
     append and finished the fetches it made; without pages, until an observer's stream, open
     throughout, has had it). The cost to appends is each pair's without/with - 1: its median
-    and spread; the CPU per append is each arm's total over its total appends."""
+    and spread; also with the time the writer waited on a run queue for a core taken out of
+    each burst (``/proc/thread-self/schedstat``: what is left is the writer's own work, its
+    I/O and its waits for the database, so a machine whose cores the writer does not share
+    is approached). The CPU per append is each arm's total over its total appends."""
     from bench_payload import make_event
 
     with EventStore.open(url) as store:
@@ -886,13 +896,17 @@ def _clients_rounds(
             harness.open(clients)
         fetches, reopened = harness.count()
         server, child = _cpu_s(SERVER_PID[0]), _cpu_s(harness.pid)
+        cpu, waited = _schedstat_s()
         started = time.perf_counter()
         for _ in range(burst):
             append()
         took = time.perf_counter() - started
+        cpu_after, waited_after = _schedstat_s()
         caught = harness.wait(store.head())
         row = {
             "appends_per_s": burst / took,
+            "appends_per_s_own": burst / (took - (waited_after - waited)),
+            "writer_cpu_s": cpu_after - cpu,
             "server_cpu_s": _cpu_s(SERVER_PID[0]) - server,
             "clients_cpu_s": _cpu_s(harness.pid) - child,
             "caught_up_s": caught,
@@ -920,8 +934,16 @@ def _clients_rounds(
         "cost_pct": _spread(
             [(p["without"]["appends_per_s"] / p["with"]["appends_per_s"] - 1) * 100 for p in pairs]
         ),
+        "cost_own_pct": _spread(
+            [
+                (p["without"]["appends_per_s_own"] / p["with"]["appends_per_s_own"] - 1) * 100
+                for p in pairs
+            ]
+        ),
         "appends_per_s_without": _spread([p["without"]["appends_per_s"] for p in pairs]),
         "appends_per_s_with": _spread([p["with"]["appends_per_s"] for p in pairs]),
+        "writer_cpu_ms_per_append_without": total("without", "writer_cpu_s") / appends * 1000,
+        "writer_cpu_ms_per_append_with": total("with", "writer_cpu_s") / appends * 1000,
         "server_cpu_ms_per_append_without": total("without", "server_cpu_s") / appends * 1000,
         "server_cpu_ms_per_append_with": total("with", "server_cpu_s") / appends * 1000,
         "clients_cpu_ms_per_append": total("with", "clients_cpu_s") / appends * 1000,
@@ -934,34 +956,43 @@ def _clients_rounds(
 
 
 def print_clients(backend: str, cost: dict[str, Any]) -> None:
-    """:func:`clients_cost`'s summary: the check, then one row per workload."""
+    """:func:`clients_cost`'s summary: the check, then a table, one row per workload."""
     paced = cost["paced"]
     print(
         f"{backend}: {cost['clients']} pages (nice {cost['nice']}), {cost['rounds']} pairs of "
-        f"{cost['burst']} appends. Check, {paced['appends']} appends each after the pages "
-        f"caught up: {paced['fetches_per_append_per_page']:.2f} fetches per append per page "
-        f"(a page fetches once per append), all pages fetched "
+        f"bursts of {cost['burst']} appends. Check, {paced['appends']} appends each after the "
+        f"pages caught up: {paced['fetches_per_append_per_page']:.2f} fetches per append per "
+        f"page (a page fetches once per append), every page had its answer "
         f"{paced['all_pages_fetched_ms']['median']:.0f} ms after the append (median; load "
         f"{paced['load_1m']:.1f})",
         flush=True,
     )
+
+    def spread(s: dict[str, float]) -> str:
+        return (
+            f"{s['median']:+.1f} % [{s['q1']:+.1f}, {s['q3']:+.1f}] ({s['min']:+.0f}, "
+            f"{s['max']:+.0f})"
+        )
+
     print(
-        "workload | load 1 min | appends/s without | with | cost to appends: median [q1, q3] "
-        "(min, max) | server CPU ms/append without | with | clients' CPU ms/append | "
-        "fetches/append/page | caught up ms"
+        "| workload | load 1 min | appends/s without | with | cost to appends: median [q1, q3] "
+        "(min, max) | the same, the writer's waits for a core left out | CPU ms per append: "
+        "writer without / with | server without / with | pages | fetches per append per page "
+        "| pages caught up after the burst, ms |"
     )
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for name in ("run", "w1"):
         c = cost[name]
-        p = c["cost_pct"]
         print(
-            f"{name} | {c['load_1m']['min']:.1f}-{c['load_1m']['max']:.1f} | "
-            f"{c['appends_per_s_without']['median']:.0f} | "
-            f"{c['appends_per_s_with']['median']:.0f} | "
-            f"{p['median']:+.1f} % [{p['q1']:+.1f}, {p['q3']:+.1f}] "
-            f"({p['min']:+.1f}, {p['max']:+.1f}) | "
-            f"{c['server_cpu_ms_per_append_without']:.2f} | "
-            f"{c['server_cpu_ms_per_append_with']:.2f} | {c['clients_cpu_ms_per_append']:.2f} | "
-            f"{c['fetches_per_append_per_page']:.2f} | {c['caught_up_ms_with']['median']:.0f}",
+            f"| {name} | {c['load_1m']['min']:.1f}-{c['load_1m']['max']:.1f} "
+            f"| {c['appends_per_s_without']['median']:.0f} "
+            f"| {c['appends_per_s_with']['median']:.0f} | {spread(c['cost_pct'])} "
+            f"| {spread(c['cost_own_pct'])} "
+            f"| {c['writer_cpu_ms_per_append_without']:.2f} / "
+            f"{c['writer_cpu_ms_per_append_with']:.2f} "
+            f"| {c['server_cpu_ms_per_append_without']:.2f} / "
+            f"{c['server_cpu_ms_per_append_with']:.2f} | {c['clients_cpu_ms_per_append']:.2f} "
+            f"| {c['fetches_per_append_per_page']:.2f} | {c['caught_up_ms_with']['median']:.0f} |",
             flush=True,
         )
 
