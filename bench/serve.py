@@ -757,10 +757,12 @@ class Clients:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
-        answer = self.process.stdout.readline().split()
-        if not answer:
+        line = self.process.stdout.readline()
+        if not line:
             raise RuntimeError(f"the clients' process ended (exit {self.process.wait()})")
-        return answer
+        if line.startswith("failed "):
+            raise RuntimeError(f"a page failed: {line[7:].strip()}")
+        return line.split()
 
     def open(self, pages: int) -> None:
         """Open ``pages`` live pages; return once each shows the run."""
