@@ -5,7 +5,7 @@ only this module) and a test checks drift. Every table carries the prefix ``wg_`
 can share a database with other software.
 
 The read models (``wg_worker_groups``, ``wg_workers``, ``wg_poll_history``, ``wg_reports``,
-``wg_runs``, ``wg_run_decisions``) are
+``wg_report_series``, ``wg_report_points``, ``wg_runs``, ``wg_run_decisions``) are
 kept from the log by the projector (``wgstore.projections.projector``), for people who query with
 SQL; ``docs/sql.md`` explains every column. The view ``wg_event_log`` is created by the migration
 (its SQL differs per backend), not declared here. Times are UTC (``timestamptz`` on Postgres;
@@ -29,6 +29,8 @@ __all__ = [
     "wg_blobs",
     "wg_events",
     "wg_poll_history",
+    "wg_report_points",
+    "wg_report_series",
     "wg_reports",
     "wg_run_decisions",
     "wg_run_leases",
@@ -289,6 +291,27 @@ wg_reports = sa.Table(
 )
 sa.Index("ix_wg_reports_reported_at", wg_reports.c.reported_at)
 
+wg_report_series = sa.Table(
+    "wg_report_series",
+    metadata,
+    sa.Column("group_id", sa.Text(), primary_key=True),
+    sa.Column("metric", sa.Text(), primary_key=True),
+    sa.Column("world_rank", sa.Integer(), primary_key=True),
+    sa.Column("points", sa.Integer(), nullable=False),
+)
+
+wg_report_points = sa.Table(
+    "wg_report_points",
+    metadata,
+    sa.Column("group_id", sa.Text(), primary_key=True),
+    sa.Column("metric", sa.Text(), primary_key=True),
+    sa.Column("world_rank", sa.Integer(), primary_key=True),
+    sa.Column("pos", sa.Integer(), primary_key=True),
+    sa.Column("report_index", sa.Integer(), nullable=False),
+    sa.Column("value", sa.Float(), nullable=False),
+    sa.Column("reported_at", _Time, nullable=False),
+)
+
 wg_runs = sa.Table(
     "wg_runs",
     metadata,
@@ -354,6 +377,8 @@ READ_MODEL_TABLES = (
     wg_workers,
     wg_poll_history,
     wg_reports,
+    wg_report_series,
+    wg_report_points,
     wg_runs,
     wg_run_decisions,
 )

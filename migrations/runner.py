@@ -43,7 +43,7 @@ and reader queues behind *it*; so a try gives up soon, lets them through, and tr
 UPGRADE_PATIENCE_S = 300.0
 """PostgreSQL: how long an upgrade keeps trying before it says which transaction to end."""
 
-HEAD_REVISION = "0010_committed_checkpoints"
+HEAD_REVISION = "0011_report_points"
 """The newest revision in ``versions/``; a new migration updates it (a test checks the two agree)."""
 
 

@@ -56,6 +56,8 @@ from wgstore.projections.event_time import event_time
 from wgstore.projections.read_models import (
     READ_MODEL_TABLES,
     wg_poll_history,
+    wg_report_points,
+    wg_report_series,
     wg_reports,
     wg_worker_groups,
     wg_workers,
@@ -64,7 +66,7 @@ from wgstore.projections.run_rows import Attempt, decision_rows, order_attempts,
 from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.snapshots import READ_MODELS_SNAPSHOT, load_snapshot, save_snapshot
 from wgstore.projections.state import WorkerGroupFold, WorkerGroupState, project_worker_group
-from wgstore.projections.values import plain, to_utc
+from wgstore.projections.values import is_number, plain, to_utc
 
 if TYPE_CHECKING:
     import threading
@@ -258,6 +260,10 @@ class _GroupBatch:
     changed_workers: set[int] = field(default_factory=set)
     polls: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
+    series: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Points of each (metric, rank) series so far (the group's ``wg_report_series`` rows)."""
+    changed_series: set[tuple[str, int]] = field(default_factory=set)
+    points: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     last_event: RecordedEvent | None = None
 
@@ -346,6 +352,14 @@ def _fold_group(
                 row["last_metrics"] = msgspec.json.decode(row["last_metrics"])
             workers[row["world_rank"]] = row
     work = _GroupBatch(state=state, workers=workers)
+    if known:
+        table = wg_report_series
+        for metric, rank, points in connection.execute(
+            sa.select(table.c.metric, table.c.world_rank, table.c.points).where(
+                table.c.group_id == group_id_of(stream_id)
+            )
+        ):
+            work.series[metric, rank] = points
     fold = WorkerGroupFold(state)
     for event in events:
         try:
@@ -441,15 +455,47 @@ def _rows_of(work: _GroupBatch, state: Any, event: RecordedEvent) -> None:
             row["last_checkpoint"] = payload.checkpoint
         row["updated_at"] = at
         work.changed_workers.add(payload.world_rank)
+        metrics = plain(payload.metrics)
         work.reports.append(
             {
                 "group_id": state.group_id,
                 "world_rank": payload.world_rank,
                 "report_index": payload.index,
-                "metrics": plain(payload.metrics),
+                "metrics": metrics,
                 "checkpoint": payload.checkpoint,
                 "stream_version": event.version,
                 "position": event.position,
+                "reported_at": at,
+            }
+        )
+        _points_of(work, state.group_id, payload, metrics, at)
+
+
+def _points_of(
+    work: _GroupBatch,
+    group_id: str,
+    report: WorkerReported,
+    metrics: dict[str, Any],
+    at: datetime,
+) -> None:
+    """The ``wg_report_points`` rows of one report: each numeric metric (not a bool) is the next
+    point of its (metric, rank) series, numbered from 0 in stream order."""
+    rank = report.world_rank
+    for metric, value in metrics.items():
+        if not is_number(value):
+            continue
+        key = (metric, rank)
+        pos = work.series.get(key, 0)
+        work.series[key] = pos + 1
+        work.changed_series.add(key)
+        work.points.append(
+            {
+                "group_id": group_id,
+                "metric": metric,
+                "world_rank": rank,
+                "pos": pos,
+                "report_index": report.index,
+                "value": float(value),
                 "reported_at": at,
             }
         )
@@ -572,6 +618,17 @@ def _write_group(
     if work.reports:
         _json_columns(connection, work.reports, "metrics")
         connection.execute(wg_reports.insert(), work.reports)
+    if work.points:
+        connection.execute(wg_report_points.insert(), work.points)
+        _upsert(
+            connection,
+            wg_report_series,
+            [
+                {"group_id": group_id, "metric": metric, "world_rank": rank, "points": points}
+                for (metric, rank), points in sorted(work.series.items())
+                if (metric, rank) in work.changed_series
+            ],
+        )
 
 
 # ------------------------------------------------------------------------------------ runs

@@ -4,7 +4,8 @@ Both backends hand times back in their own ways (SQLite: naive text or naive dat
 PostgreSQL: aware datetimes in the session's time zone, which ``PGTZ`` or the server's settings
 may make anything), and folds carry aware UTC datetimes. :func:`to_utc` makes every one of them
 the same aware UTC datetime, so a view reads the same from the log and from the read models.
-:func:`plain` turns events' and states' values into what a JSON column gives back.
+:func:`plain` turns events' and states' values into what a JSON column gives back;
+:func:`is_number` says which metric values are points of a series.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, overload
 
 import msgspec
 
-__all__ = ["plain", "to_utc"]
+__all__ = ["is_number", "plain", "to_utc"]
 
 
 @overload
@@ -45,6 +46,12 @@ def to_utc(value: datetime | str | None) -> datetime | None:
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC)
+
+
+def is_number(value: Any) -> bool:
+    """True when ``value`` is a metric a chart draws: an int or a float, not a bool (a JSON
+    ``true`` is no number)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def plain(value: Any) -> Any:
