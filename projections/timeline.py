@@ -26,6 +26,7 @@ from wgstore.projections.run_views import run_detail
 from wgstore.projections.snapshots import load_latest_snapshot, save_snapshot
 from wgstore.projections.state import WorkerGroupFold, WorkerGroupState
 from wgstore.projections.text import describe, format_time
+from wgstore.projections.values import is_number
 
 __all__ = [
     "MAX_EVENTS",
@@ -69,10 +70,6 @@ class _Lanes:
             self.open.clear()
 
 
-def _numeric(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 MAX_EVENTS = 3000
 """The page lists at most this many events (the first and last halves) to stay small."""
 MAX_POINTS = 2000
@@ -105,24 +102,10 @@ def _event(record: RecordedEvent, t: float) -> dict[str, Any]:
 
 def _grid(count: int) -> range | list[int]:
     """The positions a series of ``count`` points keeps: all of them, or :data:`MAX_POINTS`:
-    ``i * count // MAX_POINTS`` for ``i < MAX_POINTS - 1``, and the last one. Integers only, so
-    the SQL of :func:`_on_grid_sql` picks the same positions."""
+    ``i * count // MAX_POINTS`` for ``i < MAX_POINTS - 1``, and the last one (ascending)."""
     if count <= MAX_POINTS:
         return range(count)
     return [*(i * count // MAX_POINTS for i in range(MAX_POINTS - 1)), count - 1]
-
-
-def _on_grid_sql(pos: str, count: str) -> str:
-    """An SQL condition true when position ``pos`` (0-based) is in :func:`_grid` of ``count``
-    (both integer expressions, ``pos * MAX_POINTS`` must not overflow). ``pos`` is on the grid
-    iff the smallest ``i`` with ``i * count / MAX_POINTS >= pos``, ``ceil(pos * MAX_POINTS /
-    count)``, maps back to it and is not the last (the last point is kept on its own)."""
-    m = MAX_POINTS
-    ceil = f"(({pos}) * {m} + ({count}) - 1) / ({count})"
-    return (
-        f"(({count}) <= {m} OR ({pos}) = ({count}) - 1 "
-        f"OR ({ceil} < {m - 1} AND ({ceil}) * ({count}) / {m} = ({pos})))"
-    )
 
 
 def _thin(points: list[list[float]]) -> list[list[float]]:
@@ -179,7 +162,7 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
         kind = record.type
         if kind == "WorkerReported":
             for key, value in event.metrics.items():
-                if _numeric(value):
+                if is_number(value):
                     metrics.setdefault(key, {}).setdefault(str(event.world_rank), []).append(
                         [event.index, float(value), t]
                     )
@@ -294,7 +277,7 @@ def group_metric_series(
     Raises:
         StreamNotFoundError: the group has no events.
     """
-    projected = _projected_version(store, group_id)
+    projected, counts = _projected(store, group_id)
     tail: _Series = {}
     last = projected
     for record in store.read_stream(group_stream(group_id), from_version=projected + 1):
@@ -303,7 +286,7 @@ def group_metric_series(
             _add_report(tail, record)
     if last == 0:
         raise StreamNotFoundError(f"worker group {group_id!r} has no events")
-    return _thinned_series(store, group_id, projected, tail)
+    return _thinned_series(store, group_id, counts, tail)
 
 
 def state_and_series(
@@ -322,7 +305,7 @@ def state_and_series(
     stream_id = group_stream(group_id)
     snapshot = load_latest_snapshot(store, stream_id)
     snapshot_version = 0 if snapshot is None else snapshot.version
-    projected = _projected_version(store, group_id)
+    projected, counts = _projected(store, group_id)
     tail: _Series = {}
     fold = WorkerGroupFold(snapshot)
     folded = 0
@@ -339,7 +322,7 @@ def state_and_series(
         )
     if folded >= SNAPSHOT_EVERY and not getattr(store, "read_only", False):
         save_snapshot(store, state)
-    return state, _thinned_series(store, group_id, projected, tail)
+    return state, _thinned_series(store, group_id, counts, tail)
 
 
 _Series = dict[str, dict[str, list[list[float]]]]
@@ -349,144 +332,90 @@ def _add_report(series: _Series, record: RecordedEvent) -> None:
     event = record.event
     t = _ms(record)
     for key, value in event.metrics.items():
-        if _numeric(value):
+        if is_number(value):
             series.setdefault(key, {}).setdefault(str(event.world_rank), []).append(
                 [event.index, float(value), t]
             )
 
 
-def _thin_series(series: _Series) -> _Series:
-    return {
-        name: {rank: _thin(points) for rank, points in ranks.items()}
-        for name, ranks in series.items()
-    }
+_Counts = dict[tuple[str, int], int]
 
 
-def _projected_version(store: EventStore, group_id: str) -> int:
+def _projected(store: EventStore, group_id: str) -> tuple[int, _Counts]:
     """The stream version the read models hold the group at (0: not at all, or they could not
-    fold it)."""
-    found = fetch(
-        store,
-        "SELECT stream_version, projection_error FROM wg_worker_groups "
-        f"WHERE group_id = {param(store)}",
-        (group_id,),
-    )
-    if not found or found[0][1] is not None:
-        return 0
-    return int(found[0][0])
-
-
-_POSTGRES_SERIES = f"""
-WITH tail AS (
-  SELECT CAST(e ->> 0 AS integer) AS rank, e ->> 1 AS key, CAST(e ->> 2 AS bigint) AS count
-  FROM jsonb_array_elements(CAST(%s AS jsonb)) e
-),
-numbered AS (
-  SELECT r.world_rank AS rank, j.key AS key, r.report_index AS idx, row_number() OVER w - 1 AS pos,
-         count(*) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS n
-  FROM wg_reports r, jsonb_each(r.metrics) j
-  WHERE r.group_id = %s AND r.stream_version <= %s AND jsonb_typeof(j.value) = 'number'
-  WINDOW w AS (PARTITION BY r.world_rank, j.key ORDER BY r.stream_version)
-),
-counted AS (
-  SELECT numbered.*, numbered.n + coalesce(tail.count, 0) AS total
-  FROM numbered LEFT JOIN tail ON tail.rank = numbered.rank AND tail.key = numbered.key
-),
-kept AS (SELECT * FROM counted WHERE {_on_grid_sql("pos", "total")})
-SELECT k.rank, k.key, k.idx, CAST(r.metrics -> k.key AS double precision), r.reported_at, k.n
-FROM kept k JOIN wg_reports r
-  ON r.group_id = %s AND r.world_rank = k.rank AND r.report_index = k.idx
-ORDER BY k.key, k.rank, k.pos
-"""
-"""The thinned series of the reports ``wg_reports`` (``metrics``: jsonb) holds up to a version,
-one row a kept point (PostgreSQL).
-
-Each (rank, metric) series of JSON numbers (not booleans) is numbered in stream order and
-counted, with the points the log adds after that version (``tail``: ``[rank, key, count]``
-triples, a JSON parameter), so a point is kept when it is on :func:`_grid` of the whole series,
-as :func:`_thin` keeps it. The numbering sorts narrow rows only; the kept ones are looked up
-again (primary key) for their value and time. Parameters: the tail, the group, the version, the
-group."""
-
-
-def _thinned_series(store: EventStore, group_id: str, projected: int, tail: _Series) -> _Series:
-    """The group's series, thinned: the points of the reports ``wg_reports`` holds up to version
-    ``projected`` (0: none), followed by ``tail``, the points of the reports after ``projected``
-    read from the log (unthinned, in order).
-
-    On PostgreSQL the thinning is done in SQL (:data:`_POSTGRES_SERIES`: the rows of a long run
-    are never all turned into points). On SQLite every row is read and turned into points, then
-    thinned: SQLite's ``json_each`` and window functions over 100,000 reports took more CPU than
-    this loop (0.7 s against 0.4 s of CPU, bench/README.md "Fold once")."""
-    if projected == 0:
-        return _thin_series(tail)
-    if not is_postgres(store):
-        series = _projected_points(store, group_id, projected)
-        for key, ranks in tail.items():
-            for rank_key, points in ranks.items():
-                series.setdefault(key, {}).setdefault(rank_key, []).extend(points)
-        thinned = _thin_series(series)
-        for ranks in thinned.values():
-            for points in ranks.values():
-                for point in points:
-                    at: Any = point[2]
-                    if type(at) is not float:  # a row's reported_at, not converted yet
-                        point[2] = _row_ms(at)
-        return thinned
-    counts = [
-        [int(rank), key, len(points)]
-        for key, ranks in tail.items()
-        for rank, points in ranks.items()
-    ]
+    fold it), and how many points each (metric, rank) series has there (``wg_report_series``):
+    one statement, so both are of the same commit of the projector."""
+    p = param(store)
     rows = fetch(
         store,
-        _POSTGRES_SERIES,
-        (msgspec.json.encode(counts).decode(), group_id, projected, group_id),
+        "SELECT g.stream_version, g.projection_error, s.metric, s.world_rank, s.points "
+        "FROM wg_worker_groups g LEFT JOIN wg_report_series s ON s.group_id = g.group_id "
+        f"WHERE g.group_id = {p}",
+        (group_id,),
     )
-    series = {}
-    projected_counts: dict[tuple[str, str], int] = {}
-    for rank, key, index, value, at, n in rows:
-        rank_key = str(rank)
-        series.setdefault(key, {}).setdefault(rank_key, []).append(
-            [index, float(value), _row_ms(at)]
-        )
-        projected_counts[key, rank_key] = n
-    for key, ranks in tail.items():
+    if not rows or rows[0][1] is not None:
+        return 0, {}
+    counts = {(metric, int(rank)): int(points) for _, _, metric, rank, points in rows if metric}
+    return int(rows[0][0]), counts
+
+
+_POSTGRES_POINTS = """
+SELECT p.metric, p.world_rank, p.pos, p.report_index, p.value, p.reported_at
+FROM unnest(CAST(%s AS text[]), CAST(%s AS integer[]), CAST(%s AS integer[])) AS g(metric, rank, pos)
+JOIN wg_report_points p
+  ON p.group_id = %s AND p.metric = g.metric AND p.world_rank = g.rank AND p.pos = g.pos
+"""
+"""The ``wg_report_points`` rows at the given (metric, rank, pos) keys (PostgreSQL: three
+arrays), each found by primary key."""
+
+_SQLITE_POINTS = """
+SELECT p.metric, p.world_rank, p.pos, p.report_index, p.value, p.reported_at
+FROM json_each(?) AS g CROSS JOIN wg_report_points AS p
+WHERE p.group_id = ? AND p.metric = json_extract(g.value, '$[0]')
+  AND p.world_rank = json_extract(g.value, '$[1]') AND p.pos = json_extract(g.value, '$[2]')
+"""
+"""The same on SQLite (a JSON list of ``[metric, rank, pos]``; ``CROSS JOIN`` makes the keys the
+outer loop, so each row is found by primary key)."""
+
+
+def _thinned_series(store: EventStore, group_id: str, counts: _Counts, tail: _Series) -> _Series:
+    """The group's series, thinned: the ``counts[metric, rank]`` points of each series that
+    ``wg_report_points`` holds, followed by ``tail``, the points of the reports after them read
+    from the log (unthinned, in order).
+
+    The projector numbered each series' points (``pos``, from 0, in stream order), so the
+    positions :func:`_grid` keeps out of the whole series (read models + tail) are known from
+    the counts alone: only those rows are read, each by primary key (at most
+    :data:`MAX_POINTS` a series, however long the run), on both backends."""
+    keys: list[tuple[str, int, int]] = []
+    for (metric, rank), n in sorted(counts.items()):
+        grid = _grid(n + len(tail.get(metric, {}).get(str(rank), ())))
+        keys += [(metric, rank, pos) for pos in grid if pos < n]
+    found: dict[tuple[str, int], list[tuple[int, list[Any]]]] = {}
+    if keys:
+        if is_postgres(store):
+            names, world_ranks, positions = (list(column) for column in zip(*keys, strict=True))
+            rows = fetch(store, _POSTGRES_POINTS, (names, world_ranks, positions, group_id))
+        else:
+            rows = fetch(store, _SQLITE_POINTS, (msgspec.json.encode(keys).decode(), group_id))
+        for metric, rank, pos, index, value, at in rows:
+            found.setdefault((metric, int(rank)), []).append(
+                (pos, [index, float(value), _row_ms(at)])
+            )
+    series: _Series = {}
+    for metric, rank in sorted(counts):
+        kept_rows = sorted(found.get((metric, rank), []), key=lambda row: row[0])
+        series.setdefault(metric, {})[str(rank)] = [point for _, point in kept_rows]
+    for metric, ranks in tail.items():
         for rank_key, points in ranks.items():
-            n = projected_counts.get((key, rank_key), 0)  # a series in SQL keeps its first point
-            kept = series.setdefault(key, {}).setdefault(rank_key, [])
+            n = counts.get((metric, int(rank_key)), 0)
+            kept = series.setdefault(metric, {}).setdefault(rank_key, [])
             grid = _grid(n + len(points))
             if isinstance(grid, range):
                 kept += points
             else:
                 on_grid = set(grid)
                 kept += [point for pos, point in enumerate(points, start=n) if pos in on_grid]
-    return series
-
-
-_decode = msgspec.json.Decoder().decode
-
-
-def _projected_points(store: EventStore, group_id: str, projected: int) -> _Series:
-    """Every point of the reports ``wg_reports`` holds for the group up to version
-    ``projected``, unthinned (SQLite: JSON text), with the row's ``reported_at`` as the driver
-    returns it in place of its epoch ms (converted once thinned, for the points kept)."""
-    rows = fetch(
-        store,
-        "SELECT world_rank, report_index, metrics, reported_at FROM wg_reports "
-        "WHERE group_id = ? AND stream_version <= ? ORDER BY stream_version",
-        (group_id, projected),
-    )
-    series: _Series = {}
-    decode = _decode
-    for rank, index, values, at in rows:
-        rank_key = str(rank)
-        for key, value in decode(values).items():
-            kind = type(value)
-            if kind is float or kind is int:  # JSON numbers (a bool is not one)
-                series.setdefault(key, {}).setdefault(rank_key, []).append(
-                    [index, float(value), at]
-                )
     return series
 
 

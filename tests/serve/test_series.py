@@ -13,11 +13,8 @@ from wgstore.events import EventStore
 from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import WorkerReported
 from wgstore.projections import catch_up_read_models, worker_group_state
-from wgstore.projections._db import fetch
 from wgstore.projections.timeline import (
     MAX_POINTS,
-    _grid,
-    _on_grid_sql,
     group_metric_series,
     group_timeline,
     state_and_series,
@@ -86,20 +83,6 @@ def test_long_series_are_thinned_alike_from_the_read_models_and_the_log(writer: 
     assert series["loss"]["0"][-1][0] == MAX_POINTS + 699
     assert len(series["eval"]["1"]) == (MAX_POINTS + 699) // 10  # every one: not thinned away
     _agree(writer, group)
-
-
-def test_the_sql_grid_keeps_the_positions_the_python_thinning_keeps(writer: Any) -> None:
-    m = MAX_POINTS
-    for count in (1, m - 1, m, m + 1, m + 7, 2 * m - 1, 2 * m, 2 * m + 1, 2698, 7919, 123_457):
-        rows = fetch(
-            writer,
-            "WITH RECURSIVE p(pos) AS (SELECT CAST(0 AS bigint) UNION ALL "
-            f"SELECT pos + 1 FROM p WHERE pos + 1 < {count}) "
-            f"SELECT pos FROM p WHERE {_on_grid_sql('pos', str(count))} ORDER BY pos",
-        )
-        kept = [int(pos) for (pos,) in rows]
-        assert kept == list(_grid(count)), count
-        assert len(kept) == min(count, m) and kept[-1] == count - 1
 
 
 def test_series_thinned_in_sql_before_and_after_a_tail_equal_the_folded_ones(writer: Any) -> None:
