@@ -361,7 +361,11 @@ def _projected(store: EventStore, group_id: str) -> tuple[int, _Counts]:
     )
     if not rows or rows[0][1] is not None:
         return 0, {}
-    counts = {(metric, int(rank)): int(points) for _, _, metric, rank, points in rows if metric}
+    counts = {
+        (metric, int(rank)): int(points)
+        for _, _, metric, rank, points in rows
+        if metric is not None
+    }
     return int(rows[0][0]), counts
 
 

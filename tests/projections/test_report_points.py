@@ -70,7 +70,7 @@ def _mixed(group_id: str) -> Stream:
     stream.reported(0, loss="diverged", eval=2.5, step=3)
     stream.reported(1, loss=1.0, step=3)
     stream.reported(0, loss=0.25, flag=False, step=4)
-    stream.reported(1, loss=0.75, eval=-1, step=4)
+    stream.reported(1, loss=0.75, eval=-1, step=4, **{"": 0.5})  # a metric named ""
     return stream
 
 
@@ -85,7 +85,7 @@ def test_each_numeric_metric_is_numbered_in_its_series_in_stream_order(
     assert points[("loss", 0)] == [(1, 1.0), (2, 0.5), (4, 0.25)]  # report 3's text: no point
     assert points[("eval", 0)] == [(2, 3.0), (3, 2.5)] and points[("eval", 1)] == [(4, -1.0)]
     assert points[("step", 1)] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
-    assert {metric for metric, _ in points} == {"loss", "eval", "step"}  # no flag, no note
+    assert {metric for metric, _ in points} == {"loss", "eval", "step", ""}  # no flag, no note
 
 
 def test_reports_appended_after_a_catch_up_continue_each_series_and_a_rebuild_agrees(
@@ -99,8 +99,10 @@ def test_reports_appended_after_a_catch_up_continue_each_series_and_a_rebuild_ag
         WorkerReported(world_rank=1, index=5, metrics={"eval": True, "late": 1.5}),
     ]
     store.append(stream.stream_id, more)
+    assert group_metric_series(store, "g1") == timeline_data(store, "g1")["metrics"]  # a tail
     catch_up_read_models(store)
     assert _points_in_table(store, "g1") == _points_from_log(store, "g1")
+    assert group_metric_series(store, "g1") == timeline_data(store, "g1")["metrics"]
     with store.engine.connect() as connection:
         kept = read_model_rows(connection)
     rebuild_read_models(store)
