@@ -199,8 +199,8 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
 
     Each group's state and series are read together, each event of the log at most once
     (:func:`~wgstore.projections.timeline.state_and_series`: the projector's snapshot and the
-    read model ``wg_reports``, then the events after them), so a long run costs the events the
-    projector has not folded yet, not its whole history.
+    points of ``wg_report_points`` each series keeps, then the events after them), so a long
+    run costs the events the projector has not folded yet, not its whole history.
 
     Raises:
         InvalidArgumentError: no run, or more than one, matches ``run``.
