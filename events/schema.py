@@ -310,6 +310,7 @@ wg_report_points = sa.Table(
     sa.Column("report_index", sa.Integer(), nullable=False),
     sa.Column("value", sa.Float(), nullable=False),
     sa.Column("reported_at", _Time, nullable=False),
+    sqlite_with_rowid=False,  # one b-tree, the primary key's: the key columns stored once
 )
 
 wg_runs = sa.Table(

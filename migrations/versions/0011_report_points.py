@@ -77,6 +77,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint(
             "group_id", "metric", "world_rank", "pos", name="pk_wg_report_points"
         ),
+        sqlite_with_rowid=False,
     )
     numbered = _NUMBERED[op.get_bind().dialect.name]
     op.execute(
