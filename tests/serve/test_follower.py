@@ -86,24 +86,26 @@ def test_a_burst_is_counted_exactly_and_sent_as_fewer_messages_than_appends(
     start = writer.head()
     follower = Follower(reader, wait_s=0.5, message_interval_s=0.5)
 
-    async def follow() -> tuple[list[dict[str, Any]], int]:
+    async def follow() -> tuple[list[dict[str, Any]], int, float]:
         queue = follower.subscribe()
         follower.start()
         await asyncio.to_thread(
             wait_until, lambda: follower.head == start, timeout_s=60, what="the follower primed"
         )
         assert (follower.type_counts, follower.checkpoints) == _log_counts(writer)
+        started = time.monotonic()
         await asyncio.to_thread(_burst, writer, group_id)
+        took = time.monotonic() - started
         end = writer.head()
         messages: list[dict[str, Any]] = []
         while not messages or messages[-1]["head"] < end:
             message = await asyncio.wait_for(queue.get(), timeout=60)
             if message["kind"] == "append":
                 messages.append(message)
-        return messages, end
+        return messages, end, took
 
     try:
-        messages, end = asyncio.run(follow())
+        messages, end, took = asyncio.run(follow())
     finally:
         _stopped(follower)
     appended = end - start
@@ -113,6 +115,8 @@ def test_a_burst_is_counted_exactly_and_sent_as_fewer_messages_than_appends(
     assert listed == list(range(start + 1, end + 1))
     assert all(message["more"] == 0 for message in messages)
     assert 1 <= len(messages) < appended
+    # messages 0.5 s apart at least: one at once, then one per interval until the burst ended
+    assert len(messages) <= took / 0.5 + 2
     assert follower.head == end
     counts, checkpoints = _log_counts(writer)
     assert checkpoints == 1 + sum(1 for i in range(BURST) if i % 10 != 9 and i % 3 == 0)
