@@ -16,7 +16,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from uuid_utils import uuid7
@@ -58,6 +58,9 @@ from wgstore.events.registry import REGISTRY, EventRegistry
 from wgstore.events.stream_watch import StreamWatch
 from wgstore.events.streams import check_reserved_append
 from wgstore.events.verify import VerifyReport, head_digest, verify_log
+
+if TYPE_CHECKING:
+    from wgstore.events.notifier import Notifier
 
 __all__ = ["EventStore", "VerifyReport"]
 
@@ -513,6 +516,16 @@ class EventStore:
         """
         self._check_open()
         return self._notifier.wait(after, timeout_s, stop)
+
+    @property
+    def notifier(self) -> Notifier:
+        """The store's wake-ups (Postgres ``LISTEN/NOTIFY``, SQLite's poll of the head, appends
+        made through this object), for a follower that reads what is new itself, on a
+        connection of its own (``wgstore serve``'s): ``generation`` before reading,
+        ``wait_for_wake(generation, timeout_s)`` after. Most code wants :meth:`wait_for_new`,
+        which also reads the head."""
+        self._check_open()
+        return self._notifier
 
     def wake_waiters(self) -> None:
         """Make the threads blocked in :meth:`wait_for_new` on this store re-check at once: a

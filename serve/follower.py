@@ -158,7 +158,7 @@ class Follower:
         # The store's wake-ups without its head query: EventStore.wait_for_new reads the head on
         # each wake through a pool checkout, which pings the server first (pool_pre_ping): two
         # round trips a wake before this follower's own read. Here a wake costs the one read.
-        notifier = self.store._notifier
+        notifier = self.store.notifier
         postgres = self.store.is_postgres
         poll_s = min(self.wait_s, POSTGRES_POLL_S if postgres else SQLITE_POLL_S)
         reader = _RowReader(self.store)
