@@ -24,7 +24,11 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("ray-train-run"),  # one worker builds the module fixture once
+]
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.train.v2")
