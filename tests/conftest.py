@@ -183,3 +183,25 @@ def ray_session() -> Iterator[None]:
             ray.shutdown()
     yield
     ray.shutdown()
+
+
+def _runs_long(item: pytest.Item) -> bool:
+    """Whether ``item`` starts Ray work or says it is slow (most of the suite's time)."""
+    fixtures = getattr(item, "fixturenames", ())
+    return (
+        "ray_session" in fixtures
+        or item.get_closest_marker("ray") is not None
+        or item.get_closest_marker("slow") is not None
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the long tests go first (in their order), the short ones after.
+
+    The workers take tests in collection order; a long test taken last keeps one worker busy
+    while the other has nothing left, and the suite's last minutes ran on one core. Long ones
+    first and the many short ones last let both workers finish together. (Every worker sorts
+    its collection alike, as xdist requires; a run without workers keeps the files' order.)
+    """
+    if XDIST_WORKER:
+        items.sort(key=lambda item: not _runs_long(item))
