@@ -489,8 +489,12 @@ def _prepare(
     changes: list[str] = []
     try:
         with admin.transaction():
-            # Serialize preparers of the same reader: CREATE ROLE races otherwise.
-            admin.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (name,))
+            # Serialize the preparers of every reader of this database: CREATE ROLE races
+            # otherwise, and so do the GRANTs and REVOKEs on the database and on its built-in
+            # functions that readers of different schemas share ("tuple concurrently updated").
+            admin.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('wgstore reader ' || current_database()))"
+            )
             valid_until, may_manage, exists, tidy, superuser = admin.execute(
                 _ROLE_STATE, (name,)
             ).fetchone()

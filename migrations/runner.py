@@ -42,6 +42,9 @@ UPGRADE_LOCK_TIMEOUT_S = 1.0
 and reader queues behind *it*; so a try gives up soon, lets them through, and tries again."""
 UPGRADE_PATIENCE_S = 300.0
 """PostgreSQL: how long an upgrade keeps trying before it says which transaction to end."""
+MIGRATION_LOCK_CLASS = 7263524
+"""PostgreSQL: the first key of the advisory lock an upgrade holds; the second is the schema's
+``hashtext``, so one store's migrators queue while stores in other schemas migrate at once."""
 
 HEAD_REVISION = "0011_report_points"
 """The newest revision in ``versions/``; a new migration updates it (a test checks the two agree)."""
@@ -132,12 +135,17 @@ def ensure_schema(engine: sa.Engine, url: str, migrate: bool) -> None:
                 connection.exec_driver_sql(
                     f"SET LOCAL lock_timeout = {max(1, int(UPGRADE_LOCK_TIMEOUT_S * 1000))}"
                 )
-                # One migrator at a time; the others wait here, then find the schema at head.
-                # (A role without EXECUTE on advisory locks, see docs/sql.md, migrates alone.)
+                # One migrator at a time per schema; the others wait here, then find the schema
+                # at head. Stores in other schemas of the database migrate meanwhile. (A role
+                # without EXECUTE on advisory locks, see docs/sql.md, migrates alone.)
                 if connection.exec_driver_sql(
-                    "SELECT has_function_privilege('pg_advisory_xact_lock(bigint)', 'EXECUTE')"
+                    "SELECT has_function_privilege('pg_advisory_xact_lock(integer, integer)', "
+                    "'EXECUTE')"
                 ).scalar():
-                    connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7263524)")
+                    connection.exec_driver_sql(
+                        f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_CLASS}, "
+                        "hashtext(current_schema()))"
+                    )
                 _migrate(connection, url, head)
             return
         except sa_exc.OperationalError as error:

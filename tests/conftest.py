@@ -27,6 +27,21 @@ settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True
 settings.load_profile("ci" if os.environ.get("CI", "").lower() == "true" else "wgstore")
 
 PG_URL = os.environ.get("WGSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+# Under pytest-xdist (`make test` runs two workers) each worker starts a local Ray of its own.
+# Ray keeps a machine-wide "current cluster" file and `session_latest` link under its temp
+# folder, and a bare `ray.init()` (in a test's subprocess: `wgstore run`, a Ray Train driver)
+# joins the cluster that file names; a folder per worker keeps each worker's Ray, and what its
+# subprocesses start, apart from the other's.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER and "RAY_TMPDIR" not in os.environ:
+    os.environ["RAY_TMPDIR"] = f"/tmp/wgstore-tests-{XDIST_WORKER}"
+
+# The CLI's tables are as wide as COLUMNS says when stdout is a pipe (200 when unset); xdist's
+# workers get COLUMNS=80 from execnet, and a developer's shell may export its own. The tests
+# read the tables as the CLI prints them when nothing narrows them.
+for _terminal_size in ("COLUMNS", "LINES"):
+    os.environ.pop(_terminal_size, None)
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 _pg_problem: str | None = None
@@ -156,7 +171,11 @@ def ray_session() -> Iterator[None]:
     while not ray.is_initialized():
         try:
             ray.init(
-                num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="wgstore-tests"
+                address="local",  # never join another worker's (or a user's) running cluster
+                num_cpus=4,
+                include_dashboard=False,
+                log_to_driver=False,
+                namespace="wgstore-tests",
             )
         except Exception as error:
             if "timed out during startup" not in str(error) or time.monotonic() > deadline:
@@ -164,3 +183,25 @@ def ray_session() -> Iterator[None]:
             ray.shutdown()
     yield
     ray.shutdown()
+
+
+def _runs_long(item: pytest.Item) -> bool:
+    """Whether ``item`` starts Ray work or says it is slow (most of the suite's time)."""
+    fixtures = getattr(item, "fixturenames", ())
+    return (
+        "ray_session" in fixtures
+        or item.get_closest_marker("ray") is not None
+        or item.get_closest_marker("slow") is not None
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the long tests go first (in their order), the short ones after.
+
+    The workers take tests in collection order; a long test taken last keeps one worker busy
+    while the other has nothing left, and the suite's last minutes ran on one core. Long ones
+    first and the many short ones last let both workers finish together. (Every worker sorts
+    its collection alike, as xdist requires; a run without workers keeps the files' order.)
+    """
+    if XDIST_WORKER:
+        items.sort(key=lambda item: not _runs_long(item))

@@ -31,6 +31,8 @@ from wgstore.events.sql_reader import (
     run_read_only,
 )
 
+# one worker builds the module fixture once
+pytestmark = pytest.mark.xdist_group("sql-hardening")
 _DEADLINE_S = 60.0  # generous under load; every wait below is for a condition
 
 
@@ -326,6 +328,47 @@ def test_preparing_the_reader_gives_up_soon_when_its_lock_is_held(
     assert isinstance(outcome.get("error"), ReaderUnavailableError), outcome
     assert "waited 1 s for the lock" in str(outcome["error"])
     list(run_read_only(scratch.url, "SELECT 1").rows)  # and works once the lock is gone
+
+
+def test_readers_of_stores_in_different_schemas_are_prepared_at_once(scratch: Scratch) -> None:
+    """Preparing a reader grants on the database and revokes on its built-in functions: rows
+    every reader of the database shares. Before the preparers of a database were serialized,
+    two at once (two `wgstore serve` starting) failed with "tuple concurrently updated"."""
+    schemas = [f"wgs_{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    base = sa.engine.make_url(scratch.url).render_as_string(hide_password=False)
+    urls = [f"{base}?options=-csearch_path%3D{schema}" for schema in schemas]
+    with scratch.admin() as admin:
+        for schema in schemas:
+            admin.execute(f"CREATE SCHEMA {schema}")
+    for url in urls:
+        fill(url)
+    start = threading.Barrier(len(urls))
+    outcomes: dict[str, Any] = {}
+
+    def prepare(url: str) -> None:
+        start.wait(_DEADLINE_S)
+        try:
+            outcomes[url] = sql_reader.prepare_reader(url)
+        except Exception as error:  # noqa: BLE001 - asserted below
+            outcomes[url] = error
+
+    threads = [threading.Thread(target=prepare, args=(url,), daemon=True) for url in urls]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(_DEADLINE_S)
+        assert all(not thread.is_alive() for thread in threads), "a preparation never ended"
+        failed = {url: error for url, error in outcomes.items() if isinstance(error, Exception)}
+        assert not failed, failed
+        assert sorted(role.schema for role in outcomes.values()) == sorted(schemas)
+    finally:
+        with scratch.admin() as admin:
+            for schema in schemas:
+                role = reader_role_name(scratch.database, schema)
+                if admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                    admin.execute(f"DROP OWNED BY {role}")
+                    admin.execute(f"DROP ROLE {role}")
 
 
 # ---------------------------------------------------------------------- item 10

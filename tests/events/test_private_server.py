@@ -26,6 +26,8 @@ import pytest
 
 from wgstore.events import EventStore, NewEvent, StoreUnavailableError, event_type
 
+# one worker builds the module fixture once
+pytestmark = pytest.mark.xdist_group("private-postgres")
 T = TypeVar("T")
 
 

@@ -120,3 +120,37 @@ def test_an_upgrade_that_never_gets_its_locks_says_which_transaction_to_end(
             assert current_revision(connection) == "0007_run_read_models"
     finally:
         engine.dispose()
+
+
+def test_stores_in_other_schemas_migrate_while_one_store_s_migrator_holds_its_lock(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The migrators' advisory lock is one per schema: a migration held up in one store (a
+    long upgrade, or one waiting for its locks) does not hold up the stores of other schemas
+    of the database (two test workers, two teams' stores)."""
+    import uuid
+
+    from tests.conftest import _admin_execute, make_pg_schema_url
+
+    monkeypatch.setattr(runner, "UPGRADE_PATIENCE_S", 5.0)  # the old shared lock: an error, soon
+    holder = _psycopg(pg_url)
+    other_schema = f"wgtest_{uuid.uuid4().hex[:12]}"
+    _admin_execute(f"CREATE SCHEMA {other_schema}")
+    try:
+        # What a migrator of the store at pg_url holds for its whole upgrade.
+        holder.execute(
+            "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))",
+            (runner.MIGRATION_LOCK_CLASS,),
+        )
+        other = make_pg_schema_url(other_schema)
+        EventStore.open(other).close()  # migrates to head, never waiting for the holder
+        engine = create_store_engine(other)
+        try:
+            with engine.connect() as connection:
+                assert current_revision(connection) == runner.head_revision()
+        finally:
+            engine.dispose()
+    finally:
+        holder.rollback()
+        holder.close()
+        _admin_execute(f"DROP SCHEMA {other_schema} CASCADE")

@@ -32,7 +32,11 @@ from wgstore.events.worker_group import WorkerInfo
 from wgstore.orchestration.controller import read_run
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.xdist_group("multinode"),  # one worker builds the module fixture once
+]
 
 
 @dataclass(frozen=True)

@@ -100,34 +100,46 @@ class TestSupervisorPolicy:
         assert named.action == "skip" and "does not match 'x*'" in named.reason
         assert all(d.action == "skip" for d in plan(store, max_resumes=0, runs=None))
 
-    def test_two_supervisors_never_resume_one_run_twice(self, store_url: str) -> None:
+    def test_two_supervisors_never_resume_one_run_twice(
+        self, store_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         from wgstore.events import EventStore
+        from wgstore.orchestration import supervise as supervise_module
 
         with EventStore.open(store_url) as setup:
             run_scenarios.running(setup, "lost", lease_expired=True)
         started: list[tuple[str, str]] = []
         lock = threading.Lock()
         barrier = threading.Barrier(2)
+        stops: dict[int, threading.Event] = {}
+
+        def one_pass(*args: Any, **kwargs: Any) -> list[Decision]:
+            # Each supervisor plans once. One that plans after the other took the lease finds
+            # nothing to do (no decision to stop on): before, it kept planning until the
+            # hand-off lease ran out (60 s) and resumed the run a second time.
+            decisions = plan(*args, **kwargs)
+            stops[threading.get_ident()].set()
+            return decisions
+
+        monkeypatch.setattr(supervise_module, "plan", one_pass)
 
         def one_supervisor() -> None:
             with EventStore.open(store_url) as own:
-                stop = threading.Event()
+                stop = stops[threading.get_ident()] = threading.Event()
 
                 def spawn(url: str, run_id: str, holder: str, epoch: int) -> None:
                     with lock:
                         started.append((run_id, holder))
 
-                def decided(decision: Decision) -> None:
-                    stop.set()  # one pass
-
                 barrier.wait()
-                supervise(own, stop=stop, interval_s=0.1, spawn=spawn, on_decision=decided)
+                supervise(own, stop=stop, interval_s=0.1, spawn=spawn)
 
         threads = [threading.Thread(target=one_supervisor) for _ in range(2)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(60)
+        assert not any(thread.is_alive() for thread in threads), "a supervisor did not stop"
         assert len(started) == 1 and started[0][0] == "lost"
         with EventStore.open(store_url) as store:
             assert lease_of(store, "lost").holder == started[0][1]  # type: ignore[union-attr]
