@@ -41,12 +41,13 @@ system-deps:
 	  else echo "chromium not found: the HTML report test will be skipped (fails in CI)"; fi; }
 
 # Two workers (pytest-xdist): most of the suite's time is waiting for Ray, Postgres and
-# subprocesses, so two share the 2-core machine well. Each worker starts its own local Ray;
-# tests that share a module fixture stay on one worker (xdist_group). PYTEST_WORKERS=0: one
-# process, as `pytest` alone runs.
+# subprocesses, so two share the 2-core machine well. Each worker starts its own local Ray. A
+# test file runs whole on one worker (--dist loadfile), so a module fixture (a Ray Train run,
+# the 3-node cluster) is built once; files are handed out in collection order, which puts the
+# files of long tests first (tests/conftest.py). PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 2
 test: $(STAMP) system-deps
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # mypy --strict over the installed package (the strict editable install's link tree, so every
 # wgstore.* import resolves to its source; [tool.mypy] in pyproject.toml).

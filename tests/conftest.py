@@ -198,10 +198,11 @@ def _runs_long(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist, the long tests go first (in their order), the short ones after.
 
-    The workers take tests in collection order; a long test taken last keeps one worker busy
-    while the other has nothing left, and the suite's last minutes ran on one core. Long ones
-    first and the many short ones last let both workers finish together. (Every worker sorts
-    its collection alike, as xdist requires; a run without workers keeps the files' order.)
+    `make test` hands whole files to the workers (``--dist loadfile``) in the order their
+    first test is collected, so the files with long tests go out first and the many files of
+    short tests fill the end: a long file taken last kept one worker busy while the other had
+    nothing left. (Every worker sorts its collection alike, as xdist requires; a run without
+    workers keeps the files' order.)
     """
     if XDIST_WORKER:
         items.sort(key=lambda item: not _runs_long(item))

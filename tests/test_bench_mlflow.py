@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 pytestmark = [
-    pytest.mark.xdist_group("mlflow-bench"),  # one worker builds the module fixture once
     pytest.mark.ray,
     pytest.mark.slow,
     pytest.mark.timeout(900),  # five Ray Train runs: ~30 s on a quiet machine, minutes at load 100

@@ -31,8 +31,6 @@ from wgstore.events.sql_reader import (
     run_read_only,
 )
 
-# one worker builds the module fixture once
-pytestmark = pytest.mark.xdist_group("sql-hardening")
 _DEADLINE_S = 60.0  # generous under load; every wait below is for a condition
 
 

@@ -26,8 +26,6 @@ import pytest
 
 from wgstore.events import EventStore, NewEvent, StoreUnavailableError, event_type
 
-# one worker builds the module fixture once
-pytestmark = pytest.mark.xdist_group("private-postgres")
 T = TypeVar("T")
 
 

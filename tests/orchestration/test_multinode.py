@@ -35,7 +35,6 @@ from wgstore.projections.state import WorkerGroupState, project_worker_group
 pytestmark = [
     pytest.mark.ray,
     pytest.mark.slow,
-    pytest.mark.xdist_group("multinode"),  # one worker builds the module fixture once
 ]
 
 

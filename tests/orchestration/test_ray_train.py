@@ -27,7 +27,6 @@ import pytest
 pytestmark = [
     pytest.mark.ray,
     pytest.mark.slow,
-    pytest.mark.xdist_group("ray-train-run"),  # one worker builds the module fixture once
 ]
 
 ray = pytest.importorskip("ray")

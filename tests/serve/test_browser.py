@@ -24,8 +24,6 @@ from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import WorkerReported
 from wgstore.serve.app import create_app
 
-# one worker builds the module fixture once
-pytestmark = pytest.mark.xdist_group("browser")
 sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need playwright")
 
 TOKEN = "browser-test-token-0123456789abcdef"
