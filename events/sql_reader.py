@@ -466,9 +466,10 @@ def _limit_preparation(admin: Any) -> None:
 
 def _waited(label: str, name: str) -> ReaderUnavailableError:
     return ReaderUnavailableError(
-        f"{label}: waited {_PREPARE_TIMEOUT_S:g} s for the lock that serializes preparing the "
-        f"read-only role {name}, and gave up: another session holds it (pg_locks, locktype "
-        "'advisory', shows which); retry when it ends, or end it"
+        f"{label}: waited {_PREPARE_TIMEOUT_S:g} s for a lock that serializes preparing the "
+        f"read-only role {name} (the role's own, or the one every reader of the database "
+        "shares), and gave up: another session holds it (pg_locks, locktype 'advisory', shows "
+        "which); retry when it ends, or end it"
     )
 
 

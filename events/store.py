@@ -519,11 +519,12 @@ class EventStore:
 
     @property
     def notifier(self) -> Notifier:
-        """The store's wake-ups (Postgres ``LISTEN/NOTIFY``, SQLite's poll of the head, appends
-        made through this object), for a follower that reads what is new itself, on a
-        connection of its own (``wgstore serve``'s): ``generation`` before reading,
-        ``wait_for_wake(generation, timeout_s)`` after. Most code wants :meth:`wait_for_new`,
-        which also reads the head."""
+        """The store's wake-ups, for a follower that reads what is new itself, on a connection
+        of its own (``wgstore serve``'s): ``generation`` before reading, ``wait_for_wake(
+        generation, timeout_s)`` after. Other processes' appends wake it only on Postgres
+        (``LISTEN/NOTIFY``, after ``ensure_listening()``); on SQLite only appends made through
+        this object do, so a follower there reads again after a short timeout (serve's: 10 ms).
+        Most code wants :meth:`wait_for_new`, which also reads the head and polls."""
         self._check_open()
         return self._notifier
 

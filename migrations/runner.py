@@ -135,17 +135,7 @@ def ensure_schema(engine: sa.Engine, url: str, migrate: bool) -> None:
                 connection.exec_driver_sql(
                     f"SET LOCAL lock_timeout = {max(1, int(UPGRADE_LOCK_TIMEOUT_S * 1000))}"
                 )
-                # One migrator at a time per schema; the others wait here, then find the schema
-                # at head. Stores in other schemas of the database migrate meanwhile. (A role
-                # without EXECUTE on advisory locks, see docs/sql.md, migrates alone.)
-                if connection.exec_driver_sql(
-                    "SELECT has_function_privilege('pg_advisory_xact_lock(integer, integer)', "
-                    "'EXECUTE')"
-                ).scalar():
-                    connection.exec_driver_sql(
-                        f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_CLASS}, "
-                        "hashtext(current_schema()))"
-                    )
+                _take_migration_lock(connection)
                 _migrate(connection, url, head)
             return
         except sa_exc.OperationalError as error:
@@ -170,6 +160,19 @@ def ensure_schema(engine: sa.Engine, url: str, migrate: bool) -> None:
             tries + 1,
         )
         time.sleep(pause)  # a backoff between tries, not a wait for a condition
+
+
+def _take_migration_lock(connection: sa.Connection) -> None:
+    """PostgreSQL: hold, until ``connection``'s transaction ends, the lock one store's migrators
+    queue on: one at a time per schema; the others wait here, then find the schema at head.
+    Stores in other schemas of the database migrate meanwhile. (A role without EXECUTE on
+    advisory locks, see docs/sql.md, migrates alone.)"""
+    if connection.exec_driver_sql(
+        "SELECT has_function_privilege('pg_advisory_xact_lock(integer, integer)', 'EXECUTE')"
+    ).scalar():
+        connection.exec_driver_sql(
+            f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_CLASS}, hashtext(current_schema()))"
+        )
 
 
 def _migrate(connection: sa.Connection, url: str, head: str) -> None:

@@ -275,10 +275,11 @@ def group_metric_series(
     """``timeline_data(store, group_id)["metrics"]`` without folding the group's stream: each
     numeric metric's ``[index, value, epoch ms]`` points per rank (thinned the same way).
 
-    The reports come from the read model ``wg_reports`` up to the stream version
-    ``wg_worker_groups`` says the projector folded the group to, and from the log after it (all
-    of them from the log when the projector has not reached the group, or could not fold it). A
-    long run's page then reads the events the projector has not folded yet, not its history.
+    The points come from the read model ``wg_report_points`` (numbered per series when
+    projected; only the kept positions are read) up to the stream version ``wg_worker_groups``
+    says the projector folded the group to, and from the log after it (all of them from the log
+    when the projector has not reached the group, or could not fold it). A long run's page then
+    reads the events the projector has not folded yet, not its history.
 
     Raises:
         StreamNotFoundError: the group has no events.
@@ -301,7 +302,7 @@ def state_and_series(
     """The group's latest state (as :func:`~wgstore.projections.worker_group_state` gives it)
     and its :func:`group_metric_series`, reading each event of the log at most once: the state from
     the newest valid snapshot (the projector saves one with every batch) and the events after
-    it, the series from ``wg_reports`` and the events after what it holds. With neither, one
+    it, the series from ``wg_report_points`` and the events after what it holds. With neither, one
     read and one fold of the whole stream.
 
     Raises:

@@ -171,6 +171,8 @@ class Follower:
                     sent = self._take(reader)
                     if not self.available:
                         self._set_available(True, None)
+                    if postgres:
+                        notifier.ensure_listening()  # (again, if its thread ended)
                 except Exception as error:  # noqa: BLE001 - any failure of the store: banner, retry
                     reader.drop(broken=True)
                     _log.info("the store is unavailable: %s", error)
@@ -179,8 +181,6 @@ class Follower:
                     continue
                 if sent and self._stop.wait(self.message_interval_s):
                     return
-                if postgres:
-                    notifier.ensure_listening()
                 # At once when anything woke it since before the read (an append during the
                 # interval above, or stop); else at the next append or poll.
                 notifier.wait_for_wake(generation, poll_s)

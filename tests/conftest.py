@@ -33,9 +33,13 @@ PG_URL = os.environ.get("WGSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@12
 # folder, and a bare `ray.init()` (in a test's subprocess: `wgstore run`, a Ray Train driver)
 # joins the cluster that file names; a folder per worker keeps each worker's Ray, and what its
 # subprocesses start, apart from the other's.
+# (Short: Ray's socket paths must fit in 107 bytes. Per test run too: two suites at once on one
+# machine must not share it either. Removed when the worker's session ends.)
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_RAY_TMPDIR: str | None = None
 if XDIST_WORKER and "RAY_TMPDIR" not in os.environ:
-    os.environ["RAY_TMPDIR"] = f"/tmp/wgstore-tests-{XDIST_WORKER}"
+    _run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:8]
+    _RAY_TMPDIR = os.environ["RAY_TMPDIR"] = f"/tmp/wgs-{_run}-{XDIST_WORKER}"
 
 # The CLI's tables are as wide as COLUMNS says when stdout is a pipe (200 when unset); xdist's
 # workers get COLUMNS=80 from execnet, and a developer's shell may export its own. The tests
@@ -183,6 +187,14 @@ def ray_session() -> Iterator[None]:
             ray.shutdown()
     yield
     ray.shutdown()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove this worker's Ray temp folder (its Ray has stopped with the session)."""
+    if _RAY_TMPDIR is not None:
+        import shutil
+
+        shutil.rmtree(_RAY_TMPDIR, ignore_errors=True)
 
 
 def _runs_long(item: pytest.Item) -> bool:

@@ -79,7 +79,14 @@ def upgrade() -> None:
         ),
         sqlite_with_rowid=False,
     )
-    numbered = _NUMBERED[op.get_bind().dialect.name]
+    dialect = op.get_bind().dialect.name
+    if dialect == "postgresql":
+        # A projector's batch writes its rows and moves this checkpoint in one transaction:
+        # locking the row lets a batch under way commit first (its reports are numbered below)
+        # and holds the next one until the points exist. (SQLite's migration holds the write
+        # lock throughout.)
+        op.execute("SELECT checkpoint FROM wg_subscriptions WHERE name = 'read-models' FOR UPDATE")
+    numbered = _NUMBERED[dialect]
     op.execute(
         "INSERT INTO wg_report_points "
         "(group_id, metric, world_rank, pos, report_index, value, reported_at) " + numbered

@@ -122,35 +122,60 @@ def test_an_upgrade_that_never_gets_its_locks_says_which_transaction_to_end(
         engine.dispose()
 
 
-def test_stores_in_other_schemas_migrate_while_one_store_s_migrator_holds_its_lock(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The migrators' advisory lock is one per schema: a migration held up in one store (a
-    long upgrade, or one waiting for its locks) does not hold up the stores of other schemas
-    of the database (two test workers, two teams' stores)."""
+def test_the_migration_lock_is_one_per_schema(pg_url: str) -> None:
+    """While a migrator of the store at ``pg_url`` holds its lock, a store in another schema
+    migrates at once (two test workers, two teams' stores: before, one key for the whole
+    database queued them), and a second migrator of the same store waits for it."""
     import uuid
 
     from tests.conftest import _admin_execute, make_pg_schema_url
 
-    monkeypatch.setattr(runner, "UPGRADE_PATIENCE_S", 5.0)  # the old shared lock: an error, soon
-    holder = _psycopg(pg_url)
+    EventStore.open(pg_url).close()
+    engine = create_store_engine(pg_url)
+    with engine.begin() as connection:
+        downgrade(connection, "0010_committed_checkpoints")
     other_schema = f"wgtest_{uuid.uuid4().hex[:12]}"
     _admin_execute(f"CREATE SCHEMA {other_schema}")
-    try:
-        # What a migrator of the store at pg_url holds for its whole upgrade.
-        holder.execute(
-            "SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))",
-            (runner.MIGRATION_LOCK_CLASS,),
-        )
-        other = make_pg_schema_url(other_schema)
-        EventStore.open(other).close()  # migrates to head, never waiting for the holder
-        engine = create_store_engine(other)
+    other_engine = create_store_engine(make_pg_schema_url(other_schema))
+    monitor = _psycopg(pg_url)
+    monitor.autocommit = True
+    holder = engine.connect()
+    outcome: dict[str, Any] = {}
+
+    def same_store() -> None:
         try:
-            with engine.connect() as connection:
-                assert current_revision(connection) == runner.head_revision()
-        finally:
-            engine.dispose()
+            ensure_schema(create_store_engine(pg_url), pg_url, migrate=True)
+            outcome["done"] = True
+        except Exception as error:  # noqa: BLE001 - asserted below
+            outcome["error"] = error
+
+    second = threading.Thread(target=same_store, daemon=True)
+    try:
+        holder.begin()
+        runner._take_migration_lock(holder)  # what a migrator of pg_url's store holds
+        ensure_schema(other_engine, make_pg_schema_url(other_schema), migrate=True)
+        with other_engine.connect() as connection:
+            assert current_revision(connection) == runner.head_revision()
+        second.start()
+        deadline = time.monotonic() + _DEADLINE_S
+        while not monitor.execute(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+            "AND classid = %s",
+            (runner.MIGRATION_LOCK_CLASS,),
+        ).fetchone():
+            assert second.is_alive() and time.monotonic() < deadline, (
+                f"the second migrator of the same store did not wait for the lock: {outcome}"
+            )
+            time.sleep(0.05)  # polling pg_locks with a deadline
+        assert "done" not in outcome
     finally:
         holder.rollback()
         holder.close()
-        _admin_execute(f"DROP SCHEMA {other_schema} CASCADE")
+    second.join(_DEADLINE_S)
+    assert outcome.get("done"), outcome
+    with engine.connect() as connection:
+        assert current_revision(connection) == runner.head_revision()
+    monitor.close()
+    other_engine.dispose()
+    engine.dispose()
+    _admin_execute(f"DROP SCHEMA {other_schema} CASCADE")

@@ -52,10 +52,11 @@ def test_read_models_equal_a_rebuild_after_ten_sigkills_while_events_arrive(
             # of what it does next: mid-batch, between batches, while it waits for events.
             before = checkpoints[-1] if checkpoints else 0
             wait_until(
-                lambda before=before: _checkpoint(store) > before,
+                lambda before=before: _checkpoint(store) > before or writer.poll() is not None,
                 timeout_s=120,
                 what=f"the projector to move the read models past position {before}",
             )
+            assert writer.poll() is None, "the writer stopped before the kills were done"
             time.sleep(rng.uniform(0.0, 0.3))  # the random kill point, not a wait
             kills_while_writing += writer.poll() is None
             projector.send_signal(signal.SIGKILL)
@@ -68,7 +69,6 @@ def test_read_models_equal_a_rebuild_after_ten_sigkills_while_events_arrive(
             writer.kill()
             writer.wait()
     assert kills_while_writing >= 5, "events must keep arriving while the projector is killed"
-    assert checkpoints == sorted(set(checkpoints)), f"no progress between kills: {checkpoints}"
     catch_up_read_models(store)
     kept = _rows(store)
     assert store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() == store.head()
