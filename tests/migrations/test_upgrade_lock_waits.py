@@ -159,8 +159,7 @@ def test_the_migration_lock_is_one_per_schema(pg_url: str) -> None:
         second.start()
         deadline = time.monotonic() + _DEADLINE_S
         while not monitor.execute(
-            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-            "AND classid = %s",
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = %s",
             (runner.MIGRATION_LOCK_CLASS,),
         ).fetchone():
             assert second.is_alive() and time.monotonic() < deadline, (
