@@ -9,6 +9,7 @@ critical path).
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,7 +55,9 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
     """An Alembic ``Config`` for wgstore's migrations, optionally bound to ``connection``."""
     from alembic.config import Config
 
-    config = Config()
+    # Alembic's default ``stdout`` is the sys.stdout of when alembic was imported, which a test
+    # runner's capture (or a redirect) may since have closed: its messages go to today's.
+    config = Config(stdout=sys.stdout)
     config.set_main_option("path_separator", "os")
     config.set_main_option("script_location", str(_HERE))
     config.set_main_option("version_locations", str(_HERE / "versions"))
