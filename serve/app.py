@@ -290,7 +290,7 @@ def create_app(
                     message = await queue.get()
                     if message["kind"] == "closing":
                         return
-                    yield {"event": message["kind"], "data": json.dumps(message)}
+                    yield {"event": message["kind"], "data": message.json}
             finally:
                 follower.unsubscribe(queue)
 

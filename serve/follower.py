@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 import threading
 import time
@@ -33,7 +35,7 @@ from wgstore.events.engine import READ_ONLY_OPTION
 from wgstore.events.notifier import POSTGRES_POLL_S, SQLITE_POLL_S
 from wgstore.events.schema import wg_events
 
-__all__ = ["MAX_EVENT_TYPES", "MESSAGE_INTERVAL_S", "Follower"]
+__all__ = ["MAX_EVENT_TYPES", "MESSAGE_INTERVAL_S", "Follower", "Message"]
 
 _log = logging.getLogger("wgstore.serve")
 
@@ -97,18 +99,18 @@ class Follower:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._subscribers: dict[asyncio.Queue[dict[str, Any]], asyncio.AbstractEventLoop] = {}
+        self._subscribers: dict[asyncio.Queue[Message], asyncio.AbstractEventLoop] = {}
 
     # ------------------------------------------------------------------ subscribers
 
-    def subscribe(self) -> asyncio.Queue[dict[str, Any]]:
+    def subscribe(self) -> asyncio.Queue[Message]:
         """A new queue of messages for the calling event loop's task (a page's stream)."""
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_SIZE)
+        queue: asyncio.Queue[Message] = asyncio.Queue(QUEUE_SIZE)
         with self._lock:
             self._subscribers[queue] = asyncio.get_running_loop()
         return queue
 
-    def unsubscribe(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
+    def unsubscribe(self, queue: asyncio.Queue[Message]) -> None:
         """Stop sending to ``queue`` (its page went away)."""
         with self._lock:
             self._subscribers.pop(queue, None)
@@ -128,7 +130,8 @@ class Follower:
             "head": self.head,
         }
 
-    def _publish(self, message: dict[str, Any]) -> None:
+    def _publish(self, fields: dict[str, Any]) -> None:
+        message = Message(fields)  # one object for every page: its JSON is encoded once
         with self._lock:
             targets = list(self._subscribers.items())
         for queue, loop in targets:
@@ -308,7 +311,17 @@ class _RowReader:
                 connection.close()
 
 
-def _offer(queue: asyncio.Queue[dict[str, Any]], message: dict[str, Any]) -> None:
+class Message(dict[str, Any]):
+    """A message to the pages: the dict, and its JSON, encoded the first time a page's stream
+    sends it and shared by the others (50 open pages were 50 encodings of every message)."""
+
+    @functools.cached_property
+    def json(self) -> str:
+        """The message as JSON text (an SSE event's data)."""
+        return json.dumps(self)
+
+
+def _offer(queue: asyncio.Queue[Message], message: Message) -> None:
     """Put ``message`` on ``queue``, dropping its oldest message when it is full."""
     if queue.full():
         with contextlib.suppress(asyncio.QueueEmpty):

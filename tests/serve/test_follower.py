@@ -5,6 +5,7 @@ once, and it stops at once while it waits out its interval between messages."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from wgstore.events import EventStore
 from wgstore.events.schema import wg_events
 from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import WorkerReported
-from wgstore.serve.follower import Follower
+from wgstore.serve.follower import Follower, Message
 
 BURST = 50  # under the subscriber queue's 64: a follower sending one message each loses none
 
@@ -152,3 +153,32 @@ def test_an_append_after_a_quiet_spell_is_sent_at_once_and_stop_is_prompt(
     started = time.monotonic()
     _stopped(follower)
     assert time.monotonic() - started < 5
+
+
+def test_every_page_gets_the_same_message_encoded_once(
+    writer: EventStore, reader: EventStore
+) -> None:
+    group_id = live_run(writer, "run-shared1")
+    follower = Follower(reader, wait_s=0.5)
+
+    async def follow() -> tuple[Message, Message]:
+        pages = [follower.subscribe(), follower.subscribe()]
+        follower.start()
+        head = writer.head()
+        await asyncio.to_thread(
+            wait_until, lambda: follower.head == head, timeout_s=60, what="the follower primed"
+        )
+        report(writer, group_id, 0, 3, loss=0.25)
+        got = []
+        for queue in pages:
+            message = await asyncio.wait_for(queue.get(), timeout=60)
+            while message["kind"] != "append":
+                message = await asyncio.wait_for(queue.get(), timeout=60)
+            got.append(message)
+        return got[0], got[1]
+
+    first, second = asyncio.run(follow())
+    _stopped(follower)
+    assert first is second  # one object for both pages, so one encoding
+    assert json.loads(first.json) == dict(first)
+    assert [event["type"] for event in first["events"]] == ["WorkerReported"]
