@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -85,16 +86,60 @@ def _with_progress(store: EventStore, label: str, work: Callable[[], int]) -> in
     return int(outcome["handled"])
 
 
+FOLLOW_EVERY_S = 2.0
+"""``catch-up --follow``: the least time between two catch-ups (an executor's own rhythm)."""
+
+
 @projections_app.command("catch-up")
-def catch_up_command(url: UrlOption = DEFAULT_URL) -> None:
-    """Apply the events the read models have not seen yet."""
+def catch_up_command(
+    url: UrlOption = DEFAULT_URL,
+    follow: bool = typer.Option(
+        False,
+        "--follow",
+        help="Keep going: apply new events as they land (at most every --every seconds) until "
+        "Ctrl-C or SIGTERM. For logs that no executor projects: recorded Ray Train runs "
+        "watched with `wgstore serve`.",
+    ),
+    every: float = typer.Option(
+        FOLLOW_EVERY_S, "--every", min=0.1, help="--follow: seconds between catch-ups, at least"
+    ),
+) -> None:
+    """Apply the events the read models have not seen yet (and, with --follow, what comes)."""
     with opened(url, read_only=False) as store:
         handled = _with_progress(store, "catching up", lambda: catch_up_read_models(store))
         checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
-    out_console().print(
-        f"applied {handled} worker-group and run event(s); the read models are up to date "
-        f"(position {checkpoint}; other streams are not read)"
-    )
+        out_console().print(
+            f"applied {handled} worker-group and run event(s); the read models are up to date "
+            f"(position {checkpoint}; other streams are not read)"
+        )
+        if follow:
+            _follow(store, checkpoint, every)
+
+
+def _follow(store: EventStore, checkpoint: int, every_s: float) -> None:
+    """Catch the read models up whenever the log grows, until SIGINT or SIGTERM."""
+    stop = threading.Event()
+
+    def stop_on_signal(_signum: int, _frame: object) -> None:
+        stop.set()
+        store.wake_waiters()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop_on_signal)
+    console = out_console()
+    console.print(f"following the log (a catch-up at most every {every_s:g} s; Ctrl-C stops)")
+    head = checkpoint
+    while not stop.is_set():
+        head = store.wait_for_new(head, timeout_s=60, stop=stop)
+        if stop.is_set():
+            break
+        handled = catch_up_read_models(store)
+        checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+        head = max(head, checkpoint)
+        if handled:
+            console.print(f"applied {handled} event(s), up to position {checkpoint}")
+        stop.wait(every_s)  # the rhythm between catch-ups, not a wait for a condition
+    console.print(f"stopped; the read models are at position {checkpoint}")
 
 
 @projections_app.command("rebuild")

@@ -111,3 +111,53 @@ def test_verify_of_read_models_behind_the_log_is_only_a_note(
 def test_projection_commands_on_a_missing_database_exit_1(cli: Any, tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'none.db'}"
     assert cli("projections", "status", "--url", url).exit_code == 1
+
+
+def test_catch_up_follow_keeps_the_read_models_current_until_interrupted(
+    recorded: Any, history: Any
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.waiting import wait_until
+    from wgstore.events import EventStore
+    from wgstore.projections import READ_MODELS_SUBSCRIPTION
+
+    command = [sys.executable, "-m", "wgstore.cli", "projections", "catch-up", "--follow"]
+    command += ["--every", "0.1", "--url", recorded.url]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        with EventStore.open(recorded.url) as store:
+            checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint
+            wait_until(
+                lambda: checkpoint() == store.head(), timeout_s=120, what="the first catch-up"
+            )
+            group_id = "f0110e5e" * 4
+            history.record_started_group(store, group_id)  # appended while it follows
+            wait_until(
+                lambda: checkpoint() == store.head(),
+                timeout_s=120,
+                what="the follower to apply the new group",
+            )
+            with store.engine.connect() as connection:
+                groups = connection.exec_driver_sql(
+                    f"SELECT count(*) FROM wg_worker_groups WHERE group_id = '{group_id}'"
+                ).scalar()
+            assert groups == 1
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "following the log" in out and "stopped; the read models are at position" in out
+    assert "Traceback" not in err

@@ -6,7 +6,7 @@ blocks and quoted spans. Each runs against a real recorded store whose group and
 with the README's placeholders (``3f2a``, ``7c1e``), with the URL the line names (or
 ``WGSTORE_URL`` when it names none), and must exit 0. Commands that start Ray or never end
 (``run``, ``executor``, ``resume``, ``serve``, ``gc`` and ``supervise`` without ``--dry-run``,
-``events --follow``) are parsed only: no usage error. ``wgstore --url URL groups`` is what users write (issue 24), so the root accepts
+``events --follow``, ``projections catch-up --follow``) are parsed only: no usage error. ``wgstore --url URL groups`` is what users write (issue 24), so the root accepts
 ``--url`` before the command too.
 """
 
@@ -99,7 +99,8 @@ def _only_parsed(path: list[str], args: list[str]) -> bool:
         return True
     if path[0] in ("gc", "supervise") and "--dry-run" not in args:
         return True  # they act (abort, resume) or never end
-    return path[0] == "events" and ("--follow" in args or "-f" in args)
+    # they never end by themselves
+    return path[0] in ("events", "projections") and ("--follow" in args or "-f" in args)
 
 
 EXPECTED_EXIT = {
