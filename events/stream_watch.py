@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from wgstore.events.notifier import Notifier
     from wgstore.events.store import EventStore
 
-__all__ = ["StreamFollower", "StreamWatch"]
+__all__ = ["RowReader", "StreamFollower", "StreamWatch"]
 
 _log = logging.getLogger("wgstore.notifier")
 
@@ -249,7 +249,7 @@ class StreamFollower:
     def _follow(self) -> None:
         postgres = self._store.is_postgres
         poll_s = POSTGRES_POLL_S if postgres else SQLITE_POLL_S
-        reader = _RowReader(self._store)
+        reader = RowReader(self._store, _ROWS)
         failing = False
         try:
             while self._running():
@@ -303,16 +303,19 @@ class StreamFollower:
             self._position = max(position, int(rows[-1][0]))
 
 
-class _RowReader:
-    """The follower's query, on a connection it keeps (autocommit on Postgres: one round trip
-    a read; on SQLite a plain ``BEGIN``, ended after each read so no snapshot stays open)."""
+class RowReader:
+    """A query of new events (``:after`` / ``after`` its one parameter) read again and again on a
+    connection kept between reads: autocommit on Postgres (one round trip a read, no pool
+    pre-ping, no transaction left open); on SQLite a plain ``BEGIN``, ended after each read so
+    no snapshot stays open. The stream follower's, and ``wgstore serve``'s."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, query: Any) -> None:
         self._store = store
+        self._query = query
         self._connection: sa.Connection | None = None
 
     def read(self, after: int) -> list[Any]:
-        """The (position, stream id, type) of up to :data:`PAGE` events after ``after``."""
+        """The query's rows after position ``after``."""
         connection = self._connection
         if connection is None:
             connection = self._store.engine.connect()
@@ -321,7 +324,7 @@ class _RowReader:
             else:
                 connection = connection.execution_options(**{READ_ONLY_OPTION: True})
             self._connection = connection
-        rows = list(connection.execute(_ROWS, {"after": after}))
+        rows = list(connection.execute(self._query, {"after": after}))
         if not self._store.is_postgres:
             connection.rollback()
         return rows

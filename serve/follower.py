@@ -31,9 +31,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from wgstore.events import EventStore
-from wgstore.events.engine import READ_ONLY_OPTION
 from wgstore.events.notifier import POSTGRES_POLL_S, SQLITE_POLL_S
 from wgstore.events.schema import wg_events
+from wgstore.events.stream_watch import RowReader
 
 __all__ = ["MAX_EVENT_TYPES", "MESSAGE_INTERVAL_S", "Follower", "Message"]
 
@@ -253,17 +253,15 @@ class Follower:
             self._publish(self.status())
 
 
-class _RowReader:
-    """The follower's query on a connection it keeps between reads: autocommit on Postgres (one
-    round trip a read, no transaction left open), on SQLite a plain ``BEGIN`` ended after each
-    read so no snapshot stays open. A read that fails on the kept connection is tried once more
-    on a new one (the server restarted since the last read); only that failing is an outage."""
+class _RowReader(RowReader):
+    """The follower's query (position, stream id, type, a report with a checkpoint) on a kept
+    connection (:class:`~wgstore.events.stream_watch.RowReader`). A read that fails on the kept
+    connection is tried once more on a new one (the server restarted since the last read); only
+    that failing is an outage."""
 
     def __init__(self, store: EventStore) -> None:
-        self._store = store
-        self._connection: sa.Connection | None = None
         has_checkpoint = sa.and_(wg_events.c.event_type == "WorkerReported", _has_checkpoint(store))
-        self._query = (
+        query = (
             sa.select(
                 wg_events.c.position,
                 wg_events.c.stream_id,
@@ -274,41 +272,19 @@ class _RowReader:
             .order_by(wg_events.c.position)
             .limit(PAGE)
         )
+        super().__init__(store, query)
 
     def read(self, after: int) -> list[Any]:
         """Up to :data:`PAGE` rows (position, stream id, type, has a checkpoint) after
         ``after``."""
         kept = self._connection is not None
         try:
-            return self._read(after)
+            return super().read(after)
         except Exception:
             if not kept:
                 raise
             self.drop(broken=True)
-            return self._read(after)
-
-    def _read(self, after: int) -> list[Any]:
-        connection = self._connection
-        if connection is None:
-            connection = self._store.engine.connect()
-            if self._store.is_postgres:
-                connection = connection.execution_options(isolation_level="AUTOCOMMIT")
-            else:
-                connection = connection.execution_options(**{READ_ONLY_OPTION: True})
-            self._connection = connection
-        rows = list(connection.execute(self._query, {"after": after}))
-        if not self._store.is_postgres:
-            connection.rollback()
-        return rows
-
-    def drop(self, *, broken: bool = False) -> None:
-        """Give the connection back (``broken``: discard it, it may be dead)."""
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                if broken:
-                    connection.invalidate()
-                connection.close()
+            return super().read(after)
 
 
 class Message(dict[str, Any]):
