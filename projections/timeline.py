@@ -404,10 +404,21 @@ def _thinned_series(store: EventStore, group_id: str, counts: _Counts, tail: _Se
     positions :func:`_grid` keeps out of the whole series (read models + tail) are known from
     the counts alone: only those rows are read, each by primary key (at most
     :data:`MAX_POINTS` a series, however long the run), on both backends."""
-    keys: list[tuple[str, int, int]] = []
-    for (metric, rank), n in sorted(counts.items()):
-        grid = _grid(n + len(tail.get(metric, {}).get(str(rank), ())))
-        keys += [(metric, rank, pos) for pos in grid if pos < n]
+    order = sorted(counts) + [
+        key
+        for key in ((metric, int(rank)) for metric, ranks in tail.items() for rank in ranks)
+        if key not in counts
+    ]
+    grids = {
+        (metric, rank): _grid(counts.get((metric, rank), 0) + len(_tail_of(tail, metric, rank)))
+        for metric, rank in order
+    }
+    keys = [
+        (metric, rank, pos)
+        for (metric, rank), grid in grids.items()
+        for pos in grid
+        if pos < counts.get((metric, rank), 0)
+    ]
     found: dict[tuple[str, int], list[tuple[int, list[Any]]]] = {}
     if keys:
         if is_postgres(store):
@@ -420,20 +431,18 @@ def _thinned_series(store: EventStore, group_id: str, counts: _Counts, tail: _Se
                 (pos, [index, float(value), _row_ms(at)])
             )
     series: _Series = {}
-    for metric, rank in sorted(counts):
-        kept_rows = sorted(found.get((metric, rank), []), key=lambda row: row[0])
-        series.setdefault(metric, {})[str(rank)] = [point for _, point in kept_rows]
-    for metric, ranks in tail.items():
-        for rank_key, points in ranks.items():
-            n = counts.get((metric, int(rank_key)), 0)
-            kept = series.setdefault(metric, {}).setdefault(rank_key, [])
-            grid = _grid(n + len(points))
-            if isinstance(grid, range):
-                kept += points
-            else:
-                on_grid = set(grid)
-                kept += [point for pos, point in enumerate(points, start=n) if pos in on_grid]
+    for (metric, rank), grid in grids.items():
+        n = counts.get((metric, rank), 0)
+        points = _tail_of(tail, metric, rank)  # positions n, n + 1, ... of the series
+        kept = [point for _, point in sorted(found.get((metric, rank), []), key=lambda r: r[0])]
+        kept += [points[pos - n] for pos in grid if pos >= n]
+        series.setdefault(metric, {})[str(rank)] = kept
     return series
+
+
+def _tail_of(tail: _Series, metric: str, rank: int) -> list[list[float]]:
+    """The points of one series that the log holds after the read models (none: ``[]``)."""
+    return tail.get(metric, {}).get(str(rank), [])
 
 
 _NAIVE_EPOCH = datetime(1970, 1, 1)
