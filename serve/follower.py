@@ -193,10 +193,7 @@ class Follower:
     def _prime(self) -> None:
         """The head and the appends per type so far: one ``GROUP BY`` when the server starts."""
         query = sa.select(wg_events.c.event_type, sa.func.count()).group_by(wg_events.c.event_type)
-        checkpoints = sa.select(sa.func.count()).where(
-            wg_events.c.event_type == "WorkerReported",
-            _has_checkpoint(self.store),
-        )
+        checkpoints = sa.select(sa.func.count()).where(_reports_a_checkpoint(self.store))
         counts: Counter[str] = Counter()
         with self.store.engine.connect() as connection:
             head = int(
@@ -260,13 +257,12 @@ class _RowReader(RowReader):
     that failing is an outage."""
 
     def __init__(self, store: EventStore) -> None:
-        has_checkpoint = sa.and_(wg_events.c.event_type == "WorkerReported", _has_checkpoint(store))
         query = (
             sa.select(
                 wg_events.c.position,
                 wg_events.c.stream_id,
                 wg_events.c.event_type,
-                sa.case((has_checkpoint, 1), else_=0),
+                sa.case((_reports_a_checkpoint(store), 1), else_=0),
             )
             .where(wg_events.c.position > sa.bindparam("after"))
             .order_by(wg_events.c.position)
@@ -312,11 +308,14 @@ def _bounded(counts: Counter[str], event_type: str) -> str:
     return "other"
 
 
-def _has_checkpoint(store: EventStore) -> sa.TextClause:
-    """``data`` holds a non-null ``checkpoint`` (the JSON column of each backend)."""
+def _reports_a_checkpoint(store: EventStore) -> sa.ColumnElement[bool]:
+    """The event is a ``WorkerReported`` whose ``data`` holds a non-null ``checkpoint`` (the
+    JSON column of each backend): what ``/metrics`` counts as committed checkpoints."""
     if store.is_postgres:
-        return sa.text("(data->>'checkpoint') IS NOT NULL")
-    return sa.text("json_extract(data, '$.checkpoint') IS NOT NULL")
+        has_checkpoint = sa.text("(data->>'checkpoint') IS NOT NULL")
+    else:
+        has_checkpoint = sa.text("json_extract(data, '$.checkpoint') IS NOT NULL")
+    return sa.and_(wg_events.c.event_type == "WorkerReported", has_checkpoint)
 
 
 def _first_line(error: BaseException) -> str:
