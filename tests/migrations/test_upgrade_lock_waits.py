@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.waiting import wait_until
 from wgstore.events import EventStore
 from wgstore.events.engine import create_store_engine
 from wgstore.migrations import runner
@@ -157,16 +158,24 @@ def test_the_migration_lock_is_one_per_schema(pg_url: str) -> None:
         with other_engine.connect() as connection:
             assert current_revision(connection) == runner.head_revision()
         second.start()
-        deadline = time.monotonic() + _DEADLINE_S
-        while not monitor.execute(
-            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = %s",
-            (runner.MIGRATION_LOCK_CLASS,),
-        ).fetchone():
-            assert second.is_alive() and time.monotonic() < deadline, (
-                f"the second migrator of the same store did not wait for the lock: {outcome}"
+
+        def waits_for_the_lock() -> bool:
+            return bool(
+                monitor.execute(
+                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                    "AND classid = %s",
+                    (runner.MIGRATION_LOCK_CLASS,),
+                ).fetchone()
             )
-            time.sleep(0.05)  # polling pg_locks with a deadline
-        assert "done" not in outcome
+
+        wait_until(
+            lambda: waits_for_the_lock() or not second.is_alive(),
+            timeout_s=_DEADLINE_S,
+            what="the second migrator of the same store to wait for the lock",
+        )
+        assert second.is_alive() and "done" not in outcome, (
+            f"the second migrator of the same store did not wait for the lock: {outcome}"
+        )
     finally:
         holder.rollback()
         holder.close()
