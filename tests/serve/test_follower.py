@@ -76,6 +76,22 @@ def _stopped(follower: Follower) -> None:
     assert not follower._thread.is_alive(), "the follower did not stop"
 
 
+async def _started(follower: Follower, head: int) -> None:
+    """Start ``follower`` and wait until it has primed itself at the log's ``head``."""
+    follower.start()
+    await asyncio.to_thread(
+        wait_until, lambda: follower.head == head, timeout_s=60, what="the follower primed"
+    )
+
+
+async def _next_append(queue: asyncio.Queue[Message]) -> Message:
+    """The next ``append`` message of a page's queue (status messages skipped)."""
+    while True:
+        message = await asyncio.wait_for(queue.get(), timeout=60)
+        if message["kind"] == "append":
+            return message
+
+
 def test_a_burst_is_counted_exactly_and_sent_as_fewer_messages_than_appends(
     writer: EventStore, reader: EventStore
 ) -> None:
@@ -89,10 +105,7 @@ def test_a_burst_is_counted_exactly_and_sent_as_fewer_messages_than_appends(
 
     async def follow() -> tuple[list[dict[str, Any]], int, float]:
         queue = follower.subscribe()
-        follower.start()
-        await asyncio.to_thread(
-            wait_until, lambda: follower.head == start, timeout_s=60, what="the follower primed"
-        )
+        await _started(follower, start)
         assert (follower.type_counts, follower.checkpoints) == _log_counts(writer)
         started = time.monotonic()
         await asyncio.to_thread(_burst, writer, group_id)
@@ -100,9 +113,7 @@ def test_a_burst_is_counted_exactly_and_sent_as_fewer_messages_than_appends(
         end = writer.head()
         messages: list[dict[str, Any]] = []
         while not messages or messages[-1]["head"] < end:
-            message = await asyncio.wait_for(queue.get(), timeout=60)
-            if message["kind"] == "append":
-                messages.append(message)
+            messages.append(await _next_append(queue))
         return messages, end, took
 
     try:
@@ -136,16 +147,10 @@ def test_an_append_after_a_quiet_spell_is_sent_at_once_and_stop_is_prompt(
 
     async def follow() -> list[dict[str, Any]]:
         queue = follower.subscribe()
-        follower.start()
-        head = writer.head()
-        await asyncio.to_thread(
-            wait_until, lambda: follower.head == head, timeout_s=60, what="the follower primed"
-        )
+        await _started(follower, writer.head())
         report(writer, group_id, 0, 7, loss=0.5)
-        while True:  # well within the 600 s interval: the first message is not held back
-            message = await asyncio.wait_for(queue.get(), timeout=60)
-            if message["kind"] == "append":
-                return [message]
+        # well within the 600 s interval: the first message is not held back
+        return [await _next_append(queue)]
 
     (message,) = asyncio.run(follow())
     assert [event["type"] for event in message["events"]] == ["WorkerReported"]
@@ -163,22 +168,14 @@ def test_every_page_gets_the_same_message_encoded_once(
 
     async def follow() -> tuple[Message, Message]:
         pages = [follower.subscribe(), follower.subscribe()]
-        follower.start()
-        head = writer.head()
-        await asyncio.to_thread(
-            wait_until, lambda: follower.head == head, timeout_s=60, what="the follower primed"
-        )
+        await _started(follower, writer.head())
         report(writer, group_id, 0, 3, loss=0.25)
-        got = []
-        for queue in pages:
-            message = await asyncio.wait_for(queue.get(), timeout=60)
-            while message["kind"] != "append":
-                message = await asyncio.wait_for(queue.get(), timeout=60)
-            got.append(message)
-        return got[0], got[1]
+        return await _next_append(pages[0]), await _next_append(pages[1])
 
-    first, second = asyncio.run(follow())
-    _stopped(follower)
+    try:
+        first, second = asyncio.run(follow())
+    finally:
+        _stopped(follower)
     assert first is second  # one object for both pages, so one encoding
     assert json.loads(first.json) == dict(first)
     assert [event["type"] for event in first["events"]] == ["WorkerReported"]
