@@ -48,14 +48,14 @@ def train_loop(config):
     start = 0
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
-        with checkpoint.as_directory() as path, open(os.path.join(path, "s.json")) as f:
+        with checkpoint.as_directory() as path, open(os.path.join(path, f"s{rank}.json")) as f:
             start = json.load(f)["step"] + 1
     for step in range(start, 10_000):
         time.sleep(config["step_s"])
         with open(config["steps_file"], "a") as f:
             f.write(f"{rank} {step} {time.time()}\\n")
         with tempfile.TemporaryDirectory() as d:
-            with open(os.path.join(d, "s.json"), "w") as f:
+            with open(os.path.join(d, f"s{rank}.json"), "w") as f:  # a file a rank: one shared folder
                 json.dump({"step": step}, f)
             ray.train.report({"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d))
 

@@ -33,9 +33,12 @@ def train_func(config: dict[str, Any]) -> dict[str, float]:
     rank = context.get_world_rank()
     steps = int(config.get("steps", 5))
     w, b, start = 0.0, 0.0, 0
+    # Every rank writes its own file: Ray Train uploads each rank's checkpoint directory into
+    # one shared folder, so two ranks writing the same file name would overwrite each other.
+    state_file = f"state-rank{rank}.json"
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:  # a retry resumes from the latest checkpoint
-        with checkpoint.as_directory() as path, open(os.path.join(path, "state.json")) as f:
+        with checkpoint.as_directory() as path, open(os.path.join(path, state_file)) as f:
             state = json.load(f)
         w, b, start = state["w"], state["b"], state["step"] + 1
     rng = random.Random(1234 + rank)
@@ -50,7 +53,7 @@ def train_func(config: dict[str, Any]) -> dict[str, float]:
         loss = sum(((w * x + b) - y) ** 2 for x, y in points) / len(points)
         metrics = {"step": step, "loss": loss, "w": w, "b": b}
         with tempfile.TemporaryDirectory() as directory:
-            with open(os.path.join(directory, "state.json"), "w") as f:
+            with open(os.path.join(directory, state_file), "w") as f:
                 json.dump({"w": w, "b": b, "step": step}, f)
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(directory))
     return {"w": w, "b": b}

@@ -39,16 +39,17 @@ def train_loop(config: dict[str, Any]) -> None:
 
     rank = ray.train.get_context().get_world_rank()
     start = 0
+    state_file = f"state-rank{rank}.json"  # one file a rank: the ranks share one folder
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
-        with checkpoint.as_directory() as path, open(os.path.join(path, "state.json")) as f:
+        with checkpoint.as_directory() as path, open(os.path.join(path, state_file)) as f:
             start = json.load(f)["step"] + 1
     for step in range(start, int(config["steps"])):
         with open(config["steps_file"], "a") as f:
             f.write(f"{rank} {step}\n")
         time.sleep(float(config["step_s"]))
         with tempfile.TemporaryDirectory() as directory:
-            with open(os.path.join(directory, "state.json"), "w") as f:
+            with open(os.path.join(directory, state_file), "w") as f:
                 json.dump({"step": step}, f)
             ray.train.report(
                 {"step": step}, checkpoint=ray.train.Checkpoint.from_directory(directory)
