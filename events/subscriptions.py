@@ -86,18 +86,24 @@ class Subscription:
         *,
         transactional: bool = False,
         batch_size: int = 500,
+        max_batches: int | None = None,
     ) -> int:
         """Hand every event available now to ``handler``, batch by batch; return how many.
 
         ``handler(batch)`` by default (at-least-once: the checkpoint is saved after the batch);
         ``handler(connection, batch)`` with ``transactional=True`` (exactly-once).
+        ``max_batches`` stops after that many batches, caught up or not (a caller that must not
+        spend long on a big backlog); None goes on until caught up.
         """
         handled = 0
-        while True:
+        batches = 0
+        while max_batches is None or batches < max_batches:
             count = self._process_batch(handler, transactional, batch_size)
             handled += count
+            batches += 1
             if count < batch_size:
-                return handled
+                break
+        return handled
 
     def run(
         self,

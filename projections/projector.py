@@ -92,11 +92,14 @@ PROJECTED_STREAMS = (GROUP_STREAM_PREFIX, RUN_STREAM_PREFIX)
 """The stream id prefixes the projector reads (a ``streams`` filter of ``read_all``)."""
 
 
-def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
+def catch_up_read_models(
+    store: EventStore, *, batch_size: int = 500, max_batches: int | None = None
+) -> int:
     """Apply every worker-group and run event the read models have not seen yet; return how many.
 
     Events of other streams are not read; the checkpoint moves past them (to the log's head once
-    caught up).
+    caught up). ``max_batches`` bounds the work of one call (``batch_size`` events a batch) for a
+    caller that must not spend long on a backlog: the rest waits for the next call.
 
     Safe to run from several processes at once: the checkpoint moves by compare-and-set, so a
     batch is applied by exactly one of them (the others retry from the new checkpoint).
@@ -112,6 +115,7 @@ def catch_up_read_models(store: EventStore, *, batch_size: int = 500) -> int:
                     lambda connection, batch: apply_read_model_batch(store, connection, batch),
                     transactional=True,
                     batch_size=batch_size,
+                    max_batches=max_batches,
                 )
             )
             return handled

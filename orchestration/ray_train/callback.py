@@ -136,6 +136,10 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             and renews while it lives. When the driver dies, Ray ends the controller, the lease
             lapses, and within ``lease_s`` the run shows as orphaned (``wgstore runs``), for
             ``wgstore gc`` to end or ``wgstore resume`` / ``supervise`` to continue.
+        read_models_interval_s: bring the SQL read models up to date at most this often while
+            the run is recorded, and once at its end (off the hooks, in the writer's thread), as
+            an executor does for wgstore's own runs; ``None`` leaves them to ``wgstore
+            projections catch-up``.
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         hold_s: float = 30.0,
         lease_s: float = 30.0,
         continue_run: ContinueRun | None = None,
+        read_models_interval_s: float | None = 2.0,
     ) -> None:
         if not isinstance(url, str) or "://" not in url:
             raise ValueError(
@@ -165,6 +170,11 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             raise ValueError(f"lease_s must be > 0 seconds, got {lease_s!r}")
         self.lease_s = float(lease_s)
         self.continue_run = continue_run
+        if read_models_interval_s is not None and not read_models_interval_s >= 0:
+            raise ValueError(
+                f"read_models_interval_s must be >= 0 seconds or None, got {read_models_interval_s!r}"
+            )
+        self.read_models_interval_s = read_models_interval_s
         self._reset()
         self._driver_part: run_spec.DriverPart | None = None
 
@@ -205,6 +215,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             "hold_s": self.hold_s,
             "lease_s": self.lease_s,
             "continue_run": self.continue_run,
+            "read_models_interval_s": self.read_models_interval_s,
             "_driver_part": self._capture_driver_part() if self.continue_run is None else None,
         }
 
@@ -341,7 +352,11 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         # Held until training starts (or hold_s): the store's open then does not compete
         # with the controller while it starts the workers.
         self._writer = BackgroundWriter(
-            self._open_store, url=self.url, retry_limit_s=self.retry_limit_s, hold_s=self.hold_s
+            self._open_store,
+            url=self.url,
+            retry_limit_s=self.retry_limit_s,
+            hold_s=self.hold_s,
+            read_models_interval_s=self.read_models_interval_s,
         )
         scaling = train_run_context.scaling_config
         failure = run_config.failure_config

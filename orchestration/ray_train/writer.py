@@ -10,6 +10,11 @@ submitted, so a retry after a lost reply writes nothing twice (the store's idemp
 Failures are reported in the log of the process (the Ray Train controller's log), never raised
 into the caller unless it asked (``strict``): :meth:`BackgroundWriter.check` raises
 :class:`RecordingError` once a batch could not be written within ``retry_limit_s``.
+
+With ``read_models_interval_s`` the thread also brings the SQL read models up to date after it
+writes (at most that often, a bounded amount each time, and once more at close), as an executor
+does for the groups it runs: the pages of ``wgstore serve``, ``wgstore runs`` and ``/metrics``
+then read a recorded run from the read models instead of folding the log.
 No Ray here: the writer is tested without it.
 """
 
@@ -55,6 +60,11 @@ _PERMANENT = (
     ValueError,
 )
 """Errors a retry cannot fix (the events themselves are wrong): the batch is dropped, reported."""
+
+READ_MODEL_BATCHES = 4
+"""Batches of 500 events one read-model catch-up of the writer applies at most: a log whose read
+models are far behind (nobody projected it) is caught up a little at a time, never in one long
+stretch of the controller's CPU; ``wgstore projections catch-up`` does the rest at once."""
 
 
 class RecordingError(WgstoreError):
@@ -105,6 +115,9 @@ class BackgroundWriter:
             loads SQLAlchemy and the driver (~0.3 s of CPU in the caller's process, under its
             GIL): held while the caller is busy (a Ray Train controller starting its workers),
             it runs when the caller is mostly waiting. Events are queued meanwhile, not lost.
+        read_models_interval_s: after writing, bring the SQL read models up to date at most
+            this often (:data:`READ_MODEL_BATCHES` batches a time), and once more at close;
+            None leaves them to others. A failure is logged, never retried into the writes.
     """
 
     def __init__(
@@ -119,6 +132,7 @@ class BackgroundWriter:
         max_backoff_s: float = 2.0,
         linger_s: float = 0.2,
         hold_s: float = 0.0,
+        read_models_interval_s: float | None = None,
     ) -> None:
         self._open_store = open_store
         self._raw_url = url
@@ -144,6 +158,11 @@ class BackgroundWriter:
         self._failing_since: float | None = None
         self._failure: RecordingError | None = None
         self._first_error = ""
+        self._read_models_interval_s = read_models_interval_s
+        self._read_models_due = 0.0
+        self._unprojected = False
+        """Whether events were written since the read models were last caught up."""
+        self._read_models_failing = False
         self.stats = WriterStats()
         self._thread = threading.Thread(target=self._run, name="wgstore-ray-train-writer")
         self._thread.daemon = True
@@ -263,23 +282,71 @@ class BackgroundWriter:
         while True:
             with self._cond:
                 self._hold()
-                while not self._queue and not self._closing:
-                    self._cond.wait()
-                if not self._queue:
+                self._wait_for_work()
+                if not self._queue and self._closing:
                     break
-                self._linger()
-                batch = self._take_batch()
-                self._busy = len(batch)
-            try:
-                self._write(batch)
-            finally:
-                with self._cond:
-                    self._busy = 0
-                    self._batch_started = None
-                    self._cond.notify_all()
+                batch: list[_Item] = []
+                if self._queue:
+                    self._linger()
+                    batch = self._take_batch()
+                    self._busy = len(batch)
+            if batch:
+                try:
+                    self._write(batch)
+                finally:
+                    with self._cond:
+                        self._busy = 0
+                        self._batch_started = None
+                        self._cond.notify_all()
             if self._past_close_deadline():
                 break
+            self._catch_up_read_models(final=False)
+        if not self._past_close_deadline():
+            self._catch_up_read_models(final=True)
         self._close_store()
+
+    def _wait_for_work(self) -> None:
+        """Wait (lock held) for events to write, for close, or for a read-model catch-up
+        that has come due."""
+        while not self._queue and not self._closing:
+            due_in = self._read_models_due_in()
+            if due_in is not None and due_in <= 0:
+                return
+            self._cond.wait(due_in)
+
+    def _read_models_due_in(self) -> float | None:
+        """Seconds until the read models should be caught up (None: nothing to catch up)."""
+        if self._read_models_interval_s is None or not self._unprojected or self._store is None:
+            return None
+        return self._read_models_due - time.monotonic()
+
+    def _catch_up_read_models(self, *, final: bool) -> None:
+        """Bring the read models up to date with what this writer wrote, if due (or ``final``).
+
+        A bounded amount of work (:data:`READ_MODEL_BATCHES`); a failure is logged once per
+        spell and tried again at the next interval, never raised (the record is the log)."""
+        due_in = self._read_models_due_in()
+        if due_in is None or (due_in > 0 and not final):
+            return
+        self._read_models_due = time.monotonic() + (self._read_models_interval_s or 0.0)
+        self._unprojected = False
+        try:
+            from wgstore.projections.projector import catch_up_read_models
+
+            catch_up_read_models(self._store, max_batches=READ_MODEL_BATCHES)
+        except Exception as error:  # noqa: BLE001 - derived data: the log is already written
+            self._unprojected = True
+            if not self._read_models_failing:
+                self._read_models_failing = True
+                logger.warning(
+                    "wgstore: the read models of %s were not caught up (%s: %s); the log is "
+                    "complete, `wgstore projections catch-up` brings them up to date",
+                    self._url,
+                    type(error).__name__,
+                    error,
+                )
+            return
+        self._read_models_failing = False
 
     def _hold(self) -> None:
         """Wait (lock held) until the hold ends: :meth:`release`, ``hold_s`` passed, a flush,
@@ -408,6 +475,7 @@ class BackgroundWriter:
     def _on_success(self, size: int) -> None:
         self.stats.written += size
         self.stats.batches += 1
+        self._unprojected = True
         if self._failing_since is not None:
             outage = time.monotonic() - self._failing_since
             self.stats.outage_s += outage

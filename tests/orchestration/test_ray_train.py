@@ -39,10 +39,10 @@ from wgstore.cli import app  # noqa: E402
 from wgstore.events import EventStore  # noqa: E402
 from wgstore.events.streams import group_stream, run_stream  # noqa: E402
 from wgstore.events.worker_group import WorkerReported  # noqa: E402
-from wgstore.projections import catch_up_read_models  # noqa: E402
 from wgstore.projections.ray_train import ray_train_run, ray_train_run_attempt  # noqa: E402
 from wgstore.projections.run_state import project_run  # noqa: E402
 from wgstore.projections.state import project_worker_group  # noqa: E402
+from wgstore.projections.views import read_models_current  # noqa: E402
 
 STEPS = 4
 
@@ -131,8 +131,8 @@ def test_the_run_is_in_every_wgstore_tool(clean_run: Run, tmp_path: Path) -> Non
     assert page.stat().st_size > 1000 and "loss" in page.read_text()
     verify = _cli("verify", "--url", url).output
     assert "hash chains" in verify
-    with EventStore.open(url) as store:
-        catch_up_read_models(store)
+    with EventStore.open(url) as store:  # the recorder caught them up, no one else did
+        assert read_models_current(store)
     rows = _cli(
         "sql",
         "--url",

@@ -339,3 +339,111 @@ def test_a_writer_fenced_off_before_opening_drops_what_it_held(
     assert writer.stats.dropped == 6 and writer.stats.written == 0
     assert reader.stream_version("run-r2") == 0
     assert any("held by 'resume-b'" in p for p in writer.stats.problems)
+
+
+def _projected(store: EventStore) -> int:
+    """Where the read models' checkpoint stands."""
+    from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
+
+    checkpoint: int = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+    return checkpoint
+
+
+def test_the_writer_keeps_the_read_models_current_while_it_writes_and_at_close(
+    store_url: str, reader: EventStore
+) -> None:
+    writer = BackgroundWriter(
+        lambda: EventStore.open(store_url), url=store_url, linger_s=0.0, read_models_interval_s=0.1
+    )
+    writer.submit("run-rm", _events(3))
+    # caught up after the interval, with no later write to trigger it
+    _wait(lambda: reader.head() == 3 and _projected(reader) == 3)
+    writer.submit("run-rm", _events(2, "end"))
+    assert writer.close(timeout_s=30)
+    assert reader.head() == 5 and _projected(reader) == 5  # the close caught the rest up
+
+
+def test_without_an_interval_the_writer_leaves_the_read_models_alone(
+    store_url: str, reader: EventStore
+) -> None:
+    writer = BackgroundWriter(lambda: EventStore.open(store_url), url=store_url)
+    writer.submit("run-rm", _events(3))
+    assert writer.close(timeout_s=30)
+    assert reader.head() == 3 and _projected(reader) == 0
+
+
+def test_the_writer_catches_a_backlog_up_a_bounded_amount_at_a_time(
+    store_url: str, reader: EventStore
+) -> None:
+    """A log nobody projected: one catch-up of the writer applies at most READ_MODEL_BATCHES
+    batches of 500 (the controller's CPU is not spent on others' backlog in one go)."""
+    from wgstore.orchestration.ray_train.writer import READ_MODEL_BATCHES
+
+    backlog = READ_MODEL_BATCHES * 500 + 300
+    reader.append("run-old", _events(backlog, "old"))
+    writer = BackgroundWriter(
+        lambda: EventStore.open(store_url), url=store_url, read_models_interval_s=3600.0
+    )
+    writer.submit("run-rm", _events(1))
+    assert writer.close(timeout_s=60)  # the interval never came: only the final catch-up ran
+    assert reader.head() == backlog + 1
+    assert _projected(reader) == READ_MODEL_BATCHES * 500
+
+
+def _block_read_models(store: EventStore, *, blocked: bool) -> None:
+    """Make the read models' checkpoint unwritable (a trigger that raises), or writable again."""
+    import sqlalchemy as sa
+
+    message = "read models unwritable (test)"
+    with store.engine.begin() as connection:
+        if store.is_postgres:
+            if blocked:
+                connection.execute(
+                    sa.text(
+                        "CREATE FUNCTION wg_test_block() RETURNS trigger LANGUAGE plpgsql AS "
+                        f"$$ BEGIN RAISE EXCEPTION '{message}'; END $$"
+                    )
+                )
+                connection.execute(
+                    sa.text(
+                        "CREATE TRIGGER wg_test_block BEFORE INSERT OR UPDATE ON wg_subscriptions "
+                        "FOR EACH ROW EXECUTE FUNCTION wg_test_block()"
+                    )
+                )
+            else:
+                connection.execute(sa.text("DROP TRIGGER wg_test_block ON wg_subscriptions"))
+                connection.execute(sa.text("DROP FUNCTION wg_test_block()"))
+        elif blocked:
+            for what in ("INSERT", "UPDATE"):
+                connection.execute(
+                    sa.text(
+                        f"CREATE TRIGGER wg_test_block_{what} BEFORE {what} ON wg_subscriptions "
+                        f"BEGIN SELECT RAISE(ABORT, '{message}'); END"
+                    )
+                )
+        else:
+            for what in ("INSERT", "UPDATE"):
+                connection.execute(sa.text(f"DROP TRIGGER wg_test_block_{what}"))
+
+
+def test_a_read_model_failure_is_logged_once_loses_no_event_and_is_tried_again(
+    store_url: str, reader: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    _block_read_models(reader, blocked=True)
+    writer = BackgroundWriter(
+        lambda: EventStore.open(store_url), url=store_url, linger_s=0.0, read_models_interval_s=0.05
+    )
+    with caplog.at_level(logging.WARNING, logger="wgstore.ray_train"):
+        writer.submit("run-rm", _events(2))
+
+        def said() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "read models" in r.getMessage()]
+
+        _wait(lambda: len(said()) == 1)
+        writer.submit("run-rm", _events(1, "more"))  # writing goes on meanwhile
+        _wait(lambda: reader.head() == 3)
+        _block_read_models(reader, blocked=False)
+        _wait(lambda: _projected(reader) == 3)  # tried again at a later interval
+        assert writer.close(timeout_s=30)
+    assert _reasons(reader, "run-rm") == ["e0", "e1", "more0"] and writer.stats.dropped == 0
+    assert len(said()) == 1 and "projections catch-up" in said()[0]
