@@ -1,9 +1,9 @@
 """One metric's series of a run: what a chart of the run plots, from the read model ``wg_reports``.
 
-:func:`metric_series` answers with one indexed query when the read models are current with the
-log: the run's attempts from ``wg_worker_groups`` (index ``(run_id, attempt)``), their reports
+:func:`metric_series` answers with one indexed query when the read models have applied every
+event of the run: the run's attempts from ``wg_worker_groups`` (index ``(run_id, attempt)``), their reports
 of one rank from ``wg_reports`` (primary key ``(group_id, world_rank, report_index)``). When the
-read models are behind, it reads the run's streams instead (always right, slower: every event of
+read models lag on that run, it reads the run's streams instead (always right, slower: every event of
 every attempt is read and decoded). bench/README.md ("The recorder against MLflow") has the
 numbers beside MLflow's ``get_metric_history``.
 """
@@ -19,10 +19,11 @@ import sqlalchemy as sa
 from wgstore.events import EventStore
 from wgstore.events._translate import translate_errors
 from wgstore.events.schema import wg_reports, wg_worker_groups
-from wgstore.events.streams import group_stream
-from wgstore.events.worker_group import WorkerReported
-from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
+from wgstore.events.streams import group_id_of, group_stream
+from wgstore.events.worker_group import WorkerGroupStartRequested, WorkerReported
+from wgstore.projections.behind import read_models_behind, runs_moved
 from wgstore.projections.queries import run_state
+from wgstore.projections.views import run_streams
 
 __all__ = ["MetricPoint", "metric_series"]
 
@@ -45,12 +46,14 @@ def metric_series(
     """The values of metric ``name`` that rank ``world_rank`` reported in run ``run_id``, in
     order (attempt, then report index); reports without that metric are left out.
 
-    From the read models when they are current with the log, else from the run's streams.
+    From the read models when they have applied every event of the run (its stream and its
+    groups'; :mod:`wgstore.projections.behind`), else from the run's streams.
 
     Raises:
         StreamNotFoundError: no run ``run_id`` (only when read from the log).
     """
-    if store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() < store.head():
+    behind = read_models_behind(store)
+    if behind is None or (not behind.current and run_id in runs_moved(store, behind)):
         return _from_log(store, run_id, name, world_rank)
     query = (
         sa.select(wg_worker_groups.c.attempt, wg_reports.c.report_index, wg_reports.c.metrics)
@@ -72,14 +75,28 @@ def metric_series(
 
 
 def _from_log(store: EventStore, run_id: str, name: str, world_rank: int) -> list[MetricPoint]:
-    points = []
-    for attempt, group_id in enumerate(run_state(store, run_id).groups, start=1):
+    """The series from the run's streams: its groups (those its controller named and those
+    started for it, as a Ray Train run's are), each numbered by its start request's attempt."""
+    state = run_state(store, run_id)  # no such run: StreamNotFoundError
+    group_ids = {group_id_of(s) for s in run_streams(store, run_id)} | set(state.groups)
+    attempts = []
+    for group_id in sorted(g for g in group_ids if g):
+        attempt = 0
+        points = []
         for record in store.read_stream(group_stream(group_id)):
             event = record.event
-            if (
+            if isinstance(event, WorkerGroupStartRequested):
+                attempt = event.attempt or 0
+            elif (
                 isinstance(event, WorkerReported)
                 and event.world_rank == world_rank
                 and name in event.metrics
             ):
-                points.append(MetricPoint(attempt, event.index, event.metrics[name]))
-    return points
+                points.append((event.index, event.metrics[name]))
+        attempts.append((attempt, group_id, points))
+    attempts.sort(key=lambda found: (found[0], found[1]))
+    return [
+        MetricPoint(attempt, index, value)
+        for attempt, _group_id, points in attempts
+        for index, value in sorted(points, key=lambda point: point[0])
+    ]

@@ -74,11 +74,14 @@ if TYPE_CHECKING:
     from wgstore.events.store import EventStore
 
 __all__ = [
+    "ATTEMPT_COLUMNS",
     "PROJECTED_STREAMS",
     "PROJECTOR_SNAPSHOT",
     "READ_MODELS_SUBSCRIPTION",
     "apply_read_model_batch",
+    "attempt_of_row",
     "catch_up_read_models",
+    "fold_run",
     "follow_read_models",
     "read_model_rows",
     "rebuild_read_models",
@@ -672,7 +675,7 @@ def _apply_runs(
         records = earlier + new
         if not isinstance(records[0].event, RunCreated):
             continue  # not a run: a program's own stream named run-*
-        state, error = _fold_run(records)
+        state, error = fold_run(records)
         row = run_row(state, _attempts(connection, state))
         row["projection_error"] = error
         rows = [row]
@@ -685,7 +688,7 @@ def _apply_runs(
             connection.execute(wg_run_decisions.insert(), decisions)
 
 
-def _fold_run(records: list[RecordedEvent]) -> tuple[RunState, str | None]:
+def fold_run(records: list[RecordedEvent]) -> tuple[RunState, str | None]:
     """Fold a run stream (it begins with RunCreated): the state as of its last good event, and
     why the fold stopped there (``None`` when it did not)."""
     state = evolve_run(None, records[0])
@@ -697,41 +700,47 @@ def _fold_run(records: list[RecordedEvent]) -> tuple[RunState, str | None]:
     return state, None
 
 
+ATTEMPT_COLUMNS = (
+    wg_worker_groups.c.group_id,
+    wg_worker_groups.c.run_id,
+    wg_worker_groups.c.attempt,
+    wg_worker_groups.c.status,
+    wg_worker_groups.c.outcome,
+    wg_worker_groups.c.requested_at,
+    wg_worker_groups.c.latest_checkpoint,
+    wg_worker_groups.c.checkpoint_committed_at,
+    wg_worker_groups.c.latest_reported_checkpoint,
+    wg_worker_groups.c.error_type,
+    wg_worker_groups.c.error_message,
+)
+"""The ``wg_worker_groups`` columns an :class:`~wgstore.projections.run_rows.Attempt` is made
+of (:func:`attempt_of_row`)."""
+
+
+def attempt_of_row(row: Any) -> Attempt:
+    """The attempt a ``wg_worker_groups`` row (:data:`ATTEMPT_COLUMNS`) stands for."""
+    committed_at = row.checkpoint_committed_at
+    return Attempt(
+        group_id=row.group_id,
+        attempt=row.attempt,
+        status=row.status,
+        outcome=row.outcome,
+        requested_at=None if row.requested_at is None else to_utc(row.requested_at),
+        latest_checkpoint=row.latest_checkpoint,
+        checkpoint_committed_at=None if committed_at is None else to_utc(committed_at),
+        latest_reported_checkpoint=row.latest_reported_checkpoint,
+        error=None if row.error_type is None else f"{row.error_type}: {row.error_message}",
+    )
+
+
 def _attempts(connection: sa.Connection, run: RunState) -> list[Attempt]:
     """The run's attempts as ``wg_worker_groups`` holds them (this batch's rows included)."""
     table = wg_worker_groups
-    query = sa.select(
-        table.c.group_id,
-        table.c.attempt,
-        table.c.status,
-        table.c.outcome,
-        table.c.requested_at,
-        table.c.latest_checkpoint,
-        table.c.checkpoint_committed_at,
-        table.c.latest_reported_checkpoint,
-        table.c.error_type,
-        table.c.error_message,
-    ).where(
+    query = sa.select(*ATTEMPT_COLUMNS).where(
         sa.or_(table.c.run_id == run.run_id, table.c.group_id.in_(run.groups)),
         table.c.projection_error.is_(None),
     )
-    attempts = [
-        Attempt(
-            group_id=row.group_id,
-            attempt=row.attempt,
-            status=row.status,
-            outcome=row.outcome,
-            requested_at=None if row.requested_at is None else to_utc(row.requested_at),
-            latest_checkpoint=row.latest_checkpoint,
-            checkpoint_committed_at=None
-            if row.checkpoint_committed_at is None
-            else to_utc(row.checkpoint_committed_at),
-            latest_reported_checkpoint=row.latest_reported_checkpoint,
-            error=None if row.error_type is None else f"{row.error_type}: {row.error_message}",
-        )
-        for row in connection.execute(query)
-    ]
-    return order_attempts(run, attempts)
+    return order_attempts(run, [attempt_of_row(row) for row in connection.execute(query)])
 
 
 def read_model_rows(connection: sa.Connection) -> Mapping[str, list[tuple[Any, ...]]]:

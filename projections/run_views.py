@@ -1,8 +1,8 @@
 """Read-side views of runs: what ``wgstore runs`` and ``wgstore report --run`` ask of the store.
 
 - :func:`run_summaries`: one summary per run (state, attempts, failures used against the budget,
-  latest checkpoint, orphaned), from the read model ``wg_runs`` when it is current with the log,
-  else folded from the log.
+  latest checkpoint, orphaned), from the read model ``wg_runs`` with what it has not caught up
+  on folded from the log (:mod:`wgstore.projections.behind`).
 - :func:`run_detail`: one run with every attempt (its group's status, outcome and failure, and the
   decision taken about it), every decision, transition and controller, folded from the log.
 - :func:`resolve_run_id`: a run id from a unique prefix.
@@ -24,9 +24,11 @@ from wgstore.events import EventStore, RecordedEvent
 from wgstore.events._translate import translate_errors
 from wgstore.events.leases import Lease, lease_of, leases
 from wgstore.events.run import RunCreated
-from wgstore.events.schema import wg_runs
-from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of
+from wgstore.events.schema import wg_runs, wg_worker_groups
+from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of, run_stream
+from wgstore.projections.behind import Behind, read_models_behind
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
+from wgstore.projections.projector import ATTEMPT_COLUMNS, attempt_of_row, fold_run
 from wgstore.projections.queries import run_state, worker_group_state
 from wgstore.projections.rows import (
     UNREADABLE,
@@ -47,7 +49,6 @@ from wgstore.projections.values import to_utc
 from wgstore.projections.views import (
     current_summaries,
     iter_groups,
-    read_models_current,
     resolve_id,
     run_streams,
 )
@@ -136,19 +137,78 @@ def summaries_from_log(store: EventStore, now: datetime) -> list[RunSummary]:
 
 
 def summaries_from_read_models(store: EventStore, now: datetime) -> list[RunSummary] | None:
-    """One summary per run from ``wg_runs``; None when the read models are behind the log."""
-    if not read_models_current(store):
+    """One summary per run from ``wg_runs``, with the runs whose stream or groups moved after
+    the read models' checkpoint folded again (:mod:`wgstore.projections.behind`); None when the
+    read models are too far behind for that (then fold the log)."""
+    behind = read_models_behind(store)
+    if behind is None:
         return None
     with translate_errors(store.url), store.engine.connect() as connection:
-        rows = [dict(row) for row in connection.execute(sa.select(wg_runs)).mappings()]
+        rows = {
+            row["run_id"]: dict(row) for row in connection.execute(sa.select(wg_runs)).mappings()
+        }
         connection.rollback()
+    if not behind.current:
+        rows.update(_moved_run_rows(store, behind, rows))
     held = leases(store)
     return [
         RunSummary.unreadable(row["run_id"], row["projection_error"])
         if row["projection_error"] is not None
         else _summary(row, held.get(row["run_id"]), now)
-        for row in rows
+        for row in rows.values()
     ]
+
+
+def _moved_run_rows(
+    store: EventStore, behind: Behind, rows: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The ``wg_runs`` rows of the runs the read models have not caught up on (their stream or
+    one of their groups moved), computed as the projector computes them: the run's stream
+    folded, its attempts from ``wg_worker_groups`` and the moved groups folded again."""
+    moved_groups: dict[str, WorkerGroupState] = {}
+    for group_id in behind.group_ids:
+        try:
+            moved_groups[group_id] = worker_group_state(store, group_id)
+        except ProjectionError:
+            continue  # a group the fold refuses counts for no run, as in the read models
+    run_ids = set(behind.run_ids) | {s.run_id for s in moved_groups.values() if s.run_id}
+    states: dict[str, tuple[RunState, str | None]] = {}
+    for run_id in sorted(run_ids):
+        known = rows.get(run_id)
+        if known is not None and known["projection_error"] is not None:
+            continue  # refused earlier: left as the read models have it, until a rebuild
+        records = _run_records(store, run_stream(run_id))
+        if records is not None:
+            states[run_id] = fold_run(records)
+    if not states:
+        return {}
+    table = wg_worker_groups
+    named = {group_id for state, _ in states.values() for group_id in state.groups}
+    query = sa.select(*ATTEMPT_COLUMNS).where(
+        sa.or_(table.c.run_id.in_(states), table.c.group_id.in_(named)),
+        table.c.projection_error.is_(None),
+    )
+    with translate_errors(store.url), store.engine.connect() as connection:
+        group_rows = list(connection.execute(query))
+        connection.rollback()
+    result = {}
+    for run_id, (state, error) in states.items():
+        mine = set(state.groups)
+        attempts = [
+            attempt_of_row(row)
+            for row in group_rows
+            if (row.run_id == run_id or row.group_id in mine)
+            and row.group_id not in behind.group_ids
+        ]
+        attempts += [
+            attempt_of(group)
+            for group_id, group in moved_groups.items()
+            if group.run_id == run_id or group_id in mine
+        ]
+        row = run_row(state, order_attempts(state, attempts))
+        row["projection_error"] = error
+        result[run_id] = row
+    return result
 
 
 def run_summaries(
@@ -156,9 +216,10 @@ def run_summaries(
 ) -> list[RunSummary]:
     """One summary per run (:class:`~wgstore.projections.rows.RunSummary`), oldest first.
 
-    Read from ``wg_runs`` when the read models are current with the log (and ``from_log`` is
-    False), else folded from the log (:func:`~wgstore.projections.views.current_summaries`, as
-    for groups). ``orphaned`` is judged at ``now`` (default: the wall clock) against the run's
+    Read from ``wg_runs``, the runs the read models have not caught up on folded from the log
+    (:mod:`wgstore.projections.behind`), unless ``from_log`` or the read models are too far
+    behind: then every run is folded from the log
+    (:func:`~wgstore.projections.views.current_summaries`, as for groups). ``orphaned`` is judged at ``now`` (default: the wall clock) against the run's
     lease.
     """
     at = now or datetime.now(UTC)

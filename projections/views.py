@@ -6,7 +6,7 @@ groups`` / ``state`` / ``projections status`` / ``verify`` are a parse, one call
 render.
 
 - :func:`group_summaries`: one summary per worker group, from the read model ``wg_worker_groups``
-  when it is current with the log, else folded from the log.
+  with what it has not caught up on folded from the log (:mod:`wgstore.projections.behind`).
 - :func:`state_json` / :func:`worker_rows`: a group's state as JSON-ready data; one
   :class:`~wgstore.projections.rows.WorkerRow` per worker.
 - :func:`read_model_status`: where the read models stand against the log.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +40,7 @@ from wgstore.events.streams import (
     group_stream,
     run_stream,
 )
+from wgstore.projections.behind import read_models_behind
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import (
     PROJECTED_STREAMS,
@@ -60,6 +61,7 @@ __all__ = [
     "first_line",
     "group_summaries",
     "iter_groups",
+    "moved_group_summaries",
     "read_model_problems",
     "read_model_status",
     "read_models_current",
@@ -163,9 +165,9 @@ def current_summaries(
     log_only: bool = False,
     order: Callable[[R], tuple[datetime, str]],
 ) -> list[R]:
-    """The one "read models if current, else the log" choice of groups and runs: the rows
-    ``from_read_models()`` gives (None: they are behind the log), else ``from_log()``, sorted
-    by ``order``. ``log_only`` skips the read models."""
+    """The one "read models, else the log" choice of groups and runs: the rows
+    ``from_read_models()`` gives (None: too far behind the log to correct), else
+    ``from_log()``, sorted by ``order``. ``log_only`` skips the read models."""
     rows = None if log_only else from_read_models()
     if rows is None:
         rows = from_log()
@@ -183,16 +185,35 @@ def summaries_from_log(store: EventStore) -> list[GroupSummary]:
     ]
 
 
+def moved_group_summaries(store: EventStore, group_ids: Iterable[str]) -> Iterator[GroupSummary]:
+    """The summaries of ``group_ids`` folded from their streams (each from its latest snapshot):
+    the groups the read models have not caught up on."""
+    for group_id in sorted(group_ids):
+        try:
+            state = worker_group_state(store, group_id)
+        except StreamNotFoundError:
+            continue
+        except ProjectionError as error:
+            yield GroupSummary.unreadable(group_id, str(error))
+        else:
+            yield _group_summary(group_id, state)
+
+
 def summaries_from_read_models(store: EventStore) -> list[GroupSummary] | None:
-    """One summary per group from ``wg_worker_groups``; None when the read models are behind."""
-    if not read_models_current(store):
+    """One summary per group from ``wg_worker_groups``, with the groups whose streams moved after
+    the read models' checkpoint folded again (:mod:`wgstore.projections.behind`); None when the
+    read models are too far behind for that (then fold the log)."""
+    behind = read_models_behind(store)
+    if behind is None:
         return None
     table = wg_worker_groups
     with translate_errors(store.url), store.engine.connect() as connection:
         rows = list(connection.execute(sa.select(table)).mappings())
         connection.rollback()
-    result = []
+    result = list(moved_group_summaries(store, behind.group_ids))
     for row in rows:
+        if row["group_id"] in behind.group_ids:
+            continue  # folded again above
         if row["projection_error"] is not None:
             result.append(GroupSummary.unreadable(row["group_id"], row["projection_error"]))
             continue
@@ -224,8 +245,9 @@ def group_summaries(store: EventStore, *, from_log: bool = False) -> list[GroupS
     ``run_id`` is None for a group that belongs to no run (made by ``WorkerGroup.create``
     without one: its start request names its own id, and there is no ``run-<id>`` stream).
 
-    Read from ``wg_worker_groups`` when the read models are current with the log (and
-    ``from_log`` is False), else folded from the log, so it is right either way.
+    Read from ``wg_worker_groups``, the groups the read models have not caught up on folded
+    from their streams (:mod:`wgstore.projections.behind`), unless ``from_log`` or the read
+    models are too far behind: then every group is folded from the log. Right either way.
     """
     summaries = current_summaries(
         lambda: summaries_from_read_models(store),

@@ -27,6 +27,7 @@ from wgstore.events import EventStore
 from wgstore.events.schema import wg_events, wg_worker_groups, wg_workers
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream
 from wgstore.projections import RunStatus, WorkerGroupStatus
+from wgstore.projections.behind import read_models_behind
 from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
 from wgstore.projections.queries import worker_group_state
 from wgstore.projections.rows import UNREADABLE, GroupSummary, RunSummary
@@ -86,14 +87,23 @@ class StoreCollector(Collector):
     def _families(self) -> Iterator[Metric]:
         now = datetime.now(UTC)
         store = self.store
-        current = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() >= store.head()
+        behind = read_models_behind(store)
         runs = run_summaries(store, now=now)
         groups = group_summaries(store)
         live = [g for g in groups if g.status not in _ENDED_GROUP | {UNREADABLE}]
-        if current:
-            workers, reported = _workers_from_read_models(store, live)
-        else:
+        # the live groups the read models have caught up on are read from them, the others
+        # (all of them when the read models are too far behind) folded from the log
+        if behind is None:
             workers, reported = _workers_from_log(store, live)
+        else:
+            moved = [g for g in live if g.group_id in behind.group_ids]
+            workers, reported = _workers_from_read_models(
+                store, [g for g in live if g.group_id not in behind.group_ids]
+            )
+            more, more_reported = _workers_from_log(store, moved)
+            for status, count in more.items():
+                workers[status] = workers.get(status, 0) + count
+            reported.update(more_reported)
         yield from _run_families(runs)
         yield from _live_run_families(runs, groups, reported, now)
         family = GaugeMetricFamily(

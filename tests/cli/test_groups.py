@@ -6,6 +6,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from wgstore.events import EventStore
 
 
@@ -152,16 +154,24 @@ def test_groups_reads_current_read_models_and_they_agree_with_the_log(
     assert [g["group_id"] for g in _json_lines(filtered.stdout)] == [recorded.failed_group]
 
 
-def test_groups_falls_back_to_the_log_when_the_read_models_are_behind(
-    cli: Any, recorded: Any, history: Any
+def test_groups_behind_the_log_are_folded_again_and_the_rest_read_from_the_read_models(
+    cli: Any, recorded: Any, history: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from wgstore.events import EventStore
-    from wgstore.projections.views import summaries_from_read_models
+    from wgstore.projections import behind
+    from wgstore.projections.views import summaries_from_log, summaries_from_read_models
 
     cli("projections", "catch-up", "--url", recorded.url)
     with EventStore.open(recorded.url) as store:
         history.record_failed_group(store, group_id="1a7e")
-        assert summaries_from_read_models(store) is None
+        lag = behind.read_models_behind(store)
+        assert lag is not None and lag.group_ids == {"1a7e"} and not lag.current
+        corrected = summaries_from_read_models(store)
+        assert corrected is not None
+        by_id = lambda rows: sorted(rows, key=lambda g: g.group_id)  # noqa: E731
+        assert by_id(corrected) == by_id(summaries_from_log(store))  # as right as the log
+        monkeypatch.setattr(behind, "MAX_BEHIND_EVENTS", lag.head - lag.checkpoint - 1)
+        assert summaries_from_read_models(store) is None  # too far behind: fold the log
     groups = _json_lines(cli("groups", "--url", recorded.url, "--json").stdout)
     assert [g["group_id"] for g in groups][-1] == "1a7e"
     assert len(groups) == 3

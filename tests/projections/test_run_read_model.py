@@ -249,3 +249,46 @@ def test_any_batch_boundaries_give_the_rows_of_the_folds(
             expected, decisions = _expected(store, run)
             assert _rows(store, wg_runs, run.run_id) == [expected]
             assert _rows(store, wg_run_decisions, run.run_id) == decisions
+
+
+def _both_listings(store: Any) -> None:
+    """Runs and groups listed from the read models (corrected for what they have not caught up
+    on) are what a fold of the whole log lists."""
+    from wgstore.projections.behind import read_models_behind
+    from wgstore.projections.views import group_summaries
+
+    now = datetime.now(UTC)
+    assert read_models_behind(store) is not None  # corrected, not folded from the log
+    assert run_summaries(store, now=now) == run_summaries(store, from_log=True, now=now)
+    assert group_summaries(store) == group_summaries(store, from_log=True)
+
+
+def test_read_models_caught_up_part_way_list_what_the_log_says(store: Any) -> None:
+    for scenario in scenarios.ALL:
+        scenario(store)
+    scenarios.running(store, "orph", lease_expired=True)
+    _both_listings(store)  # never projected
+    while catch_up_read_models(store, batch_size=7, max_batches=1):
+        _both_listings(store)  # 7 events further each time, ending mid-run and mid-group
+    _both_listings(store)  # current
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    chosen=st.lists(st.sampled_from(scenarios.ALL), min_size=1, max_size=4, unique=True),
+    batch_size=st.integers(1, 30),
+    batches=st.integers(0, 5),
+)
+def test_read_models_behind_at_any_point_list_what_the_log_says(
+    tmp_path_factory: pytest.TempPathFactory, chosen: list[Any], batch_size: int, batches: int
+) -> None:
+    """SQLite only (a fresh file per example): wherever the read models stopped, the listings
+    read from them say what the log says."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('behind') / 'wgstore.db'}"
+    with EventStore.open(url) as store:
+        for scenario in chosen:
+            scenario(store)
+        catch_up_read_models(store, batch_size=batch_size, max_batches=batches)
+        _both_listings(store)

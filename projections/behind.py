@@ -1,0 +1,108 @@
+"""What the read models have not applied yet: the streams that moved after their checkpoint.
+
+The read models trail the log by whatever the projector has not caught up (an executor or a
+Ray Train recorder catches up every 2 s), so on a log that is being written they are nearly always
+a little behind. A listing that used them only when exactly current would fold the whole log
+whenever anything runs. Instead, listings (``wgstore groups`` / ``runs``, ``wgstore serve``'s
+pages, ``/metrics``) take the read models' rows and recompute only the rows of the streams that
+moved after the checkpoint (:func:`read_models_behind`), from those streams: as right as a fold
+of the whole log, at a cost that grows with the lag, not with the log.
+
+Bounded: read models further behind than :data:`MAX_BEHIND_EVENTS` events or
+:data:`MAX_BEHIND_STREAMS` streams (a log nobody projects) are not corrected; the caller folds
+the log instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from wgstore.events import EventStore
+from wgstore.events._translate import translate_errors
+from wgstore.events.schema import wg_events, wg_worker_groups
+from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of, group_stream
+from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
+
+__all__ = [
+    "MAX_BEHIND_EVENTS",
+    "MAX_BEHIND_STREAMS",
+    "Behind",
+    "read_models_behind",
+    "runs_moved",
+]
+
+MAX_BEHIND_EVENTS = 20_000
+"""Read models at most this many events behind the log are corrected stream by stream."""
+MAX_BEHIND_STREAMS = 1_000
+"""... and in at most this many streams (of any kind): each moved group or run is folded again
+(a group from its latest snapshot)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Behind:
+    """The read models' checkpoint, the log's head when it was looked at, and the ids of the
+    worker groups and runs with events in between (the rows to recompute)."""
+
+    checkpoint: int
+    head: int
+    group_ids: frozenset[str]
+    run_ids: frozenset[str]
+
+    @property
+    def current(self) -> bool:
+        """Whether the read models have applied every event up to ``head``."""
+        return self.checkpoint >= self.head
+
+
+def read_models_behind(store: EventStore) -> Behind | None:
+    """The streams the read models have not caught up on; None when they are too far behind
+    to correct (:data:`MAX_BEHIND_EVENTS`, :data:`MAX_BEHIND_STREAMS`).
+
+    The checkpoint is read before the head, so every event the read models' rows may lack lies
+    in ``(checkpoint, head]``; rows read afterwards are at least that current.
+    """
+    checkpoint: int = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+    head = store.head()
+    if head <= checkpoint:
+        return Behind(checkpoint, head, frozenset(), frozenset())
+    if head - checkpoint > MAX_BEHIND_EVENTS:
+        return None
+    query = (
+        sa.select(wg_events.c.stream_id)
+        .where(wg_events.c.position > checkpoint, wg_events.c.position <= head)
+        .distinct()
+        .limit(MAX_BEHIND_STREAMS + 1)
+    )
+    with translate_errors(store.url), store.engine.connect() as connection:
+        stream_ids = [row[0] for row in connection.execute(query)]
+        connection.rollback()
+    if len(stream_ids) > MAX_BEHIND_STREAMS:
+        return None
+    group_ids = {g for g in map(group_id_of, stream_ids) if g is not None}
+    run_ids = {s[len(RUN_STREAM_PREFIX) :] for s in stream_ids if s.startswith(RUN_STREAM_PREFIX)}
+    return Behind(checkpoint, head, frozenset(group_ids), frozenset(run_ids))
+
+
+def runs_moved(store: EventStore, behind: Behind) -> set[str]:
+    """The runs with events the read models have not applied: their stream moved, or one of
+    their groups' (a group's run as ``wg_worker_groups`` has it, or, for a group the read models
+    do not know yet, as its first event, the start request, names it)."""
+    moved = set(behind.run_ids)
+    if not behind.group_ids:
+        return moved
+    table = wg_worker_groups
+    query = sa.select(table.c.group_id, table.c.run_id).where(
+        table.c.group_id.in_(sorted(behind.group_ids))
+    )
+    with translate_errors(store.url), store.engine.connect() as connection:
+        known = {group_id: run_id for group_id, run_id in connection.execute(query)}
+        connection.rollback()
+    moved |= {run_id for run_id in known.values() if run_id}
+    for group_id in sorted(behind.group_ids - set(known)):
+        first = next(iter(store.read_stream(group_stream(group_id), to_version=1)), None)
+        run_id = getattr(first.event, "run_id", None) if first is not None else None
+        if isinstance(run_id, str) and run_id:
+            moved.add(run_id)
+    return moved
