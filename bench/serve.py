@@ -7,8 +7,9 @@ run's pages, and the cost of open pages to appends.
    new point; a MutationObserver in the page stamps the moment (``Date.now()``), compared with the
    wall clock just before the append (same machine, same clock). p50 / p99 / max in ms.
 2. **/metrics scrape** with ``--runs`` runs in the log (90 % finished, 10 % running, each run 2
-   workers x 3 reports): the median and max of ``--scrapes`` scrapes, once with the read models
-   current (the scrape reads ``wg_runs``) and once behind (the scrape folds the log).
+   workers x 3 reports): the median and max of ``--scrapes`` scrapes with the read models
+   current (the scrape reads them), lagging (one report of each running run not yet projected:
+   those are folded again) and never caught up (the scrape folds the log).
 
 3. **A big run** (``--part big``): a run of ``--events`` events (default 100,000: 2 ranks x
    50,000 reports, appended in batches of 1,000): the run page's first byte, ``/api/runs/<id>``
@@ -1047,16 +1048,28 @@ def append_to_visible(url: str, appends: int) -> dict[str, float]:
 
 
 def scrape_time(url: str, runs: int, scrapes: int) -> dict[str, Any]:
-    """Median / max ms of a /metrics scrape with ``runs`` runs, read models current and behind."""
+    """Median / max ms of a /metrics scrape with ``runs`` runs: the read models never caught up
+    (``behind``), current, and ``lagging`` (current, then one more report of every running run
+    not yet projected: a live log between two catch-ups)."""
     with EventStore.open(url) as store:
+        running = {}
         for n in range(runs):
-            record_run(store, f"r{n:05d}", reports=3, finished=n % 10 != 0)
+            group_id = record_run(store, f"r{n:05d}", reports=3, finished=n % 10 != 0)
+            if n % 10 == 0:
+                running[f"r{n:05d}"] = group_id
         events = store.head()
         result: dict[str, Any] = {"runs": runs, "events": events}
         with served(url) as base:
             result["behind"] = _scrapes(base, max(1, scrapes // 5))
             catch_up_read_models(store)
             result["current"] = _scrapes(base, scrapes)
+            for group_id in running.values():
+                store.append(
+                    group_stream(group_id),
+                    [WorkerReported(world_rank=0, index=4, metrics={"loss": 0.25})],
+                )
+            result["lagging"] = _scrapes(base, scrapes)
+            result["lagging"]["groups_behind"] = len(running)
     return result
 
 
@@ -1129,7 +1142,9 @@ def main() -> None:
                     f"{backend:8} load {os.getloadavg()[0]:.2f}  /metrics with {scrape['runs']} "
                     f"runs ({scrape['events']} events): read models current median "
                     f"{scrape['current']['median_ms']:.0f} ms (max "
-                    f"{scrape['current']['max_ms']:.0f}), behind median "
+                    f"{scrape['current']['max_ms']:.0f}), "
+                    f"{scrape['lagging']['groups_behind']} groups behind median "
+                    f"{scrape['lagging']['median_ms']:.0f} ms, never caught up median "
                     f"{scrape['behind']['median_ms']:.0f} ms",
                     flush=True,
                 )
