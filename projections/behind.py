@@ -15,7 +15,7 @@ the log instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
@@ -23,7 +23,10 @@ from wgstore.events import EventStore
 from wgstore.events._translate import translate_errors
 from wgstore.events.schema import wg_events, wg_worker_groups
 from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of, group_stream
+from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
+from wgstore.projections.queries import worker_group_state
+from wgstore.projections.state import WorkerGroupState
 
 __all__ = [
     "MAX_BEHIND_EVENTS",
@@ -43,17 +46,40 @@ MAX_BEHIND_STREAMS = 1_000
 @dataclass(frozen=True, slots=True)
 class Behind:
     """The read models' checkpoint, the log's head when it was looked at, and the ids of the
-    worker groups and runs with events in between (the rows to recompute)."""
+    worker groups and runs with events in between (the rows to recompute).
+
+    One ``Behind`` can serve several listings of one answer (a ``/metrics`` scrape lists runs,
+    groups and workers): :meth:`group_state` folds each moved group once for all of them."""
 
     checkpoint: int
     head: int
     group_ids: frozenset[str]
     run_ids: frozenset[str]
+    _states: dict[str, WorkerGroupState | ProjectionError | StreamNotFoundError] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def current(self) -> bool:
         """Whether the read models have applied every event up to ``head``."""
         return self.checkpoint >= self.head
+
+    def group_state(self, store: EventStore, group_id: str) -> WorkerGroupState:
+        """The state of a moved group, folded once (from its latest snapshot) and kept.
+
+        Raises:
+            ProjectionError: its stream cannot be folded (``StreamNotFoundError``: no events).
+        """
+        found = self._states.get(group_id)
+        if found is None:
+            try:
+                found = worker_group_state(store, group_id)
+            except (ProjectionError, StreamNotFoundError) as error:
+                found = error
+            self._states[group_id] = found
+        if isinstance(found, ProjectionError | StreamNotFoundError):
+            raise found
+        return found
 
 
 def read_models_behind(store: EventStore) -> Behind | None:

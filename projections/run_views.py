@@ -136,11 +136,14 @@ def summaries_from_log(store: EventStore, now: datetime) -> list[RunSummary]:
     return result
 
 
-def summaries_from_read_models(store: EventStore, now: datetime) -> list[RunSummary] | None:
+def summaries_from_read_models(
+    store: EventStore, now: datetime, behind: Behind | None = None
+) -> list[RunSummary] | None:
     """One summary per run from ``wg_runs``, with the runs whose stream or groups moved after
-    the read models' checkpoint folded again (:mod:`wgstore.projections.behind`); None when the
-    read models are too far behind for that (then fold the log)."""
-    behind = read_models_behind(store)
+    the read models' checkpoint folded again (:mod:`wgstore.projections.behind`; ``behind`` is
+    looked up when not given); None when the read models are too far behind for that (then fold
+    the log)."""
+    behind = behind or read_models_behind(store)
     if behind is None:
         return None
     with translate_errors(store.url), store.engine.connect() as connection:
@@ -168,8 +171,8 @@ def _moved_run_rows(
     moved_groups: dict[str, WorkerGroupState] = {}
     for group_id in behind.group_ids:
         try:
-            moved_groups[group_id] = worker_group_state(store, group_id)
-        except ProjectionError:
+            moved_groups[group_id] = behind.group_state(store, group_id)
+        except (ProjectionError, StreamNotFoundError):
             continue  # a group the fold refuses counts for no run, as in the read models
     run_ids = set(behind.run_ids) | {s.run_id for s in moved_groups.values() if s.run_id}
     states: dict[str, tuple[RunState, str | None]] = {}
@@ -212,7 +215,11 @@ def _moved_run_rows(
 
 
 def run_summaries(
-    store: EventStore, *, from_log: bool = False, now: datetime | None = None
+    store: EventStore,
+    *,
+    from_log: bool = False,
+    now: datetime | None = None,
+    behind: Behind | None = None,
 ) -> list[RunSummary]:
     """One summary per run (:class:`~wgstore.projections.rows.RunSummary`), oldest first.
 
@@ -224,7 +231,7 @@ def run_summaries(
     """
     at = now or datetime.now(UTC)
     return current_summaries(
-        lambda: summaries_from_read_models(store, at),
+        lambda: summaries_from_read_models(store, at, behind),
         lambda: summaries_from_log(store, at),
         log_only=from_log,
         order=lambda r: (r.created_at or _EPOCH, r.run_id),

@@ -319,8 +319,14 @@ def load_snapshot(
     from the log instead.
     """
     row = load_row(target, name, stream_id, hmac_key=hmac_key, log=log)
-    if row is None:
-        return None
+    return None if row is None else _state_of_row(row, stream_id, max_version)
+
+
+def _state_of_row(
+    row: tuple[int, str, str], stream_id: str, max_version: int | None
+) -> WorkerGroupState | None:
+    """The state a checked snapshot row holds, or None when it is of no use (as
+    :func:`load_snapshot` says)."""
     version, schema, text = row
     if schema != STATE_SCHEMA or (max_version is not None and version > max_version):
         return None
@@ -346,9 +352,45 @@ def load_latest_snapshot(
     whoever saved it, so the newest usable one is the best base. Invalid ones are skipped as
     :func:`load_snapshot` does.
     """
+    import sqlalchemy as sa
+
+    if isinstance(target, sa.Connection):
+        states = [
+            load_snapshot(target, stream_id, name=name, max_version=max_version) for name in names
+        ]
+    else:  # one query for every name
+        states = [
+            _state_of_row(row, stream_id, max_version)
+            for row in _checked_rows(target, names, stream_id)
+        ]
     best: WorkerGroupState | None = None
-    for name in names:
-        state = load_snapshot(target, stream_id, name=name, max_version=max_version)
+    for state in states:
         if state is not None and (best is None or state.version > best.version):
             best = state
     return best
+
+
+def _checked_rows(
+    store: EventStore, names: tuple[str, ...], stream_id: str
+) -> list[tuple[int, str, str]]:
+    """The ``wg_snapshots`` rows of ``stream_id`` under ``names`` whose seal matches the log,
+    read in one query (as :func:`load_row` reads one)."""
+    state_text = "s.state::text" if is_postgres(store) else "s.state"
+    p = param(store)
+    rows = fetch(
+        store,
+        f"SELECT s.name, s.stream_version, s.schema, {state_text}, e.hash FROM wg_snapshots s "
+        "LEFT JOIN wg_events e ON e.stream_id = s.stream_id "
+        "AND e.stream_version = s.stream_version "
+        f"WHERE s.stream_id = {p} AND s.name IN ({', '.join([p] * len(names))})",
+        (stream_id, *names),
+    )
+    checked = []
+    key = _key(store, None)
+    for name, version, schema, state_text_value, event_hash in rows:
+        state, _ = open_snapshot(
+            key, name, stream_id, int(version), str(schema), event_hash, state_text_value
+        )
+        if state is not None:
+            checked.append((int(version), str(schema), state.decode()))
+    return checked

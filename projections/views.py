@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +40,7 @@ from wgstore.events.streams import (
     group_stream,
     run_stream,
 )
-from wgstore.projections.behind import read_models_behind
+from wgstore.projections.behind import Behind, read_models_behind
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import (
     PROJECTED_STREAMS,
@@ -185,12 +185,12 @@ def summaries_from_log(store: EventStore) -> list[GroupSummary]:
     ]
 
 
-def moved_group_summaries(store: EventStore, group_ids: Iterable[str]) -> Iterator[GroupSummary]:
-    """The summaries of ``group_ids`` folded from their streams (each from its latest snapshot):
-    the groups the read models have not caught up on."""
-    for group_id in sorted(group_ids):
+def moved_group_summaries(store: EventStore, behind: Behind) -> Iterator[GroupSummary]:
+    """The summaries of the groups the read models have not caught up on, folded from their
+    streams (each from its latest snapshot, once per ``behind``)."""
+    for group_id in sorted(behind.group_ids):
         try:
-            state = worker_group_state(store, group_id)
+            state = behind.group_state(store, group_id)
         except StreamNotFoundError:
             continue
         except ProjectionError as error:
@@ -199,18 +199,21 @@ def moved_group_summaries(store: EventStore, group_ids: Iterable[str]) -> Iterat
             yield _group_summary(group_id, state)
 
 
-def summaries_from_read_models(store: EventStore) -> list[GroupSummary] | None:
+def summaries_from_read_models(
+    store: EventStore, behind: Behind | None = None
+) -> list[GroupSummary] | None:
     """One summary per group from ``wg_worker_groups``, with the groups whose streams moved after
-    the read models' checkpoint folded again (:mod:`wgstore.projections.behind`); None when the
-    read models are too far behind for that (then fold the log)."""
-    behind = read_models_behind(store)
+    the read models' checkpoint folded again (:mod:`wgstore.projections.behind`; ``behind`` is
+    looked up when not given); None when the read models are too far behind for that (then fold
+    the log)."""
+    behind = behind or read_models_behind(store)
     if behind is None:
         return None
     table = wg_worker_groups
     with translate_errors(store.url), store.engine.connect() as connection:
         rows = list(connection.execute(sa.select(table)).mappings())
         connection.rollback()
-    result = list(moved_group_summaries(store, behind.group_ids))
+    result = list(moved_group_summaries(store, behind))
     for row in rows:
         if row["group_id"] in behind.group_ids:
             continue  # folded again above
@@ -238,7 +241,9 @@ def summaries_from_read_models(store: EventStore) -> list[GroupSummary] | None:
     return result
 
 
-def group_summaries(store: EventStore, *, from_log: bool = False) -> list[GroupSummary]:
+def group_summaries(
+    store: EventStore, *, from_log: bool = False, behind: Behind | None = None
+) -> list[GroupSummary]:
     """One summary per group (:class:`~wgstore.projections.rows.GroupSummary`), oldest request
     first.
 
@@ -248,9 +253,10 @@ def group_summaries(store: EventStore, *, from_log: bool = False) -> list[GroupS
     Read from ``wg_worker_groups``, the groups the read models have not caught up on folded
     from their streams (:mod:`wgstore.projections.behind`), unless ``from_log`` or the read
     models are too far behind: then every group is folded from the log. Right either way.
+    ``behind``: the read models' lag, when the caller looked it up for several listings.
     """
     summaries = current_summaries(
-        lambda: summaries_from_read_models(store),
+        lambda: summaries_from_read_models(store, behind),
         lambda: summaries_from_log(store),
         log_only=from_log,
         order=lambda g: (g.requested_at or _EPOCH, g.group_id),

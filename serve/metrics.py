@@ -27,7 +27,7 @@ from wgstore.events import EventStore
 from wgstore.events.schema import wg_events, wg_worker_groups, wg_workers
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream
 from wgstore.projections import RunStatus, WorkerGroupStatus
-from wgstore.projections.behind import read_models_behind
+from wgstore.projections.behind import Behind, read_models_behind
 from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
 from wgstore.projections.queries import worker_group_state
 from wgstore.projections.rows import UNREADABLE, GroupSummary, RunSummary
@@ -88,8 +88,8 @@ class StoreCollector(Collector):
         now = datetime.now(UTC)
         store = self.store
         behind = read_models_behind(store)
-        runs = run_summaries(store, now=now)
-        groups = group_summaries(store)
+        runs = run_summaries(store, now=now, behind=behind)
+        groups = group_summaries(store, behind=behind)
         live = [g for g in groups if g.status not in _ENDED_GROUP | {UNREADABLE}]
         # the live groups the read models have caught up on are read from them, the others
         # (all of them when the read models are too far behind) folded from the log
@@ -100,7 +100,7 @@ class StoreCollector(Collector):
             workers, reported = _workers_from_read_models(
                 store, [g for g in live if g.group_id not in behind.group_ids]
             )
-            more, more_reported = _workers_from_log(store, moved)
+            more, more_reported = _workers_from_log(store, moved, behind)
             for status, count in more.items():
                 workers[status] = workers.get(status, 0) + count
             reported.update(more_reported)
@@ -274,12 +274,18 @@ def _workers_from_read_models(
 
 
 def _workers_from_log(
-    store: EventStore, live: list[GroupSummary]
+    store: EventStore, live: list[GroupSummary], behind: Behind | None = None
 ) -> tuple[dict[str, int], dict[str, datetime]]:
-    """As :func:`_workers_from_read_models`, each live group folded from the log."""
+    """As :func:`_workers_from_read_models`, each live group folded from the log (once per
+    ``behind`` for the groups it says moved)."""
     counted = dict.fromkeys(WORKER_STATUSES, 0)
     for group in live:
-        for row in worker_rows(worker_group_state(store, group.group_id)):
+        state = (
+            behind.group_state(store, group.group_id)
+            if behind is not None and group.group_id in behind.group_ids
+            else worker_group_state(store, group.group_id)
+        )
+        for row in worker_rows(state):
             counted[row.status] = counted.get(row.status, 0) + 1
     streams = [group_stream(g.group_id) for g in live]
     reported: dict[str, datetime] = {}
