@@ -49,7 +49,7 @@ from wgstore.events._translate import translate_errors
 from wgstore.events.records import RecordedEvent
 from wgstore.events.run import RunCreated
 from wgstore.events.schema import wg_run_decisions, wg_runs, wg_snapshots, wg_subscriptions
-from wgstore.events.streams import GROUP_STREAM_PREFIX, RUN_STREAM_PREFIX, group_id_of, run_stream
+from wgstore.events.streams import GROUP_STREAM_PREFIX, RUN_STREAM_PREFIX, run_stream
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
 from wgstore.projections.errors import ProjectionError, ReadModelsBusyError
 from wgstore.projections.event_time import event_time
@@ -62,9 +62,15 @@ from wgstore.projections.read_models import (
     wg_worker_groups,
     wg_workers,
 )
-from wgstore.projections.run_rows import Attempt, decision_rows, order_attempts, run_row
+from wgstore.projections.run_rows import (
+    Attempt,
+    attempt_of,
+    decision_rows,
+    order_attempts,
+    run_row,
+)
 from wgstore.projections.run_state import RunState, evolve_run
-from wgstore.projections.snapshots import READ_MODELS_SNAPSHOT, load_snapshot, save_snapshot
+from wgstore.projections.snapshots import READ_MODELS_SNAPSHOT, load_snapshots, save_snapshots
 from wgstore.projections.state import WorkerGroupFold, WorkerGroupState, project_worker_group
 from wgstore.projections.values import is_number, plain, to_utc
 
@@ -273,6 +279,9 @@ class _GroupBatch:
     points: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     last_event: RecordedEvent | None = None
+    """The last event this batch looked at (the refused one, when the fold stopped)."""
+    last_applied: RecordedEvent | None = None
+    """The last event folded: the state's version, whose hash seals its snapshot."""
 
 
 def apply_read_model_batch(
@@ -294,28 +303,89 @@ def apply_read_model_batch(
 def _apply_groups(
     store: EventStore, connection: sa.Connection, streams: dict[str, list[RecordedEvent]]
 ) -> set[str]:
-    """Write the group rows of a batch; return the runs of the groups it changed."""
+    """Write the group rows of a batch; return the runs whose rows may have changed (a group's
+    attempt, as a run's row sees it, changed).
+
+    A few statements per batch, not per group: the snapshots, workers and series of every
+    known group are read together, folded one group at a time, and every table's rows are
+    written together (a fleet's batch touches hundreds of groups with a report or two each)."""
     touched: set[str] = set()
     if not streams:
         return touched
-    group_ids = [stream_id[len(GROUP_STREAM_PREFIX) :] for stream_id in streams]
+    group_ids = {stream_id: stream_id[len(GROUP_STREAM_PREFIX) :] for stream_id in streams}
     existing = {
         row.group_id: row.projection_error
         for row in connection.execute(
             sa.select(wg_worker_groups.c.group_id, wg_worker_groups.c.projection_error).where(
-                wg_worker_groups.c.group_id.in_(group_ids)
+                wg_worker_groups.c.group_id.in_(list(group_ids.values()))
             )
         )
     }
-    for (stream_id, events), group_id in zip(streams.items(), group_ids, strict=True):
-        if existing.get(group_id) is not None:
-            continue  # refused earlier: left out until a rebuild
-        known = group_id in existing
-        work = _fold_group(store, connection, stream_id, events, known)
-        _write_group(connection, group_id, stream_id, work, store)
-        if work.state is not None and work.state.run_id:
-            touched.add(work.state.run_id)
+    # refused earlier: left out until a rebuild
+    live = {sid: events for sid, events in streams.items() if existing.get(group_ids[sid]) is None}
+    known = [sid for sid in live if group_ids[sid] in existing]
+    snapshots = load_snapshots(
+        connection, known, name=PROJECTOR_SNAPSHOT, log=store, hmac_key=store.hmac_key
+    )
+    workers = _known_workers(connection, [group_ids[sid] for sid in known])
+    series = _known_series(connection, [group_ids[sid] for sid in known])
+    works: dict[str, _GroupBatch] = {}
+    for stream_id, events in live.items():
+        group_id = group_ids[stream_id]
+        before: WorkerGroupState | None = None
+        if group_id in existing:
+            before = snapshots.get(stream_id)
+            if before is None or before.version != events[0].version - 1:
+                previous = list(store.read_stream(stream_id, to_version=events[0].version - 1))
+                before = project_worker_group(previous) if previous else None
+        work = _fold_group(before, events, workers.get(group_id, {}), series.get(group_id, {}))
+        works[group_id] = work
+        if _attempt_changed(before, work):
+            touched.add(work.state.run_id)  # type: ignore[union-attr]
+    _write_groups(connection, works, store)
     return touched
+
+
+def _attempt_changed(before: WorkerGroupState | None, work: _GroupBatch) -> bool:
+    """Whether the batch changed what the group's run row reads of it (a new group, a refused
+    stream, or another :class:`~wgstore.projections.run_rows.Attempt`)."""
+    state = work.state
+    if state is None or not state.run_id:
+        return False
+    return before is None or work.error is not None or attempt_of(before) != attempt_of(state)
+
+
+def _known_workers(
+    connection: sa.Connection, group_ids: list[str]
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """The ``wg_workers`` rows of ``group_ids``, by group and rank (one query)."""
+    found: dict[str, dict[int, dict[str, Any]]] = {}
+    if not group_ids:
+        return found
+    sqlite = connection.dialect.name != "postgresql"
+    query = sa.select(wg_workers).where(wg_workers.c.group_id.in_(group_ids))
+    for mapping in connection.execute(query).mappings():
+        row = dict(mapping)
+        if sqlite and row["last_metrics"] is not None:
+            row["last_metrics"] = msgspec.json.decode(row["last_metrics"])
+        found.setdefault(row["group_id"], {})[row["world_rank"]] = row
+    return found
+
+
+def _known_series(
+    connection: sa.Connection, group_ids: list[str]
+) -> dict[str, dict[tuple[str, int], int]]:
+    """The ``wg_report_series`` points of ``group_ids``, by group and (metric, rank)."""
+    found: dict[str, dict[tuple[str, int], int]] = {}
+    if not group_ids:
+        return found
+    table = wg_report_series
+    query = sa.select(table.c.group_id, table.c.metric, table.c.world_rank, table.c.points).where(
+        table.c.group_id.in_(group_ids)
+    )
+    for group_id, metric, rank, points in connection.execute(query):
+        found.setdefault(group_id, {})[metric, rank] = points
+    return found
 
 
 def _lock_checkpoint(connection: sa.Connection, batch: list[RecordedEvent]) -> None:
@@ -334,39 +404,13 @@ def _lock_checkpoint(connection: sa.Connection, batch: list[RecordedEvent]) -> N
 
 
 def _fold_group(
-    store: EventStore,
-    connection: sa.Connection,
-    stream_id: str,
+    state: WorkerGroupState | None,
     events: list[RecordedEvent],
-    known: bool,
+    workers: dict[int, dict[str, Any]],
+    series: dict[tuple[str, int], int],
 ) -> _GroupBatch:
-    first = events[0]
-    state: WorkerGroupState | None = None
-    workers: dict[int, dict[str, Any]] = {}
-    if known:
-        state = load_snapshot(
-            connection, stream_id, name=PROJECTOR_SNAPSHOT, log=store, hmac_key=store.hmac_key
-        )
-        if state is None or state.version != first.version - 1:
-            previous = list(store.read_stream(stream_id, to_version=first.version - 1))
-            state = project_worker_group(previous) if previous else None
-        sqlite = connection.dialect.name != "postgresql"
-        for found in connection.execute(
-            sa.select(wg_workers).where(wg_workers.c.group_id == group_id_of(stream_id))
-        ).mappings():
-            row = dict(found)
-            if sqlite and row["last_metrics"] is not None:
-                row["last_metrics"] = msgspec.json.decode(row["last_metrics"])
-            workers[row["world_rank"]] = row
-    work = _GroupBatch(state=state, workers=workers)
-    if known:
-        table = wg_report_series
-        for metric, rank, points in connection.execute(
-            sa.select(table.c.metric, table.c.world_rank, table.c.points).where(
-                table.c.group_id == group_id_of(stream_id)
-            )
-        ):
-            work.series[metric, rank] = points
+    """Fold one group's events of a batch onto ``state`` (pure): the rows they write."""
+    work = _GroupBatch(state=state, workers=workers, series=dict(series))
     fold = WorkerGroupFold(state)
     for event in events:
         try:
@@ -376,7 +420,7 @@ def _fold_group(
             work.last_event = event
             break
         _rows_of(work, fold.view, event)
-        work.last_event = event
+        work.last_event = work.last_applied = event
     work.state = fold.state()
     return work
 
@@ -583,59 +627,64 @@ def _upsert(connection: sa.Connection, table: sa.Table, rows: list[dict[str, Any
     connection.execute(insert.on_conflict_do_update(index_elements=keys, set_=update), rows)
 
 
-def _write_group(
-    connection: sa.Connection,
-    group_id: str,
-    stream_id: str,
-    work: _GroupBatch,
-    store: EventStore,
+def _write_groups(
+    connection: sa.Connection, works: dict[str, _GroupBatch], store: EventStore
 ) -> None:
-    state = work.state
-    if state is not None:
-        row = _group_row(state)
-        row["projection_error"] = work.error
-        rows = [row]
-        _json_columns(connection, rows, "resources_per_worker", "released")
-        _upsert(connection, wg_worker_groups, rows)
-        save_snapshot(
-            connection, state, name=PROJECTOR_SNAPSHOT, log=store, hmac_key=store.hmac_key
-        )
-    elif work.error is not None and work.last_event is not None:
-        event = work.last_event
-        _upsert(
-            connection,
-            wg_worker_groups,
-            [
+    """Every table's rows of a batch's groups, one statement a table."""
+    rows: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
+    snapshots: list[tuple[WorkerGroupState, str]] = []
+    workers: list[dict[str, Any]] = []
+    polls: list[dict[str, Any]] = []
+    reports: list[dict[str, Any]] = []
+    points: list[dict[str, Any]] = []
+    series: list[dict[str, Any]] = []
+    for group_id, work in works.items():
+        state = work.state
+        if state is not None:
+            row = _group_row(state)
+            row["projection_error"] = work.error
+            rows.append(row)
+            if work.last_applied is not None:  # the state moved: seal it to its last event
+                snapshots.append((state, work.last_applied.hash))
+        elif work.error is not None and work.last_event is not None:
+            event = work.last_event
+            refused.append(
                 {
                     "group_id": group_id,
-                    "stream_id": stream_id,
+                    "stream_id": event.stream_id,
                     "stream_version": event.version,
                     "last_position": event.position,
                     "updated_at": to_utc(event_time(event)),
                     "projection_error": work.error,
                 }
-            ],
-        )
-    workers = [dict(work.workers[rank]) for rank in sorted(work.changed_workers)]
+            )
+        workers += [dict(work.workers[rank]) for rank in sorted(work.changed_workers)]
+        polls += work.polls
+        reports += work.reports
+        points += work.points
+        series += [
+            {"group_id": group_id, "metric": metric, "world_rank": rank, "points": count}
+            for (metric, rank), count in sorted(work.series.items())
+            if (metric, rank) in work.changed_series
+        ]
+    _json_columns(connection, rows, "resources_per_worker", "released")
+    _upsert(connection, wg_worker_groups, rows)
+    _upsert(connection, wg_worker_groups, refused)
+    save_snapshots(
+        connection, snapshots, name=PROJECTOR_SNAPSHOT, log=store, hmac_key=store.hmac_key
+    )
     _json_columns(connection, workers, "last_metrics")
     _upsert(connection, wg_workers, workers)
-    if work.polls:
-        _json_columns(connection, work.polls, "changes")
-        connection.execute(wg_poll_history.insert(), work.polls)
-    if work.reports:
-        _json_columns(connection, work.reports, "metrics")
-        connection.execute(wg_reports.insert(), work.reports)
-    if work.points:
-        connection.execute(wg_report_points.insert(), work.points)
-        _upsert(
-            connection,
-            wg_report_series,
-            [
-                {"group_id": group_id, "metric": metric, "world_rank": rank, "points": points}
-                for (metric, rank), points in sorted(work.series.items())
-                if (metric, rank) in work.changed_series
-            ],
-        )
+    if polls:
+        _json_columns(connection, polls, "changes")
+        connection.execute(wg_poll_history.insert(), polls)
+    if reports:
+        _json_columns(connection, reports, "metrics")
+        connection.execute(wg_reports.insert(), reports)
+    if points:
+        connection.execute(wg_report_points.insert(), points)
+    _upsert(connection, wg_report_series, series)
 
 
 # ------------------------------------------------------------------------------------ runs

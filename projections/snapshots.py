@@ -235,6 +235,142 @@ def _save(
     )
 
 
+def save_snapshots(
+    connection: sa.Connection,
+    states: list[tuple[WorkerGroupState, str]],
+    *,
+    name: str,
+    hmac_key: bytes | None = None,
+    log: EventStore | None = None,
+) -> None:
+    """Save many states as snapshots ``name`` in one statement, each sealed to the given stream
+    hash of the event at its version (the caller folded that event and has its hash), as
+    :func:`save_snapshot` saves one. ``log`` only picks the key when ``hmac_key`` is None."""
+    if not states:
+        return
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+    from wgstore.events.schema import wg_snapshots
+
+    key = hmac_key if hmac_key is not None else getattr(log, "hmac_key", None)
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "name": name,
+            "stream_id": state.stream_id,
+            "stream_version": state.version,
+            "schema": STATE_SCHEMA,
+            "state_text": seal_snapshot(
+                key, name, state.stream_id, state.version, STATE_SCHEMA, event_hash,
+                encode_state(state),
+            ),
+            "created_at": now,
+        }
+        for state, event_hash in states
+    ]  # fmt: skip
+    postgres = connection.dialect.name == "postgresql"
+    state_value: Any = sa.bindparam("state_text", type_=sa.Text())
+    if postgres:
+        state_value = sa.cast(state_value, postgresql.JSONB())
+    dialect = postgresql if postgres else sqlite_dialect
+    insert = dialect.insert(wg_snapshots).values(
+        name=sa.bindparam("name"),
+        stream_id=sa.bindparam("stream_id"),
+        stream_version=sa.bindparam("stream_version"),
+        schema=sa.bindparam("schema"),
+        state=state_value,
+        created_at=sa.bindparam("created_at"),
+    )
+    excluded = insert.excluded
+    newer = sa.or_(
+        wg_snapshots.c.stream_version < excluded.stream_version,
+        wg_snapshots.c.schema != excluded.schema,
+    )
+    statement = insert.on_conflict_do_update(
+        index_elements=["name", "stream_id"],
+        set_={
+            "stream_version": excluded.stream_version,
+            "schema": excluded.schema,
+            "state": excluded.state,
+            "created_at": excluded.created_at,
+        },
+        where=newer,
+    )
+    connection.execute(statement, rows)
+
+
+def load_snapshots(
+    connection: sa.Connection,
+    stream_ids: list[str],
+    *,
+    name: str,
+    hmac_key: bytes | None = None,
+    log: EventStore | None = None,
+) -> dict[str, WorkerGroupState]:
+    """The usable snapshots ``name`` of ``stream_ids`` (as :func:`load_snapshot` judges one),
+    by stream, in two queries: the rows, then the log's hashes at their versions (read through
+    ``log`` when given, as :func:`load_row` does)."""
+    if not stream_ids:
+        return {}
+    import sqlalchemy as sa
+
+    from wgstore.events.schema import wg_events, wg_snapshots
+
+    query = sa.select(
+        wg_snapshots.c.stream_id,
+        wg_snapshots.c.stream_version,
+        wg_snapshots.c.schema,
+        sa.cast(wg_snapshots.c.state, sa.Text()),
+    ).where(wg_snapshots.c.name == name, wg_snapshots.c.stream_id.in_(stream_ids))
+    rows = list(connection.execute(query))
+    hashes: dict[tuple[str, int], str] = {}
+    for start in range(0, len(rows), 200):
+        chunk = rows[start : start + 200]
+        if log is not None:  # outside the caller's transaction, as _event_hash reads one
+            p = param(log)
+            pairs = " OR ".join([f"(stream_id = {p} AND stream_version = {p})"] * len(chunk))
+            found = fetch(
+                log,
+                f"SELECT stream_id, stream_version, hash FROM wg_events WHERE {pairs}",
+                [value for row in chunk for value in (row[0], row[1])],
+            )
+        else:
+            where = sa.or_(
+                *[
+                    sa.and_(wg_events.c.stream_id == row[0], wg_events.c.stream_version == row[1])
+                    for row in chunk
+                ]
+            )
+            found = list(
+                connection.execute(
+                    sa.select(
+                        wg_events.c.stream_id, wg_events.c.stream_version, wg_events.c.hash
+                    ).where(where)
+                )
+            )
+        hashes.update({(sid, int(version)): event_hash for sid, version, event_hash in found})
+    key = _key(log if log is not None else connection, hmac_key)
+    states = {}
+    for stream_id, version, schema, text in rows:
+        opened, _ = open_snapshot(
+            key,
+            name,
+            stream_id,
+            int(version),
+            str(schema),
+            hashes.get((stream_id, int(version))),
+            text,
+        )
+        if opened is None:
+            continue
+        state = _state_of_row((int(version), str(schema), opened.decode()), stream_id, None)
+        if state is not None:
+            states[stream_id] = state
+    return states
+
+
 def load_row(
     target: EventStore | sa.Connection,
     name: str,
