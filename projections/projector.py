@@ -696,7 +696,8 @@ def _apply_runs(
     runs: dict[str, list[RecordedEvent]],
     touched: set[str],
 ) -> None:
-    """Rewrite the rows of every run whose stream (``runs``) or groups (``touched``) changed."""
+    """Rewrite the rows of every run whose stream (``runs``) or groups (``touched``) changed:
+    each run folded, then every run's attempts read in one query and the rows written together."""
     run_ids = sorted(set(runs) | touched)
     if not run_ids:
         return
@@ -708,6 +709,7 @@ def _apply_runs(
             )
         )
     }
+    folded: dict[str, tuple[RunState, str | None]] = {}
     for run_id in run_ids:
         known = existing.get(run_id)
         if known is not None and known.projection_error is not None:
@@ -724,17 +726,23 @@ def _apply_runs(
         records = earlier + new
         if not isinstance(records[0].event, RunCreated):
             continue  # not a run: a program's own stream named run-*
-        state, error = fold_run(records)
-        row = run_row(state, _attempts(connection, state))
+        folded[run_id] = fold_run(records)
+    if not folded:
+        return
+    attempts = _attempts(connection, [state for state, _ in folded.values()])
+    rows = []
+    decisions = []
+    for run_id, (state, error) in folded.items():
+        row = run_row(state, attempts[run_id])
         row["projection_error"] = error
-        rows = [row]
-        _json_columns(connection, rows, "resources_per_worker", "failed_ranks", "ray")
-        _upsert(connection, wg_runs, rows)
-        connection.execute(wg_run_decisions.delete().where(wg_run_decisions.c.run_id == run_id))
-        decisions = decision_rows(state)
-        if decisions:
-            _json_columns(connection, decisions, "errors")
-            connection.execute(wg_run_decisions.insert(), decisions)
+        rows.append(row)
+        decisions += decision_rows(state)
+    _json_columns(connection, rows, "resources_per_worker", "failed_ranks", "ray")
+    _upsert(connection, wg_runs, rows)
+    connection.execute(wg_run_decisions.delete().where(wg_run_decisions.c.run_id.in_(folded)))
+    if decisions:
+        _json_columns(connection, decisions, "errors")
+        connection.execute(wg_run_decisions.insert(), decisions)
 
 
 def fold_run(records: list[RecordedEvent]) -> tuple[RunState, str | None]:
@@ -782,14 +790,24 @@ def attempt_of_row(row: Any) -> Attempt:
     )
 
 
-def _attempts(connection: sa.Connection, run: RunState) -> list[Attempt]:
-    """The run's attempts as ``wg_worker_groups`` holds them (this batch's rows included)."""
+def _attempts(connection: sa.Connection, runs: list[RunState]) -> dict[str, list[Attempt]]:
+    """Each run's attempts as ``wg_worker_groups`` holds them (this batch's rows included), in
+    one query: the groups started for it and those its controller named."""
     table = wg_worker_groups
+    named = {group_id for run in runs for group_id in run.groups}
     query = sa.select(*ATTEMPT_COLUMNS).where(
-        sa.or_(table.c.run_id == run.run_id, table.c.group_id.in_(run.groups)),
+        sa.or_(table.c.run_id.in_([run.run_id for run in runs]), table.c.group_id.in_(named)),
         table.c.projection_error.is_(None),
     )
-    return order_attempts(run, [attempt_of_row(row) for row in connection.execute(query)])
+    rows = list(connection.execute(query))
+    result = {}
+    for run in runs:
+        mine = set(run.groups)
+        found = [
+            attempt_of_row(row) for row in rows if row.run_id == run.run_id or row.group_id in mine
+        ]
+        result[run.run_id] = order_attempts(run, found)
+    return result
 
 
 def read_model_rows(connection: sa.Connection) -> Mapping[str, list[tuple[Any, ...]]]:
