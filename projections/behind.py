@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from wgstore.events import EventStore
 from wgstore.events._translate import translate_errors
-from wgstore.events.schema import wg_events, wg_worker_groups
+from wgstore.events.schema import wg_events, wg_subscriptions, wg_worker_groups
 from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of, group_stream
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
@@ -82,15 +82,29 @@ class Behind:
         return found
 
 
-def read_models_behind(store: EventStore) -> Behind | None:
+def read_models_behind(store: EventStore, connection: sa.Connection | None = None) -> Behind | None:
     """The streams the read models have not caught up on; None when they are too far behind
     to correct (:data:`MAX_BEHIND_EVENTS`, :data:`MAX_BEHIND_STREAMS`).
 
-    The checkpoint is read before the head, so every event the read models' rows may lack lies
-    in ``(checkpoint, head]``; rows read afterwards are at least that current.
+    The checkpoint and the head are read in one statement (one snapshot of the database), so
+    every event the read models' rows may lack lies in ``(checkpoint, head]``; rows read
+    afterwards are at least that current. ``connection``: read through the caller's (one
+    round trip fewer for a caller that queries next), else a pooled one.
     """
-    checkpoint: int = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
-    head = store.head()
+    if connection is None:
+        with translate_errors(store.url), store.engine.connect() as own:
+            try:
+                return read_models_behind(store, own)
+            finally:
+                own.rollback()
+    checkpoint_query = sa.select(wg_subscriptions.c.checkpoint).where(
+        wg_subscriptions.c.name == READ_MODELS_SUBSCRIPTION
+    )
+    head_query = sa.select(sa.func.max(wg_events.c.position))
+    found = connection.execute(
+        sa.select(checkpoint_query.scalar_subquery(), head_query.scalar_subquery())
+    ).one()
+    checkpoint, head = int(found[0] or 0), int(found[1] or 0)
     if head <= checkpoint:
         return Behind(checkpoint, head, frozenset(), frozenset())
     if head - checkpoint > MAX_BEHIND_EVENTS:
@@ -101,9 +115,7 @@ def read_models_behind(store: EventStore) -> Behind | None:
         .distinct()
         .limit(MAX_BEHIND_STREAMS + 1)
     )
-    with translate_errors(store.url), store.engine.connect() as connection:
-        stream_ids = [row[0] for row in connection.execute(query)]
-        connection.rollback()
+    stream_ids = [row[0] for row in connection.execute(query)]
     if len(stream_ids) > MAX_BEHIND_STREAMS:
         return None
     group_ids = {g for g in map(group_id_of, stream_ids) if g is not None}
@@ -111,10 +123,13 @@ def read_models_behind(store: EventStore) -> Behind | None:
     return Behind(checkpoint, head, frozenset(group_ids), frozenset(run_ids))
 
 
-def runs_moved(store: EventStore, behind: Behind) -> set[str]:
+def runs_moved(
+    store: EventStore, behind: Behind, connection: sa.Connection | None = None
+) -> set[str]:
     """The runs with events the read models have not applied: their stream moved, or one of
     their groups' (a group's run as ``wg_worker_groups`` has it, or, for a group the read models
-    do not know yet, as its first event, the start request, names it)."""
+    do not know yet, as its first event, the start request, names it). ``connection``: as for
+    :func:`read_models_behind`."""
     moved = set(behind.run_ids)
     if not behind.group_ids:
         return moved
@@ -122,9 +137,12 @@ def runs_moved(store: EventStore, behind: Behind) -> set[str]:
     query = sa.select(table.c.group_id, table.c.run_id).where(
         table.c.group_id.in_(sorted(behind.group_ids))
     )
-    with translate_errors(store.url), store.engine.connect() as connection:
+    if connection is None:
+        with translate_errors(store.url), store.engine.connect() as own:
+            known = {group_id: run_id for group_id, run_id in own.execute(query)}
+            own.rollback()
+    else:
         known = {group_id: run_id for group_id, run_id in connection.execute(query)}
-        connection.rollback()
     moved |= {run_id for run_id in known.values() if run_id}
     for group_id in sorted(behind.group_ids - set(known)):
         first = next(iter(store.read_stream(group_stream(group_id), to_version=1)), None)

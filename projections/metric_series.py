@@ -52,9 +52,21 @@ def metric_series(
     Raises:
         StreamNotFoundError: no run ``run_id`` (only when read from the log).
     """
-    behind = read_models_behind(store)
-    if behind is None or (not behind.current and run_id in runs_moved(store, behind)):
-        return _from_log(store, run_id, name, world_rank)
+    with translate_errors(store.url), store.engine.connect() as connection:
+        behind = read_models_behind(store, connection)
+        if behind is None or (
+            not behind.current and run_id in runs_moved(store, behind, connection)
+        ):
+            connection.rollback()
+            return _from_log(store, run_id, name, world_rank)
+        points = _from_read_models(connection, run_id, name, world_rank)
+        connection.rollback()
+    return points
+
+
+def _from_read_models(
+    connection: sa.Connection, run_id: str, name: str, world_rank: int
+) -> list[MetricPoint]:
     query = (
         sa.select(wg_worker_groups.c.attempt, wg_reports.c.report_index, wg_reports.c.metrics)
         .join_from(
@@ -64,13 +76,11 @@ def metric_series(
         .order_by(wg_worker_groups.c.attempt, wg_reports.c.report_index)
     )
     points = []
-    with translate_errors(store.url), store.engine.connect() as connection:
-        for attempt, index, metrics in connection.execute(query):
-            if isinstance(metrics, str):  # SQLite: JSON text; Postgres: jsonb, decoded
-                metrics = _decode(metrics)
-            if name in metrics:
-                points.append(MetricPoint(attempt or 0, index, metrics[name]))
-        connection.rollback()
+    for attempt, index, metrics in connection.execute(query):
+        if isinstance(metrics, str):  # SQLite: JSON text; Postgres: jsonb, decoded
+            metrics = _decode(metrics)
+        if name in metrics:
+            points.append(MetricPoint(attempt or 0, index, metrics[name]))
     return points
 
 

@@ -143,14 +143,19 @@ def summaries_from_read_models(
     the read models' checkpoint folded again (:mod:`wgstore.projections.behind`; ``behind`` is
     looked up when not given); None when the read models are too far behind for that (then fold
     the log)."""
-    behind = behind or read_models_behind(store)
+    with translate_errors(store.url), store.engine.connect() as connection:
+        behind = behind or read_models_behind(store, connection)
+        rows = (
+            {}
+            if behind is None
+            else {
+                row["run_id"]: dict(row)
+                for row in connection.execute(sa.select(wg_runs)).mappings()
+            }
+        )
+        connection.rollback()
     if behind is None:
         return None
-    with translate_errors(store.url), store.engine.connect() as connection:
-        rows = {
-            row["run_id"]: dict(row) for row in connection.execute(sa.select(wg_runs)).mappings()
-        }
-        connection.rollback()
     if not behind.current:
         rows.update(_moved_run_rows(store, behind, rows))
     held = leases(store)

@@ -206,13 +206,16 @@ def summaries_from_read_models(
     the read models' checkpoint folded again (:mod:`wgstore.projections.behind`; ``behind`` is
     looked up when not given); None when the read models are too far behind for that (then fold
     the log)."""
-    behind = behind or read_models_behind(store)
+    with translate_errors(store.url), store.engine.connect() as connection:
+        behind = behind or read_models_behind(store, connection)
+        rows = (
+            []
+            if behind is None
+            else list(connection.execute(sa.select(wg_worker_groups)).mappings())
+        )
+        connection.rollback()
     if behind is None:
         return None
-    table = wg_worker_groups
-    with translate_errors(store.url), store.engine.connect() as connection:
-        rows = list(connection.execute(sa.select(table)).mappings())
-        connection.rollback()
     result = list(moved_group_summaries(store, behind))
     for row in rows:
         if row["group_id"] in behind.group_ids:
