@@ -89,8 +89,11 @@ if (typeof document === "undefined") {
     hideBanner();
     return data;
   }
+  // The follower's last status is what says the store is away: an answer the server kept from
+  // before (served while the store is away) must not hide the banner that status showed.
+  let storeDown = false;
   function showBanner(text) { banner.hidden = false; banner.textContent = "The store is unavailable; this page will catch up when it is back. " + (text || ""); }
-  function hideBanner() { banner.hidden = true; }
+  function hideBanner() { if (!storeDown) banner.hidden = true; }
 
   // ------------------------------------------------------------------ runs
   function runsControls() {
@@ -262,11 +265,13 @@ if (typeof document === "undefined") {
       live.textContent = "live · head " + head;
       if (matters(message)) refresh();
     } else if (message.available) {
+      storeDown = false;
       hideBanner();
       head = Math.max(head, message.head);
       live.textContent = "live · head " + message.head;
       refresh();
     } else {
+      storeDown = true;
       showBanner(message.problem);
       live.textContent = "store unavailable";
     }
