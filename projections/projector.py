@@ -51,6 +51,7 @@ from wgstore.events.run import RunCreated
 from wgstore.events.schema import wg_run_decisions, wg_runs, wg_snapshots, wg_subscriptions
 from wgstore.events.streams import GROUP_STREAM_PREFIX, RUN_STREAM_PREFIX, run_stream
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
+from wgstore.projections.bulk import insert_rows
 from wgstore.projections.errors import ProjectionError, ReadModelsBusyError
 from wgstore.projections.event_time import event_time
 from wgstore.projections.read_models import (
@@ -617,16 +618,6 @@ def _json_columns(connection: sa.Connection, rows: list[dict[str, Any]], *names:
                 row[name] = msgspec.json.encode(row[name]).decode()
 
 
-def _upsert(connection: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        return
-    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite_dialect
-    insert = dialect.insert(table)
-    keys = [c.name for c in table.primary_key.columns]
-    update = {name: insert.excluded[name] for name in rows[0] if name not in keys}
-    connection.execute(insert.on_conflict_do_update(index_elements=keys, set_=update), rows)
-
-
 def _write_groups(
     connection: sa.Connection, works: dict[str, _GroupBatch], store: EventStore
 ) -> None:
@@ -669,22 +660,19 @@ def _write_groups(
             if (metric, rank) in work.changed_series
         ]
     _json_columns(connection, rows, "resources_per_worker", "released")
-    _upsert(connection, wg_worker_groups, rows)
-    _upsert(connection, wg_worker_groups, refused)
+    insert_rows(connection, wg_worker_groups, rows, upsert=True)
+    insert_rows(connection, wg_worker_groups, refused, upsert=True)
     save_snapshots(
         connection, snapshots, name=PROJECTOR_SNAPSHOT, log=store, hmac_key=store.hmac_key
     )
     _json_columns(connection, workers, "last_metrics")
-    _upsert(connection, wg_workers, workers)
-    if polls:
-        _json_columns(connection, polls, "changes")
-        connection.execute(wg_poll_history.insert(), polls)
-    if reports:
-        _json_columns(connection, reports, "metrics")
-        connection.execute(wg_reports.insert(), reports)
-    if points:
-        connection.execute(wg_report_points.insert(), points)
-    _upsert(connection, wg_report_series, series)
+    insert_rows(connection, wg_workers, workers, upsert=True)
+    _json_columns(connection, polls, "changes")
+    insert_rows(connection, wg_poll_history, polls)
+    _json_columns(connection, reports, "metrics")
+    insert_rows(connection, wg_reports, reports)
+    insert_rows(connection, wg_report_points, points)
+    insert_rows(connection, wg_report_series, series, upsert=True)
 
 
 # ------------------------------------------------------------------------------------ runs
@@ -738,11 +726,10 @@ def _apply_runs(
         rows.append(row)
         decisions += decision_rows(state)
     _json_columns(connection, rows, "resources_per_worker", "failed_ranks", "ray")
-    _upsert(connection, wg_runs, rows)
+    insert_rows(connection, wg_runs, rows, upsert=True)
     connection.execute(wg_run_decisions.delete().where(wg_run_decisions.c.run_id.in_(folded)))
-    if decisions:
-        _json_columns(connection, decisions, "errors")
-        connection.execute(wg_run_decisions.insert(), decisions)
+    _json_columns(connection, decisions, "errors")
+    insert_rows(connection, wg_run_decisions, decisions)
 
 
 def fold_run(records: list[RecordedEvent]) -> tuple[RunState, str | None]:
