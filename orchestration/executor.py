@@ -8,7 +8,7 @@ Three parts, as Ray Train v2 splits its controller:
   :class:`~wgstore.orchestration.ray_runtime.RayRuntime` (the default) or the in-memory
   :class:`~wgstore.orchestration.fake_runtime.FakeRuntime`;
 - **this runner**: one loop thread reads the log in order (``read_all(after=position)``, woken
-  by ``wait_for_new``) and feeds the step; commands (:mod:`~wgstore.orchestration.handlers`)
+  by the store's notifier) and feeds the step; commands (:mod:`~wgstore.orchestration.handlers`)
   and polls run on worker threads (at most ``max_threads`` busy), one at a time per group, so a
   slow start never delays another group's polls, and a poll never races its group's shutdown.
 
@@ -46,6 +46,7 @@ from typing import Any
 
 import wgstore
 from wgstore.events import EventStore, Fence, FencedError, NewEvent, RecordedEvent
+from wgstore.events.notifier import POSTGRES_POLL_S, SQLITE_POLL_S
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream
 from wgstore.events.worker_group import WorkerGroupStartRequested
 from wgstore.orchestration import executor_step as step
@@ -407,11 +408,19 @@ class RayExecutor:
             self._catch_up()
         finally:
             self._caught_up.set()
+        # A wake costs one read of what is new (nothing when nothing is), not a read of the
+        # head first and then of the events (EventStore.wait_for_new): the generation is taken
+        # before the read, so an append during it wakes the next wait at once.
+        notifier = self.store.notifier
+        poll_s = POSTGRES_POLL_S if self.store.is_postgres else SQLITE_POLL_S
+        generation = notifier.generation
         while not self._stop.is_set():
             try:
-                self.store.wait_for_new(self._position, self._wait_s(), stop=self._stop)
+                notifier.ensure_listening()  # (again, if its thread ended)
+                notifier.wait_for_wake(generation, min(self._wait_s(), poll_s))
                 if self._stop.is_set():
                     break
+                generation = notifier.generation
                 self._read_new()
                 self._schedule_polls()
                 self._maybe_catch_up_read_models()
