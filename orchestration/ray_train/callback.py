@@ -456,13 +456,16 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
 
     def _recording_note(self) -> dict[str, Any]:
         """How the recording went, on the run's end event: a gap (an outage, dropped events)
-        is reported in the log itself once the database is back."""
+        is reported in the log itself once the database is back. An outage still under way
+        when the run ends counts up to that moment (``still_failing``): training can end before
+        the database is back, and this event is then written after it."""
         assert self._writer is not None
         stats = self._writer.stats
         return {
             "recording": {
                 "retries": stats.retries,
-                "outage_s": round(stats.outage_s, 3),
+                "outage_s": round(self._writer.outage_so_far_s(), 3),
+                "still_failing": self._writer.failing,
                 "dropped": stats.dropped,
                 "problems": list(stats.problems),
             }

@@ -459,6 +459,17 @@ class BackgroundWriter:
                 seconds = max(0.0, min(seconds, deadline - time.monotonic()))
             self._cond.wait(seconds)
 
+    @property
+    def failing(self) -> bool:
+        """True while appends fail (from a first failure to the next append that succeeds)."""
+        return self._failing_since is not None
+
+    def outage_so_far_s(self) -> float:
+        """:attr:`WriterStats.outage_s` and, while appends fail, the outage under way."""
+        since = self._failing_since
+        ongoing = 0.0 if since is None else time.monotonic() - since
+        return self.stats.outage_s + ongoing
+
     def _on_failure(self, error: BaseException, size: int) -> None:
         self.stats.retries += 1
         self._close_store()  # a fresh connection on the next try

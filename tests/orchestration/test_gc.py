@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from tests.orchestration.decide_sim import World
 from tests.orchestration.test_controller import StoreLog, _create
+from tests.waiting import wait_until
 from wgstore.cli.app import app
 from wgstore.events.leases import acquire_lease, lease_of
 from wgstore.events.run import RunCreated
@@ -118,30 +119,35 @@ def test_runs_that_ended_or_came_from_ray_train_are_not_orphaned(store: Any) -> 
 
 
 def test_the_gc_command_lists_with_json_and_aborts(store_url: str, store: Any) -> None:
-    _abandoned(store, "r1", group_events=False, lease_s=1.0)
+    """Two dead controllers: one whose lease is still live (45 s, inside the default 60 s
+    window of --expiring) and one whose lease lapsed. Neither outcome depends on how fast the
+    machine runs the commands: the live lease outlasts them, the other is waited out first."""
+    _abandoned(store, "live", group_events=False, lease_s=45.0)
     runner = CliRunner()
-    live = runner.invoke(
+    now = runner.invoke(
         app, ["gc", "--url", store_url, "--dry-run", "--expiring", "0"], catch_exceptions=False
     )
-    assert (live.exit_code, live.stdout.strip()) == (0, "no orphaned runs, none expiring")
-    soon = runner.invoke(app, ["gc", "--url", store_url, "--dry-run", "--json"])
-    (row,) = [json.loads(line) for line in soon.stdout.splitlines()]  # the lease lapses in < 60 s
-    assert (row["run_id"], row["action"]) == ("r1", "expiring")
-    lease = lease_of(store, "r1")
+    assert (now.exit_code, now.stdout.strip()) == (0, "no orphaned runs, none expiring")
+    _abandoned(store, "dead", group_events=False, lease_s=0.5)
+    lease = lease_of(store, "dead")
     assert lease is not None
-    deadline = time.monotonic() + 30
-    while not lease.expired():  # the 1 s lease of the dead controller
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until(lease.expired, timeout_s=60, what="the dead controller's 0.5 s lease to lapse")
     listed = runner.invoke(
         app, ["gc", "--url", store_url, "--dry-run", "--json"], catch_exceptions=False
     )
     assert listed.exit_code == 0, listed.stdout
-    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
-    assert (row["run_id"], row["action"]) == ("r1", "would abort")
+    rows = sorted(
+        (json.loads(line) for line in listed.stdout.splitlines()), key=lambda r: r["run_id"]
+    )
+    assert [(row["run_id"], row["action"]) for row in rows] == [
+        ("dead", "would abort"),
+        ("live", "expiring"),
+    ]
     done = runner.invoke(app, ["gc", "--url", store_url], catch_exceptions=False)
     assert done.exit_code == 0, done.stdout
     assert "aborted" in done.stdout
+    assert read_run(store, "dead").status.value == "ABORTED"
+    assert not read_run(store, "live").ended  # its controller may still come back
 
 
 def test_a_controller_that_thaws_after_gc_aborted_its_run_writes_nothing(store: Any) -> None:

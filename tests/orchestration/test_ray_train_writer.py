@@ -90,6 +90,26 @@ def test_a_database_that_is_down_is_retried_and_nothing_is_lost(
     writer.check()  # recovered within the retry limit: no failure
 
 
+def test_an_outage_under_way_counts_up_to_now_and_is_summed_once_it_ends(
+    store_url: str, reader: EventStore
+) -> None:
+    """What the run's end event reports when training ends before the database is back."""
+    opener = FlakyOpener(store_url, failures=10**6)  # down until the test lets it up
+    writer = BackgroundWriter(opener, url=store_url, backoff_s=0.01, max_backoff_s=0.05)
+    assert not writer.failing and writer.outage_so_far_s() == 0.0
+    writer.submit("run-a", _events(1))
+    _wait(lambda: writer.stats.retries >= 2)
+    assert writer.failing and writer.stats.outage_s == 0.0  # not over: not yet summed
+    first = writer.outage_so_far_s()
+    _wait(lambda: writer.outage_so_far_s() > first)  # it grows while it lasts
+    opener.up.set()
+    assert writer.flush(timeout_s=30)
+    assert not writer.failing
+    assert writer.stats.outage_s >= first and writer.outage_so_far_s() == writer.stats.outage_s
+    assert writer.close(timeout_s=10)
+    assert _reasons(reader, "run-a") == ["e0"]
+
+
 def test_submit_returns_while_the_database_cannot_even_be_opened(
     store_url: str, reader: EventStore
 ) -> None:
