@@ -150,6 +150,11 @@ class Follower:
         with self._lock:
             return len(self._subscribers)
 
+    def interests(self) -> list[Interest]:
+        """What each open page stream watches (one entry a stream)."""
+        with self._lock:
+            return [subscriber.interest for subscriber in self._subscribers.values()]
+
     def status(self) -> dict[str, Any]:
         """The ``status`` message as of now."""
         return {
