@@ -122,6 +122,7 @@ class Follower:
         self._subscribers: dict[asyncio.Queue[Message], _Subscriber] = {}
         self._routes = _Routes(())
         self._heads_sent_at = 0.0
+        self._heads_done = 0  # the head every subscriber has had
 
     # ------------------------------------------------------------------ subscribers
 
@@ -289,11 +290,12 @@ class Follower:
         """The log's head to each subscriber that has not had it, at most every
         :attr:`head_interval_s` (one message, encoded once, for all of them)."""
         now = time.monotonic()
-        if now - self._heads_sent_at < self.head_interval_s:
-            return
+        if self.head == self._heads_done or now - self._heads_sent_at < self.head_interval_s:
+            return  # (a subscriber falls behind only when the head moves)
         with self._lock:
             head = self.head
             behind = [s for s in self._subscribers.values() if s.sent_head < head]
+        self._heads_done = head
         if not behind:
             return
         self._heads_sent_at = now
