@@ -18,9 +18,10 @@ run's pages, and the cost of open pages to appends.
    caught up and one report behind. One report is appended before each request, so no answer is
    shared from the server's cache.
 4. **Live pages without a browser** (``--part clients``): ``--clients`` run pages (what
-   live.js does: an ``/api/stream`` connection, and ``/api/runs/<id>?head=N`` refetched on
-   each append to the run, one fetch at a time, coalescing appends that come faster) as plain
-   asyncio HTTP/1.1 clients in one process at ``nice 19``. A check first (each page fetches
+   live.js does: the run fetched, then an ``/api/stream`` connection watching the run and its
+   attempt's group, and ``/api/runs/<id>?head=N`` refetched on each append to them, one fetch
+   at a time, coalescing appends that come faster) as plain asyncio HTTP/1.1 clients in one
+   process at ``nice 19``. A check first (each page fetches
    once per append when appends wait for the pages), then ``--rounds`` pairs of bursts of
    ``--burst`` single appends, without and with the pages, the order alternating: the median
    and spread of each pair's cost to appends, and the server's CPU per append (``/proc``,
@@ -61,6 +62,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import sqlalchemy as sa
@@ -89,6 +91,7 @@ from wgstore.events.worker_group import (
     WorkersStarted,
 )
 from wgstore.projections import catch_up_read_models
+from wgstore.serve.interest import EVERYTHING, Interest
 
 PG_URL = os.environ.get("WGSTORE_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 CHROMIUM = "/usr/bin/chromium"
@@ -556,34 +559,56 @@ async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
 
 class _LivePage:
     """What live.js does for an open run page, on two connections of its own (a reader's
-    browser): it follows ``/api/stream``; on each ``status`` message, and each ``append`` that
-    touches the run's streams (or lists fewer events than it holds, or starts a group), it
-    fetches ``/api/runs/<run>?head=<the newest message's head>``. One fetch at a time: messages
-    that come meanwhile make one more fetch when it ends (live.js' ``busy`` / ``again``), so a
-    page fetches once per append when appends are slower than its fetches and coalesces them
-    when they are faster. ``fetching=False``: the stream alone (the harness's observer)."""
+    browser): it fetches ``/api/runs/<run>`` (the page's load), then follows ``/api/stream``
+    watching what it shows (``watch=run:<run>&watch=group:<each attempt>``: the server sends it
+    the appends to those streams and the new attempts of the run, and the log's head about once
+    a second otherwise). On each ``status`` message, and each ``append`` (its events concern the
+    page, or it lists fewer events than it holds), it fetches
+    ``/api/runs/<run>?head=<the newest message's head>``. One fetch at a time: messages that
+    come meanwhile make one more fetch when it ends (live.js' ``busy`` / ``again``), so a page
+    fetches once per append when appends are slower than its fetches and coalesces them when
+    they are faster. ``fetching=False``: the stream alone, watching everything (the harness's
+    observer)."""
 
     def __init__(self, host: str, port: int, run_id: str, *, fetching: bool = True) -> None:
         self.run_id = run_id
         self.fetching = fetching
         self.stream = _Connection(host, port)
         self.api = _Connection(host, port)
-        self.watched: set[str] | None = None  # None: every append matters (as in live.js)
+        self.watching: list[str] | None = None  # None: everything (the observer)
+        self.interest = EVERYTHING
+        self.followed: str | None = None  # the query its stream was opened with
         self.busy = self.again = False
         self.status_seen = False
         self.head = 0  # the newest message's head
         self.fetches = 0
+        self.appends = 0  # append messages the server sent it
         self.tasks: set[asyncio.Task[None]] = set()
         self.failed: str | None = None  # what ended its stream or a fetch
 
     def start(self) -> None:
-        """Open the page: its stream, and its first fetch (the page's load)."""
-        self._spawn(self._follow())
-        self.refresh()
+        """Open the page as live.js does: its first fetch (the page's load), then its stream
+        watching what the page shows."""
+        self._spawn(self._open())
 
-    def caught_up(self, head: int) -> bool:
-        """The page has had the message at ``head``, and no fetch is in flight or pending."""
-        return self.status_seen and self.head >= head and not self.busy
+    async def _open(self) -> None:
+        if self.fetching:
+            self.busy = True
+            await self._fetch()
+        self.followed = self._query()
+        await self._follow()
+
+    def _query(self) -> str:
+        """The stream's query for what the page watches."""
+        if self.watching is None:
+            return ""
+        return "?" + urlencode([("watch", value) for value in sorted(self.watching)])
+
+    def caught_up(self, head: int, told: bool = True) -> bool:
+        """No fetch is in flight or pending, and the page has had the message at ``head``
+        (``told``: appends it watches), or its status (not ``told``: appends it does not watch,
+        whose head comes in the next ``head`` message, up to a second later)."""
+        return self.status_seen and not self.busy and (not told or self.head >= head)
 
     def refresh(self) -> None:
         """live.js' ``refresh()``: fetch now, or once more after the fetch in flight."""
@@ -612,27 +637,28 @@ class _LivePage:
                 path = f"/api/runs/{self.run_id}" + (f"?head={self.head}" if self.head else "")
                 answer = json.loads(await self.api.get_body(path))
                 self.fetches += 1
-                self.watched = {f"run-{self.run_id}"} | {
-                    f"worker-group-{a['group_id']}" for a in answer["attempts"]
-                }
+                self.watching = [f"run:{self.run_id}"] + [
+                    f"group:{a['group_id']}" for a in answer["attempts"]
+                ]
+                self.interest = Interest.of(self.watching)
+                if self.followed is not None and self._query() != self.followed:
+                    # live.js would open its stream again; the bench's run has one attempt
+                    raise RuntimeError("the run gained an attempt: the bench's pages do not")
                 if not self.again:
                     return
         finally:
             self.busy = False
 
     def _matters(self, message: dict[str, Any]) -> bool:
-        watched = self.watched
-        return (
-            watched is None
-            or message["more"] > 0
-            or any(
-                e["stream_id"] in watched or e["type"] == "WorkerGroupStartRequested"
-                for e in message["events"]
-            )
+        """live.js' ``matters()``: the message lists an event the page watches, or fewer
+        events than it holds."""
+        return message["more"] > 0 or any(
+            self.interest.concerns(e["stream_id"], e["type"], e.get("run_id"))
+            for e in message["events"]
         )
 
     async def _follow(self) -> None:
-        headers, reader = await self.stream.get("/api/stream")
+        headers, reader = await self.stream.get("/api/stream" + (self.followed or ""))
         if "chunked" not in headers.get("transfer-encoding", ""):
             raise RuntimeError(f"/api/stream is not chunked: {headers}")
         text = ""
@@ -646,11 +672,13 @@ class _LivePage:
                         kind = line[6:].strip()
                     elif line.startswith("data:"):
                         data += line[5:].strip()
-                if kind == "append":
+                if kind in ("append", "head"):
                     message = json.loads(data)
-                    self.head = message["head"]
-                    if self._matters(message):
-                        self.refresh()
+                    self.head = max(self.head, message["head"])
+                    if kind == "append":
+                        self.appends += 1
+                        if self._matters(message):
+                            self.refresh()
                 elif kind == "status":
                     message = json.loads(data)
                     self.status_seen = True
@@ -674,10 +702,13 @@ def clients_child(base: str, run_id: str) -> None:
     - ``open N``: open N pages of the run (:class:`_LivePage`); ``ready`` once each has its
       stream and has fetched the run at the head its stream announced.
     - ``close``: close them; ``closed``.
-    - ``wait H S``: wait (at most S seconds) until the observer (a stream without pages, open
-      throughout) and every page have had the message at head H and no page has a fetch in
-      flight or pending; ``caught <seconds> <1 | 0 if S ran out>``.
-    - ``count``: ``count <fetches> <connections reopened>`` so far.
+    - ``wait H S T``: wait (at most S seconds) until the observer (a stream watching
+      everything, open throughout) has had the message at head H, and every page too when T is
+      1 (the appends are to streams the pages watch; 0: to others, of which they are told
+      nothing), and no page has a fetch in flight or pending; ``caught <seconds> <1 | 0 if S
+      ran out>``.
+    - ``count``: ``count <fetches> <connections reopened> <append messages>`` of the pages so
+      far.
     """
     host, port = base.removeprefix("http://").rsplit(":", 1)
 
@@ -688,7 +719,7 @@ def clients_child(base: str, run_id: str) -> None:
         observer = _LivePage(host, int(port), run_id, fetching=False)
         observer.start()
         pages: list[_LivePage] = []
-        closed = [0, 0]  # fetches, reopened: of pages closed before
+        closed = [0, 0, 0]  # fetches, reopened, append messages: of pages closed before
 
         async def until(done: Any, seconds: float) -> tuple[float, bool]:
             started = time.perf_counter()
@@ -719,21 +750,23 @@ def clients_child(base: str, run_id: str) -> None:
                 for page in pages:
                     closed[0] += page.fetches
                     closed[1] += page.api.reopened
+                    closed[2] += page.appends
                     await page.close()
                 pages = []
                 say("closed")
             elif line[0] == "wait":
-                head = int(line[1])
+                head, told = int(line[1]), line[3] == "1"
                 took, ok = await until(
-                    lambda head=head, pages=pages: (
-                        observer.caught_up(head) and all(p.caught_up(head) for p in pages)
+                    lambda head=head, told=told, pages=pages: (
+                        observer.caught_up(head) and all(p.caught_up(head, told) for p in pages)
                     ),
                     float(line[2]),
                 )
                 say(f"caught {took:.4f} {int(ok)}")
             elif line[0] == "count":
                 fetches = closed[0] + sum(p.fetches for p in pages)
-                say(f"count {fetches} {closed[1] + sum(p.api.reopened for p in pages)}")
+                reopened = closed[1] + sum(p.api.reopened for p in pages)
+                say(f"count {fetches} {reopened} {closed[2] + sum(p.appends for p in pages)}")
         await observer.close()
         for page in pages:
             await page.close()
@@ -774,18 +807,20 @@ class Clients:
         """Close the open pages."""
         self.ask("close")
 
-    def wait(self, head: int, seconds: float = 120) -> float:
-        """Seconds until every page has had the append at ``head`` and fetched what it made it
+    def wait(self, head: int, seconds: float = 120, *, told: bool = True) -> float:
+        """Seconds until the observer has had the append at ``head``, every page too when
+        ``told`` (the pages watch the appends' streams), and every page fetched what it made it
         fetch (raises after ``seconds``)."""
-        _, took, ok = self.ask(f"wait {head} {seconds}")
+        _, took, ok = self.ask(f"wait {head} {seconds} {int(told)}")
         if ok != "1":
             raise RuntimeError(f"the pages did not catch up with head {head} in {seconds} s")
         return float(took)
 
-    def count(self) -> tuple[int, int]:
-        """Fetches made so far, and connections the server had closed that were reopened."""
-        _, fetches, reopened = self.ask("count")
-        return int(fetches), int(reopened)
+    def count(self) -> tuple[int, int, int]:
+        """Fetches made so far, connections the server had closed that were reopened, and
+        append messages the pages were sent."""
+        _, fetches, reopened, appends = self.ask("count")
+        return int(fetches), int(reopened), int(appends)
 
     def stop(self) -> None:
         """End the process."""
@@ -819,8 +854,8 @@ def clients_cost(
     """What ``clients`` open run pages (:class:`_LivePage`, in a process of their own at
     ``nice``) cost a writer of single appends and the server, for two workloads: ``run``: every
     append is a report of the run the pages show (each makes every page refetch the run, or
-    coalesce); ``w1``: bench/store.py's W1 (single appends over 50 other streams: each reaches
-    every page as a server-sent event, no fetch).
+    coalesce); ``w1``: bench/store.py's W1 (single appends over 50 other streams, which no page
+    watches: the server sends the pages no append, only the log's head about once a second).
 
     First a check that the pages do what a page does (``paced``): ``paced`` appends to the run,
     each after the pages caught up with the one before: each page fetches once per append.
@@ -828,9 +863,11 @@ def clients_cost(
     Then, per workload, ``rounds`` pairs of bursts of ``burst`` appends, one without pages and
     one with them, the order alternating from pair to pair. A burst is timed from its first
     append to its last (appends/s); its CPU (``/proc`` user + system time, of the server and of
-    the clients' process) runs until the pages have caught up (every page has had the last
-    append and finished the fetches it made; without pages, until an observer's stream, open
-    throughout, has had it). The cost to appends is each pair's without/with - 1: its median
+    the clients' process) runs until the pages have caught up (an observer's stream, open
+    throughout and watching everything, has had the last append; in ``run`` every page has had
+    it too; every page finished the fetches it made). A W1 burst's pages are told nothing but
+    the log's head in a ``head`` message about once a second: the window does not wait for it
+    (that is a cost per second, counted when it falls in a burst, not per append). The cost to appends is each pair's without/with - 1: its median
     and spread; also with the time the writer waited on a run queue for a core taken out of
     each burst (``/proc/thread-self/schedstat``: what is left is the writer's own work, its
     I/O and its waits for the database, so a machine whose cores the writer does not share
@@ -882,7 +919,13 @@ def clients_cost(
                 harness.close()
                 for name, append in (("run", run_append), ("w1", w1_append)):
                     out[name] = _clients_rounds(
-                        store, harness, append, clients=clients, burst=burst, rounds=rounds
+                        store,
+                        harness,
+                        append,
+                        clients=clients,
+                        burst=burst,
+                        rounds=rounds,
+                        told=name == "run",
                     )
             finally:
                 harness.stop()
@@ -890,14 +933,22 @@ def clients_cost(
 
 
 def _clients_rounds(
-    store: EventStore, harness: Clients, append: Any, *, clients: int, burst: int, rounds: int
+    store: EventStore,
+    harness: Clients,
+    append: Any,
+    *,
+    clients: int,
+    burst: int,
+    rounds: int,
+    told: bool,
 ) -> dict[str, Any]:
-    """The alternating rounds of :func:`clients_cost` for one workload."""
+    """The alternating rounds of :func:`clients_cost` for one workload (``told``: its appends
+    are to the streams the pages watch)."""
 
     def one(with_pages: bool) -> dict[str, float]:
         if with_pages:
             harness.open(clients)
-        fetches, reopened = harness.count()
+        fetches, reopened, messages = harness.count()
         server, child = _cpu_s(SERVER_PID[0]), _cpu_s(harness.pid)
         cpu, waited = _schedstat_s()
         started = time.perf_counter()
@@ -905,7 +956,7 @@ def _clients_rounds(
             append()
         took = time.perf_counter() - started
         cpu_after, waited_after = _schedstat_s()
-        caught = harness.wait(store.head())
+        caught = harness.wait(store.head(), told=told)
         row = {
             "appends_per_s": burst / took,
             "appends_per_s_own": burst / (took - (waited_after - waited)),
@@ -915,6 +966,7 @@ def _clients_rounds(
             "caught_up_s": caught,
             "fetches": harness.count()[0] - fetches,
             "reopened": harness.count()[1] - reopened,
+            "append_messages": harness.count()[2] - messages,
             "load_1m": os.getloadavg()[0],
         }
         if with_pages:
@@ -951,6 +1003,8 @@ def _clients_rounds(
         "server_cpu_ms_per_append_with": total("with", "server_cpu_s") / appends * 1000,
         "clients_cpu_ms_per_append": total("with", "clients_cpu_s") / appends * 1000,
         "fetches_per_append_per_page": total("with", "fetches") / (appends * clients),
+        "append_messages_per_append_per_page": total("with", "append_messages")
+        / (appends * clients),
         "caught_up_ms_with": _spread([p["with"]["caught_up_s"] * 1000 for p in pairs]),
         "reopened": total("with", "reopened"),
         "load_1m": _spread([p[arm]["load_1m"] for p in pairs for arm in ("without", "with")]),
@@ -980,10 +1034,10 @@ def print_clients(backend: str, cost: dict[str, Any]) -> None:
     print(
         "| workload | load 1 min | appends/s without | with | cost to appends: median [q1, q3] "
         "(min, max) | the same, the writer's waits for a core left out | CPU ms per append: "
-        "writer without / with | server without / with | pages | fetches per append per page "
-        "| pages caught up after the burst, ms |"
+        "writer without / with | server without / with | pages | append messages per append "
+        "per page | fetches per append per page | pages caught up after the burst, ms |"
     )
-    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for name in ("run", "w1"):
         c = cost[name]
         print(
@@ -995,6 +1049,7 @@ def print_clients(backend: str, cost: dict[str, Any]) -> None:
             f"{c['writer_cpu_ms_per_append_with']:.2f} "
             f"| {c['server_cpu_ms_per_append_without']:.2f} / "
             f"{c['server_cpu_ms_per_append_with']:.2f} | {c['clients_cpu_ms_per_append']:.2f} "
+            f"| {c['append_messages_per_append_per_page']:.2f} "
             f"| {c['fetches_per_append_per_page']:.2f} | {c['caught_up_ms_with']['median']:.0f} |",
             flush=True,
         )

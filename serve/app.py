@@ -35,6 +35,7 @@ from wgstore.projections.text import json_default
 from wgstore.serve import views
 from wgstore.serve.cache import AnswerCache
 from wgstore.serve.follower import Follower
+from wgstore.serve.interest import Interest
 from wgstore.serve.metrics import metrics_registry
 
 __all__ = ["TOKEN_COOKIE", "TokenGuard", "create_app"]
@@ -280,12 +281,15 @@ def create_app(
         )
 
     async def api_stream(request: Request) -> Response:
+        try:
+            interest = Interest.parse(request.query_params.multi_items())
+        except InvalidArgumentError as error:
+            return Response(_message(str(error)), status_code=400, media_type="application/json")
         follower: Follower = state["follower"]
-        queue = follower.subscribe()
 
         async def messages() -> AsyncIterator[dict[str, str]]:
+            queue = follower.subscribe(interest)  # its first message: the status as of now
             try:
-                yield {"event": "status", "data": json.dumps(follower.status())}
                 while True:
                     message = await queue.get()
                     if message["kind"] == "closing":

@@ -1,29 +1,56 @@
 // wgstore serve: draws the page from /api/... and redraws it on each server-sent event.
 // Every string from the log goes into the page as a text node (never as HTML).
-// Loaded as a SharedWorker, this same file holds the one /api/stream connection that every tab
-// of the browser shares (a browser opens at most 6 HTTP/1.1 connections to one server).
+// A page's stream says what it watches (watch=... values, serve/interest.py): the runs list
+// "runs", the log "all", a run page "run:ID" and "group:ID" of each attempt, a group page
+// "group:ID". The server sends it the appends that concern that, and the log's head about once
+// a second. Loaded as a SharedWorker, this same file holds the one /api/stream connection that
+// every tab of the browser shares (a browser opens at most 6 HTTP/1.1 connections to one
+// server), watching what its tabs watch together; it opens the stream again when that changes.
 "use strict";
+const KINDS = ["status", "append", "head"];
+const MAX_WATCHED = 100; // more than this (a run of many attempts): watch every run instead
+// the query of /api/stream for some watch values: "all" and "runs" cover the others
+function watchQuery(values) {
+  const all = new Set(values);
+  const wanted = all.has("all") ? ["all"] : all.has("runs") || all.size > MAX_WATCHED ? ["runs"] : [...all].sort();
+  return wanted.map((v) => "watch=" + encodeURIComponent(v)).join("&");
+}
 if (typeof document === "undefined") {
-  const ports = new Set();
-  let source = null;
-  let status = null;
-  const send = (message) => { for (const port of ports) port.postMessage(message); };
-  self.onconnect = (event) => {
-    const port = event.ports[0];
-    ports.add(port);
-    port.onmessage = (m) => { if (m.data === "bye") ports.delete(port); };
-    port.start();
-    if (status) port.postMessage(status);
-    if (source) return;
-    source = new EventSource("/api/stream");
-    for (const kind of ["status", "append"]) {
+  const tabs = new Map(); // each tab's port -> what it watches
+  const waiting = new Set(); // tabs that joined or changed since the stream's last status
+  let source = null, query = null, status = null, timer = null;
+  const send = (message) => { for (const port of tabs.keys()) port.postMessage(message); };
+  // A new stream's first message is its status, which every tab refetches on: no tab misses
+  // an append across the change. A tab whose watch the open stream covers gets its last status.
+  function update() {
+    timer = null;
+    const wanted = tabs.size ? watchQuery([...tabs.values()].flat()) : null;
+    if (wanted === query) {
+      if (status) for (const port of waiting) port.postMessage(status);
+      if (status) waiting.clear();
+      return;
+    }
+    if (source) source.close();
+    source = null; status = null; query = wanted;
+    if (wanted === null) return;
+    source = new EventSource("/api/stream?" + wanted);
+    for (const kind of KINDS) {
       source.addEventListener(kind, (m) => {
         const message = { kind, data: m.data };
-        if (kind === "status") status = message;
+        if (kind === "status") { status = message; waiting.clear(); }
         send(message);
       });
     }
     source.onerror = () => send({ kind: "error" });
+  }
+  self.onconnect = (event) => {
+    const port = event.ports[0];
+    port.onmessage = (m) => {
+      if (m.data === "bye") { tabs.delete(port); waiting.delete(port); }
+      else { tabs.set(port, m.data.watch); waiting.add(port); }
+      if (timer === null) timer = setTimeout(update, 25); // tabs that come together: one stream
+    };
+    port.start();
   };
 } else (function () {
   const body = document.body;
@@ -155,7 +182,7 @@ if (typeof document === "undefined") {
   }
   async function drawRun() {
     const d = await api("/api/runs/" + encodeURIComponent(ident) + seen());
-    watched = new Set(["run-" + d.run.run_id, ...d.attempts.map((a) => "worker-group-" + a.group_id)]);
+    watching = ["run:" + d.run.run_id, ...d.attempts.map((a) => "group:" + a.group_id)];
     const r = d.run;
     const out = [el("h1", {}, "Run ", r.run_id, r.name ? el("span", { class: "dim" }, " (" + r.name + ")") : null)];
     out.push(facts([["state", state(r.status, r.controller_state)], ["source", r.source], ["train_fn", r.train_fn],
@@ -185,7 +212,7 @@ if (typeof document === "undefined") {
   // ------------------------------------------------------------------ one group
   async function drawGroup() {
     const d = await api("/api/groups/" + encodeURIComponent(ident) + seen());
-    watched = new Set(["worker-group-" + d.group_id]);
+    watching = ["group:" + d.group_id];
     const s = d.state;
     const out = [el("h1", {}, "Worker group ", d.group_id)];
     out.push(facts([["run", s.run_id ? link("/runs/", s.run_id) : ""], ["attempt", s.attempt], ["status", state(s.status, s.outcome)],
@@ -237,9 +264,22 @@ if (typeof document === "undefined") {
   const controls = { runs: runsControls, log: logControls }[kind];
   if (controls) document.getElementById("controls").append(controls());
   let busy = false, again = false, head = 0;
-  let watched = null; // the streams a run or group page shows (null: every append matters)
-  const matters = (message) =>
-    watched === null || message.more > 0 || message.events.some((e) => watched.has(e.stream_id) || e.type === "WorkerGroupStartRequested");
+  // What this page watches: from its address until it is drawn, then the ids it shows
+  let watching = { runs: ["runs"], log: ["all"], run: ["run:" + ident], group: ["group:" + ident] }[kind];
+  let concerns = () => true, followed = null;
+  // whether an event concerns what the page watches: serve/interest.py's Interest.concerns
+  function interest(values) {
+    const streams = new Set(), runs = new Set();
+    for (const v of values) {
+      if (v.startsWith("run:")) { streams.add("run-" + v.slice(4)); runs.add(v.slice(4)); }
+      if (v.startsWith("group:")) streams.add("worker-group-" + v.slice(6));
+    }
+    const all = values.includes("all"), wide = values.includes("runs") || values.length > MAX_WATCHED;
+    return (e) => all || streams.has(e.stream_id) || (wide && (e.stream_id.startsWith("run-") || e.stream_id.startsWith("worker-group-"))) ||
+      (e.type === "WorkerGroupStartRequested" && runs.has(e.run_id));
+  }
+  // (a stream shared with other tabs also brings what they watch)
+  const matters = (message) => message.more > 0 || message.events.some(concerns);
   async function refresh() {
     if (busy) { again = true; return; }
     busy = true;
@@ -254,16 +294,17 @@ if (typeof document === "undefined") {
       if (error.status) main.replaceChildren(el("h1", {}, "Not found"), el("p", { class: "bad" }, error.message));
     } finally {
       busy = false;
+      follow();
       if (again) { again = false; refresh(); }
     }
   }
   function receive(kind, data) {
     if (kind === "error") { live.textContent = "reconnecting…"; return; }
     const message = JSON.parse(data);
-    if (kind === "append") {
-      head = message.head;
+    if (kind === "append" || kind === "head") {
+      head = Math.max(head, message.head);
       live.textContent = "live · head " + head;
-      if (matters(message)) refresh();
+      if (kind === "append" && matters(message)) refresh();
     } else if (message.available) {
       storeDown = false;
       hideBanner();
@@ -276,16 +317,30 @@ if (typeof document === "undefined") {
       live.textContent = "store unavailable";
     }
   }
-  if (window.SharedWorker) {
-    const worker = new SharedWorker(document.currentScript.src, { name: "wgstore-live" });
-    worker.port.onmessage = (m) => receive(m.data.kind, m.data.data);
-    worker.port.start();
-    addEventListener("pagehide", () => worker.port.postMessage("bye"));
-    addEventListener("pageshow", (event) => { if (event.persisted) location.reload(); });
-  } else {
-    const source = new EventSource("/api/stream");
-    for (const kind of ["status", "append"]) source.addEventListener(kind, (m) => receive(kind, m.data));
-    source.onerror = () => receive("error");
+  // Subscribe, or subscribe again when what the page watches changed (a new attempt): the
+  // stream's first message is a status, on which the page refetches, so nothing is missed.
+  const script = document.currentScript.src;
+  let port = null, source = null;
+  function follow() {
+    const query = watchQuery(watching);
+    if (query === followed) return;
+    followed = query;
+    concerns = interest(watching);
+    if (window.SharedWorker) {
+      if (port === null) {
+        port = new SharedWorker(script, { name: "wgstore-live" }).port;
+        port.onmessage = (m) => receive(m.data.kind, m.data.data);
+        port.start();
+        addEventListener("pagehide", () => port.postMessage("bye"));
+        addEventListener("pageshow", (event) => { if (event.persisted) location.reload(); });
+      }
+      port.postMessage({ watch: watching });
+    } else {
+      if (source) source.close();
+      source = new EventSource("/api/stream?" + query);
+      for (const kind of KINDS) source.addEventListener(kind, (m) => receive(kind, m.data));
+      source.onerror = () => receive("error");
+    }
   }
   refresh();
 })();

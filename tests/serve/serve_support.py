@@ -1,7 +1,9 @@
-"""Helpers of the serve tests: the app served by a real uvicorn, waiting with a deadline."""
+"""Helpers of the serve tests: the app served by a real uvicorn, a client of its event stream,
+waiting with a deadline."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["live_server", "wait_for"]
+__all__ = ["StreamClient", "live_server", "wait_for"]
 
 
 @contextmanager
@@ -52,3 +54,49 @@ def wait_for(condition: Any, what: str, timeout_s: float = 30.0) -> Any:
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not within {timeout_s} s")
         time.sleep(0.05)
+
+
+class StreamClient:
+    """A client of ``/api/stream`` in a thread of its own: every message it is sent, in order,
+    as ``(kind, data)``. It reads until the server ends the stream (``live_server`` does when
+    it stops)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.messages: list[tuple[str, dict[str, Any]]] = []
+        self.status_code: int | None = None
+        self.error: str | None = None
+        """The body of an answer other than 200."""
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        import httpx
+
+        with httpx.Client(timeout=60) as http, http.stream("GET", self.url) as response:
+            self.status_code = response.status_code
+            if response.status_code != 200:
+                self.error = response.read().decode()
+                return
+            kind = ""
+            for line in response.iter_lines():
+                if line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: "):
+                    self.messages.append((kind, json.loads(line[6:])))
+
+    def kinds(self, kind: str) -> list[dict[str, Any]]:
+        """The messages of ``kind`` so far."""
+        return [data for k, data in list(self.messages) if k == kind]
+
+    def listed(self) -> list[dict[str, Any]]:
+        """Every event listed by the ``append`` messages so far."""
+        return [event for message in self.kinds("append") for event in message["events"]]
+
+    def heads(self) -> int:
+        """The newest head any message carried (0 before the first)."""
+        return max((int(data.get("head", 0)) for _, data in list(self.messages)), default=0)
+
+    def answered(self) -> bool:
+        """True once the server answered: an error, or the stream's first message."""
+        return self.error is not None or bool(self.messages)

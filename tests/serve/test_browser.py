@@ -3,7 +3,8 @@
 
 Each page is served by a real uvicorn over a real store (SQLite and Postgres); the tests append
 to the store while the page is open and wait, with a deadline, for the page to change without a
-reload. A screenshot of each page is kept in the test's tmp dir. Without Chromium the tests are
+reload. What the pages' streams watch is read from the server's follower (one stream per browser
+while it has SharedWorker). A screenshot of each page is kept in the test's tmp dir. Without Chromium the tests are
 skipped on a developer machine and fail when ``CI=true`` (``make system-deps`` installs it).
 """
 
@@ -17,12 +18,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serve_scenarios import ERROR_MESSAGE, errored_run, live_run, new_run, report
-from serve_support import live_server
+from serve_scenarios import (
+    ERROR_MESSAGE,
+    attempt,
+    errored_run,
+    live_run,
+    new_run,
+    ray_train_run,
+    report,
+    restarting,
+    wgstore_run,
+)
+from serve_support import live_server, wait_for
 
 from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import WorkerReported
 from wgstore.serve.app import create_app
+from wgstore.serve.interest import Interest
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="the browser tests need playwright")
 
@@ -93,8 +105,9 @@ def served(writer: Any, store_url: str) -> Iterator[dict[str, Any]]:
     """A live run named like a script, an errored run, and the server over them."""
     live_group = live_run(writer, "run-live1", name=XSS_NAME)
     errored_run(writer, "run-err22")
-    with live_server(create_app(store_url, follower_wait_s=0.5)) as base:
-        yield {"base": base, "live_group": live_group, "url": store_url}
+    app = create_app(store_url, follower_wait_s=0.5)
+    with live_server(app) as base:
+        yield {"base": base, "live_group": live_group, "url": store_url, "app": app}
 
 
 def _mark(page: Any) -> None:
@@ -250,3 +263,133 @@ def test_the_runs_page_filters_by_state_and_name_from_its_form(
     page.select_option("select[name='status']", "FINISHED")
     page.click("button[type='submit']")
     page.wait_for_selector("text=no runs match", timeout=WAIT_MS)
+
+
+def _watched(app: Any) -> list[Interest]:
+    """What each open stream of the server watches."""
+    return sorted(app.state.follower.interests(), key=repr)
+
+
+def _watch(*values: str) -> list[Interest]:
+    return [Interest.of(values)]
+
+
+def _has_text(page: Any, text: str) -> None:
+    page.wait_for_function(
+        f"() => document.querySelector('main').textContent.includes({text!r})", timeout=WAIT_MS
+    )
+
+
+@pytest.mark.parametrize("source", ["wgstore", "ray_train"])
+def test_a_run_page_shows_a_new_attempt_of_its_run_as_it_starts(
+    page: Any, writer: Any, store_url: str, source: str
+) -> None:
+    """A recorded Ray Train attempt starts on its group's stream, before the run's stream names
+    it: the run page learns of it from that ``WorkerGroupStartRequested`` (it names the run)."""
+    run = (wgstore_run if source == "wgstore" else ray_train_run)(writer, "run-att1")
+    app = create_app(store_url, follower_wait_s=0.5)
+    with live_server(app) as base:
+        page.goto(base + "/runs/run-att1")
+        page.wait_for_selector("svg[data-metric='loss'][data-points='2']", timeout=WAIT_MS)
+        wait_for(lambda: _watched(app) == _watch("run:run-att1", "group:run-att1-g1"), "watched")
+        _mark(page)
+        group = restarting(run, source)
+        _has_text(page, "RESTARTING → " + ("RESCHEDULING" if source == "wgstore" else "SCHEDULING"))
+        appended = time.perf_counter()
+        attempt(writer, "run-att1", group, 2)  # its start, then at once its first reports
+        page.wait_for_selector(f"main a[href='/groups/{group}']", timeout=WAIT_MS)
+        # the page watches the new group now, and missed none of its reports meanwhile
+        page.wait_for_selector("svg[data-metric='loss'][data-points='4']", timeout=WAIT_MS)
+        seen_ms = (time.perf_counter() - appended) * 1000
+        _has_text(page, "attempt 2 rank 1")
+        wait_for(
+            lambda: _watched(app) == _watch("run:run-att1", "group:run-att1-g1", f"group:{group}"),
+            "the new group watched",
+        )
+        report(writer, group, 0, 2, loss=0.2)
+        page.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
+        assert _not_reloaded(page)
+        print(f"{source}: a new attempt's stream appended -> its reports charted: {seen_ms:.0f} ms")
+
+
+def _api_requests(tab: Any) -> list[str]:
+    """The /api/ requests ``tab`` makes from now on (the list grows)."""
+    asked: list[str] = []
+    tab.on("request", lambda request: asked.append(request.url) if "/api/" in request.url else None)
+    return asked
+
+
+def _redrawn_for(asked: list[str], head: int) -> list[str]:
+    """The requests of a page redrawing for the message at ``head`` (a page asks for what it
+    shows at the head of the message it redraws for)."""
+    return [url for url in asked if url.endswith(f"?head={head}")]
+
+
+def _head_shown(tab: Any, head: int) -> None:
+    tab.wait_for_selector(f"#live:has-text('head {head}')", timeout=WAIT_MS)
+
+
+def test_two_tabs_watching_different_things_share_one_stream_and_each_redraws_for_its_own(
+    browser: Any, served: dict[str, Any], writer: Any
+) -> None:
+    app, base = served["app"], served["base"]
+    context = browser.new_context()
+    try:
+        run_tab, group_tab = context.new_page(), context.new_page()
+        run_asked, group_asked = _api_requests(run_tab), _api_requests(group_tab)
+        run_tab.goto(base + "/runs/run-live1")
+        group_tab.goto(base + "/groups/run-err22-g1")
+        run_tab.wait_for_selector("svg[data-metric='loss'][data-points='4']", timeout=WAIT_MS)
+        group_tab.wait_for_selector("h2:has-text('Errors')", timeout=WAIT_MS)
+        both = _watch("run:run-live1", "group:run-live1-g1", "group:run-err22-g1")
+        wait_for(lambda: _watched(app) == both, "one stream watching what both tabs watch")
+
+        report(writer, served["live_group"], 0, 3, loss=0.25)
+        head = writer.head()
+        run_tab.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
+        _head_shown(group_tab, head)  # it had the message (the stream is shared), no redraw
+        assert _redrawn_for(run_asked, head) == [f"{base}/api/runs/run-live1?head={head}"]
+        assert _redrawn_for(group_asked, head) == []
+
+        report(writer, "run-err22-g1", 0, 2, loss=0.4)
+        head = writer.head()
+        group_tab.wait_for_function(
+            "() => [...document.querySelectorAll('dt')].some("
+            "dt => dt.textContent === 'reports' && dt.nextSibling.textContent === '2')",
+            timeout=WAIT_MS,
+        )
+        _head_shown(run_tab, head)
+        assert _redrawn_for(group_asked, head) == [f"{base}/api/groups/run-err22-g1?head={head}"]
+        assert _redrawn_for(run_asked, head) == []
+
+        group_tab.close()  # the stream is opened again for what the run tab watches alone
+        alone = _watch("run:run-live1", "group:run-live1-g1")
+        wait_for(lambda: _watched(app) == alone, "the stream watching the run tab's alone")
+        report(writer, served["live_group"], 1, 3, loss=0.3)
+        run_tab.wait_for_selector("svg[data-metric='loss'][data-points='6']", timeout=WAIT_MS)
+    finally:
+        context.close()
+    wait_for(lambda: _watched(app) == [], "no stream once the browser closed its tabs")
+
+
+def test_without_shared_workers_a_page_opens_its_own_stream_for_what_it_shows(
+    page: Any, writer: Any, store_url: str
+) -> None:
+    run = ray_train_run(writer, "run-own1")
+    app = create_app(store_url, follower_wait_s=0.5)
+    page.add_init_script("delete window.SharedWorker")
+    with live_server(app) as base:
+        page.goto(base + "/runs/run-own1")
+        page.wait_for_selector("svg[data-metric='loss'][data-points='2']", timeout=WAIT_MS)
+        assert page.evaluate("typeof window.SharedWorker") == "undefined"
+        wait_for(lambda: _watched(app) == _watch("run:run-own1", "group:run-own1-g1"), "watched")
+        _mark(page)
+        group = restarting(run, "ray_train")
+        _has_text(page, "RESTARTING → SCHEDULING")
+        attempt(writer, "run-own1", group, 2)
+        page.wait_for_selector("svg[data-metric='loss'][data-points='4']", timeout=WAIT_MS)
+        mine = _watch("run:run-own1", "group:run-own1-g1", f"group:{group}")
+        wait_for(lambda: _watched(app) == mine, "the page's own stream opened again")
+        report(writer, group, 1, 2, loss=0.2)
+        page.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
+        assert _not_reloaded(page)

@@ -1,6 +1,7 @@
 """The follower of ``wgstore serve`` on its own (no HTTP): its counters stay exact while a burst
 of appends goes out as fewer messages than appends, an append after a quiet spell is sent at
-once, and it stops at once while it waits out its interval between messages."""
+once, it stops at once while it waits out its interval between messages, and each subscriber is
+sent what concerns its interest and, else, the head at most once an interval."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from serve_scenarios import live_run, new_run, report
+from serve_scenarios import live_run, new_run, next_attempt, ray_train_run, report
 
 from tests.waiting import wait_until
 from wgstore.events import EventStore
@@ -21,6 +22,7 @@ from wgstore.events.schema import wg_events
 from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import WorkerReported
 from wgstore.serve.follower import Follower, Message
+from wgstore.serve.interest import Interest
 
 BURST = 50  # under the subscriber queue's 64: a follower sending one message each loses none
 
@@ -179,3 +181,89 @@ def test_every_page_gets_the_same_message_encoded_once(
     assert first is second  # one object for both pages, so one encoding
     assert json.loads(first.json) == dict(first)
     assert [event["type"] for event in first["events"]] == ["WorkerReported"]
+
+
+async def _until_head(queue: asyncio.Queue[Message], head: int) -> list[Message]:
+    """Every message of a page's queue until one carries ``head`` (or later)."""
+    messages: list[Message] = []
+    while not messages or int(messages[-1].get("head", 0)) < head:
+        messages.append(await asyncio.wait_for(queue.get(), timeout=60))
+    return messages
+
+
+def test_each_subscriber_is_sent_what_concerns_it_and_the_others_only_the_head(
+    writer: EventStore, reader: EventStore
+) -> None:
+    live_group = live_run(writer, "run-mine1")
+    other_group = live_run(writer, "run-other1")
+    recorded = ray_train_run(writer, "run-ray1")
+    follower = Follower(reader, wait_s=0.5)
+    interests = {
+        "group": Interest.of([f"group:{live_group}"]),
+        "other": Interest.of([f"group:{other_group}"]),
+        "run": Interest.of(["run:run-ray1", "group:run-ray1-g1"]),
+        "all": Interest.of(["all"]),
+    }
+
+    async def follow() -> tuple[dict[str, list[Message]], int, int]:
+        queues = {name: follower.subscribe(interest) for name, interest in interests.items()}
+        await _started(follower, writer.head())
+        start = writer.head()
+        report(writer, live_group, 0, 3, loss=0.25)
+        await asyncio.to_thread(next_attempt, writer, recorded, "ray_train")
+        end = writer.head()
+        got = {name: await _until_head(queue, end) for name, queue in queues.items()}
+        return got, start, end
+
+    try:
+        got, start, end = asyncio.run(follow())
+    finally:
+        _stopped(follower)
+
+    def listed(name: str) -> list[dict[str, Any]]:
+        return [e for m in got[name] if m["kind"] == "append" for e in m["events"]]
+
+    assert got["all"][0]["kind"] == "status"  # each subscriber's first message
+    assert [e["position"] for e in listed("all")] == list(range(start + 1, end + 1))
+    assert {e["stream_id"] for e in listed("group")} == {group_stream(live_group)}
+    # the run's page: its run stream, its group, and the new attempt's request (it names the
+    # run); not the new group's other events (the page watches that group once it has seen it)
+    assert {(e["stream_id"], e["type"]) for e in listed("run")} == {
+        ("run-run-ray1", "ControllerStateChanged"),
+        ("worker-group-run-ray1-g2", "WorkerGroupStartRequested"),
+    }
+    (request,) = [e for e in listed("run") if e["type"] == "WorkerGroupStartRequested"]
+    assert request["run_id"] == "run-ray1"
+    # a page no append concerned: no append message, the head in head messages
+    assert {m["kind"] for m in got["other"]} == {"status", "head"}
+    assert got["other"][-1] == {"kind": "head", "head": end}
+
+
+def test_a_page_no_append_concerns_gets_the_head_at_most_once_an_interval(
+    writer: EventStore, reader: EventStore
+) -> None:
+    live_group = live_run(writer, "run-busy1")
+    quiet_group = live_run(writer, "run-quiet2")
+    follower = Follower(reader, wait_s=0.5, message_interval_s=0, head_interval_s=0.5)
+
+    async def follow() -> tuple[list[Message], list[Message], float]:
+        quiet = follower.subscribe(Interest.of([f"group:{quiet_group}"]))
+        busy = follower.subscribe(Interest.of([f"group:{live_group}"]))
+        await _started(follower, writer.head())
+        started = time.monotonic()
+        await asyncio.to_thread(_burst, writer, live_group)
+        took = time.monotonic() - started
+        end = writer.head()
+        return await _until_head(quiet, end), await _until_head(busy, end), took
+
+    try:
+        quiet, busy, took = asyncio.run(follow())
+    finally:
+        _stopped(follower)
+    assert {m["kind"] for m in quiet} == {"status", "head"}
+    heads = [m for m in quiet if m["kind"] == "head"]
+    assert 1 <= len(heads) <= took / 0.5 + 2
+    # the busy page's own events: every report of the burst, no new run of it (other streams)
+    reports = [e for m in busy if m["kind"] == "append" for e in m["events"]]
+    assert len(reports) == sum(1 for i in range(BURST) if i % 10 != 9)
+    assert {e["stream_id"] for e in reports} == {group_stream(live_group)}
