@@ -252,17 +252,20 @@ def test_a_page_no_append_concerns_gets_the_head_at_most_once_an_interval(
         await _started(follower, writer.head())
         started = time.monotonic()
         await asyncio.to_thread(_burst, writer, live_group)
-        took = time.monotonic() - started
         end = writer.head()
-        return await _until_head(quiet, end), await _until_head(busy, end), took
+        quiet_messages = await _until_head(quiet, end)
+        # the heads went out from the burst's start until the quiet page had the last one (on
+        # a loaded machine the follower may send that one well after the burst ended)
+        window = time.monotonic() - started
+        return quiet_messages, await _until_head(busy, end), window
 
     try:
-        quiet, busy, took = asyncio.run(follow())
+        quiet, busy, window = asyncio.run(follow())
     finally:
         _stopped(follower)
     assert {m["kind"] for m in quiet} == {"status", "head"}
     heads = [m for m in quiet if m["kind"] == "head"]
-    assert 1 <= len(heads) <= took / 0.5 + 2
+    assert 1 <= len(heads) <= window / 0.5 + 2
     # the busy page's own events: every report of the burst, no new run of it (other streams)
     reports = [e for m in busy if m["kind"] == "append" for e in m["events"]]
     assert len(reports) == sum(1 for i in range(BURST) if i % 10 != 9)
