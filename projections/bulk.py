@@ -9,9 +9,8 @@ fleet's batch of 500 reports is ~10,000 rows once each metric is a point of its 
 (``wg_report_points``), and those executions were half of the projector's time. As arrays the
 batch is one statement, typed on the server by the column's own type.
 
-Both write the same values: on PostgreSQL a JSON column's ``None`` is stored as JSON ``null``, as
-SQLAlchemy's ``JSONB`` stores it; on SQLite as SQL ``NULL`` (callers encode JSON columns as text
-there, ``None`` left as is).
+JSON columns (``JSONB`` on PostgreSQL, JSON text on SQLite) take the Python value. ``None`` is
+stored as SQLAlchemy stores it: JSON ``null`` on PostgreSQL, SQL ``NULL`` on SQLite.
 """
 
 from __future__ import annotations
@@ -47,6 +46,9 @@ def insert_rows(
     if not rows:
         return
     if connection.dialect.name != "postgresql":
+        json_names = _json_columns(table).intersection(rows[0])
+        if json_names:
+            rows = [_json_as_text(row, json_names) for row in rows]
         insert = sqlite_dialect.insert(table)
         if upsert:
             keys = [c.name for c in table.primary_key.columns]
@@ -63,6 +65,24 @@ def insert_rows(
         for index, (name, converter) in enumerate(zip(names, converters, strict=True))
     }
     connection.exec_driver_sql(sql, params)
+
+
+@functools.lru_cache(maxsize=64)
+def _json_columns(table: sa.Table) -> frozenset[str]:
+    """The names of ``table``'s JSON columns (JSONB on PostgreSQL, text on SQLite)."""
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    return frozenset(
+        c.name for c in table.columns if isinstance(c.type.dialect_impl(dialect), sa.JSON)
+    )
+
+
+def _json_as_text(row: dict[str, Any], names: frozenset[str]) -> dict[str, Any]:
+    """``row`` with the values of its JSON columns ``names`` as JSON text (``None`` kept)."""
+    encoded = dict(row)
+    for name in names:
+        if encoded[name] is not None:
+            encoded[name] = _encode_json(encoded[name]).decode()
+    return encoded
 
 
 def _last_of_each_key(table: sa.Table, rows: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:

@@ -608,16 +608,6 @@ def _group_row(state: WorkerGroupState) -> dict[str, Any]:
     }
 
 
-def _json_columns(connection: sa.Connection, rows: list[dict[str, Any]], *names: str) -> None:
-    """On SQLite, store JSON columns as JSON text (Postgres' JSONB takes the Python value)."""
-    if connection.dialect.name == "postgresql":
-        return
-    for row in rows:
-        for name in names:
-            if row[name] is not None:
-                row[name] = msgspec.json.encode(row[name]).decode()
-
-
 def _write_groups(
     connection: sa.Connection, works: dict[str, _GroupBatch], store: EventStore
 ) -> None:
@@ -659,17 +649,13 @@ def _write_groups(
             for (metric, rank), count in sorted(work.series.items())
             if (metric, rank) in work.changed_series
         ]
-    _json_columns(connection, rows, "resources_per_worker", "released")
     insert_rows(connection, wg_worker_groups, rows, upsert=True)
     insert_rows(connection, wg_worker_groups, refused, upsert=True)
     save_snapshots(
         connection, snapshots, name=PROJECTOR_SNAPSHOT, log=store, hmac_key=store.hmac_key
     )
-    _json_columns(connection, workers, "last_metrics")
     insert_rows(connection, wg_workers, workers, upsert=True)
-    _json_columns(connection, polls, "changes")
     insert_rows(connection, wg_poll_history, polls)
-    _json_columns(connection, reports, "metrics")
     insert_rows(connection, wg_reports, reports)
     insert_rows(connection, wg_report_points, points)
     insert_rows(connection, wg_report_series, series, upsert=True)
@@ -725,10 +711,8 @@ def _apply_runs(
         row["projection_error"] = error
         rows.append(row)
         decisions += decision_rows(state)
-    _json_columns(connection, rows, "resources_per_worker", "failed_ranks", "ray")
     insert_rows(connection, wg_runs, rows, upsert=True)
     connection.execute(wg_run_decisions.delete().where(wg_run_decisions.c.run_id.in_(folded)))
-    _json_columns(connection, decisions, "errors")
     insert_rows(connection, wg_run_decisions, decisions)
 
 
