@@ -543,6 +543,274 @@ def live_queries(bench: Bench, targets: dict[str, Any], steps: int) -> dict[str,
     return {"live_run": run, "queries": outcome["queries"]}
 
 
+# ------------------------------------------------------------------ --queries-only: no Ray
+
+
+class _RecordedRun:
+    """A Ray Train run written to wgstore as ``RecordingCallback`` writes it (the same events,
+    streams and batches: a run stream, one attempt's group stream, each poll's reports in one
+    append), without Ray: for ``--queries-only``."""
+
+    def __init__(self, store: Any, run_id: str, name: str) -> None:
+        from wgstore.events.run import (
+            ControllerStarted,
+            ControllerStateChanged,
+            FailureConfig,
+            RunCreated,
+            ScalingConfig,
+        )
+
+        self.store = store
+        self.run_id = run_id
+        self.group_id = f"{run_id}-attempt-1"
+        self.meta = {
+            "source": "ray_train",
+            "ray_job_id": "01000000",
+            "ray_controller_actor_id": run_id,
+        }
+        self.run_events(
+            RunCreated(
+                run_id=run_id,
+                name=name,
+                scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+                failure_config=FailureConfig(),
+                context=None,
+                ray={"id": run_id, "name": name, "job_id": "01000000"},
+            ),
+            ControllerStarted(controller_id=run_id, host="bench", pid=os.getpid()),
+        )
+        self.run_events(
+            ControllerStateChanged(from_state="INITIALIZING", to_state="SCHEDULING"),
+        )
+
+    def _append(self, stream_id: str, events: tuple[Any, ...]) -> None:
+        from wgstore.events import NewEvent
+
+        meta = {**self.meta, "ray_time_ns": time.time_ns()}
+        self.store.append(stream_id, [NewEvent(event, metadata=meta) for event in events])
+
+    def run_events(self, *events: Any) -> None:
+        """Append to the run's stream."""
+        from wgstore.events.streams import run_stream
+
+        self._append(run_stream(self.run_id), events)
+
+    def group_events(self, *events: Any) -> None:
+        """Append to the attempt's stream."""
+        from wgstore.events.streams import group_stream
+
+        self._append(group_stream(self.group_id), events)
+
+    def start(self) -> None:
+        """The attempt starts: its start request, the builder's steps, training launched."""
+        from wgstore.events.run import ControllerStateChanged
+        from wgstore.events.worker_group import (
+            PlacementGroupReserved,
+            SyncActorStarted,
+            TrainingLaunched,
+            WorkerGroupContext,
+            WorkerGroupStarted,
+            WorkerGroupStartRequested,
+            WorkerInfo,
+            WorkersStarted,
+        )
+
+        context = WorkerGroupContext(
+            num_workers=2, resources_per_worker={"CPU": 0.5}, train_fn="__main__:train_func"
+        )
+        self.group_events(
+            WorkerGroupStartRequested(
+                group_id=self.group_id, run_id=self.run_id, attempt=1, context=context
+            )
+        )
+        self.group_events(
+            PlacementGroupReserved(
+                placement_group_id="pg" + self.run_id,
+                name="",
+                bundles=({"CPU": 0.5}, {"CPU": 0.5}),
+                strategy="PACK",
+            ),
+            SyncActorStarted(actor_id="sync" + self.run_id, name=""),
+        )
+        workers = tuple(
+            WorkerInfo(
+                world_rank=rank,
+                local_rank=rank,
+                node_rank=0,
+                local_world_size=2,
+                world_size=2,
+                node_id="node",
+                node_ip="127.0.0.1",
+                pid=1000 + rank,
+                actor_id=f"actor{rank}{self.run_id}",
+                actor_name="",
+            )
+            for rank in (0, 1)
+        )
+        self.group_events(WorkersStarted(workers=workers))
+        self.group_events(WorkerGroupStarted(start_time=datetime.now(UTC), startup_s=1.0))
+        self.run_events(
+            ControllerStateChanged(
+                from_state="SCHEDULING", to_state="RUNNING", group_id=self.group_id
+            )
+        )
+        self.group_events(TrainingLaunched(train_fn="__main__:train_func"))
+
+    def report(self, step: int, metrics: dict[str, float], first: bool) -> None:
+        """One poll that finds a report from each rank (the first poll: both running)."""
+        from wgstore.events.worker_group import (
+            WorkerGroupPolled,
+            WorkerReported,
+            WorkerStatusChange,
+        )
+
+        events: list[Any] = [
+            WorkerReported(world_rank=rank, index=step, metrics=metrics) for rank in (0, 1)
+        ]
+        if first:
+            events.append(
+                WorkerGroupPolled(
+                    poll_seq=1,
+                    polled_at=datetime.now(UTC),
+                    changes=tuple(WorkerStatusChange(world_rank=r, running=True) for r in (0, 1)),
+                )
+            )
+        self.group_events(*events)
+
+    def end(self, error: str | None) -> None:
+        """The attempt ends (every rank done, or rank 0 raised) and so does the run."""
+        from wgstore.events.run import ControllerStateChanged, RunErrored, RunFinished
+        from wgstore.events.worker_group import (
+            ErrorInfo,
+            WorkerGroupPolled,
+            WorkerGroupShutDown,
+            WorkerGroupShutdownRequested,
+            WorkerStatusChange,
+        )
+
+        failure = None if error is None else ErrorInfo(type="RuntimeError", message=error)
+        changes = (
+            WorkerStatusChange(world_rank=0, running=False, error=failure),
+            WorkerStatusChange(world_rank=1, running=failure is not None),
+        )
+        self.group_events(
+            WorkerGroupPolled(poll_seq=2, polled_at=datetime.now(UTC), changes=changes),
+            WorkerGroupShutdownRequested(reason=error or "training finished"),
+        )
+        self.group_events(WorkerGroupShutDown(duration_s=0.1, released=("workers",)))
+        if failure is None:
+            self.run_events(
+                ControllerStateChanged(from_state="RUNNING", to_state="FINISHED"),
+                RunFinished(group_id=self.group_id),
+            )
+        else:
+            self.run_events(
+                ControllerStateChanged(from_state="RUNNING", to_state="ERRORED"),
+                RunErrored(error=failure, group_id=self.group_id),
+            )
+
+
+def _mlflow_run(tag: str, names: list[str], reported: int, status: str | None) -> str:
+    """One run logged as rank 0 logs it in the bench (``start_run``, ``log_metrics`` a step,
+    ``end_run(status)``); ``status`` None leaves it running (end it with ``mlflow.end_run``)."""
+    import mlflow
+
+    run = mlflow.start_run(run_name=tag)
+    for step in range(reported):
+        mlflow.log_metrics({n: 1.0 / (step + 1 + j) for j, n in enumerate(names)}, step=step)
+    if status is not None:
+        mlflow.end_run(status=status)
+    return str(run.info.run_id)
+
+
+def _wgstore_run(
+    store: Any, tag: str, names: list[str], reported: int, error: str | None, end: bool
+) -> None:
+    run = _RecordedRun(store, uuid.uuid4().hex, tag)
+    run.start()
+    for step in range(reported):
+        run.report(step, {n: 1.0 / (step + 1 + j) for j, n in enumerate(names)}, step == 0)
+    if end:
+        run.end(error)
+
+
+def build_query_data(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """The runs the query part of a full bench finds, written straight to the database: MLflow's
+    warm-up run (5 steps) and ``--repeats`` finished runs of each tool, one of each that failed
+    half-way, one of each left running; wgstore's read models caught up. The query targets."""
+    import mlflow
+    import sqlalchemy as sa
+
+    from wgstore.events import EventStore
+    from wgstore.events.leases import acquire_lease
+    from wgstore.projections import catch_up_read_models
+
+    names = metric_names(args.metrics)
+    steps, fail_at = args.steps, args.steps // 2
+    mlflow.set_tracking_uri(bench.url)
+    mlflow.set_experiment(bench.experiment)
+    counter = iter(range(1, 1000))
+    _mlflow_run(f"mlflow-{next(counter)}", names, 5, "FINISHED")
+    with EventStore.open(bench.url) as store:
+        for _ in range(args.repeats):
+            _mlflow_run(f"mlflow-{next(counter)}", names, steps, "FINISHED")
+            _wgstore_run(store, f"wgstore-{next(counter)}", names, steps, None, True)
+        tag = f"both-{next(counter)}"  # rank 0 logs the failing step, then raises
+        _mlflow_run(tag, names, fail_at + 1, "FAILED")
+        _wgstore_run(store, tag, names, fail_at, f"rank 0 fails at step {fail_at}", True)
+        tag = f"both-{next(counter)}"
+        _mlflow_run(tag, names, steps, None)  # left running: bench_queries_only ends it
+        _wgstore_run(store, tag, names, steps, None, False)
+        catch_up_read_models(store)
+        with store.engine.connect() as connection:
+            running = connection.execute(
+                sa.text("SELECT run_id FROM wg_runs WHERE status = 'RUNNING'")
+            ).scalar_one()
+            wgstore_run = connection.execute(
+                sa.text("SELECT run_id FROM wg_runs WHERE status = 'FINISHED' LIMIT 1")
+            ).scalar_one()
+            mlflow_run = connection.execute(
+                sa.text(
+                    "SELECT run_uuid FROM runs WHERE status = 'FINISHED' AND name LIKE "
+                    "'mlflow-%' ORDER BY start_time DESC LIMIT 1"
+                )
+            ).scalar_one()
+            connection.rollback()
+        acquire_lease(store, running, running, 60.0)  # the live run's controller holds it
+    return {"mlflow_run": mlflow_run, "wgstore_run": wgstore_run}
+
+
+def bench_queries_only(args: argparse.Namespace) -> dict[str, Any]:
+    """``--queries-only``: the query part alone, on runs written without Ray
+    (:func:`build_query_data`); the same timings as the full bench's."""
+    import mlflow
+
+    folder = tempfile.mkdtemp(prefix="wgstore-mlflow-queries-")
+    bench = Bench(args, folder)
+    try:
+        bench.prepare()
+        load = [list(os.getloadavg())]
+        targets = build_query_data(bench, args)
+        load.append(list(os.getloadavg()))
+        queries = query_bench(bench, targets, args.query_repeats)
+        load.append(list(os.getloadavg()))
+        mlflow.end_run()
+        return {
+            "backend": args.backend,
+            "steps": args.steps,
+            "metrics": args.metrics,
+            "repeats": args.repeats,
+            "query_repeats": args.query_repeats,
+            "queries_only": True,
+            "url": bench.url if args.keep else None,
+            "load": load,
+            "queries": queries,
+            "versions": _versions(),
+        }
+    finally:
+        bench.drop()
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -635,6 +903,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--query-repeats", type=int, default=30)
     parser.add_argument("--no-warmup", dest="warmup", action="store_false")
     parser.add_argument("--keep", action="store_true", help="Postgres: keep the schema")
+    parser.add_argument(
+        "--queries-only",
+        action="store_true",
+        help="no Ray: write the runs the query part finds straight to the database, time the "
+        "queries (--keep: keep the data and print its URL)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", default=None, help="also write the JSON result to this file")
     args = parser.parse_args(argv)
@@ -672,6 +946,10 @@ def _print(result: dict[str, Any]) -> None:
         f"per run); wgstore hooks {wg_side['hook_us_per_report']:.0f} µs wall, "
         f"{wg_side['hook_cpu_us_per_report']:.0f} µs CPU; ratio {result['per_report'].get('ratio', 0):.1f} x"
     )
+    _print_queries(result)
+
+
+def _print_queries(result: dict[str, Any]) -> None:
     for name, row in result["queries"].items():
         print(
             f"  {name:16} API mlflow {row['mlflow_api_ms']:.2f} ms / wgstore "
@@ -680,10 +958,31 @@ def _print(result: dict[str, Any]) -> None:
         )
 
 
+def _report(result: dict[str, Any], args: argparse.Namespace) -> None:
+    if args.out:
+        Path(args.out).write_text(json.dumps(result))
+    if args.json:
+        print(json.dumps(result))
+    elif result.get("queries_only"):
+        loads = [entry[0] for entry in result["load"]]
+        print(
+            f"{result['backend']}, queries only (no Ray): {result['steps']} steps x "
+            f"{result['metrics']} metrics, {result['query_repeats']} rounds "
+            f"(1-min load {min(loads):.1f}-{max(loads):.1f})"
+            + (f"; data kept at {result['url']}" if result["url"] else "")
+        )
+        _print_queries(result)
+    else:
+        _print(result)
+
+
 def main() -> None:
     """Start a local Ray, run the bench, print it (``--json``: one JSON object)."""
     args = parse_args()
     os.environ.update(QUIET_MLFLOW)
+    if args.queries_only:
+        _report(bench_queries_only(args), args)
+        return
     os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = str(args.poll_s)
     import ray
 
@@ -699,12 +998,7 @@ def main() -> None:
         result = bench_main(args)
     finally:
         ray.shutdown()
-    if args.out:
-        Path(args.out).write_text(json.dumps(result))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        _print(result)
+    _report(result, args)
 
 
 if __name__ == "__main__":
