@@ -124,11 +124,13 @@ def train_func(config: dict[str, Any]) -> None:
 class Bench:
     """One database shared by both tools, the runs on it, and the queries."""
 
-    def __init__(self, args: argparse.Namespace, folder: str) -> None:
+    def __init__(self, args: argparse.Namespace, folder: str, url: str | None = None) -> None:
         self.args = args
         self.folder = folder
         self.schema: str | None = None
-        if args.backend == "sqlite":
+        if url is not None:  # data made before (--queries-only --data): used, never dropped
+            self.url = url
+        elif args.backend == "sqlite":
             self.url = f"sqlite:///{folder}/shared.db"
         else:
             self.schema = f"wgbench_mlflow_{uuid.uuid4().hex[:10]}"
@@ -336,16 +338,6 @@ def series_from_log(store: Any, run_id: str, name: str, rank: int = 0) -> list[t
     return points
 
 
-def _timed(function: Callable[[], Any], repeats: int) -> tuple[list[float], Any]:
-    times = []
-    result = None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = function()
-        times.append(time.perf_counter() - started)
-    return times, result
-
-
 def _sql(backend: str) -> dict[str, dict[str, str]]:
     """The three queries in plain SQL on each tool's tables."""
     loss = (
@@ -462,6 +454,7 @@ def query_bench(bench: Bench, targets: dict[str, Any], repeats: int) -> dict[str
         for name in QUERIES:
             cases[(tool, "sql", name)] = sql_query(tool, name)
     times: dict[tuple[str, str, str], list[float]] = {key: [] for key in cases}
+    cpu: dict[tuple[str, str, str], list[float]] = {key: [] for key in cases}
     answers: dict[tuple[str, str, str], Any] = {}
     for key, function in cases.items():  # warm: first connections, caches, imports
         answers[key] = function()
@@ -469,18 +462,22 @@ def query_bench(bench: Bench, targets: dict[str, Any], repeats: int) -> dict[str
     for round_ in range(repeats):
         order = keys if round_ % 2 == 0 else keys[::-1]
         for key in order:
-            took, _ = _timed(cases[key], 1)
-            times[key] += took
+            started, cpu_started = time.perf_counter(), time.process_time()
+            cases[key]()
+            times[key].append(time.perf_counter() - started)
+            cpu[key].append(time.process_time() - cpu_started)
     store.close()
     engine.dispose()
     result: dict[str, Any] = {}
     for (tool, way, name), values in times.items():
         answer = answers[(tool, way, name)]
         result.setdefault(name, {})[f"{tool}_{way}_ms"] = statistics.median(values) * 1e3
+        result[name][f"{tool}_{way}_cpu_ms"] = statistics.median(cpu[(tool, way, name)]) * 1e3
         result[name][f"{tool}_{way}_rows"] = len(answer)
     for name in QUERIES:
         row = result[name]
         row["api_ratio"] = row["mlflow_api_ms"] / row["wgstore_api_ms"]
+        row["api_cpu_ratio"] = row["mlflow_api_cpu_ms"] / row["wgstore_api_cpu_ms"]
         row["sql_ratio"] = row["mlflow_sql_ms"] / row["wgstore_sql_ms"]
     return result
 
@@ -710,36 +707,45 @@ class _RecordedRun:
             )
 
 
-def _mlflow_run(tag: str, names: list[str], reported: int, status: str | None) -> str:
-    """One run logged as rank 0 logs it in the bench (``start_run``, ``log_metrics`` a step,
-    ``end_run(status)``); ``status`` None leaves it running (end it with ``mlflow.end_run``)."""
-    import mlflow
+def _mlflow_run(
+    client: Any, experiment_id: str, tag: str, names: list[str], reported: int, status: str | None
+) -> None:
+    """One run written as rank 0's ``start_run``, ``log_metrics(metrics, step=step)`` a step
+    and ``end_run(status)`` write it (the same tags, one ``log_batch`` a step,
+    ``set_terminated``); ``status`` None leaves it running."""
+    from mlflow.entities import Metric
+    from mlflow.tracking.context import registry
 
-    run = mlflow.start_run(run_name=tag)
+    run = client.create_run(
+        experiment_id, run_name=tag, tags=registry.resolve_tags({"mlflow.runName": tag})
+    )
     for step in range(reported):
-        mlflow.log_metrics({n: 1.0 / (step + 1 + j) for j, n in enumerate(names)}, step=step)
+        now_ms = int(time.time() * 1000)
+        metrics = [Metric(n, 1.0 / (step + 1 + j), now_ms, step) for j, n in enumerate(names)]
+        client.log_batch(run.info.run_id, metrics=metrics, synchronous=True)
     if status is not None:
-        mlflow.end_run(status=status)
-    return str(run.info.run_id)
+        client.set_terminated(run.info.run_id, status)
 
 
 def _wgstore_run(
     store: Any, tag: str, names: list[str], reported: int, error: str | None, end: bool
-) -> None:
+) -> str:
+    """One Ray Train run as ``RecordingCallback`` records it (:class:`_RecordedRun`); its id."""
     run = _RecordedRun(store, uuid.uuid4().hex, tag)
     run.start()
     for step in range(reported):
         run.report(step, {n: 1.0 / (step + 1 + j) for j, n in enumerate(names)}, step == 0)
     if end:
         run.end(error)
+    return run.run_id
 
 
-def build_query_data(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+def build_query_data(bench: Bench, args: argparse.Namespace) -> None:
     """The runs the query part of a full bench finds, written straight to the database: MLflow's
     warm-up run (5 steps) and ``--repeats`` finished runs of each tool, one of each that failed
-    half-way, one of each left running; wgstore's read models caught up. The query targets."""
-    import mlflow
-    import sqlalchemy as sa
+    half-way, one of each left running (its controller holding the lease); wgstore's read
+    models caught up."""
+    from mlflow import MlflowClient
 
     from wgstore.events import EventStore
     from wgstore.events.leases import acquire_lease
@@ -747,54 +753,59 @@ def build_query_data(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
 
     names = metric_names(args.metrics)
     steps, fail_at = args.steps, args.steps // 2
-    mlflow.set_tracking_uri(bench.url)
-    mlflow.set_experiment(bench.experiment)
+    client = MlflowClient(bench.url)
+    experiment_id = client.get_experiment_by_name(bench.experiment).experiment_id
     counter = iter(range(1, 1000))
-    _mlflow_run(f"mlflow-{next(counter)}", names, 5, "FINISHED")
+    _mlflow_run(client, experiment_id, f"mlflow-{next(counter)}", names, 5, "FINISHED")
     with EventStore.open(bench.url) as store:
         for _ in range(args.repeats):
-            _mlflow_run(f"mlflow-{next(counter)}", names, steps, "FINISHED")
+            _mlflow_run(client, experiment_id, f"mlflow-{next(counter)}", names, steps, "FINISHED")
             _wgstore_run(store, f"wgstore-{next(counter)}", names, steps, None, True)
         tag = f"both-{next(counter)}"  # rank 0 logs the failing step, then raises
-        _mlflow_run(tag, names, fail_at + 1, "FAILED")
+        _mlflow_run(client, experiment_id, tag, names, fail_at + 1, "FAILED")
         _wgstore_run(store, tag, names, fail_at, f"rank 0 fails at step {fail_at}", True)
         tag = f"both-{next(counter)}"
-        _mlflow_run(tag, names, steps, None)  # left running: bench_queries_only ends it
-        _wgstore_run(store, tag, names, steps, None, False)
+        _mlflow_run(client, experiment_id, tag, names, steps, None)
+        running = _wgstore_run(store, tag, names, steps, None, False)
         catch_up_read_models(store)
-        with store.engine.connect() as connection:
-            running = connection.execute(
-                sa.text("SELECT run_id FROM wg_runs WHERE status = 'RUNNING'")
-            ).scalar_one()
-            wgstore_run = connection.execute(
-                sa.text("SELECT run_id FROM wg_runs WHERE status = 'FINISHED' LIMIT 1")
-            ).scalar_one()
-            mlflow_run = connection.execute(
-                sa.text(
-                    "SELECT run_uuid FROM runs WHERE status = 'FINISHED' AND name LIKE "
-                    "'mlflow-%' ORDER BY start_time DESC LIMIT 1"
-                )
-            ).scalar_one()
-            connection.rollback()
-        acquire_lease(store, running, running, 60.0)  # the live run's controller holds it
+        acquire_lease(store, running, running, 3600.0)  # its controller holds it
+
+
+def query_targets(url: str) -> dict[str, Any]:
+    """The runs whose series the bench reads: a finished run of each tool."""
+    import sqlalchemy as sa
+
+    from wgstore.events import EventStore
+
+    with EventStore.open(url, read_only=True) as store, store.engine.connect() as connection:
+        wgstore_run = connection.execute(
+            sa.text("SELECT run_id FROM wg_runs WHERE status = 'FINISHED' ORDER BY run_id LIMIT 1")
+        ).scalar_one()
+        mlflow_run = connection.execute(
+            sa.text(
+                "SELECT run_uuid FROM runs WHERE status = 'FINISHED' AND name LIKE "
+                "'mlflow-%' ORDER BY start_time DESC LIMIT 1"
+            )
+        ).scalar_one()
+        connection.rollback()
     return {"mlflow_run": mlflow_run, "wgstore_run": wgstore_run}
 
 
 def bench_queries_only(args: argparse.Namespace) -> dict[str, Any]:
     """``--queries-only``: the query part alone, on runs written without Ray
-    (:func:`build_query_data`); the same timings as the full bench's."""
-    import mlflow
-
+    (:func:`build_query_data`), or on the data ``--data`` names (kept by an earlier
+    ``--queries-only --keep``: the same data for two versions of wgstore, A/B); the same
+    timings as the full bench's."""
     folder = tempfile.mkdtemp(prefix="wgstore-mlflow-queries-")
-    bench = Bench(args, folder)
+    bench = Bench(args, folder, url=args.data)
     try:
-        bench.prepare()
         load = [list(os.getloadavg())]
-        targets = build_query_data(bench, args)
+        if args.data is None:
+            bench.prepare()
+            build_query_data(bench, args)
+            load.append(list(os.getloadavg()))
+        queries = query_bench(bench, query_targets(bench.url), args.query_repeats)
         load.append(list(os.getloadavg()))
-        queries = query_bench(bench, targets, args.query_repeats)
-        load.append(list(os.getloadavg()))
-        mlflow.end_run()
         return {
             "backend": args.backend,
             "steps": args.steps,
@@ -802,7 +813,7 @@ def bench_queries_only(args: argparse.Namespace) -> dict[str, Any]:
             "repeats": args.repeats,
             "query_repeats": args.query_repeats,
             "queries_only": True,
-            "url": bench.url if args.keep else None,
+            "url": bench.url if args.keep or args.data else None,
             "load": load,
             "queries": queries,
             "versions": _versions(),
@@ -909,11 +920,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="no Ray: write the runs the query part finds straight to the database, time the "
         "queries (--keep: keep the data and print its URL)",
     )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="with --queries-only: time the queries on this URL's data (a --keep's), write none",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", default=None, help="also write the JSON result to this file")
     args = parser.parse_args(argv)
     if args.steps < 2 or args.metrics < 1 or args.repeats < 1 or args.query_repeats < 1:
         parser.error("--steps must be >= 2, --metrics, --repeats and --query-repeats >= 1")
+    if args.data is not None and not args.queries_only:
+        parser.error("--data goes with --queries-only")
     return args
 
 
@@ -953,8 +971,10 @@ def _print_queries(result: dict[str, Any]) -> None:
     for name, row in result["queries"].items():
         print(
             f"  {name:16} API mlflow {row['mlflow_api_ms']:.2f} ms / wgstore "
-            f"{row['wgstore_api_ms']:.2f} ms ({row['api_ratio']:.1f} x); SQL "
-            f"{row['mlflow_sql_ms']:.2f} / {row['wgstore_sql_ms']:.2f} ms ({row['sql_ratio']:.1f} x)"
+            f"{row['wgstore_api_ms']:.2f} ms ({row['api_ratio']:.1f} x; CPU "
+            f"{row['mlflow_api_cpu_ms']:.2f} / {row['wgstore_api_cpu_ms']:.2f} ms, "
+            f"{row['api_cpu_ratio']:.1f} x); SQL {row['mlflow_sql_ms']:.2f} / "
+            f"{row['wgstore_sql_ms']:.2f} ms ({row['sql_ratio']:.1f} x)"
         )
 
 
