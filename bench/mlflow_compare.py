@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -820,6 +821,8 @@ def bench_queries_only(args: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         bench.drop()
+        if not args.keep or args.data is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ main
