@@ -125,14 +125,16 @@ def with_lag(query: sa.Select[Any], *order_by: str) -> sa.Select[Any]:
 
 def read_with_lag(
     connection: sa.Connection, statement: sa.Select[Any], params: dict[str, Any] | None = None
-) -> tuple[Behind | None, list[sa.Row[Any]]]:
-    """The rows of a :func:`with_lag` statement and what the read models had not applied when
-    they were read (as :func:`read_models_behind`): one statement, so one round trip and one
-    snapshot, and the rows are exactly as current as the checkpoint. Which streams moved is
-    asked only when the read models lag (one more statement)."""
+) -> tuple[Behind | None, list[tuple[Any, ...]]]:
+    """The rows of a :func:`with_lag` statement (each a tuple of its query's columns) and what
+    the read models had not applied when they were read (as :func:`read_models_behind`): one
+    statement, so one round trip and one snapshot, and the rows are exactly as current as the
+    checkpoint. Which streams moved is asked only when the read models lag (one more
+    statement)."""
     found = connection.execute(statement, params or {}).all()
-    behind = _behind_between(connection, found[0].wg_lag_checkpoint, found[0].wg_lag_head)
-    return behind, [row for row in found if row.wg_lag_row is not None]
+    checkpoint, head = found[0][0], found[0][1]  # with_lag's first columns, its marker last
+    rows = [row[2:-1] for row in found if row[-1] is not None]
+    return _behind_between(connection, checkpoint, head), rows
 
 
 def _lag_columns() -> tuple[sa.Label[Any], sa.Label[Any]]:

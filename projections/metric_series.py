@@ -67,13 +67,13 @@ def metric_series(
         )
     if not current:
         return _from_log(store, run_id, name, world_rank)
-    if postgres:  # each row: the metric's value as JSON text
-        return [MetricPoint(row.attempt or 0, row.report_index, _decode(row.value)) for row in rows]
+    if postgres:  # each row's value: the metric's, as JSON text
+        return [MetricPoint(attempt or 0, index, _decode(value)) for attempt, index, value in rows]
     points = []
-    for row in rows:  # each row: the report's metrics as JSON text
-        metrics = _decode(row.value)
+    for attempt, index, value in rows:  # each row's value: the report's metrics as JSON text
+        metrics = _decode(value)
         if name in metrics:
-            points.append(MetricPoint(row.attempt or 0, row.report_index, metrics[name]))
+            points.append(MetricPoint(attempt or 0, index, metrics[name]))
     return points
 
 

@@ -160,10 +160,13 @@ def summaries_from_read_models(
         if behind is None:
             behind, found = read_with_lag(connection, _runs_with_lag())
         else:
-            found = list(connection.execute(_runs_query()))
+            found = [tuple(row) for row in connection.execute(_runs_query())]
     if behind is None:
         return None
-    rows = {row.run_id: dict(row._mapping) for row in found}
+    keys = _runs_query().selected_columns.keys()
+    rows = {
+        row["run_id"]: row for row in (dict(zip(keys, values, strict=True)) for values in found)
+    }
     if not behind.current:
         moved = _moved_run_rows(store, behind, rows)
         if moved:
