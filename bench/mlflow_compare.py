@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -124,11 +125,13 @@ def train_func(config: dict[str, Any]) -> None:
 class Bench:
     """One database shared by both tools, the runs on it, and the queries."""
 
-    def __init__(self, args: argparse.Namespace, folder: str) -> None:
+    def __init__(self, args: argparse.Namespace, folder: str, url: str | None = None) -> None:
         self.args = args
         self.folder = folder
         self.schema: str | None = None
-        if args.backend == "sqlite":
+        if url is not None:  # data made before (--queries-only --data): used, never dropped
+            self.url = url
+        elif args.backend == "sqlite":
             self.url = f"sqlite:///{folder}/shared.db"
         else:
             self.schema = f"wgbench_mlflow_{uuid.uuid4().hex[:10]}"
@@ -336,16 +339,6 @@ def series_from_log(store: Any, run_id: str, name: str, rank: int = 0) -> list[t
     return points
 
 
-def _timed(function: Callable[[], Any], repeats: int) -> tuple[list[float], Any]:
-    times = []
-    result = None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        result = function()
-        times.append(time.perf_counter() - started)
-    return times, result
-
-
 def _sql(backend: str) -> dict[str, dict[str, str]]:
     """The three queries in plain SQL on each tool's tables."""
     loss = (
@@ -462,6 +455,7 @@ def query_bench(bench: Bench, targets: dict[str, Any], repeats: int) -> dict[str
         for name in QUERIES:
             cases[(tool, "sql", name)] = sql_query(tool, name)
     times: dict[tuple[str, str, str], list[float]] = {key: [] for key in cases}
+    cpu: dict[tuple[str, str, str], list[float]] = {key: [] for key in cases}
     answers: dict[tuple[str, str, str], Any] = {}
     for key, function in cases.items():  # warm: first connections, caches, imports
         answers[key] = function()
@@ -469,18 +463,22 @@ def query_bench(bench: Bench, targets: dict[str, Any], repeats: int) -> dict[str
     for round_ in range(repeats):
         order = keys if round_ % 2 == 0 else keys[::-1]
         for key in order:
-            took, _ = _timed(cases[key], 1)
-            times[key] += took
+            started, cpu_started = time.perf_counter(), time.process_time()
+            cases[key]()
+            times[key].append(time.perf_counter() - started)
+            cpu[key].append(time.process_time() - cpu_started)
     store.close()
     engine.dispose()
     result: dict[str, Any] = {}
     for (tool, way, name), values in times.items():
         answer = answers[(tool, way, name)]
         result.setdefault(name, {})[f"{tool}_{way}_ms"] = statistics.median(values) * 1e3
+        result[name][f"{tool}_{way}_cpu_ms"] = statistics.median(cpu[(tool, way, name)]) * 1e3
         result[name][f"{tool}_{way}_rows"] = len(answer)
     for name in QUERIES:
         row = result[name]
         row["api_ratio"] = row["mlflow_api_ms"] / row["wgstore_api_ms"]
+        row["api_cpu_ratio"] = row["mlflow_api_cpu_ms"] / row["wgstore_api_cpu_ms"]
         row["sql_ratio"] = row["mlflow_sql_ms"] / row["wgstore_sql_ms"]
     return result
 
@@ -541,6 +539,290 @@ def live_queries(bench: Bench, targets: dict[str, Any], steps: int) -> dict[str,
     if "error" in outcome:
         raise outcome["error"]
     return {"live_run": run, "queries": outcome["queries"]}
+
+
+# ------------------------------------------------------------------ --queries-only: no Ray
+
+
+class _RecordedRun:
+    """A Ray Train run written to wgstore as ``RecordingCallback`` writes it (the same events,
+    streams and batches: a run stream, one attempt's group stream, each poll's reports in one
+    append), without Ray: for ``--queries-only``."""
+
+    def __init__(self, store: Any, run_id: str, name: str) -> None:
+        from wgstore.events.run import (
+            ControllerStarted,
+            ControllerStateChanged,
+            FailureConfig,
+            RunCreated,
+            ScalingConfig,
+        )
+
+        self.store = store
+        self.run_id = run_id
+        self.group_id = f"{run_id}-attempt-1"
+        self.meta = {
+            "source": "ray_train",
+            "ray_job_id": "01000000",
+            "ray_controller_actor_id": run_id,
+        }
+        self.run_events(
+            RunCreated(
+                run_id=run_id,
+                name=name,
+                scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+                failure_config=FailureConfig(),
+                context=None,
+                ray={"id": run_id, "name": name, "job_id": "01000000"},
+            ),
+            ControllerStarted(controller_id=run_id, host="bench", pid=os.getpid()),
+        )
+        self.run_events(
+            ControllerStateChanged(from_state="INITIALIZING", to_state="SCHEDULING"),
+        )
+
+    def _append(self, stream_id: str, events: tuple[Any, ...]) -> None:
+        from wgstore.events import NewEvent
+
+        meta = {**self.meta, "ray_time_ns": time.time_ns()}
+        self.store.append(stream_id, [NewEvent(event, metadata=meta) for event in events])
+
+    def run_events(self, *events: Any) -> None:
+        """Append to the run's stream."""
+        from wgstore.events.streams import run_stream
+
+        self._append(run_stream(self.run_id), events)
+
+    def group_events(self, *events: Any) -> None:
+        """Append to the attempt's stream."""
+        from wgstore.events.streams import group_stream
+
+        self._append(group_stream(self.group_id), events)
+
+    def start(self) -> None:
+        """The attempt starts: its start request, the builder's steps, training launched."""
+        from wgstore.events.run import ControllerStateChanged
+        from wgstore.events.worker_group import (
+            PlacementGroupReserved,
+            SyncActorStarted,
+            TrainingLaunched,
+            WorkerGroupContext,
+            WorkerGroupStarted,
+            WorkerGroupStartRequested,
+            WorkerInfo,
+            WorkersStarted,
+        )
+
+        context = WorkerGroupContext(
+            num_workers=2, resources_per_worker={"CPU": 0.5}, train_fn="__main__:train_func"
+        )
+        self.group_events(
+            WorkerGroupStartRequested(
+                group_id=self.group_id, run_id=self.run_id, attempt=1, context=context
+            )
+        )
+        self.group_events(
+            PlacementGroupReserved(
+                placement_group_id="pg" + self.run_id,
+                name="",
+                bundles=({"CPU": 0.5}, {"CPU": 0.5}),
+                strategy="PACK",
+            ),
+            SyncActorStarted(actor_id="sync" + self.run_id, name=""),
+        )
+        workers = tuple(
+            WorkerInfo(
+                world_rank=rank,
+                local_rank=rank,
+                node_rank=0,
+                local_world_size=2,
+                world_size=2,
+                node_id="node",
+                node_ip="127.0.0.1",
+                pid=1000 + rank,
+                actor_id=f"actor{rank}{self.run_id}",
+                actor_name="",
+            )
+            for rank in (0, 1)
+        )
+        self.group_events(WorkersStarted(workers=workers))
+        self.group_events(WorkerGroupStarted(start_time=datetime.now(UTC), startup_s=1.0))
+        self.run_events(
+            ControllerStateChanged(
+                from_state="SCHEDULING", to_state="RUNNING", group_id=self.group_id
+            )
+        )
+        self.group_events(TrainingLaunched(train_fn="__main__:train_func"))
+
+    def report(self, step: int, metrics: dict[str, float], first: bool) -> None:
+        """One poll that finds a report from each rank (the first poll: both running)."""
+        from wgstore.events.worker_group import (
+            WorkerGroupPolled,
+            WorkerReported,
+            WorkerStatusChange,
+        )
+
+        events: list[Any] = [
+            WorkerReported(world_rank=rank, index=step, metrics=metrics) for rank in (0, 1)
+        ]
+        if first:
+            events.append(
+                WorkerGroupPolled(
+                    poll_seq=1,
+                    polled_at=datetime.now(UTC),
+                    changes=tuple(WorkerStatusChange(world_rank=r, running=True) for r in (0, 1)),
+                )
+            )
+        self.group_events(*events)
+
+    def end(self, error: str | None) -> None:
+        """The attempt ends (every rank done, or rank 0 raised) and so does the run."""
+        from wgstore.events.run import ControllerStateChanged, RunErrored, RunFinished
+        from wgstore.events.worker_group import (
+            ErrorInfo,
+            WorkerGroupPolled,
+            WorkerGroupShutDown,
+            WorkerGroupShutdownRequested,
+            WorkerStatusChange,
+        )
+
+        failure = None if error is None else ErrorInfo(type="RuntimeError", message=error)
+        changes = (
+            WorkerStatusChange(world_rank=0, running=False, error=failure),
+            WorkerStatusChange(world_rank=1, running=failure is not None),
+        )
+        self.group_events(
+            WorkerGroupPolled(poll_seq=2, polled_at=datetime.now(UTC), changes=changes),
+            WorkerGroupShutdownRequested(reason=error or "training finished"),
+        )
+        self.group_events(WorkerGroupShutDown(duration_s=0.1, released=("workers",)))
+        if failure is None:
+            self.run_events(
+                ControllerStateChanged(from_state="RUNNING", to_state="FINISHED"),
+                RunFinished(group_id=self.group_id),
+            )
+        else:
+            self.run_events(
+                ControllerStateChanged(from_state="RUNNING", to_state="ERRORED"),
+                RunErrored(error=failure, group_id=self.group_id),
+            )
+
+
+def _mlflow_run(
+    client: Any, experiment_id: str, tag: str, names: list[str], reported: int, status: str | None
+) -> None:
+    """One run written as rank 0's ``start_run``, ``log_metrics(metrics, step=step)`` a step
+    and ``end_run(status)`` write it (the same tags, one ``log_batch`` a step,
+    ``set_terminated``); ``status`` None leaves it running."""
+    from mlflow.entities import Metric
+    from mlflow.tracking.context import registry
+
+    run = client.create_run(
+        experiment_id, run_name=tag, tags=registry.resolve_tags({"mlflow.runName": tag})
+    )
+    for step in range(reported):
+        now_ms = int(time.time() * 1000)
+        metrics = [Metric(n, 1.0 / (step + 1 + j), now_ms, step) for j, n in enumerate(names)]
+        client.log_batch(run.info.run_id, metrics=metrics, synchronous=True)
+    if status is not None:
+        client.set_terminated(run.info.run_id, status)
+
+
+def _wgstore_run(
+    store: Any, tag: str, names: list[str], reported: int, error: str | None, end: bool
+) -> str:
+    """One Ray Train run as ``RecordingCallback`` records it (:class:`_RecordedRun`); its id."""
+    run = _RecordedRun(store, uuid.uuid4().hex, tag)
+    run.start()
+    for step in range(reported):
+        run.report(step, {n: 1.0 / (step + 1 + j) for j, n in enumerate(names)}, step == 0)
+    if end:
+        run.end(error)
+    return run.run_id
+
+
+def build_query_data(bench: Bench, args: argparse.Namespace) -> None:
+    """The runs the query part of a full bench finds, written straight to the database: MLflow's
+    warm-up run (5 steps) and ``--repeats`` finished runs of each tool, one of each that failed
+    half-way, one of each left running (its controller holding the lease); wgstore's read
+    models caught up."""
+    from mlflow import MlflowClient
+
+    from wgstore.events import EventStore
+    from wgstore.events.leases import acquire_lease
+    from wgstore.projections import catch_up_read_models
+
+    names = metric_names(args.metrics)
+    steps, fail_at = args.steps, args.steps // 2
+    client = MlflowClient(bench.url)
+    experiment_id = client.get_experiment_by_name(bench.experiment).experiment_id
+    counter = iter(range(1, 1000))
+    _mlflow_run(client, experiment_id, f"mlflow-{next(counter)}", names, 5, "FINISHED")
+    with EventStore.open(bench.url) as store:
+        for _ in range(args.repeats):
+            _mlflow_run(client, experiment_id, f"mlflow-{next(counter)}", names, steps, "FINISHED")
+            _wgstore_run(store, f"wgstore-{next(counter)}", names, steps, None, True)
+        tag = f"both-{next(counter)}"  # rank 0 logs the failing step, then raises
+        _mlflow_run(client, experiment_id, tag, names, fail_at + 1, "FAILED")
+        _wgstore_run(store, tag, names, fail_at, f"rank 0 fails at step {fail_at}", True)
+        tag = f"both-{next(counter)}"
+        _mlflow_run(client, experiment_id, tag, names, steps, None)
+        running = _wgstore_run(store, tag, names, steps, None, False)
+        catch_up_read_models(store)
+        acquire_lease(store, running, running, 3600.0)  # its controller holds it
+
+
+def query_targets(url: str) -> dict[str, Any]:
+    """The runs whose series the bench reads: a finished run of each tool."""
+    import sqlalchemy as sa
+
+    from wgstore.events import EventStore
+
+    with EventStore.open(url, read_only=True) as store, store.engine.connect() as connection:
+        wgstore_run = connection.execute(
+            sa.text("SELECT run_id FROM wg_runs WHERE status = 'FINISHED' ORDER BY run_id LIMIT 1")
+        ).scalar_one()
+        mlflow_run = connection.execute(
+            sa.text(
+                "SELECT run_uuid FROM runs WHERE status = 'FINISHED' AND name LIKE "
+                "'mlflow-%' ORDER BY start_time DESC LIMIT 1"
+            )
+        ).scalar_one()
+        connection.rollback()
+    return {"mlflow_run": mlflow_run, "wgstore_run": wgstore_run}
+
+
+def bench_queries_only(args: argparse.Namespace) -> dict[str, Any]:
+    """``--queries-only``: the query part alone, on runs written without Ray
+    (:func:`build_query_data`), or on the data ``--data`` names (kept by an earlier
+    ``--queries-only --keep``: the same data for two versions of wgstore, A/B); the same
+    timings as the full bench's."""
+    folder = tempfile.mkdtemp(prefix="wgstore-mlflow-queries-")
+    bench = Bench(args, folder, url=args.data)
+    try:
+        load = [list(os.getloadavg())]
+        if args.data is None:
+            bench.prepare()
+            build_query_data(bench, args)
+            load.append(list(os.getloadavg()))
+        queries = query_bench(bench, query_targets(bench.url), args.query_repeats)
+        load.append(list(os.getloadavg()))
+        return {
+            "backend": args.backend,
+            "steps": args.steps,
+            "metrics": args.metrics,
+            "repeats": args.repeats,
+            "query_repeats": args.query_repeats,
+            "queries_only": True,
+            "url": bench.url if args.keep or args.data else None,
+            "load": load,
+            "queries": queries,
+            "versions": _versions(),
+        }
+    finally:
+        bench.drop()
+        if not args.keep or args.data is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ main
@@ -635,11 +917,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--query-repeats", type=int, default=30)
     parser.add_argument("--no-warmup", dest="warmup", action="store_false")
     parser.add_argument("--keep", action="store_true", help="Postgres: keep the schema")
+    parser.add_argument(
+        "--queries-only",
+        action="store_true",
+        help="no Ray: write the runs the query part finds straight to the database, time the "
+        "queries (--keep: keep the data and print its URL)",
+    )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="with --queries-only: time the queries on this URL's data (a --keep's), write none",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", default=None, help="also write the JSON result to this file")
     args = parser.parse_args(argv)
     if args.steps < 2 or args.metrics < 1 or args.repeats < 1 or args.query_repeats < 1:
         parser.error("--steps must be >= 2, --metrics, --repeats and --query-repeats >= 1")
+    if args.data is not None and not args.queries_only:
+        parser.error("--data goes with --queries-only")
     return args
 
 
@@ -672,18 +967,45 @@ def _print(result: dict[str, Any]) -> None:
         f"per run); wgstore hooks {wg_side['hook_us_per_report']:.0f} µs wall, "
         f"{wg_side['hook_cpu_us_per_report']:.0f} µs CPU; ratio {result['per_report'].get('ratio', 0):.1f} x"
     )
+    _print_queries(result)
+
+
+def _print_queries(result: dict[str, Any]) -> None:
     for name, row in result["queries"].items():
         print(
             f"  {name:16} API mlflow {row['mlflow_api_ms']:.2f} ms / wgstore "
-            f"{row['wgstore_api_ms']:.2f} ms ({row['api_ratio']:.1f} x); SQL "
-            f"{row['mlflow_sql_ms']:.2f} / {row['wgstore_sql_ms']:.2f} ms ({row['sql_ratio']:.1f} x)"
+            f"{row['wgstore_api_ms']:.2f} ms ({row['api_ratio']:.1f} x; CPU "
+            f"{row['mlflow_api_cpu_ms']:.2f} / {row['wgstore_api_cpu_ms']:.2f} ms, "
+            f"{row['api_cpu_ratio']:.1f} x); SQL {row['mlflow_sql_ms']:.2f} / "
+            f"{row['wgstore_sql_ms']:.2f} ms ({row['sql_ratio']:.1f} x)"
         )
+
+
+def _report(result: dict[str, Any], args: argparse.Namespace) -> None:
+    if args.out:
+        Path(args.out).write_text(json.dumps(result))
+    if args.json:
+        print(json.dumps(result))
+    elif result.get("queries_only"):
+        loads = [entry[0] for entry in result["load"]]
+        print(
+            f"{result['backend']}, queries only (no Ray): {result['steps']} steps x "
+            f"{result['metrics']} metrics, {result['query_repeats']} rounds "
+            f"(1-min load {min(loads):.1f}-{max(loads):.1f})"
+            + (f"; data kept at {result['url']}" if result["url"] else "")
+        )
+        _print_queries(result)
+    else:
+        _print(result)
 
 
 def main() -> None:
     """Start a local Ray, run the bench, print it (``--json``: one JSON object)."""
     args = parse_args()
     os.environ.update(QUIET_MLFLOW)
+    if args.queries_only:
+        _report(bench_queries_only(args), args)
+        return
     os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = str(args.poll_s)
     import ray
 
@@ -699,12 +1021,7 @@ def main() -> None:
         result = bench_main(args)
     finally:
         ray.shutdown()
-    if args.out:
-        Path(args.out).write_text(json.dumps(result))
-    if args.json:
-        print(json.dumps(result))
-    else:
-        _print(result)
+    _report(result, args)
 
 
 if __name__ == "__main__":

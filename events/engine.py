@@ -6,14 +6,20 @@ writers never deadlock on a lock upgrade (except on connections marked ``READ_ON
 which only read and so need no write lock). Read-only engines open the file with ``mode=ro``.
 
 PostgreSQL (psycopg 3): sessions in UTC; read-only engines set
-``default_transaction_read_only``. The pool pings a connection before handing it out
-(``pool_pre_ping``), so after a server restart a dead connection is replaced, not used: the
-first ping that fails discards every pooled connection made before it.
+``default_transaction_read_only``. The pool pings a connection before handing it out only when
+it may have died: when it sat in the pool longer than :data:`PING_AFTER_IDLE_S`, or when the
+server said something on it meanwhile (its socket has something to read: a session the server
+ended sends its reason and closes, and so does a connection cut on the way). A connection used
+a moment ago, whose socket is quiet, is handed out as it is: no round trip. So after a server
+restart a dead connection is still replaced, not used, and the first ping that fails discards
+every pooled connection made before it (``InvalidatePoolError``), as ``pool_pre_ping`` did on
+every checkout.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import sqlite3
 import time
 from pathlib import Path
@@ -26,6 +32,7 @@ from sqlalchemy.engine import URL, make_url
 from wgstore.events.errors import StoreUnavailableError
 
 __all__ = [
+    "PING_AFTER_IDLE_S",
     "READ_ONLY_OPTION",
     "SQLITE_SYNCHRONOUS",
     "create_store_engine",
@@ -39,6 +46,11 @@ SQLITE_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 # does not wait for the write lock (``engine.connect().execution_options(wgstore_reading=True)``).
 READ_ONLY_OPTION = "wgstore_reading"
 _OWN_QUERY_KEYS = ("synchronous", "busy_timeout")
+PING_AFTER_IDLE_S = 10.0
+"""A pooled PostgreSQL connection idle in the pool longer than this (seconds) is pinged before
+it is handed out (one round trip); one used more recently only when its socket has something to
+read."""
+_CHECKED_IN = "wgstore_checked_in"  # the pool entry's info key: time.monotonic() at checkin
 
 
 def mask_url(url: str | URL) -> str:
@@ -216,9 +228,8 @@ def _read_only_filesystem(folder: Path) -> bool:
 
 def _postgres_engine(url: URL, read_only: bool, lock_timeout_s: float = 30.0) -> sa.Engine:
     connect_args: dict[str, Any] = {"connect_timeout": int(_option(url, "connect_timeout") or 10)}
-    engine = sa.create_engine(
-        url, pool_size=8, max_overflow=32, pool_pre_ping=True, connect_args=connect_args
-    )
+    engine = sa.create_engine(url, pool_size=8, max_overflow=32, connect_args=connect_args)
+    _ping_when_it_may_have_died(engine)
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -236,6 +247,47 @@ def _postgres_engine(url: URL, read_only: bool, lock_timeout_s: float = 30.0) ->
         dbapi_connection.autocommit = autocommit
 
     return engine
+
+
+def _ping_when_it_may_have_died(engine: sa.Engine) -> None:
+    """Ping a pooled connection at checkout only when it may have died (see the module's
+    docstring); a failed ping discards it and every pooled connection made before it, and the
+    pool hands out a new one (SQLAlchemy's pool ``checkout`` event raising
+    ``DisconnectionError``)."""
+    dialect = engine.dialect
+
+    @sa.event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_connection: Any, record: Any) -> None:
+        if dbapi_connection is not None:
+            record.info[_CHECKED_IN] = time.monotonic()
+
+    @sa.event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        checked_in = record.info.get(_CHECKED_IN)
+        if checked_in is None:  # connected for this checkout
+            return
+        if time.monotonic() - checked_in <= PING_AFTER_IDLE_S and not _server_spoke(
+            dbapi_connection
+        ):
+            return
+        try:
+            dialect.do_ping(dbapi_connection)
+        except Exception as error:  # whatever the ping met, the connection is not usable
+            raise sa.exc.InvalidatePoolError(f"the pooled connection is gone: {error}") from error
+
+
+def _server_spoke(dbapi_connection: Any) -> bool:
+    """Whether an idle psycopg connection has something to read (the server ended the session
+    or the connection closed), or cannot say (closed: then it is pinged, and replaced)."""
+    try:
+        fd = dbapi_connection.fileno()
+    except Exception:  # noqa: BLE001 - psycopg raises when the connection is closed
+        return True
+    if not hasattr(select, "poll"):  # Windows: select() takes sockets
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)  # hang-ups and errors are reported as well
+    return bool(poller.poll(0))
 
 
 def _set_wal(cursor: sqlite3.Cursor, busy_s: float) -> None:

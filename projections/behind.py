@@ -16,6 +16,7 @@ the log instead.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -33,7 +34,9 @@ __all__ = [
     "MAX_BEHIND_STREAMS",
     "Behind",
     "read_models_behind",
+    "read_with_lag",
     "runs_moved",
+    "with_lag",
 ]
 
 MAX_BEHIND_EVENTS = 20_000
@@ -88,8 +91,9 @@ def read_models_behind(store: EventStore, connection: sa.Connection | None = Non
 
     The checkpoint and the head are read in one statement (one snapshot of the database), so
     every event the read models' rows may lack lies in ``(checkpoint, head]``; rows read
-    afterwards are at least that current. ``connection``: read through the caller's (one
-    round trip fewer for a caller that queries next), else a pooled one.
+    afterwards are at least that current (:func:`read_with_lag` reads rows exactly that
+    current, in the same statement). ``connection``: read through the caller's (one round trip
+    fewer for a caller that queries next), else a pooled one.
     """
     if connection is None:
         with translate_errors(store.url), store.engine.connect() as own:
@@ -97,14 +101,60 @@ def read_models_behind(store: EventStore, connection: sa.Connection | None = Non
                 return read_models_behind(store, own)
             finally:
                 own.rollback()
-    checkpoint_query = sa.select(wg_subscriptions.c.checkpoint).where(
+    found = connection.execute(sa.select(*_lag_columns())).one()
+    return _behind_between(connection, found[0], found[1])
+
+
+def with_lag(query: sa.Select[Any], *order_by: str) -> sa.Select[Any]:
+    """``query`` with what :func:`read_with_lag` needs to tell how current its rows are: the
+    read models' checkpoint and the log's head as columns of each row (and of one row of its
+    own when ``query`` finds none), the rows in the order of ``query``'s columns named
+    ``order_by``. Build it once (it is a statement with bound parameters), read it often.
+
+    ``query`` is a read-model query without an ORDER BY; its column names must not start with
+    ``wg_lag_``.
+    """
+    lag = sa.select(*_lag_columns()).subquery("wg_lag")
+    rows = query.add_columns(sa.literal(1).label("wg_lag_row")).subquery("wg_rows")
+    return (
+        sa.select(lag, rows)
+        .select_from(lag.outerjoin(rows, sa.true()))
+        .order_by(*(rows.c[name] for name in order_by))
+    )
+
+
+def read_with_lag(
+    connection: sa.Connection, statement: sa.Select[Any], params: dict[str, Any] | None = None
+) -> tuple[Behind | None, list[tuple[Any, ...]]]:
+    """The rows of a :func:`with_lag` statement (each a tuple of its query's columns) and what
+    the read models had not applied when they were read (as :func:`read_models_behind`): one
+    statement, so one round trip and one snapshot, and the rows are exactly as current as the
+    checkpoint. Which streams moved is asked only when the read models lag (one more
+    statement)."""
+    found = connection.execute(statement, params or {}).all()
+    checkpoint, head = found[0][0], found[0][1]  # with_lag's first columns, its marker last
+    rows = [row[2:-1] for row in found if row[-1] is not None]
+    return _behind_between(connection, checkpoint, head), rows
+
+
+def _lag_columns() -> tuple[sa.Label[Any], sa.Label[Any]]:
+    """The read models' checkpoint and the log's head, as columns of one statement."""
+    checkpoint = sa.select(wg_subscriptions.c.checkpoint).where(
         wg_subscriptions.c.name == READ_MODELS_SUBSCRIPTION
     )
-    head_query = sa.select(sa.func.max(wg_events.c.position))
-    found = connection.execute(
-        sa.select(checkpoint_query.scalar_subquery(), head_query.scalar_subquery())
-    ).one()
-    checkpoint, head = int(found[0] or 0), int(found[1] or 0)
+    head = sa.select(sa.func.max(wg_events.c.position))
+    return (
+        checkpoint.scalar_subquery().label("wg_lag_checkpoint"),
+        head.scalar_subquery().label("wg_lag_head"),
+    )
+
+
+def _behind_between(
+    connection: sa.Connection, checkpoint: int | None, head: int | None
+) -> Behind | None:
+    """The :class:`Behind` of a checkpoint and a head read together: the streams with events
+    in ``(checkpoint, head]`` (asked only when there are any), or None when too many."""
+    checkpoint, head = int(checkpoint or 0), int(head or 0)
     if head <= checkpoint:
         return Behind(checkpoint, head, frozenset(), frozenset())
     if head - checkpoint > MAX_BEHIND_EVENTS:

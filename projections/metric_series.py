@@ -1,27 +1,33 @@
 """One metric's series of a run: what a chart of the run plots, from the read model ``wg_reports``.
 
-:func:`metric_series` answers with one indexed query when the read models have applied every
-event of the run: the run's attempts from ``wg_worker_groups`` (index ``(run_id, attempt)``), their reports
-of one rank from ``wg_reports`` (primary key ``(group_id, world_rank, report_index)``). When the
-read models lag on that run, it reads the run's streams instead (always right, slower: every event of
-every attempt is read and decoded). bench/README.md ("The recorder against MLflow") has the
-numbers beside MLflow's ``get_metric_history``.
+:func:`metric_series` answers with one indexed statement when the read models have applied every
+event of the run: the read models' lag (:func:`~wgstore.projections.behind.with_lag`), the
+run's attempts from ``wg_worker_groups`` (index ``(run_id, attempt)``) and their reports of one
+rank from ``wg_reports`` (primary key ``(group_id, world_rank, report_index)``), together. On
+PostgreSQL the statement picks the metric out of each report (``metrics -> name``, as JSON text)
+and leaves out the reports without it, so the client decodes one small value a report instead
+of every report's metrics. When the read models lag on the run, it reads the run's streams
+instead (always right, slower: every event of every attempt is read and decoded).
+bench/README.md ("The recorder against MLflow") has the numbers beside MLflow's
+``get_metric_history``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import msgspec
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from wgstore.events import EventStore
-from wgstore.events._translate import translate_errors
 from wgstore.events.schema import wg_reports, wg_worker_groups
 from wgstore.events.streams import group_id_of, group_stream
 from wgstore.events.worker_group import WorkerGroupStartRequested, WorkerReported
-from wgstore.projections.behind import read_models_behind, runs_moved
+from wgstore.projections._db import is_postgres, reading
+from wgstore.projections.behind import read_with_lag, runs_moved, with_lag
 from wgstore.projections.queries import run_state
 from wgstore.projections.views import run_streams
 
@@ -52,36 +58,48 @@ def metric_series(
     Raises:
         StreamNotFoundError: no run ``run_id`` (only when read from the log).
     """
-    with translate_errors(store.url), store.engine.connect() as connection:
-        behind = read_models_behind(store, connection)
-        if behind is None or (
-            not behind.current and run_id in runs_moved(store, behind, connection)
-        ):
-            connection.rollback()
-            return _from_log(store, run_id, name, world_rank)
-        points = _from_read_models(connection, run_id, name, world_rank)
-        connection.rollback()
-    return points
-
-
-def _from_read_models(
-    connection: sa.Connection, run_id: str, name: str, world_rank: int
-) -> list[MetricPoint]:
-    query = (
-        sa.select(wg_worker_groups.c.attempt, wg_reports.c.report_index, wg_reports.c.metrics)
-        .join_from(
-            wg_worker_groups, wg_reports, wg_reports.c.group_id == wg_worker_groups.c.group_id
+    postgres = is_postgres(store)
+    params = {"run_id": run_id, "world_rank": world_rank, "name": name}
+    with reading(store) as connection:
+        behind, rows = read_with_lag(connection, _series_statement(postgres), params)
+        current = behind is not None and (
+            behind.current or run_id not in runs_moved(store, behind, connection)
         )
-        .where(wg_worker_groups.c.run_id == run_id, wg_reports.c.world_rank == world_rank)
-        .order_by(wg_worker_groups.c.attempt, wg_reports.c.report_index)
-    )
+    if not current:
+        return _from_log(store, run_id, name, world_rank)
+    if postgres:  # each row's value: the metric's, as JSON text
+        return [MetricPoint(attempt or 0, index, _decode(value)) for attempt, index, value in rows]
     points = []
-    for attempt, index, metrics in connection.execute(query):
-        if isinstance(metrics, str):  # SQLite: JSON text; Postgres: jsonb, decoded
-            metrics = _decode(metrics)
+    for attempt, index, value in rows:  # each row's value: the report's metrics as JSON text
+        metrics = _decode(value)
         if name in metrics:
             points.append(MetricPoint(attempt or 0, index, metrics[name]))
     return points
+
+
+@cache
+def _series_statement(postgres: bool) -> sa.Select[Any]:
+    """The run's (``run_id``) reports of rank ``world_rank`` with the read models' lag: attempt,
+    report index and ``value``, the metric's (``name``) value (PostgreSQL, only the reports
+    that have it) or the report's metrics."""
+    metrics: Any = wg_reports.c.metrics
+    where = [
+        wg_worker_groups.c.run_id == sa.bindparam("run_id", type_=sa.Text),
+        wg_reports.c.world_rank == sa.bindparam("world_rank", type_=sa.Integer),
+    ]
+    if postgres:
+        name = sa.bindparam("name", type_=sa.Text)
+        metrics = sa.type_coerce(metrics, postgresql.JSONB)
+        where.append(metrics.has_key(name))
+        metrics = sa.cast(metrics[name], sa.Text)
+    query = (
+        sa.select(wg_worker_groups.c.attempt, wg_reports.c.report_index, metrics.label("value"))
+        .join_from(
+            wg_worker_groups, wg_reports, wg_reports.c.group_id == wg_worker_groups.c.group_id
+        )
+        .where(*where)
+    )
+    return with_lag(query, "attempt", "report_index")
 
 
 def _from_log(store: EventStore, run_id: str, name: str, world_rank: int) -> list[MetricPoint]:

@@ -1,7 +1,8 @@
 """Projections read from the store: time travel, poll history and run state.
 
 ``worker_group_state(store, group_id)`` gives the latest state, starting from a snapshot when a
-valid one exists and folding only the tail; with ``version`` or ``at`` it gives the state as it
+valid one exists and folding only the tail (none to read when the snapshot is at the stream's
+version, read with it); with ``version`` or ``at`` it gives the state as it
 was after that version, or at that moment (the events recorded at or before ``at``).
 """
 
@@ -27,7 +28,7 @@ from wgstore.projections.poll_history import PollRecord, iter_poll_history
 from wgstore.projections.run_state import RunState, project_run
 from wgstore.projections.snapshots import (
     fingerprint,
-    load_latest_snapshot,
+    latest_snapshot_and_head,
     load_row,
     save_row,
     save_snapshot,
@@ -123,16 +124,19 @@ def worker_group_state(
     at = None if at is None else to_utc(at)
     stream_id = group_stream(group_id)
     state: WorkerGroupState | None = None
+    head = None
     if use_snapshots:
-        state = load_latest_snapshot(store, stream_id, max_version=version)
+        state, head = latest_snapshot_and_head(store, stream_id, max_version=version)
         if state is not None and at is not None and state.updated_at > at:
             state = None
-    start = 1 if state is None else state.version + 1
     folded = 0
     fold = WorkerGroupFold(state)
-    for event in _until(store.read_stream(stream_id, from_version=start, to_version=version), at):
-        fold.apply(event)
-        folded += 1
+    if state is None or head is None or state.version < head:  # else nothing after it to fold
+        start = 1 if state is None else state.version + 1
+        tail = store.read_stream(stream_id, from_version=start, to_version=version)
+        for event in _until(tail, at):
+            fold.apply(event)
+            folded += 1
     state = fold.state()
     if state is None:
         when = f" at {at.isoformat()}" if at is not None else ""

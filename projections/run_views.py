@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields, replace
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,9 +25,10 @@ from wgstore.events import EventStore, RecordedEvent
 from wgstore.events._translate import translate_errors
 from wgstore.events.leases import Lease, lease_of, leases
 from wgstore.events.run import RunCreated
-from wgstore.events.schema import wg_runs, wg_worker_groups
+from wgstore.events.schema import wg_run_leases, wg_runs, wg_worker_groups
 from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of, run_stream
-from wgstore.projections.behind import Behind, read_models_behind
+from wgstore.projections._db import reading
+from wgstore.projections.behind import Behind, read_with_lag, with_lag
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import ATTEMPT_COLUMNS, attempt_of_row, fold_run
 from wgstore.projections.queries import run_state, worker_group_state
@@ -68,9 +70,11 @@ RUN_SUMMARY_KEYS = tuple(f.name for f in fields(RunSummary))
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _summary_fields(row: Mapping[str, Any], lease: Lease | None, now: datetime) -> dict[str, Any]:
-    """The fields of a run summary from a ``wg_runs``-shaped row and the run's lease."""
+def _summary_fields(row: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The fields of a run summary from a ``wg_runs``-shaped row with its lease's
+    ``lease_holder`` and ``lease_expires_at`` (None: no lease; :func:`_with_lease`)."""
     error = row.get("error_type")
+    expires_at = to_utc(row.get("lease_expires_at"))
     return {
         **{key: row.get(key) for key in RUN_SUMMARY_KEYS},
         "created_at": to_utc(row.get("created_at")),
@@ -78,17 +82,22 @@ def _summary_fields(row: Mapping[str, Any], lease: Lease | None, now: datetime) 
         "ended_at": to_utc(row.get("ended_at")),
         "checkpoint_committed_at": to_utc(row.get("checkpoint_committed_at")),
         "error": f"{error}: {row['error_message']}" if error else None,
-        "orphaned": orphaned(
-            bool(row.get("needs_controller")), None if lease is None else lease.expires_at, now
-        ),
-        "lease_holder": None if lease is None else lease.holder,
-        "lease_expires_at": None if lease is None else lease.expires_at,
+        "orphaned": orphaned(bool(row.get("needs_controller")), expires_at, now),
+        "lease_holder": row.get("lease_holder"),
+        "lease_expires_at": expires_at,
     }
 
 
-def _summary(row: Mapping[str, Any], lease: Lease | None, now: datetime) -> RunSummary:
-    """A summary from a ``wg_runs``-shaped row and the run's lease."""
-    return RunSummary(**_summary_fields(row, lease, now))
+def _with_lease(row: dict[str, Any], lease: Lease | None) -> dict[str, Any]:
+    """``row`` with the holder and expiry of ``lease`` (the run's, or None)."""
+    row["lease_holder"] = None if lease is None else lease.holder
+    row["lease_expires_at"] = None if lease is None else lease.expires_at
+    return row
+
+
+def _summary(row: Mapping[str, Any], now: datetime) -> RunSummary:
+    """A summary from a ``wg_runs``-shaped row with its lease's holder and expiry."""
+    return RunSummary(**_summary_fields(row, now))
 
 
 def _run_records(store: EventStore, stream_id: str) -> list[RecordedEvent] | None:
@@ -132,39 +141,65 @@ def summaries_from_log(store: EventStore, now: datetime) -> list[RunSummary]:
             result.append(RunSummary.unreadable(run_id, str(state)))
             continue
         row = run_row(state, order_attempts(state, attempts.get(run_id, [])))
-        result.append(_summary(row, held.get(run_id), now))
+        result.append(_summary(_with_lease(row, held.get(run_id)), now))
     return result
 
 
 def summaries_from_read_models(
     store: EventStore, now: datetime, behind: Behind | None = None
 ) -> list[RunSummary] | None:
-    """One summary per run from ``wg_runs``, with the runs whose stream or groups moved after
-    the read models' checkpoint folded again (:mod:`wgstore.projections.behind`; ``behind`` is
-    looked up when not given); None when the read models are too far behind for that (then fold
-    the log)."""
-    with translate_errors(store.url), store.engine.connect() as connection:
-        behind = behind or read_models_behind(store, connection)
-        rows = (
-            {}
-            if behind is None
-            else {
-                row["run_id"]: dict(row)
-                for row in connection.execute(sa.select(wg_runs)).mappings()
-            }
-        )
-        connection.rollback()
+    """One summary per run from ``wg_runs`` and each run's lease (``wg_run_leases``), with the
+    runs whose stream or groups moved after the read models' checkpoint folded again
+    (:mod:`wgstore.projections.behind`); None when the read models are too far behind for that
+    (then fold the log).
+
+    Without ``behind``, the rows and the read models' lag are read in one statement
+    (:func:`~wgstore.projections.behind.with_lag`); with it, the rows alone.
+    """
+    with reading(store) as connection:
+        if behind is None:
+            behind, found = read_with_lag(connection, _runs_with_lag())
+        else:
+            found = [tuple(row) for row in connection.execute(_runs_query())]
     if behind is None:
         return None
+    keys = _runs_query().selected_columns.keys()
+    rows = {
+        row["run_id"]: row for row in (dict(zip(keys, values, strict=True)) for values in found)
+    }
     if not behind.current:
-        rows.update(_moved_run_rows(store, behind, rows))
-    held = leases(store)
+        moved = _moved_run_rows(store, behind, rows)
+        if moved:
+            held = leases(store)  # the moved runs' leases, the runs new to the read models' too
+            rows.update(
+                {run_id: _with_lease(row, held.get(run_id)) for run_id, row in moved.items()}
+            )
     return [
         RunSummary.unreadable(row["run_id"], row["projection_error"])
         if row["projection_error"] is not None
-        else _summary(row, held.get(row["run_id"]), now)
+        else _summary(row, now)
         for row in rows.values()
     ]
+
+
+_ROW_COLUMNS = (*RUN_SUMMARY_KEYS, "error_type", "error_message", "needs_controller")
+
+
+@cache
+def _runs_query() -> sa.Select[Any]:
+    """Each run's ``wg_runs`` columns a summary shows, with its lease's holder and expiry."""
+    leases = wg_run_leases
+    return sa.select(
+        *(column for column in wg_runs.c if column.name in _ROW_COLUMNS),
+        wg_runs.c.projection_error,
+        leases.c.holder.label("lease_holder"),
+        leases.c.expires_at.label("lease_expires_at"),
+    ).outerjoin_from(wg_runs, leases, leases.c.run_id == wg_runs.c.run_id)
+
+
+@cache
+def _runs_with_lag() -> sa.Select[Any]:
+    return with_lag(_runs_query())
 
 
 def _moved_run_rows(
@@ -328,7 +363,7 @@ def run_detail(
             )
         )
     info = RunInfo(
-        **_summary_fields(row, lease, now),
+        **_summary_fields(_with_lease(row, lease), now),
         num_workers=row["num_workers"],
         resources_per_worker=row["resources_per_worker"],
         train_fn=row["train_fn"],

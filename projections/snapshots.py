@@ -18,6 +18,7 @@ checks every row the same way.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ __all__ = [
     "decode_state",
     "encode_state",
     "fingerprint",
+    "latest_snapshot_and_head",
     "load_latest_snapshot",
     "load_row",
     "load_snapshot",
@@ -497,11 +499,25 @@ def load_latest_snapshot(
         states = [
             load_snapshot(target, stream_id, name=name, max_version=max_version) for name in names
         ]
-    else:  # one query for every name
-        states = [
-            _state_of_row(row, stream_id, max_version)
-            for row in _checked_rows(target, names, stream_id)
-        ]
+        return _newest(states)
+    return latest_snapshot_and_head(target, stream_id, names=names, max_version=max_version)[0]
+
+
+def latest_snapshot_and_head(
+    store: EventStore,
+    stream_id: str,
+    *,
+    names: tuple[str, ...] = (WORKER_GROUP_SNAPSHOT, READ_MODELS_SNAPSHOT),
+    max_version: int | None = None,
+) -> tuple[WorkerGroupState | None, int | None]:
+    """:func:`load_latest_snapshot`, and the version of the stream's last event read in the
+    same statement (None when the stream has no snapshot under ``names``): a snapshot at that
+    version leaves nothing to fold, so the caller need not read the stream."""
+    rows, head = _checked_rows(store, names, stream_id)
+    return _newest(_state_of_row(row, stream_id, max_version) for row in rows), head
+
+
+def _newest(states: Iterable[WorkerGroupState | None]) -> WorkerGroupState | None:
     best: WorkerGroupState | None = None
     for state in states:
         if state is not None and (best is None or state.version > best.version):
@@ -511,25 +527,28 @@ def load_latest_snapshot(
 
 def _checked_rows(
     store: EventStore, names: tuple[str, ...], stream_id: str
-) -> list[tuple[int, str, str]]:
+) -> tuple[list[tuple[int, str, str]], int | None]:
     """The ``wg_snapshots`` rows of ``stream_id`` under ``names`` whose seal matches the log,
-    read in one query (as :func:`load_row` reads one)."""
+    read in one query (as :func:`load_row` reads one), and the stream's version then (None
+    when there is no row)."""
     state_text = "s.state::text" if is_postgres(store) else "s.state"
     p = param(store)
     rows = fetch(
         store,
-        f"SELECT s.name, s.stream_version, s.schema, {state_text}, e.hash FROM wg_snapshots s "
-        "LEFT JOIN wg_events e ON e.stream_id = s.stream_id "
+        f"SELECT s.name, s.stream_version, s.schema, {state_text}, e.hash, "
+        f"(SELECT max(h.stream_version) FROM wg_events h WHERE h.stream_id = {p}) "
+        "FROM wg_snapshots s LEFT JOIN wg_events e ON e.stream_id = s.stream_id "
         "AND e.stream_version = s.stream_version "
         f"WHERE s.stream_id = {p} AND s.name IN ({', '.join([p] * len(names))})",
-        (stream_id, *names),
+        (stream_id, stream_id, *names),
     )
     checked = []
     key = _key(store, None)
-    for name, version, schema, state_text_value, event_hash in rows:
+    for name, version, schema, state_text_value, event_hash, _head in rows:
         state, _ = open_snapshot(
             key, name, stream_id, int(version), str(schema), event_hash, state_text_value
         )
         if state is not None:
             checked.append((int(version), str(schema), state.decode()))
-    return checked
+    head = int(rows[0][5]) if rows and rows[0][5] is not None else None
+    return checked, head

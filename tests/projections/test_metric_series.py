@@ -44,3 +44,72 @@ def test_a_run_whose_new_attempt_the_read_models_do_not_know_is_read_from_the_lo
     assert lag is not None and lag.run_ids == frozenset() and lag.group_ids == {"rt-g2"}
     assert runs_moved(store, lag) == {"rt"}
     assert metric_series(store, "rt", "loss") == [MetricPoint(1, 1, 1.0), MetricPoint(2, 1, 0.5)]
+
+
+def _reported_values(store: Any, run_id: str) -> Run:
+    """One attempt whose rank 0 reports ``value`` as every kind of JSON value, or not at all."""
+    from datetime import UTC, datetime
+
+    from tests.projections.projection_builders import Stream, append_stream
+
+    run = Run(store, run_id, context=None).to("SCHEDULING").to("RUNNING", f"{run_id}-g1")
+    stream = Stream(f"{run_id}-g1", run_id=run_id, start=datetime.now(UTC)).running()
+    for value in VALUES:
+        stream.reported(0, value=value, other=1)
+    stream.reported(0, other=2)  # no "value": left out
+    stream.reported(1, value="rank 1")
+    append_stream(store, stream)
+    return run
+
+
+VALUES = [1, 1.0, 0.1, -2.5e-8, 10**20, True, None, "text", [1, "a"], {"nested": {"x": 1}}]
+
+
+def test_each_value_comes_back_as_reported_from_the_read_models_as_from_the_log(
+    store: Any,
+) -> None:
+    """PostgreSQL picks the one metric out of each report in SQL (``metrics -> name``): an int
+    stays an int, a float a float, and text, booleans, null and nested values come back as
+    they were reported, as from the log."""
+    _reported_values(store, "kinds")
+    from_log = metric_series(store, "kinds", "value")
+    catch_up_read_models(store)
+    from_read_models = metric_series(store, "kinds", "value")
+    expected = [MetricPoint(1, index, value) for index, value in enumerate(VALUES, start=1)]
+    for got in (from_log, from_read_models):
+        assert got == expected
+        assert [type(point.value) for point in got] == [type(value) for value in VALUES]
+    assert metric_series(store, "kinds", "value", world_rank=1) == [MetricPoint(1, 1, "rank 1")]
+    assert metric_series(store, "kinds", "other") == [
+        *(MetricPoint(1, index, 1) for index in range(1, len(VALUES) + 1)),
+        MetricPoint(1, len(VALUES) + 1, 2),
+    ]
+    assert metric_series(store, "kinds", "never") == []
+
+
+def test_a_current_answer_is_one_statement(store: Any) -> None:
+    """The read models' lag and the series in one statement (one round trip on PostgreSQL);
+    one more only when the read models lag (which streams moved)."""
+    import sqlalchemy as sa
+
+    finished_after_a_retry(store, "fin")
+    catch_up_read_models(store)
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not statement.startswith("BEGIN"):  # SQLite's read transaction
+            statements.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        assert len(metric_series(store, "fin", "loss")) == 2
+        assert len(statements) == 1
+        statements.clear()
+        assert metric_series(store, "nobody", "loss") == []
+        assert len(statements) == 1
+        finished_after_a_retry(store, "later")  # the read models lag, not on "fin"
+        statements.clear()
+        assert len(metric_series(store, "fin", "loss")) == 2
+        assert len(statements) == 3  # the series with the lag, the moved streams, their runs
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", seen)

@@ -275,6 +275,33 @@ class TestAutomaticSnapshots:
         assert read_from == [len(recorded) + 1]
         assert state == project_worker_group([*recorded, *tail])
 
+    def test_a_snapshot_at_the_streams_version_is_the_state_with_no_read_of_the_stream(
+        self, store: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The stream's version comes with the snapshot (one statement): at the snapshot's, the
+        stream is not read; one event later, only that event is."""
+        from wgstore.projections import catch_up_read_models
+
+        stream = _now_stream().running().polled(stopped(0)).reported(1, loss=0.1)
+        recorded = append_stream(store, stream)
+        catch_up_read_models(store)  # the projector's snapshot, at the stream's version
+        read_from: list[int] = []
+        read_stream = store.read_stream
+
+        def spy(stream_id: str, from_version: int = 1, to_version: int | None = None) -> Any:
+            read_from.append(from_version)  # a spy on the real reader, not a stand-in for it
+            return read_stream(stream_id, from_version, to_version)
+
+        monkeypatch.setattr(store, "read_stream", spy)
+        assert worker_group_state(store, "g1") == project_worker_group(recorded)
+        assert worker_group_state(store, "g1", version=len(recorded)).version == len(recorded)
+        with pytest.raises(StreamNotFoundError):
+            worker_group_state(store, "g1", version=len(recorded) + 1)
+        assert read_from == []
+        tail = store.append("worker-group-g1", [stream.reported(1, loss=0.05).events[-1].event])
+        assert worker_group_state(store, "g1") == project_worker_group([*recorded, *tail])
+        assert read_from == [len(recorded) + 1]
+
     def test_the_newer_of_the_two_snapshots_wins(self, store: Any) -> None:
         from wgstore.projections import catch_up_read_models
 

@@ -155,6 +155,43 @@ def test_the_listing_says_the_same_from_the_read_model_and_from_the_log(store: A
     assert [s.run_id for s in from_log] == ["fin", "err", "abt", "live", "ray", "orph"]
 
 
+def test_the_listing_reads_each_lease_as_it_is_now(store: Any) -> None:
+    """Leases are live state, not in the log: a lease given up after the read models caught up
+    shows at once (the run is orphaned), from the read models as from the log."""
+    from wgstore.events.leases import release_lease
+
+    scenarios.running(store, "live")
+    catch_up_read_models(store)
+    now = datetime.now(UTC)
+    (held,) = run_summaries(store, now=now)
+    assert held.lease_holder == "c1" and held.lease_expires_at is not None and not held.orphaned
+    assert release_lease(store, "live", "c1")
+    (released,) = run_summaries(store, now=now)
+    assert released.lease_holder is None and released.lease_expires_at is None
+    assert released.orphaned
+    assert run_summaries(store, now=now) == run_summaries(store, from_log=True, now=now)
+
+
+def test_a_current_listing_is_one_statement(store: Any) -> None:
+    """Every run, its lease and the read models' lag in one statement (one round trip on
+    PostgreSQL); one more only when the read models lag (which streams moved)."""
+    for scenario in scenarios.ALL:
+        scenario(store)
+    catch_up_read_models(store)
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not statement.startswith("BEGIN"):  # SQLite's read transaction
+            statements.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        assert len(run_summaries(store)) == len(scenarios.ALL)
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", seen)
+    assert len(statements) == 1
+
+
 def test_a_run_row_follows_its_attempts_when_only_their_streams_change(store: Any) -> None:
     run = scenarios.running(store, "live")
     catch_up_read_models(store)
