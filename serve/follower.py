@@ -10,7 +10,7 @@ shows costs the pages nothing. However many pages are open, the database sees on
 
 What it reads is narrow: each new event's position, stream, type, whether it is a report with
 a checkpoint and, for a ``WorkerGroupStartRequested``, the run it names; one ``SELECT`` on a
-connection it keeps (no event is decoded, and no pool checkout pings the server on each wake).
+connection it keeps (no event is decoded, and no pool checkout per wake).
 It coalesces: after sending a message it reads again no sooner than :data:`MESSAGE_INTERVAL_S`
 later, so a burst of appends is one read and one message per interval, while an append after a
 quiet spell is sent at once.
@@ -194,8 +194,8 @@ class Follower:
 
     def _run(self) -> None:
         # The store's wake-ups without its head query: EventStore.wait_for_new reads the head on
-        # each wake through a pool checkout, which pings the server first (pool_pre_ping): two
-        # round trips a wake before this follower's own read. Here a wake costs the one read.
+        # each wake through a pool checkout, a round trip before this follower's own read. Here
+        # a wake costs the one read.
         notifier = self.store.notifier
         postgres = self.store.is_postgres
         poll_s = min(self.wait_s, POSTGRES_POLL_S if postgres else SQLITE_POLL_S)
