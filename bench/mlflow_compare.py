@@ -890,6 +890,8 @@ def bench_main(args: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         bench.drop()
+        if not args.keep:  # the SQLite file, the runs' checkpoints and Ray Train's storage
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _versions() -> dict[str, str]:
@@ -916,7 +918,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--poll-s", type=float, default=0.05)
     parser.add_argument("--query-repeats", type=int, default=30)
     parser.add_argument("--no-warmup", dest="warmup", action="store_false")
-    parser.add_argument("--keep", action="store_true", help="Postgres: keep the schema")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the data: the Postgres schema, the SQLite folder"
+    )
     parser.add_argument(
         "--queries-only",
         action="store_true",
