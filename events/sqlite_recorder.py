@@ -330,7 +330,9 @@ def _rows(
     row's MAC (hashing.event_mac) covers its position, version and time, known only here.
     """
     now = datetime.now(UTC)
-    stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
+    # recorded_at is UTC text without an offset: "+00:00" is cut off (now.replace(tzinfo=None)
+    # before isoformat, the same text, costs ~0.7 µs more per append)
+    stored_at = now.isoformat(" ", "microseconds")[:-6]
     now_us = epoch_us(now)
     us = str(now_us)
     sha256 = hashlib.sha256
