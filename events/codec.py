@@ -14,7 +14,7 @@ import msgspec
 from wgstore.events.errors import EventDecodeError, EventEncodeError, UnknownEventTypeError
 from wgstore.events.records import UnknownEvent
 from wgstore.events.registry import REGISTRY, EventRegistry, EventTypeInfo
-from wgstore.events.storable import EventChecker, encode_json, exact_json
+from wgstore.events.storable import EventChecker, encode_json, exact_json, has_nul
 
 __all__ = ["DECODE_ERRORS", "Codec", "canonical_json", "unknown_event"]
 
@@ -50,7 +50,7 @@ class Codec:
         """
         info = self.registry.by_class(type(event))
         data = encode_json(event, info.name, event=True)
-        if b"\\u0000" in data:
+        if has_nul(data):
             raise EventEncodeError(
                 f"{info.name}: a string field contains a NUL character (\\x00), which the "
                 "database cannot store; remove it before appending"

@@ -17,7 +17,6 @@ each row then costs.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from datetime import datetime
 from functools import partial
@@ -115,7 +114,6 @@ class Pending(msgspec.Struct, frozen=True):
     """One event, encoded, on its way into the log (a Struct: cheap to build per event)."""
 
     event: Any
-    uuid: uuid.UUID
     event_id: str
     type: str
     schema_version: int

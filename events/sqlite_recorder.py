@@ -34,18 +34,30 @@ if TYPE_CHECKING:
 
 __all__ = ["SqliteRecorder", "parse_time"]
 
-_INSERT = (
-    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
-    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERTED = (
+    "position, event_id, stream_id, stream_version, event_type, schema_version, data, "
+    "metadata, recorded_at, hash, log_hash"
 )
-# The cached-heads append's first row: in only if the log's last position is the one before it.
-_INSERT_AFTER = (
-    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type, "
-    "schema_version, data, metadata, recorded_at, hash, log_hash, mac) "
-    "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
-    "WHERE (SELECT max(position) FROM wg_events) IS ?"
-)
+
+
+def _insert(keyed: bool) -> str:
+    """The INSERT of one row: with ``keyed``, of its ``mac`` too; without, the column is left
+    out and stored NULL as before (binding a None costs the driver an adapter lookup per row:
+    ~0.4 µs, a tenth of a batch's SQL per event)."""
+    columns, marks = (f"{_INSERTED}, mac", 12) if keyed else (_INSERTED, 11)
+    return f"INSERT INTO wg_events ({columns}) VALUES ({', '.join('?' * marks)})"
+
+
+def _insert_after(keyed: bool) -> str:
+    """The cached-heads append's first row: in only if the log's last position is the one
+    before it (given as the last parameter)."""
+    columns, marks = (f"{_INSERTED}, mac", 12) if keyed else (_INSERTED, 11)
+    return (
+        f"INSERT INTO wg_events ({columns}) SELECT {', '.join('?' * marks)} "
+        "WHERE (SELECT max(position) FROM wg_events) IS ?"
+    )
+
+
 _HEAD_CACHE_SIZE = 10_000
 _CACHED_SKIPS = 8  # appends that skip the cached path after it found the cache stale
 # Under BEGIN IMMEDIATE: the stream's head, the log's head and the log's last position.
@@ -65,8 +77,10 @@ _STREAM_COLUMNS = f"position, {_AFTER_STREAM_ID}"
 
 
 # A row as inserted: position, event_id, stream_id, stream_version, event_type, schema_version,
-# data, metadata, recorded_at, hash, log_hash, mac.
-_Row = tuple[int, str, str, int, str, int, str, str, str, str, str, str | None]
+# data, metadata, recorded_at, hash, log_hash; and with a key, the mac.
+_PlainRow = tuple[int, str, str, int, str, int, str, str, str, str, str]
+_KeyedRow = tuple[int, str, str, int, str, int, str, str, str, str, str, str]
+_Row = _PlainRow | _KeyedRow
 # An AppendResult from a tuple, in C (AppendResult's own __new__ is Python).
 _result: Callable[[tuple[int, int, datetime, str, bool]], AppendResult] = partial(
     tuple.__new__, AppendResult
@@ -100,6 +114,8 @@ class SqliteRecorder(PooledRecorder):
 
     def __init__(self, engine: sa.Engine, hmac_key: bytes | None = None) -> None:
         super().__init__(engine, hmac_key)
+        self._insert = _insert(keyed=hmac_key is not None)
+        self._insert_after = _insert_after(keyed=hmac_key is not None)
         # The heads this store's own appends left (a stale entry is caught, not trusted).
         self._stream_heads: dict[str, tuple[int, str]] = {}
         self._log_head: tuple[int, str] | None = None
@@ -169,9 +185,9 @@ class SqliteRecorder(PooledRecorder):
                     batch.stream_id, batch.pending, self.hmac_key, version, previous, log, position
                 )
                 if len(rows) == 1:
-                    cursor.execute(_INSERT, rows[0])
+                    cursor.execute(self._insert, rows[0])
                 else:
-                    cursor.executemany(_INSERT, rows)
+                    cursor.executemany(self._insert, rows)
                 results.append(batch_results)
                 last_rows.append((batch.stream_id, rows[-1]))
             cursor.execute("COMMIT")
@@ -223,10 +239,10 @@ class SqliteRecorder(PooledRecorder):
             try:
                 # Only the first row needs the guard: once it is in, this writer holds the lock
                 # and the batch's other rows follow it (a third of a batch's SQLite time).
-                cursor.execute(_INSERT_AFTER, (*first, first[0] - 1))
+                cursor.execute(self._insert_after, (*first, first[0] - 1))
                 written = cursor.rowcount
                 if written == 1 and len(rows) > 1:
-                    cursor.executemany(_INSERT, rows[1:])
+                    cursor.executemany(self._insert, rows[1:])
             except sqlite3.IntegrityError:
                 written = -1
             if written != 1:
@@ -314,16 +330,18 @@ def _rows(
     row's MAC (hashing.event_mac) covers its position, version and time, known only here.
     """
     now = datetime.now(UTC)
-    stored_at = now.replace(tzinfo=None).isoformat(" ", "microseconds")
+    # recorded_at is UTC text without an offset: "+00:00" is cut off (now.replace(tzinfo=None)
+    # before isoformat, the same text, costs ~0.7 µs more per append)
+    stored_at = now.isoformat(" ", "microseconds")[:-6]
     now_us = epoch_us(now)
     us = str(now_us)
     sha256 = hashlib.sha256
     rows: list[_Row] = []
     results: list[AppendResult] = []
-    mac = None
     for item in pending:
         version += 1
         position += 1
+        mac = None
         if key is not None:
             mac = event_mac(
                 key, position, stream_id, version, item.event_id, item.type,
@@ -335,9 +353,10 @@ def _rows(
             f"{item.schema_version}\n{us}\n{item.data}\n{item.metadata_text}".encode()
         ).hexdigest()
         log = sha256(f"{log}\n{position}\n{previous}\n{mac or ''}".encode()).hexdigest()
-        rows.append(
-            (position, item.event_id, stream_id, version, item.type, item.schema_version,
-             item.data, item.metadata_text, stored_at, previous, log, mac)
+        row: _PlainRow = (
+            position, item.event_id, stream_id, version, item.type, item.schema_version,
+            item.data, item.metadata_text, stored_at, previous, log,
         )  # fmt: skip
+        rows.append(row if mac is None else (*row, mac))  # the mac column only with a key
         results.append(_result((position, version, now, previous, False)))
     return rows, results

@@ -24,7 +24,7 @@ import msgspec.inspect as msgspec_inspect
 from wgstore.events.errors import EventEncodeError
 from wgstore.events.registry import EventTypeInfo
 
-__all__ = ["EventChecker", "check_storable", "encode_json", "exact_json"]
+__all__ = ["EventChecker", "check_storable", "encode_json", "exact_json", "has_nul"]
 
 _encoder = msgspec.json.Encoder(order="sorted")
 
@@ -65,10 +65,20 @@ def check_storable(value: Any, what: str) -> None:
     exact_json(value, what)
 
 
+def has_nul(text: bytes) -> bool:
+    """True when JSON ``text`` holds a NUL character (which msgspec writes as ``\\u0000``).
+
+    Looks for a backslash first (most payloads escape nothing), with ``find``: ``in`` on bytes
+    first tries the operand as an int and pays for the TypeError (~0.3 µs in all, against
+    ~0.08 here for a 360-byte event).
+    """
+    return text.find(b"\\") >= 0 and text.find(b"\\u0000") >= 0
+
+
 def exact_json(value: Any, what: str) -> bytes:
     """``value`` as JSON text that reads back exactly as ``value``, or an EventEncodeError."""
     text = encode_json(value, what)
-    if b"\\u0000" in text:
+    if has_nul(text):
         raise EventEncodeError(
             f"{what}: a string contains a NUL character (\\x00), which the database cannot "
             "store; remove it before appending"
@@ -76,7 +86,7 @@ def exact_json(value: Any, what: str) -> bytes:
     try:
         try:
             restored = _plain_decoder.decode(text)
-            changed = restored != value or _NEGATIVE_ZERO in text
+            changed = restored != value or text.find(_NEGATIVE_ZERO) >= 0
         except _ReadsBackAsInt:
             restored, changed = msgspec.json.decode(text), True
     except RecursionError:
@@ -293,7 +303,7 @@ class EventChecker:
                 restored: Any = self.decoder.decode(data)
                 changed = (
                     restored != event
-                    or _NEGATIVE_ZERO in data
+                    or data.find(_NEGATIVE_ZERO) >= 0  # find: see has_nul
                     or (self.typed_floats and _EXPONENT_FLOAT.search(data) is not None)
                 )
             except _ReadsBackAsInt:

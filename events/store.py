@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import sqlalchemy as sa
 from uuid_utils import uuid7
 
@@ -64,14 +65,20 @@ if TYPE_CHECKING:
 
 __all__ = ["EventStore", "VerifyReport"]
 
-# A stdlib UUID from uuid-utils' (Rust) UUIDv7 without uuid.UUID.__init__'s checks, which
-# cost more than making the id: the int is a valid UUID by construction.
-_UUID = uuid.UUID
-_UNKNOWN_SAFETY = uuid.SafeUUID.unknown
-_new_uuid = object.__new__
-# UUID's slots, set through their descriptors (cheaper than object.__setattr__ by name).
-_set_int = vars(uuid.UUID)["int"].__set__
-_set_safety = vars(uuid.UUID)["is_safe"].__set__
+_ID = msgspec.json.Decoder(uuid.UUID)
+_ID_LIST = msgspec.json.Decoder(list[uuid.UUID])
+
+
+def _event_uuids(pending: list[Pending]) -> list[uuid.UUID]:
+    """The event ids of ``pending`` as stdlib UUIDs, for the records an append returns.
+
+    Decoded from their text by msgspec in C, a batch's in one call: ~0.15 µs an id (a single
+    one ~0.25), where a UUID built from uuid-utils' int through its slots costs ~0.3 and
+    ``uuid.UUID(text)`` ~1.
+    """
+    if len(pending) == 1:
+        return [_ID.decode(f'"{pending[0].event_id}"')]
+    return _ID_LIST.decode('["' + '","'.join([item.event_id for item in pending]) + '"]')
 
 
 _EXPECTED_CODES = {ANY: -1, NO_STREAM: -2, STREAM_EXISTS: -3}
@@ -353,28 +360,14 @@ class EventStore:
             if fixed_id is None:
                 # Time-ordered (UUIDv7): new ids land at the right edge of the unique index
                 # instead of scattering across it (bench/README.md, W2).
-                made = uuid7()
-                event_id = str(made)
-                event_uuid = _new_uuid(_UUID)
-                _set_int(event_uuid, made.int)
-                _set_safety(event_uuid, _UNKNOWN_SAFETY)
+                event_id = str(uuid7())
             else:
-                event_uuid = fixed_id
-                event_id = str(event_uuid)
+                event_id = str(fixed_id)
                 if event_id in seen:
                     raise DuplicateEventError(f"event id {event_id} appears twice in one batch")
                 seen.add(event_id)
             pending.append(
-                Pending(
-                    event,
-                    event_uuid,
-                    event_id,
-                    info.name,
-                    info.version,
-                    data,
-                    metadata,
-                    metadata_text,
-                )
+                Pending(event, event_id, info.name, info.version, data, metadata, metadata_text)
             )
         return pending, check_ids
 
@@ -613,12 +606,13 @@ class EventStore:
 def _recorded(
     stream_id: str, pending: list[Pending], rows: list[AppendResult]
 ) -> list[RecordedEvent]:
+    event_ids = _event_uuids(pending)
     return [
         RecordedEvent(
             position=row.position,
             stream_id=stream_id,
             version=row.version,
-            event_id=item.uuid,
+            event_id=event_id,
             type=item.type,
             schema_version=item.schema_version,
             event=item.event,
@@ -626,7 +620,7 @@ def _recorded(
             recorded_at=row.recorded_at,
             hash=row.hash,
         )
-        for item, row in zip(pending, rows, strict=True)
+        for item, event_id, row in zip(pending, event_ids, rows, strict=True)
     ]
 
 
