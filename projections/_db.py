@@ -12,8 +12,6 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from wgstore.events._translate import translate_errors
-from wgstore.events.engine import READ_ONLY_OPTION
 from wgstore.projections.values import to_utc
 
 if TYPE_CHECKING:
@@ -65,6 +63,11 @@ def reading(store: EventStore) -> Iterator[sa.Connection]:
     statement. SQLite: a plain ``BEGIN`` (no wait for the write lock), so every statement reads
     one snapshot; rolled back when the block ends.
     """
+    # Here, not at the top: importing wgstore.projections must not load SQLAlchemy (the Ray
+    # Train callback imports it on Ray's critical path; tests/test_layering.py).
+    from wgstore.events._translate import translate_errors
+    from wgstore.events.engine import READ_ONLY_OPTION
+
     with translate_errors(store.url), store.engine.connect() as connection:
         if is_postgres(store):
             connection.execution_options(isolation_level="AUTOCOMMIT")
