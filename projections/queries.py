@@ -92,6 +92,16 @@ def _until(events: Iterable[RecordedEvent], at: datetime | None) -> Iterator[Rec
         yield event
 
 
+def _close(events: Iterator[RecordedEvent]) -> None:
+    """Close a read that may have stopped early. On Postgres it holds a pooled connection
+    mid-query until closed; left to the garbage collector (a frame kept alive by an error's
+    traceback keeps it), the connection could be finalized first and wait on the query for
+    ever."""
+    close = getattr(events, "close", None)
+    if close is not None:
+        close()
+
+
 def worker_group_state(
     store: EventStore,
     group_id: str,
@@ -134,9 +144,12 @@ def worker_group_state(
     if state is None or head is None or state.version < head:  # else nothing after it to fold
         start = 1 if state is None else state.version + 1
         tail = store.read_stream(stream_id, from_version=start, to_version=version)
-        for event in _until(tail, at):
-            fold.apply(event)
-            folded += 1
+        try:
+            for event in _until(tail, at):
+                fold.apply(event)
+                folded += 1
+        finally:
+            _close(tail)
     state = fold.state()
     if state is None:
         when = f" at {at.isoformat()}" if at is not None else ""

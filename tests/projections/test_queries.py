@@ -63,6 +63,21 @@ class TestTimeTravel:
         with pytest.raises(StreamNotFoundError, match="has no events at"):
             worker_group_state(store, "g1", at=recorded[0].recorded_at - timedelta(seconds=1))
 
+    def test_a_moment_before_the_group_existed_leaves_no_read_open(self, store: Any) -> None:
+        """The error's traceback keeps the function's frame: a stream read it stopped early
+        must be closed there, not left holding a pooled connection mid-query (on Postgres a
+        garbage collection that finalizes that connection first waited on the query's lock
+        forever: 300 s of the suite, until pytest-timeout's alarm broke it)."""
+        stream = _now_stream().requested()
+        for _ in range(5):
+            stream.polled()
+        recorded = append_stream(store, stream, one_by_one=True)
+        held = store.engine.pool.checkedout()  # the store's own writer connection
+        with pytest.raises(StreamNotFoundError) as caught:
+            worker_group_state(store, "g1", at=recorded[0].recorded_at - timedelta(seconds=1))
+        assert caught.value.__traceback__ is not None  # still alive here
+        assert store.engine.pool.checkedout() == held
+
     def test_an_unknown_group_is_not_found(self, store: Any) -> None:
         with pytest.raises(StreamNotFoundError, match="'nope' has no events"):
             worker_group_state(store, "nope")
