@@ -408,20 +408,29 @@ class RayExecutor:
             self._catch_up()
         finally:
             self._caught_up.set()
-        # A wake costs one read of what is new (nothing when nothing is), not a read of the
-        # head first and then of the events (EventStore.wait_for_new): the generation is taken
-        # before the read, so an append during it wakes the next wait at once.
+        # A wake by the notifier (an append through this store object; on Postgres, any
+        # process's) costs one read of what is new, not a read of the head first and then of
+        # the events (EventStore.wait_for_new): the generation is taken before the read, so an
+        # append during it wakes the next wait at once. Between wakes the loop looks at the head
+        # every poll_s (SQLite has no notifications between processes; a Postgres listener may
+        # be reconnecting), which costs less than a read that finds nothing, and goes on
+        # waiting while nothing is new and no poll is due.
         notifier = self.store.notifier
         poll_s = POSTGRES_POLL_S if self.store.is_postgres else SQLITE_POLL_S
         generation = notifier.generation
         while not self._stop.is_set():
             try:
                 notifier.ensure_listening()  # (again, if its thread ended)
-                notifier.wait_for_wake(generation, min(self._wait_s(), poll_s))
+                wait_s = self._wait_s()
+                due = time.monotonic() + wait_s
+                woken = notifier.wait_for_wake(generation, min(wait_s, poll_s)) != generation
                 if self._stop.is_set():
                     break
                 generation = notifier.generation
-                self._read_new()
+                if woken or self.store.head() > self._position:
+                    self._read_new()
+                elif time.monotonic() < due:
+                    continue
                 self._schedule_polls()
                 self._maybe_catch_up_read_models()
                 if self.release_orphans and time.monotonic() >= self._next_sweep:

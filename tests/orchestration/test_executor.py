@@ -11,12 +11,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from wgstore.events import NewEvent
+from wgstore.events import NewEvent, event_type
 from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import (
     PlacementGroupReserved,
@@ -636,3 +637,57 @@ class TestSeveralExecutors:
         assert executor.errors == []
         assert state.training_launched
         assert [c for c in runtime.calls if c[0] == "start_workers"] == [("start_workers", "g1")]
+
+
+@event_type("ExecutorIdleNoted", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Noted:
+    text: str
+
+
+class _CountingExecutor(RayExecutor):
+    """Counts the loop's turns (each asks when a poll is due) and its reads of the log."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.turns = 0
+        self.reads = 0
+
+    def _wait_s(self) -> float:
+        self.turns += 1
+        return super()._wait_s()
+
+    def _read_new(self) -> None:
+        self.reads += 1
+        super()._read_new()
+
+
+def test_an_idle_executor_reads_the_log_only_when_another_process_made_it_grow(
+    store: Any, store_url: str
+) -> None:
+    """Between wakes the loop looks at the head, not a read that finds nothing: an idle
+    executor on SQLite read the log every 10 ms (100 reads a second, each process; the fleet
+    bench's client CPU an event 3.5 x). An append by another store object (another process:
+    no local wake; on SQLite no notification at all) is still read."""
+    from wgstore.events import EventStore
+
+    executor = _CountingExecutor(store, runtime=FakeRuntime(), read_models_interval_s=None)
+    executor.start()
+    try:
+        _until(lambda: executor._caught_up.is_set())
+        if store.is_postgres:  # its LISTEN connection, once made, wakes the loop for what it missed
+            _until(lambda: store.notifier.generation > 0)
+        turns = executor.turns
+        _until(lambda: executor.turns > turns)  # that wake's read is done
+        turns, reads = executor.turns, executor.reads
+        _until(lambda: executor.turns >= turns + 3)  # on Postgres a turn is 0.5 s
+        assert executor.reads == reads  # nothing was appended: nothing was read
+
+        with EventStore.open(store_url) as other:
+            other.append("idle-check", [_Noted(text="from another process")])
+        head = store.head()
+        _until(lambda: executor._position == head)  # read, by a head seen to move (SQLite)
+        assert executor.reads > reads
+    finally:
+        executor.stop()
+    assert executor.errors == []
