@@ -413,17 +413,19 @@ class RayExecutor:
         # the events (EventStore.wait_for_new): the generation is taken before the read, so an
         # append during it wakes the next wait at once. Between wakes the loop looks at the head
         # every poll_s (SQLite has no notifications between processes; a Postgres listener may
-        # be reconnecting), which costs less than a read that finds nothing, and goes on
-        # waiting while nothing is new and no poll is due.
+        # be reconnecting), which costs less than a read that finds nothing. The rest of a turn
+        # (polls, the read models, the orphan sweep) runs after a read and when due (at most
+        # next_wake_s's 0.5 s apart).
         notifier = self.store.notifier
         poll_s = POSTGRES_POLL_S if self.store.is_postgres else SQLITE_POLL_S
         generation = notifier.generation
+        due = time.monotonic()
         while not self._stop.is_set():
             try:
                 notifier.ensure_listening()  # (again, if its thread ended)
-                wait_s = self._wait_s()
-                due = time.monotonic() + wait_s
-                woken = notifier.wait_for_wake(generation, min(wait_s, poll_s)) != generation
+                now = time.monotonic()
+                due = min(due, now + self._wait_s())  # a poll may have fallen due sooner
+                woken = notifier.wait_for_wake(generation, min(due - now, poll_s)) != generation
                 if self._stop.is_set():
                     break
                 generation = notifier.generation
@@ -435,6 +437,7 @@ class RayExecutor:
                 self._maybe_catch_up_read_models()
                 if self.release_orphans and time.monotonic() >= self._next_sweep:
                     self.sweep_orphans()
+                due = time.monotonic() + self._wait_s()
             except Exception:  # noqa: BLE001 - the loop survives a bad moment of the store
                 self._record_error("executor loop")
                 self._stop.wait(1.0)
