@@ -44,15 +44,17 @@ from sides import PG_CONNINFO, PG_URL, REFERENCES, SIDES, Side, Target, create_t
 
 __all__ = ["BenchPolled", "main", "make_event", "make_payload"]
 
-# Goals (docs/architecture.md, "Performance goals"): wgstore / reference, per workload.
-MINIMAL_GOAL = {"W2": 0.5}
-PG_MINIMAL_GOAL = {"W2": 0.5, "W5": 0.5}
+# Goals (issue 25, part 3, which restated docs/architecture.md's): wgstore / the eventsourcing
+# library >= 1.0 on every workload, but >= 0.9 for SQLite's single appends (W1, W5: a commit
+# there writes the unique event-id index's page too, which the library has no use for). The
+# minimal table is the floor, reported beside them, not a goal.
+SQLITE_SINGLE_APPEND_GOAL = {"W1": 0.9, "W5": 0.9}
 
 
 def goals(backend: str, workload: str) -> dict[str, float]:
-    """The goal of each reference for one workload."""
-    minimal = (PG_MINIMAL_GOAL if backend == "postgres" else MINIMAL_GOAL).get(workload, 0.8)
-    return {"eventsourcing": 1.0, "minimal": minimal}
+    """The goal of each reference for one workload (only the eventsourcing library has one)."""
+    single = SQLITE_SINGLE_APPEND_GOAL if backend == "sqlite" else {}
+    return {"eventsourcing": single.get(workload, 1.0)}
 
 
 @contextmanager
