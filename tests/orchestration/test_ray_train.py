@@ -82,7 +82,9 @@ def clean_run(by_value: None, tmp_path_factory: pytest.TempPathFactory) -> Run:
     folder = tmp_path_factory.mktemp("ray-train-clean")
     db = folder / "wgstore.db"
     url = f"sqlite:///{db}?busy_timeout=0.5"
-    locker, _ = _lock_mid_run(db, hold_s=5.0)
+    # Held for 5 s and until the recorder's writer has met the lock (its retry is in the
+    # controller's log): on a loaded machine training may not report again within the 5 s.
+    locker, _ = _lock_mid_run(db, hold_s=5.0, until=lambda: _retry_logged(db))
     os.environ["RAY_TRAIN_ENABLE_STATE_TRACKING"] = "1"
     try:
         trainer = ray_train_recorded.make_trainer(url, str(folder / "storage"), steps=STEPS)
@@ -294,9 +296,13 @@ def test_a_worker_that_raises_once_is_two_attempts_under_one_run(
     assert state.final_group_id == groups[1].group_id
 
 
-def _lock_mid_run(db: Path, *, hold_s: float | None) -> tuple[threading.Thread, threading.Event]:
+def _lock_mid_run(
+    db: Path, *, hold_s: float | None, until: Callable[[], bool] | None = None
+) -> tuple[threading.Thread, threading.Event]:
     """Once the log holds a report, another connection holds SQLite's write lock: for
-    ``hold_s`` seconds, or (``None``) until the returned event is set."""
+    ``hold_s`` seconds and then until ``until()`` holds (at most 120 s more), or (``hold_s``
+    ``None``) until the returned event is set. The locking thread never opens the store (an
+    open beside the lock would itself fail on it)."""
     done = threading.Event()
     locked = threading.Event()
 
@@ -307,17 +313,33 @@ def _lock_mid_run(db: Path, *, hold_s: float | None) -> tuple[threading.Thread, 
         conn = sqlite3.connect(db, isolation_level=None, timeout=30)
         conn.execute("BEGIN EXCLUSIVE")
         locked.set()
-        if hold_s is None:
-            done.wait(180)
-        else:
-            time.sleep(hold_s)
-        conn.execute("ROLLBACK")
-        conn.close()
+        try:
+            if hold_s is None:
+                done.wait(180)
+                return
+            time.sleep(hold_s)  # the outage's length: a duration, not a wait for a condition
+            deadline = time.monotonic() + 120
+            while until is not None and not until() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
 
     thread = threading.Thread(target=hold, daemon=True)
     thread.start()
     thread.locked = locked  # type: ignore[attr-defined]
     return thread, done
+
+
+def _retry_logged(db: Path) -> bool:
+    """Whether a Ray process of this session logged the recorder's retry of an append to the
+    log at ``db`` (the writer names its URL in the line; read from the files, not the store)."""
+    logs = ray._private.worker._global_node.get_logs_dir_path()
+    for path in glob.glob(f"{logs}/*.err"):
+        for line in Path(path).read_text(errors="replace").splitlines():
+            if str(db) in line and "retrying with backoff" in line:
+                return True
+    return False
 
 
 def _has_report(db: Path) -> bool:
