@@ -10,12 +10,13 @@ own streams (:mod:`wgstore.events.stream_watch`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import os
+import selectors
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from wgstore.events.schema import NOTIFY_CHANNEL
 
@@ -40,7 +41,10 @@ class Notifier:
         self._generation = 0
         self._listener: threading.Thread | None = None
         self._stop = threading.Event()
-        self._listen_connection: Any = None
+        # Postgres: close() writes a byte into this pipe to end the listener's wait for its
+        # socket at once (an idle connection's wait cannot be cancelled, and waiting with a
+        # timeout made every close() of a listening store take up to that timeout).
+        self._close_pipe: tuple[int, int] | None = None
         self._follower: StreamFollower | None = None
 
     @property
@@ -106,17 +110,24 @@ class Notifier:
         self._stop.set()
         if self._follower is not None:
             self._follower.close()
-        connection = self._listen_connection
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                connection.cancel_safe()
+        pipe = self._close_pipe
+        if pipe is not None:
+            os.write(pipe[1], b"x")
         if self._listener is not None:
             self._listener.join(timeout=5)
+        if pipe is not None and (self._listener is None or not self._listener.is_alive()):
+            self._close_pipe = None
+            for fd in pipe:
+                os.close(fd)
 
     def _ensure_listener(self) -> None:
+        if self._stop.is_set():
+            return  # closed: waiters poll
         if self._listener is None or not self._listener.is_alive():
             with self._changed:
                 if self._listener is None or not self._listener.is_alive():
+                    if self._close_pipe is None:
+                        self._close_pipe = os.pipe()
                     self._listener = threading.Thread(
                         target=self._listen, name="wgstore-listen", daemon=True
                     )
@@ -125,20 +136,27 @@ class Notifier:
     def _listen(self) -> None:
         import psycopg
 
+        assert self._close_pipe is not None
+        close_signal = self._close_pipe[0]
         engine = self._store.engine
         args, kwargs = engine.dialect.create_connect_args(engine.url)
         while not self._stop.is_set():
             try:
-                with psycopg.connect(*args, **kwargs, autocommit=True) as connection:
-                    self._listen_connection = connection
+                with (
+                    psycopg.connect(*args, **kwargs, autocommit=True) as connection,
+                    selectors.PollSelector() as selector,
+                ):
                     connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     self.local_append()  # something may have happened while we were away
+                    selector.register(connection.fileno(), selectors.EVENT_READ)
+                    selector.register(close_signal, selectors.EVENT_READ)
                     while not self._stop.is_set():
-                        for _ in connection.notifies(timeout=1.0, stop_after=1):
-                            self.local_append()
+                        if selector.select() and not self._stop.is_set():
+                            # The socket is readable: take what arrived (a closed connection
+                            # raises here, and the loop reconnects).
+                            for _ in connection.notifies(timeout=0):
+                                self.local_append()
             except Exception as error:  # noqa: BLE001 - reconnect; waiters keep polling meanwhile
                 _log.info("LISTEN connection lost (%s); reconnecting in 1 s", error)
                 if not self._stop.wait(1.0):
                     continue
-            finally:
-                self._listen_connection = None
