@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from wgstore.events._translate import translate_errors
-from wgstore.events.errors import EventStoreError
+from wgstore.events.errors import EventStoreError, StoreUnavailableError
 from wgstore.events.records import RecordedEvent
 from wgstore.events.schema import wg_subscriptions
 
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
 __all__ = ["Subscription", "SubscriptionConflictError"]
 
 log = logging.getLogger(__name__)
+
+MAX_RETRY_WAIT_S = 5.0
+"""The longest pause of :meth:`Subscription.run` between tries while the database is away."""
 
 BatchHandler = Callable[[list[RecordedEvent]], Any]
 TransactionalHandler = Callable[[sa.Connection, list[RecordedEvent]], Any]
@@ -114,12 +118,45 @@ class Subscription:
         batch_size: int = 500,
         wait_s: float = 1.0,
     ) -> None:
-        """Catch up, then follow the log live until ``stop`` is set."""
+        """Catch up, then follow the log live until ``stop`` is set.
+
+        The database going away (a dropped connection, a server restart) does not end it: it
+        logs the outage once, tries again with a backoff up to :data:`MAX_RETRY_WAIT_S` until
+        the database answers or ``stop`` is set, and logs the way back. Nothing is lost or
+        applied twice beyond the handler's contract: the checkpoint moves only in a committed
+        transaction, so a batch whose checkpoint was not saved is handed over again (at least
+        once), and a transactional handler's writes rolled back with it (exactly once).
+        """
+        failing_since: float | None = None
+        tries = 0
         while not stop.is_set():
-            self.process(handler, transactional=transactional, batch_size=batch_size)
-            if stop.is_set():
-                return
-            self.store.wait_for_new(self.checkpoint(), timeout_s=wait_s)
+            try:
+                self.process(handler, transactional=transactional, batch_size=batch_size)
+                if stop.is_set():
+                    return
+                self.store.wait_for_new(self.checkpoint(), timeout_s=wait_s)
+            except StoreUnavailableError as error:
+                if self.store.closed:
+                    raise  # not an outage: this store object was closed
+                tries += 1
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                    log.warning(
+                        "subscription %r: the database went away (%s); trying again until it "
+                        "answers",
+                        self.name,
+                        error,
+                    )
+                stop.wait(min(0.1 * 2**tries, MAX_RETRY_WAIT_S))  # a backoff, or until stopped
+                continue
+            if failing_since is not None:
+                log.warning(
+                    "subscription %r: the database answers again after %.1f s (%d tries)",
+                    self.name,
+                    time.monotonic() - failing_since,
+                    tries,
+                )
+                failing_since, tries = None, 0
 
     def _process_batch(self, handler: Any, transactional: bool, batch_size: int) -> int:
         start = self.checkpoint()
