@@ -1,17 +1,21 @@
-"""SQLite appends from several processes at once: how long an append waits for the write lock
-with the store's own short waits (0.2 ms doubling to 4 ms) beside SQLite's busy handler (1, 2,
-5, 10, 15, 20, 25 ... 100 ms), the reference, in the same run.
+"""SQLite appends from several processes at once: how long an append waits for another's write
+lock, and how many appends a second they make, with SQLite's busy handler (what wgstore does: it
+sleeps 1, 2, 5, 10, 15, 20, 25 ... 100 ms between tries) beside the alternative of waiting in
+short steps of our own (``short-waits``: the writer's busy timeout 0, then tries after 0.2 ms
+doubling to 4 ms, at most the busy timeout), in the same run.
 
 Each of ``--procs`` processes opens the store on one file and appends ``--appends`` single
-events to a stream of its own, pausing a random 0-``--gap-ms`` between appends, and times each
-append (``time.perf_counter``). The sides alternate round by round on fresh files; the reference
-side is the same code with the writer's busy timeout left to SQLite (``_prepare_writer`` and
-``_begin_immediate`` patched back to a plain ``BEGIN IMMEDIATE`` in its processes).
+events to a stream of its own, all starting together, pausing a random 0-``--gap-ms`` between
+appends (0: saturated, W5's writers), and times each append (``time.perf_counter``). The sides
+alternate round by round on fresh files; ``short-waits`` is patched into its processes'
+``SqliteRecorder`` (``_prepare_writer`` and ``_begin_immediate``).
 
     .venv/bin/python bench/contended_appends.py                 # 4 processes, 3 rounds
     .venv/bin/python bench/contended_appends.py --procs 8 --rounds 5 --json
+    .venv/bin/python bench/contended_appends.py --gap-ms 0 --appends 1000 --rounds 7 --sync NORMAL
 
-Numbers, not pass/fail: latencies in ms (p50, p90, p99, max) per side, medians over the rounds.
+Numbers, not pass/fail: latencies in ms (p50, p90, p99, max) and appends a second per side,
+medians over the rounds.
 """
 
 from __future__ import annotations
@@ -27,27 +31,46 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-SIDES = ("wgstore", "sqlite-busy-handler")
+SIDES = ("wgstore", "short-waits")
+FIRST_PAUSE_S, LONGEST_PAUSE_S = 0.0002, 0.004
 
 
-def _use_sqlite_busy_handler() -> None:
-    """The reference: the writer waits in SQLite's busy handler, as before the store's own."""
+def _use_short_waits() -> None:
+    """The alternative: the writer's busy timeout is 0 and it tries the lock again itself."""
     import sqlite3
 
     from wgstore.events.sqlite_recorder import SqliteRecorder
 
-    def begin(self: Any, cursor: sqlite3.Cursor) -> None:
-        cursor.execute("BEGIN IMMEDIATE")
+    def prepare(self: Any, connection: Any) -> None:
+        driver = connection.driver_connection
+        self._busy_ms = int(driver.execute("PRAGMA busy_timeout").fetchone()[0])
+        driver.execute("PRAGMA busy_timeout = 0")
 
-    SqliteRecorder._prepare_writer = lambda self, connection: None  # type: ignore[method-assign]
+    def begin(self: Any, cursor: sqlite3.Cursor) -> None:
+        deadline = time.monotonic() + self._busy_ms / 1000
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as error:
+                busy = error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
+                if not busy or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)  # the alternative's backoff
+            pause = min(pause * 2, LONGEST_PAUSE_S)
+
+    SqliteRecorder._prepare_writer = prepare  # type: ignore[method-assign]
     SqliteRecorder._begin_immediate = begin  # type: ignore[method-assign]
 
 
-def _appender(url: str, side: str, appends: int, gap_s: float, seed: int, out: Any) -> None:
+def _appender(
+    url: str, side: str, appends: int, gap_s: float, seed: int, ready: Any, start: Any, out: Any
+) -> None:
     from wgstore.events import EventStore, event_type
 
-    if side == "sqlite-busy-handler":
-        _use_sqlite_busy_handler()
+    if side == "short-waits":
+        _use_short_waits()
 
     @event_type("ContendedProbe", version=1)
     @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,12 +80,16 @@ def _appender(url: str, side: str, appends: int, gap_s: float, seed: int, out: A
     rng = random.Random(seed)
     latencies = []
     with EventStore.open(url) as store:
+        ready.put(seed)
+        start.wait()
+        began = time.perf_counter()
         for n in range(appends):
             time.sleep(rng.uniform(0, gap_s))  # the load's shape: a pause between appends
             started = time.perf_counter()
             store.append(f"proc-{seed}", [Probe(n=n)])
             latencies.append((time.perf_counter() - started) * 1000)
-    out.put(latencies)
+        ended = time.perf_counter()
+    out.put((latencies, began, ended))
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -76,27 +103,35 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
-def one_round(side: str, procs: int, appends: int, gap_s: float) -> dict[str, float]:
-    """Every process's appends on a fresh file; the latencies' percentiles in ms."""
+def one_round(side: str, procs: int, appends: int, gap_s: float, sync: str) -> dict[str, float]:
+    """Every process's appends on a fresh file, started together: the latencies' percentiles
+    in ms, and the appends a second of all of them (from the first start to the last end; the
+    clock is the system's monotonic one, the same in every process)."""
     from wgstore.events import EventStore
 
-    url = f"sqlite:///{tempfile.mkdtemp(prefix='wgs-contended-')}/wgstore.db"
+    url = f"sqlite:///{tempfile.mkdtemp(prefix='wgs-contended-')}/wgstore.db?synchronous={sync}"
     EventStore.open(url).close()  # migrated before the processes race
-    out: Any = mp.get_context("spawn").Queue()
+    context = mp.get_context("spawn")
+    ready, out, start = context.Queue(), context.Queue(), context.Event()
     workers = [
-        mp.get_context("spawn").Process(
-            target=_appender, args=(url, side, appends, gap_s, seed, out)
-        )
+        context.Process(target=_appender, args=(url, side, appends, gap_s, seed, ready, start, out))
         for seed in range(procs)
     ]
     for worker in workers:
         worker.start()
-    latencies: list[float] = []
     for _ in workers:
-        latencies.extend(out.get(timeout=600))
+        ready.get(timeout=600)  # every process has its store open
+    start.set()
+    latencies: list[float] = []
+    spans: list[tuple[float, float]] = []
+    for _ in workers:
+        times, began, ended = out.get(timeout=600)
+        latencies.extend(times)
+        spans.append((began, ended))
     for worker in workers:
         worker.join()
-    return _percentiles(latencies)
+    wall = max(end for _, end in spans) - min(begin for begin, _ in spans)
+    return {**_percentiles(latencies), "appends_per_s": len(latencies) / wall}
 
 
 def main() -> None:
@@ -105,13 +140,16 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=300, help="per process and round")
     parser.add_argument("--gap-ms", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sync", default="FULL", choices=("FULL", "NORMAL"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rounds: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
     for index in range(args.rounds):
         order = SIDES if index % 2 == 0 else SIDES[::-1]
         for side in order:
-            rounds[side].append(one_round(side, args.procs, args.appends, args.gap_ms / 1000))
+            rounds[side].append(
+                one_round(side, args.procs, args.appends, args.gap_ms / 1000, args.sync)
+            )
             print(f"round {index + 1}/{args.rounds} {side}: {rounds[side][-1]}", flush=True)
     result = {
         "config": vars(args),
@@ -125,7 +163,7 @@ def main() -> None:
         print(json.dumps(result))
     else:
         for side, numbers in result["sides"].items():
-            print(f"{side:>20}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in numbers.items()))
+            print(f"{side:>20}: " + ", ".join(f"{k} {v:.2f}" for k, v in numbers.items()))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""SQLite: an append that meets another connection's write lock waits for it (the store's own
-short waits, not SQLite's busy handler), for at most the busy timeout, and then says so."""
+"""SQLite: an append that meets another connection's write lock waits for it (SQLite's busy
+handler), for at most the busy timeout, and then says so; the writer stays usable."""
 
 from __future__ import annotations
 
