@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests import templates
 from tests.relay import relayed  # noqa: F401  (a fixture: Postgres behind a relay tests can cut)
 
 # Database-backed property tests have no per-example deadline; CI runs them derandomized, so a
@@ -126,7 +127,31 @@ def _drop_reader_role(schema: str) -> None:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database URL, once per backend."""
+    """A fresh database URL, once per backend, already migrated to the latest revision.
+
+    A copy of a template this worker migrated once (tests/templates.py): a test's first
+    ``EventStore.open`` then finds the schema at head instead of running every migration
+    (SQLite ~110 ms, Postgres ~290 ms a store on this machine, a third of the suite's setup).
+    ``sqlite_url`` and ``pg_url`` stay empty, for the tests of what a fresh database gets.
+    """
+    if request.param == "sqlite":
+        path = tmp_path / "wgstore.db"
+        templates.copy_sqlite(path)
+        yield f"sqlite:///{path}"
+    else:
+        require_postgres()
+        schema = f"wgtest_{uuid.uuid4().hex[:12]}"
+        templates.restore_postgres(PG_URL, schema)
+        try:
+            yield make_pg_schema_url(schema)
+        finally:
+            _admin_execute(f"DROP SCHEMA {schema} CASCADE")
+            _drop_reader_role(schema)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of an empty database (no wgstore schema yet), once per backend."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'wgstore.db'}"
     else:
@@ -190,7 +215,9 @@ def ray_session() -> Iterator[None]:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Remove this worker's Ray temp folder (its Ray has stopped with the session)."""
+    """Remove this worker's Ray temp folder (its Ray has stopped with the session) and the
+    SQLite template."""
+    templates.cleanup()
     if _RAY_TMPDIR is not None:
         import shutil
 

@@ -15,37 +15,39 @@ def _create_empty(url: str) -> None:
         sqlite3.connect(url.removeprefix("sqlite:///")).close()
 
 
-def test_upgrade_creates_the_schema_and_check_then_passes(cli: Any, store_url: str) -> None:
-    _create_empty(store_url)
-    before = cli("db", "check", "--url", store_url)
+def test_upgrade_creates_the_schema_and_check_then_passes(cli: Any, empty_store_url: str) -> None:
+    _create_empty(empty_store_url)
+    before = cli("db", "check", "--url", empty_store_url)
     assert before.exit_code == 1
     assert "not at head" in before.stderr
 
-    upgraded = cli("db", "upgrade", "--url", store_url)
+    upgraded = cli("db", "upgrade", "--url", empty_store_url)
     assert upgraded.exit_code == 0, upgraded.stderr
     assert f"to {head_revision()}" in upgraded.stdout
 
-    after = cli("db", "check", "--url", store_url)
+    after = cli("db", "check", "--url", empty_store_url)
     assert after.exit_code == 0, after.stderr
     assert "is at head" in after.stdout
 
 
-def test_upgrade_twice_says_it_is_already_at_head(cli: Any, store_url: str) -> None:
-    assert cli("db", "upgrade", "--url", store_url).exit_code == 0
-    again = cli("db", "upgrade", "--url", store_url)
+def test_upgrade_twice_says_it_is_already_at_head(cli: Any, empty_store_url: str) -> None:
+    assert cli("db", "upgrade", "--url", empty_store_url).exit_code == 0
+    again = cli("db", "upgrade", "--url", empty_store_url)
     assert again.exit_code == 0
     assert "already at" in again.stdout
 
 
-def test_current_shows_none_before_and_head_after_the_upgrade(cli: Any, store_url: str) -> None:
-    _create_empty(store_url)
-    empty = cli("db", "current", "--url", store_url)
+def test_current_shows_none_before_and_head_after_the_upgrade(
+    cli: Any, empty_store_url: str
+) -> None:
+    _create_empty(empty_store_url)
+    empty = cli("db", "current", "--url", empty_store_url)
     assert empty.exit_code == 0, empty.stderr
     assert "none (no wgstore tables)" in empty.stdout
     assert "behind" in empty.stdout
 
-    cli("db", "upgrade", "--url", store_url)
-    current = cli("db", "current", "--url", store_url)
+    cli("db", "upgrade", "--url", empty_store_url)
+    current = cli("db", "current", "--url", empty_store_url)
     assert f"current: {head_revision()}" in current.stdout
     assert "at head" in current.stdout
 

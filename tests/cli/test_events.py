@@ -192,12 +192,14 @@ def test_group_and_stream_together_are_a_usage_error(cli: Any, recorded_sqlite: 
     assert "not several" in result.stderr
 
 
-def test_a_store_that_is_not_migrated_exits_1_and_says_to_upgrade(cli: Any, store_url: str) -> None:
-    if store_url.startswith("sqlite"):
+def test_a_store_that_is_not_migrated_exits_1_and_says_to_upgrade(
+    cli: Any, empty_store_url: str
+) -> None:
+    if empty_store_url.startswith("sqlite"):
         import sqlite3
 
-        sqlite3.connect(store_url.removeprefix("sqlite:///")).close()
-    result = cli("events", "--url", store_url)
+        sqlite3.connect(empty_store_url.removeprefix("sqlite:///")).close()
+    result = cli("events", "--url", empty_store_url)
     assert result.exit_code == 1
     assert "wgstore db upgrade" in result.stderr
 

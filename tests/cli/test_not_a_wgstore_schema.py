@@ -19,9 +19,9 @@ _NOT_OURS = "not wgstore's"
 
 
 @pytest.fixture
-def foreign(store_url: str) -> str:
+def foreign(empty_store_url: str) -> str:
     """A database (schema) holding someone else's ``wg_events`` with one row."""
-    engine = create_store_engine(store_url)
+    engine = create_store_engine(empty_store_url)
     try:
         with engine.begin() as connection:
             connection.exec_driver_sql(
@@ -30,7 +30,7 @@ def foreign(store_url: str) -> str:
             connection.exec_driver_sql("INSERT INTO wg_events VALUES (1, 'their-secret')")
     finally:
         engine.dispose()
-    return store_url
+    return empty_store_url
 
 
 def _their_tables(url: str) -> set[str]:

@@ -159,11 +159,13 @@ def test_a_sqlite_file_in_a_missing_folder_is_a_clear_error(tmp_path: Path) -> N
         EventStore.open(f"sqlite:///{tmp_path}/missing/dir/wg.db")
 
 
-def test_a_database_not_migrated_to_head_is_refused_when_migration_is_off(store_url: str) -> None:
+def test_a_database_not_migrated_to_head_is_refused_when_migration_is_off(
+    empty_store_url: str,
+) -> None:
     with pytest.raises(SchemaVersionError, match="wgstore db upgrade"):
-        EventStore.open(store_url, migrate=False)
-    EventStore.open(store_url).close()  # migrates
-    EventStore.open(store_url, migrate=False).close()
+        EventStore.open(empty_store_url, migrate=False)
+    EventStore.open(empty_store_url).close()  # migrates
+    EventStore.open(empty_store_url, migrate=False).close()
 
 
 def test_a_database_migrated_by_a_newer_wgstore_is_refused(
