@@ -80,11 +80,8 @@ def require_postgres() -> None:
 
 
 def _admin_execute(sql: str) -> None:
-    import psycopg
-
-    conninfo = PG_URL.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql)
+    """Run ``sql`` as the admin (tests/templates.py's connection of this process)."""
+    templates.admin_execute(PG_URL, sql)
 
 
 def make_pg_schema_url(schema: str) -> str:
@@ -108,18 +105,18 @@ def pg_url() -> Iterator[str]:
     try:
         yield make_pg_schema_url(schema)
     finally:
-        _admin_execute(f"DROP SCHEMA {schema} CASCADE")
-        _drop_reader_role(schema)
+        _drop_schema(schema)
 
 
-def _drop_reader_role(schema: str) -> None:
-    """Drop the read-only role ``wgstore sql`` made for ``schema``, if it made one."""
+def _drop_schema(schema: str) -> None:
+    """Drop ``schema`` and the read-only role ``wgstore sql`` made for it, if it made one."""
     from sqlalchemy.engine import make_url
 
     from wgstore.events.sql_reader import reader_role_name
 
     role = reader_role_name(make_url(PG_URL).database or "", schema)
     _admin_execute(
+        f"DROP SCHEMA {schema} CASCADE; "
         f"DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN "
         f"DROP OWNED BY {role}; DROP ROLE {role}; END IF; END $$"
     )
@@ -145,8 +142,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         try:
             yield make_pg_schema_url(schema)
         finally:
-            _admin_execute(f"DROP SCHEMA {schema} CASCADE")
-            _drop_reader_role(schema)
+            _drop_schema(schema)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

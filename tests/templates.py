@@ -23,10 +23,16 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
-__all__ = ["cleanup", "copy_sqlite", "postgres_script", "restore_postgres"]
+__all__ = ["admin_execute", "cleanup", "copy_sqlite", "postgres_script", "restore_postgres"]
+
+ADMIN_APPLICATION = "wgstore-tests-admin"
+"""The admin connection's ``application_name`` (tests that kill backends pick theirs by name)."""
 
 _lock = threading.Lock()
+_admin_lock = threading.Lock()
+_admin_connection: Any = None  # one per test process, reused: a connect is ~5-8 ms
 _sqlite_template: Path | None = None
 _pg_script: str | None = None  # with _PLACEHOLDER for the schema's name; "" when unavailable
 _PLACEHOLDER = "wgtemplate_schema_name"
@@ -41,11 +47,29 @@ def _schema_url(pg_url: str, schema: str) -> str:
     return f"{pg_url}{sep}options=-csearch_path%3D{schema}"
 
 
-def _admin(pg_url: str, sql: str) -> None:
+def admin_execute(pg_url: str, sql: str) -> None:
+    """Run ``sql`` (one or more statements, no parameters) as the admin, in autocommit.
+
+    On one connection kept for the test process; a connection found dead (a server restart, a
+    terminated backend) is replaced once.
+    """
+    global _admin_connection
     import psycopg
 
-    with psycopg.connect(_conninfo(pg_url), autocommit=True) as conn:
-        conn.execute(sql)
+    with _admin_lock:
+        for attempt in (1, 2):
+            if _admin_connection is None or _admin_connection.closed:
+                _admin_connection = psycopg.connect(
+                    _conninfo(pg_url), autocommit=True, application_name=ADMIN_APPLICATION
+                )
+            try:
+                _admin_connection.execute(sql)
+                return
+            except psycopg.OperationalError:
+                _admin_connection.close()
+                _admin_connection = None
+                if attempt == 2:
+                    raise
 
 
 def copy_sqlite(path: Path) -> None:
@@ -80,7 +104,7 @@ def _dump_template(pg_url: str) -> str:
     if pg_dump is None:
         return ""
     template = f"wgtmpl_{uuid.uuid4().hex[:12]}"
-    _admin(pg_url, f"CREATE SCHEMA {template}")
+    admin_execute(pg_url, f"CREATE SCHEMA {template}")
     try:
         EventStore.open(_schema_url(pg_url, template)).close()
         dumped = subprocess.run(
@@ -90,7 +114,7 @@ def _dump_template(pg_url: str) -> str:
             timeout=120,
         )
     finally:
-        _admin(pg_url, f"DROP SCHEMA {template} CASCADE")
+        admin_execute(pg_url, f"DROP SCHEMA {template} CASCADE")
     if dumped.returncode != 0:  # e.g. a pg_dump older than the server
         return ""
     # psql's meta-commands (\restrict ... of newer pg_dumps) are not SQL
@@ -102,17 +126,21 @@ def restore_postgres(pg_url: str, schema: str) -> None:
     """Create ``schema``, migrated and empty, in the database of ``pg_url``."""
     script = postgres_script(pg_url)
     if script:
-        _admin(pg_url, script.replace(_PLACEHOLDER, schema))
+        admin_execute(pg_url, script.replace(_PLACEHOLDER, schema))
         return
     from wgstore.events import EventStore
 
-    _admin(pg_url, f"CREATE SCHEMA {schema}")
+    admin_execute(pg_url, f"CREATE SCHEMA {schema}")
     EventStore.open(_schema_url(pg_url, schema)).close()
 
 
 def cleanup() -> None:
-    """Remove the SQLite template's folder (at the end of the test session)."""
-    global _sqlite_template
+    """Remove the SQLite template's folder and close the admin connection (at the end of the
+    test session)."""
+    global _sqlite_template, _admin_connection
+    if _admin_connection is not None:
+        _admin_connection.close()
+        _admin_connection = None
     if _sqlite_template is not None:
         shutil.rmtree(_sqlite_template.parent, ignore_errors=True)
         _sqlite_template = None
