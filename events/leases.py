@@ -37,6 +37,7 @@ __all__ = [
     "lease_of",
     "leases",
     "release_lease",
+    "renew_held",
     "renew_lease",
     "renew_leases",
     "take_lease",
@@ -276,6 +277,34 @@ def renew_leases(
             .returning(wg_run_leases.c.run_id)
         ).all()
     return {row.run_id for row in rows}
+
+
+def renew_held(
+    store: EventStore,
+    held: Iterable[tuple[str, str]],
+    lease_s: float,
+    now: datetime | None = None,
+) -> set[tuple[str, str]]:
+    """Extend every lease of ``held`` (``(run_id, holder)`` pairs, holders may differ) that its
+    holder still holds, in one statement; returns the pairs renewed (the others were lost).
+
+    What a process's lease keepers share (:mod:`wgstore.orchestration.lease_keeper`): one
+    transaction renews the leases of all its controllers instead of one each.
+    """
+    _check(lease_s)
+    wanted = list(dict.fromkeys(held))
+    if not wanted:
+        return set()
+    now = now or _now()
+    leases_ = wg_run_leases.c
+    with translate_errors(store.url), store.engine.begin() as connection:
+        rows = connection.execute(
+            wg_run_leases.update()
+            .where(sa.tuple_(leases_.run_id, leases_.holder).in_(wanted))
+            .values(renewed_at=now, expires_at=now + timedelta(seconds=lease_s))
+            .returning(leases_.run_id, leases_.holder)
+        ).all()
+    return {(row.run_id, row.holder) for row in rows}
 
 
 def release_lease(store: EventStore, run_id: str, holder: str) -> bool:
