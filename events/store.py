@@ -415,6 +415,7 @@ class EventStore:
         types: Iterable[str | type] | None = None,
         *,
         streams: str | tuple[str, ...] | None = None,
+        keep: Callable[[int, str, str], bool] | None = None,
     ) -> Iterator[RecordedEvent]:
         """Every event after position ``after``, in global order.
 
@@ -429,6 +430,10 @@ class EventStore:
             streams: only events of streams whose id starts with this prefix (or one of these
                 prefixes), e.g. ``"worker-group-"``; the others are skipped before they are
                 decoded.
+            keep: called with each row's position, stream id and type, in order, before the
+                row is decoded; rows it returns False for are skipped. A follower that serves
+                some streams skips decoding the others' events and still sees every position
+                (its checkpoint moves past what it skipped).
 
         Raises:
             InvalidArgumentError: ``after`` or ``limit`` is not an int in the 64-bit range (or
@@ -444,7 +449,10 @@ class EventStore:
         )
         try:
             with translate_errors(self.url):
-                yield from self._decode_log(rows)
+                if keep is None:
+                    yield from self._decode_log(rows)
+                else:
+                    yield from self._decode_log(row for row in rows if keep(row[0], row[1], row[4]))
         finally:
             rows.close()
 

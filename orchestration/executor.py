@@ -74,6 +74,7 @@ log = logging.getLogger("wgstore.executor")
 
 _POLL = object()
 _ENDED = frozenset({"WorkerGroupShutDown", "WorkerGroupStartFailed"})
+_REQUESTED = "WorkerGroupStartRequested"  # the event that opens a group's book
 
 
 @dataclass
@@ -479,10 +480,21 @@ class RayExecutor:
         self._position = head  # events past head come through read_all; _apply skips repeats
 
     def _read_new(self) -> None:
-        for record in self.store.read_all(after=self._position):
+        """Read and apply what is new. Only the events that can concern this executor are
+        decoded: those of the groups it has a book for, and requests that may open a book (with
+        several executors on a store, or a run's executor, most events are others' reports)."""
+        last_row = self._position
+
+        def concerns(position: int, stream_id: str, type_: str) -> bool:
+            nonlocal last_row
+            last_row = position
+            group_id = group_id_of(stream_id)
+            return group_id is not None and (group_id in self._books or type_ == _REQUESTED)
+
+        for record in self.store.read_all(after=self._position, keep=concerns):
             self._position = record.position
-            if group_id_of(record.stream_id) is not None:
-                self._apply(record)
+            self._apply(record)
+        self._position = max(self._position, last_row)  # past what it skipped after the last
 
     def _apply(self, record: RecordedEvent) -> None:
         group_id = group_id_of(record.stream_id)

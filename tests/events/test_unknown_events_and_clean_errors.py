@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 
-from wgstore.events import EventRegistry, EventStore, UnknownEvent, event_type
+from wgstore.events import EventDecodeError, EventRegistry, EventStore, UnknownEvent, event_type
 from wgstore.events.worker_group import (
     ErrorInfo,
     StartStage,
@@ -117,6 +117,40 @@ def test_read_all_of_a_stream_prefix_skips_other_streams_and_counts_only_its_own
     first_two = list(store.read_all(streams="worker-group-", limit=2))
     assert first_two == owned[:2]
     assert list(store.read_all(after=owned[2].position, streams="worker-group-")) == owned[3:]
+
+
+@event_type("WorkerGroupShutdownRequested", version=1, registry=OTHER_PROGRAM)
+@dataclass(frozen=True)
+class ClashingShutdown:
+    """Another program's event under one of wgstore's type names, with another payload: this
+    process cannot decode it as its own class."""
+
+    reason: int
+
+
+def test_read_all_keep_sees_every_row_in_order_and_decodes_only_what_it_keeps(
+    store: EventStore,
+) -> None:
+    store.append("worker-group-a", [WorkerGroupShutdownRequested(reason="mine")])
+    with EventStore.open(store.url, registry=OTHER_PROGRAM) as other:
+        other.append("notes-1", [ClashingShutdown(reason=7)])
+    store.append("worker-group-b", [WorkerGroupShutdownRequested(reason="also mine")])
+    with pytest.raises(EventDecodeError):
+        list(store.read_all())  # decoded, the other program's row fails
+    offered: list[tuple[int, str, str]] = []
+
+    def keep(position: int, stream_id: str, type_: str) -> bool:
+        offered.append((position, stream_id, type_))
+        return stream_id.startswith("worker-group-")
+
+    kept = list(store.read_all(keep=keep))
+    assert [r.event.reason for r in kept] == ["mine", "also mine"]
+    assert offered == [
+        (1, "worker-group-a", "WorkerGroupShutdownRequested"),
+        (2, "notes-1", "WorkerGroupShutdownRequested"),
+        (3, "worker-group-b", "WorkerGroupShutdownRequested"),
+    ]
+    assert list(store.read_all(after=1, limit=1, keep=lambda *_: False)) == []
 
 
 @pytest.mark.parametrize("transactional", [False, True])

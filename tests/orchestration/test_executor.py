@@ -699,3 +699,43 @@ def test_an_idle_executor_reads_the_log_only_when_it_grew_and_still_does_its_due
     finally:
         executor.stop()
     assert executor.errors == []
+
+
+class _ApplyingExecutor(RayExecutor):
+    """Records the stream of every event the loop decoded and applied."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.applied: list[str] = []
+
+    def _apply(self, record: Any) -> None:
+        self.applied.append(record.stream_id)
+        super()._apply(record)
+
+
+def test_an_executor_decodes_only_the_events_of_its_own_groups(store: Any) -> None:
+    """A run's executor (or one of several on a store) skips other groups' events before they
+    are decoded (the fleet's executors decoded every process's reports): of a group it does not
+    serve it decodes the start request alone, and its position still reaches the head."""
+    runtime = FakeRuntime(script=FakeScript(reports=3, return_value={"done": True}))
+    executor = _ApplyingExecutor(
+        store, runtime=runtime, run_ids={"r1"}, read_models_interval_s=None
+    ).start()
+    try:
+        _request(store, "theirs", run_id="r2")
+        for n in range(20):
+            store.append(
+                group_stream("theirs"), [WorkerGroupShutdownRequested(reason=f"not ours {n}")]
+            )
+        store.append("elsewhere", [_Noted(text="not a group")])
+        _request(store, "ours", run_id="r1")
+        _follow(store, "ours", lambda s: s.poll_status is not None and s.poll_status.finished)
+        ours = store.stream_version(group_stream("ours"))
+        head = store.head()
+        _until(lambda: executor._position >= head)
+    finally:
+        executor.stop()
+    assert executor.errors == []
+    assert executor.applied.count(group_stream("theirs")) == 1  # its request
+    assert "elsewhere" not in executor.applied
+    assert executor.applied.count(group_stream("ours")) >= ours  # every one of its own
