@@ -59,6 +59,7 @@ from wgstore.orchestration.commands import (
     command_id_for,
 )
 from wgstore.orchestration.handlers import COMMAND_HANDLERS
+from wgstore.orchestration.poll_times import PollTimes
 from wgstore.orchestration.polling import GroupPolls
 from wgstore.orchestration.runtime import WorkerGroupRuntime
 from wgstore.projections import StreamNotFoundError
@@ -160,6 +161,7 @@ class RayExecutor:
         self._scope = step.Scope.of(group_ids, run_ids)
         self._position = from_position
         self._books: dict[str, step.GroupBook] = {}
+        self._poll_times = PollTimes()  # which books a turn looks at (changed, or due)
         self._lanes: dict[str, _Lane] = {}
         self._polls = GroupPolls(
             store,
@@ -403,6 +405,7 @@ class RayExecutor:
             book = self._books.get(group_id)
             if book is not None:
                 self._books[group_id] = change(book)
+                self._poll_times.changed(group_id)
 
     def _run_loop(self) -> None:
         try:
@@ -445,8 +448,7 @@ class RayExecutor:
 
     def _wait_s(self) -> float:
         with self._lock:
-            books = list(self._books.values())
-        return step.next_wake_s(books, time.monotonic())
+            return self._poll_times.next_wake_s(self._books, time.monotonic())
 
     def _catch_up(self) -> None:
         self._catching_up = True
@@ -462,6 +464,7 @@ class RayExecutor:
             with self._lock:
                 book, commands = step.finish_catch_up(self._books[group_id])
                 self._books[group_id] = book
+                self._poll_times.changed(group_id)
             for command in commands:
                 self._enqueue(group_id, command)
         if self.release_orphans:
@@ -500,14 +503,13 @@ class RayExecutor:
         group_id = group_id_of(record.stream_id)
         assert group_id is not None  # _read_new and _catch_up_by_stream read groups' streams
         with self._lock:
+            book = self._books.get(group_id)
             applied = step.apply_event(
-                self._books.get(group_id),
-                record,
-                scope=self._scope,
-                catching_up=self._catching_up,
+                book, record, scope=self._scope, catching_up=self._catching_up
             )
-            if applied.book is not None:
+            if applied.book is not None and applied.book is not book:
                 self._books[group_id] = applied.book
+                self._poll_times.changed(group_id)
         if record.type in _ENDED and self.claims.holds(group_id):
             self.claims.release(group_id)
         if applied.error is not None:
@@ -583,13 +585,14 @@ class RayExecutor:
 
     def _schedule_polls(self) -> None:
         with self._lock:
-            schedule = step.schedule_polls(self._books, time.monotonic())
+            schedule = self._poll_times.schedule(self._books, time.monotonic())
             self._books.update(schedule.books)
             for group_id in schedule.ended:
                 lane = self._lanes.get(group_id)
                 if lane is None or not lane.busy:
                     del self._books[group_id]
                     self._lanes.pop(group_id, None)
+                self._poll_times.changed(group_id)  # dropped, or looked at again next turn
         for group_id in schedule.due:
             self._enqueue(group_id, _POLL)
 

@@ -2,7 +2,9 @@
 
 The executor keeps one :class:`GroupBook` per worker group it serves. For each recorded event
 it calls :func:`apply_event`, which returns the new book and the commands to carry out; for
-polls it calls :func:`schedule_polls` with a monotonic ``now`` it read itself. The thread that
+polls it calls :func:`schedule_polls` with a monotonic ``now`` it read itself (through
+:class:`~wgstore.orchestration.poll_times.PollTimes`, which hands it only the books that changed
+or fell due). The thread that
 carries a command or a poll out reports back through :func:`start_failed`,
 :func:`poll_taken` and :func:`polls_done`. Everything here is a function of its arguments, so the
 rules are tested event by event without a store, a cluster or a clock
