@@ -27,12 +27,13 @@ from wgstore.events.schema import wg_subscriptions
 if TYPE_CHECKING:
     from wgstore.events.store import EventStore
 
-__all__ = ["Subscription", "SubscriptionConflictError"]
+__all__ = ["Subscription", "SubscriptionConflictError", "follow_until_stopped"]
 
 log = logging.getLogger(__name__)
 
 MAX_RETRY_WAIT_S = 5.0
-"""The longest pause of :meth:`Subscription.run` between tries while the database is away."""
+"""The longest pause of a follower (:func:`follow_until_stopped`) between tries while the
+database is away."""
 
 BatchHandler = Callable[[list[RecordedEvent]], Any]
 TransactionalHandler = Callable[[sa.Connection, list[RecordedEvent]], Any]
@@ -127,36 +128,13 @@ class Subscription:
         transaction, so a batch whose checkpoint was not saved is handed over again (at least
         once), and a transactional handler's writes rolled back with it (exactly once).
         """
-        failing_since: float | None = None
-        tries = 0
-        while not stop.is_set():
-            try:
-                self.process(handler, transactional=transactional, batch_size=batch_size)
-                if stop.is_set():
-                    return
+
+        def one_pass() -> None:
+            self.process(handler, transactional=transactional, batch_size=batch_size)
+            if not stop.is_set():
                 self.store.wait_for_new(self.checkpoint(), timeout_s=wait_s)
-            except StoreUnavailableError as error:
-                if self.store.closed:
-                    raise  # not an outage: this store object was closed
-                tries += 1
-                if failing_since is None:
-                    failing_since = time.monotonic()
-                    log.warning(
-                        "subscription %r: the database went away (%s); trying again until it "
-                        "answers",
-                        self.name,
-                        error,
-                    )
-                stop.wait(min(0.1 * 2**tries, MAX_RETRY_WAIT_S))  # a backoff, or until stopped
-                continue
-            if failing_since is not None:
-                log.warning(
-                    "subscription %r: the database answers again after %.1f s (%d tries)",
-                    self.name,
-                    time.monotonic() - failing_since,
-                    tries,
-                )
-                failing_since, tries = None, 0
+
+        follow_until_stopped(self.store, f"subscription {self.name!r}", one_pass, stop=stop)
 
     def _process_batch(self, handler: Any, transactional: bool, batch_size: int) -> int:
         start = self.checkpoint()
@@ -208,3 +186,41 @@ class Subscription:
             .values(name=self.name, checkpoint=0, updated_at=datetime.now(UTC))
             .on_conflict_do_nothing(index_elements=["name"])
         )
+
+
+def follow_until_stopped(
+    store: EventStore, what: str, one_pass: Callable[[], Any], *, stop: threading.Event
+) -> None:
+    """Call ``one_pass`` (handle what is new, then wait for more) until ``stop`` is set.
+
+    The database going away (a dropped connection, a server restart) does not end it: a pass
+    that raises :class:`~wgstore.events.errors.StoreUnavailableError` is logged once as ``what``
+    (``"subscription 'x'"``), tried again with a backoff up to :data:`MAX_RETRY_WAIT_S` until
+    the database answers or ``stop`` is set, and the way back is logged. A store that was closed
+    still raises: that is not an outage. What ``one_pass`` does must be safe to repeat (the
+    subscriptions' checkpoints move only in a committed transaction).
+    """
+    failing_since: float | None = None
+    tries = 0
+    while not stop.is_set():
+        try:
+            one_pass()
+        except StoreUnavailableError as error:
+            if store.closed:
+                raise  # not an outage: this store object was closed
+            tries += 1
+            if failing_since is None:
+                failing_since = time.monotonic()
+                log.warning(
+                    "%s: the database went away (%s); trying again until it answers", what, error
+                )
+            stop.wait(min(0.1 * 2**tries, MAX_RETRY_WAIT_S))  # a backoff, or until stopped
+            continue
+        if failing_since is not None:
+            log.warning(
+                "%s: the database answers again after %.1f s (%d tries)",
+                what,
+                time.monotonic() - failing_since,
+                tries,
+            )
+            failing_since, tries = None, 0

@@ -140,13 +140,22 @@ def catch_up_read_models(
 def follow_read_models(
     store: EventStore, stop: threading.Event, *, batch_size: int = 500, wait_s: float = 1.0
 ) -> None:
-    """Catch up, then keep the read models current until ``stop`` is set."""
-    while not stop.is_set():
+    """Catch up, then keep the read models current until ``stop`` is set.
+
+    Rides out the database going away as a subscription does
+    (:func:`~wgstore.events.subscriptions.follow_until_stopped`): logged once, tried again with
+    a backoff, and the way back logged; nothing is applied twice (a batch and its checkpoint
+    commit together).
+    """
+    from wgstore.events.subscriptions import follow_until_stopped
+
+    def one_pass() -> None:
         catch_up_read_models(store, batch_size=batch_size)
-        if stop.is_set():
-            return
-        checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
-        store.wait_for_new(checkpoint, timeout_s=wait_s)
+        if not stop.is_set():
+            checkpoint = store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint()
+            store.wait_for_new(checkpoint, timeout_s=wait_s)
+
+    follow_until_stopped(store, "the read models", one_pass, stop=stop)
 
 
 def rebuild_read_models(store: EventStore, *, batch_size: int = 500) -> int:

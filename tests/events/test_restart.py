@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pytest
@@ -247,3 +248,67 @@ def test_a_transactional_subscription_killed_mid_batch_applies_the_batch_once(
     messages = [r.getMessage() for r in caplog.records]
     assert any("'applier': the database went away" in m for m in messages), messages
     assert any("'applier': the database answers again" in m for m in messages), messages
+
+
+@pytest.mark.usefixtures("no_reset_errors")
+def test_the_read_models_follower_rides_out_a_connection_killed_mid_batch(
+    pg_store: EventStore, app_name: str, caplog: pytest.LogCaptureFixture, monkeypatch: Any
+) -> None:
+    """``follow_read_models`` ended when the connection of its batch's transaction died (it had
+    no outage handling of its own, unlike ``Subscription.run``). It now rides the outage out,
+    applies the batch again, and every group reaches the read models once."""
+    from tests.orchestration.test_executor import _context
+    from wgstore.events.streams import group_stream
+    from wgstore.events.worker_group import WorkerGroupStartRequested
+    from wgstore.projections import follow_read_models, projector
+
+    for n in range(3):
+        request = WorkerGroupStartRequested(
+            group_id=f"g{n}", run_id="r1", attempt=1, context=_context()
+        )
+        pg_store.append(group_stream(f"g{n}"), [request])
+    real_apply = projector.apply_read_model_batch
+    applied: list[int] = []
+    in_batch = threading.Event()
+    killed = threading.Event()
+
+    def apply_after_the_kill(*args: Any) -> None:  # the real batch, its connection killed first
+        applied.append(len(args[-1]))
+        if len(applied) == 1:
+            in_batch.set()
+            killed.wait(60)
+        real_apply(*args)
+
+    monkeypatch.setattr(projector, "apply_read_model_batch", apply_after_the_kill)
+    failure: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            follow_read_models(pg_store, stop, wait_s=0.2)
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            failure.append(error)
+
+    def groups() -> list[str]:
+        with pg_store.engine.connect() as connection:
+            rows = connection.exec_driver_sql("SELECT group_id FROM wg_worker_groups")
+            return sorted(row[0] for row in rows)
+
+    stop = threading.Event()
+    follower = threading.Thread(target=follow, daemon=True)
+    with caplog.at_level(logging.WARNING, logger="wgstore.events.subscriptions"):
+        follower.start()
+        try:
+            _wait_for(in_batch.is_set, "the first batch to be applied")
+            assert _kill_every_connection(app_name) >= 1
+            killed.set()
+            _wait_for(lambda: groups() == ["g0", "g1", "g2"] or bool(failure), "the groups")
+        finally:
+            killed.set()
+            stop.set()
+            follower.join(timeout=30)
+    assert not follower.is_alive()
+    assert not failure, failure
+    assert applied[:2] == [3, 3]  # the batch again, after its transaction died
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("the read models: the database went away" in m for m in messages), messages
+    assert any("the read models: the database answers again" in m for m in messages), messages
