@@ -89,6 +89,7 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/orchestration/test_executor_step.py",
         "tests/orchestration/test_executor_step_mutants.py",
     ),
+    "wgstore.orchestration.poll_times": ("tests/orchestration/test_poll_times.py",),
     "wgstore.projections.run_rows": (
         "tests/projections/test_run_rows_mutants.py",
         "tests/projections/test_run_read_model.py",
