@@ -8,6 +8,7 @@ what a restart does to a client. Only this test's connections are killed: they c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -93,6 +94,29 @@ def _fill_the_pool(store: EventStore, connections: int) -> None:
         connection.close()
 
 
+@contextlib.contextmanager
+def _following(follow: Callable[[threading.Event], None]) -> Iterator[list[BaseException]]:
+    """Run ``follow(stop)`` in a thread; yield the list that gets what it raises; on the way out
+    set ``stop`` and check that the thread ended."""
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            follow(stop)
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            failure.append(error)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield failure
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive(), "the follower did not stop"
+
+
 @pytest.fixture
 def no_reset_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     caplog.set_level(logging.WARNING)
@@ -162,32 +186,22 @@ def test_a_subscription_follows_the_log_across_killed_connections(
 ) -> None:
     seen: list[int] = []
     lock = threading.Lock()
-    failure: list[BaseException] = []
 
     def handle(batch: list[RecordedEvent]) -> None:
         with lock:
             seen.extend(r.event.n for r in batch)
 
-    def follow() -> None:
-        try:
-            pg_store.subscription("follower").run(handle, stop=stop, wait_s=0.2)
-        except BaseException as error:  # noqa: BLE001 - reported by the test below
-            failure.append(error)
+    def follow(stop: threading.Event) -> None:
+        pg_store.subscription("follower").run(handle, stop=stop, wait_s=0.2)
 
-    stop = threading.Event()
-    follower = threading.Thread(target=follow, daemon=True)
-    follower.start()
-    with EventStore.open(pg_url) as writer:  # another client: its connections live on
-        try:
-            for n in range(5):
-                writer.append("s-1", [Probe(n=n)])
-                _wait_for(lambda n=n: n in seen or bool(failure), f"event {n} to be followed")
-                assert not failure, failure
-                _wait_for(lambda: _backends(app_name) > 0, "the follower to reconnect")
-                _kill_every_connection(app_name)  # the follower, its LISTEN connection, all
-        finally:
-            stop.set()
-            follower.join(timeout=30)
+    # (the writer is another client: its connections live on)
+    with _following(follow) as failure, EventStore.open(pg_url) as writer:
+        for n in range(5):
+            writer.append("s-1", [Probe(n=n)])
+            _wait_for(lambda n=n: n in seen or bool(failure), f"event {n} to be followed")
+            assert not failure, failure
+            _wait_for(lambda: _backends(app_name) > 0, "the follower to reconnect")
+            _kill_every_connection(app_name)  # the follower, its LISTEN connection, all
     assert not failure, failure
     assert seen == list(range(5))
     assert pg_store.subscription("follower").checkpoint() == 5
@@ -207,7 +221,6 @@ def test_a_transactional_subscription_killed_mid_batch_applies_the_batch_once(
     handed: list[list[int]] = []
     in_handler = threading.Event()
     killed = threading.Event()
-    failure: list[BaseException] = []
 
     def handle(connection: sa.Connection, batch: list[RecordedEvent]) -> None:
         handed.append([r.event.n for r in batch])
@@ -217,16 +230,11 @@ def test_a_transactional_subscription_killed_mid_batch_applies_the_batch_once(
             in_handler.set()
             killed.wait(60)
 
-    def follow() -> None:
-        try:
-            pg_store.subscription("applier").run(handle, stop=stop, transactional=True, wait_s=0.2)
-        except BaseException as error:  # noqa: BLE001 - reported by the test below
-            failure.append(error)
+    def follow(stop: threading.Event) -> None:
+        pg_store.subscription("applier").run(handle, stop=stop, transactional=True, wait_s=0.2)
 
-    stop = threading.Event()
-    follower = threading.Thread(target=follow, daemon=True)
-    with caplog.at_level(logging.WARNING, logger="wgstore.events.subscriptions"):
-        follower.start()
+    logs = caplog.at_level(logging.WARNING, logger="wgstore.events.subscriptions")
+    with logs, _following(follow) as failure:
         try:
             _wait_for(in_handler.is_set, "the first batch to reach the handler")
             assert _kill_every_connection(app_name) >= 1
@@ -238,8 +246,6 @@ def test_a_transactional_subscription_killed_mid_batch_applies_the_batch_once(
             )
         finally:
             killed.set()
-            stop.set()
-            follower.join(timeout=30)
     assert not failure, failure
     assert handed[:2] == [[0, 1, 2], [0, 1, 2]]
     with pg_store.engine.connect() as connection:
@@ -280,23 +286,14 @@ def test_the_read_models_follower_rides_out_a_connection_killed_mid_batch(
         real_apply(*args)
 
     monkeypatch.setattr(projector, "apply_read_model_batch", apply_after_the_kill)
-    failure: list[BaseException] = []
-
-    def follow() -> None:
-        try:
-            follow_read_models(pg_store, stop, wait_s=0.2)
-        except BaseException as error:  # noqa: BLE001 - reported by the test below
-            failure.append(error)
 
     def groups() -> list[str]:
         with pg_store.engine.connect() as connection:
             rows = connection.exec_driver_sql("SELECT group_id FROM wg_worker_groups")
             return sorted(row[0] for row in rows)
 
-    stop = threading.Event()
-    follower = threading.Thread(target=follow, daemon=True)
-    with caplog.at_level(logging.WARNING, logger="wgstore.events.subscriptions"):
-        follower.start()
+    logs = caplog.at_level(logging.WARNING, logger="wgstore.events.subscriptions")
+    with logs, _following(lambda stop: follow_read_models(pg_store, stop, wait_s=0.2)) as failure:
         try:
             _wait_for(in_batch.is_set, "the first batch to be applied")
             assert _kill_every_connection(app_name) >= 1
@@ -304,9 +301,6 @@ def test_the_read_models_follower_rides_out_a_connection_killed_mid_batch(
             _wait_for(lambda: groups() == ["g0", "g1", "g2"] or bool(failure), "the groups")
         finally:
             killed.set()
-            stop.set()
-            follower.join(timeout=30)
-    assert not follower.is_alive()
     assert not failure, failure
     assert applied[:2] == [3, 3]  # the batch again, after its transaction died
     messages = [r.getMessage() for r in caplog.records]

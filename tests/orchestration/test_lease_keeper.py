@@ -25,6 +25,13 @@ def _renewed_at(store: Any, run_id: str) -> datetime:
     return lease.renewed_at
 
 
+def _kept(store: Any, run_id: str, holder: str, lease_s: float = 0.9) -> LeaseKeeper:
+    """A keeper of a lease ``holder`` has just taken."""
+    lease = acquire_lease(store, run_id, holder, lease_s)
+    assert lease is not None
+    return LeaseKeeper(store, lease, lease_s)
+
+
 def _renewal_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "wgstore-lease-renewals"]
 
@@ -47,11 +54,7 @@ def test_keepers_of_one_store_are_renewed_together_by_one_thread(store: Any) -> 
     """Five holders, one thread; each renewal of the batch is one statement (one ``now`` for
     every row), and every lease keeps ahead of the clock for several lengths."""
     before = len(_renewal_threads())
-    keepers = []
-    for n in range(5):
-        lease = acquire_lease(store, f"r{n}", f"holder-{n}", 0.9)
-        assert lease is not None
-        keepers.append(LeaseKeeper(store, lease, 0.9))
+    keepers = [_kept(store, f"r{n}", f"holder-{n}") for n in range(5)]
     try:
         assert len(_renewal_threads()) == before + 1
         first = _renewed_at(store, "r0")
@@ -75,8 +78,8 @@ def test_keepers_of_one_store_are_renewed_together_by_one_thread(store: Any) -> 
 
 
 def test_a_lease_taken_over_is_lost_and_the_others_go_on(store: Any) -> None:
-    a = LeaseKeeper(store, acquire_lease(store, "ra", "a", 0.9), 0.9)  # type: ignore[arg-type]
-    b = LeaseKeeper(store, acquire_lease(store, "rb", "b", 0.9), 0.9)  # type: ignore[arg-type]
+    a = _kept(store, "ra", "a")
+    b = _kept(store, "rb", "b")
     try:
         ahead = datetime.now(UTC) + timedelta(minutes=5)
         assert acquire_lease(store, "ra", "thief", 0.9, now=ahead)
@@ -96,8 +99,8 @@ def test_a_lease_taken_over_is_lost_and_the_others_go_on(store: Any) -> None:
 
 
 def test_a_stopped_keeper_renews_no_more_while_the_others_do(store: Any) -> None:
-    stopped = LeaseKeeper(store, acquire_lease(store, "rs", "s", 0.9), 0.9)  # type: ignore[arg-type]
-    going = LeaseKeeper(store, acquire_lease(store, "rg", "g", 0.9), 0.9)  # type: ignore[arg-type]
+    stopped = _kept(store, "rs", "s")
+    going = _kept(store, "rg", "g")
     try:
         stopped.stop()
         last = _renewed_at(store, "rs")
@@ -114,8 +117,8 @@ def test_a_stopped_keeper_renews_no_more_while_the_others_do(store: Any) -> None
 
 
 def test_leases_of_different_lengths_are_each_renewed_at_their_own_pace(store: Any) -> None:
-    short = LeaseKeeper(store, acquire_lease(store, "short", "a", 0.6), 0.6)  # type: ignore[arg-type]
-    long_ = LeaseKeeper(store, acquire_lease(store, "long", "b", 600.0), 600.0)  # type: ignore[arg-type]
+    short = _kept(store, "short", "a", 0.6)
+    long_ = _kept(store, "long", "b", 600.0)
     try:
         long_first = _renewed_at(store, "long")
         first = _renewed_at(store, "short")
@@ -138,7 +141,7 @@ def test_a_renewal_that_meets_the_database_gone_is_tried_again(
     lease is not taken for lost, and once the database is back the next renewal keeps it."""
     url, relay = relayed
     with EventStore.open(url) as store:
-        keeper = LeaseKeeper(store, acquire_lease(store, "r1", "a", 0.9), 0.9)  # type: ignore[arg-type]
+        keeper = _kept(store, "r1", "a")
         try:
             relay.cut()
             wait_until(
