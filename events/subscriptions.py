@@ -188,6 +188,12 @@ class Subscription:
         )
 
 
+def retry_wait_s(tries: int) -> float:
+    """The pause after the ``tries``-th failed try in a row: 0.2 s doubling to
+    :data:`MAX_RETRY_WAIT_S` (and staying there, however long the outage lasts)."""
+    return min(0.1 * 2.0 ** min(tries, 16), MAX_RETRY_WAIT_S)
+
+
 def follow_until_stopped(
     store: EventStore, what: str, one_pass: Callable[[], Any], *, stop: threading.Event
 ) -> None:
@@ -214,7 +220,7 @@ def follow_until_stopped(
                 log.warning(
                     "%s: the database went away (%s); trying again until it answers", what, error
                 )
-            stop.wait(min(0.1 * 2**tries, MAX_RETRY_WAIT_S))  # a backoff, or until stopped
+            stop.wait(retry_wait_s(tries))  # a backoff, or until stopped
             continue
         if failing_since is not None:
             log.warning(

@@ -306,3 +306,13 @@ def test_the_read_models_follower_rides_out_a_connection_killed_mid_batch(
     messages = [r.getMessage() for r in caplog.records]
     assert any("the read models: the database went away" in m for m in messages), messages
     assert any("the read models: the database answers again" in m for m in messages), messages
+
+
+def test_the_pause_between_tries_grows_to_its_cap_and_stays_there() -> None:
+    """A follower tries again every ``retry_wait_s(tries)`` while the database is away: a
+    backoff that stops at MAX_RETRY_WAIT_S however many tries an outage takes (it computed
+    ``0.1 * 2**tries`` as a float, which overflows after about 1,000 tries: 80 minutes)."""
+    from wgstore.events.subscriptions import MAX_RETRY_WAIT_S, retry_wait_s
+
+    assert [retry_wait_s(n) for n in (1, 2, 3)] == [0.2, 0.4, 0.8]
+    assert retry_wait_s(6) == MAX_RETRY_WAIT_S == retry_wait_s(1_100) == retry_wait_s(10**6)
