@@ -82,7 +82,7 @@ class PollTimes:
         """Keep ``book``'s next poll time in the heap while a turn may find it due or
         ``next_wake_s`` counts it; forget it otherwise (until it changes)."""
         due_later = pollable(book) and not (book.poll_queued and book.next_poll_at <= now)
-        if not due_later or (book.state is not None and book.state.is_terminal):
+        if not due_later:  # (an ended group is not pollable)
             self._at.pop(group_id, None)
             return
         if self._at.get(group_id) != book.next_poll_at:
