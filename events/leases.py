@@ -244,15 +244,7 @@ def renew_lease(
     store: EventStore, run_id: str, holder: str, lease_s: float, now: datetime | None = None
 ) -> bool:
     """Extend ``holder``'s lease of ``run_id`` by ``lease_s`` from ``now``; False if it lost it."""
-    _check(lease_s)
-    now = now or _now()
-    with translate_errors(store.url), store.engine.begin() as connection:
-        renewed = connection.execute(
-            wg_run_leases.update()
-            .where(wg_run_leases.c.run_id == run_id, wg_run_leases.c.holder == holder)
-            .values(renewed_at=now, expires_at=now + timedelta(seconds=lease_s))
-        ).rowcount
-    return bool(renewed)
+    return bool(renew_held(store, [(run_id, holder)], lease_s, now))
 
 
 def renew_leases(
@@ -264,19 +256,8 @@ def renew_leases(
 ) -> set[str]:
     """Extend every lease of ``run_ids`` that ``holder`` still holds, in one statement; returns
     the ids renewed (the others were lost)."""
-    _check(lease_s)
-    wanted = list(run_ids)
-    if not wanted:
-        return set()
-    now = now or _now()
-    with translate_errors(store.url), store.engine.begin() as connection:
-        rows = connection.execute(
-            wg_run_leases.update()
-            .where(wg_run_leases.c.run_id.in_(wanted), wg_run_leases.c.holder == holder)
-            .values(renewed_at=now, expires_at=now + timedelta(seconds=lease_s))
-            .returning(wg_run_leases.c.run_id)
-        ).all()
-    return {row.run_id for row in rows}
+    renewed = renew_held(store, [(run_id, holder) for run_id in run_ids], lease_s, now)
+    return {run_id for run_id, _ in renewed}
 
 
 def renew_held(
