@@ -32,6 +32,11 @@ def _kept(store: Any, run_id: str, holder: str, lease_s: float = 0.9) -> LeaseKe
     return LeaseKeeper(store, lease, lease_s)
 
 
+def _wait_renewed_after(store: Any, run_id: str, moment: datetime, what: str) -> None:
+    """Wait (60 s at most) until ``run_id``'s lease was renewed after ``moment``."""
+    wait_until(lambda: _renewed_at(store, run_id) > moment, timeout_s=60, what=what)
+
+
 def _renewal_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "wgstore-lease-renewals"]
 
@@ -58,11 +63,7 @@ def test_keepers_of_one_store_are_renewed_together_by_one_thread(store: Any) -> 
     try:
         assert len(_renewal_threads()) == before + 1
         first = _renewed_at(store, "r0")
-        wait_until(
-            lambda: _renewed_at(store, "r0") > first + timedelta(seconds=1.2),
-            timeout_s=60,
-            what="several renewals",
-        )
+        _wait_renewed_after(store, "r0", first + timedelta(seconds=1.2), "several renewals")
         times = {_renewed_at(store, f"r{n}") for n in range(5)}
         assert len(times) == 1, f"the five leases were renewed apart: {times}"
         assert not any(k.lost for k in keepers)
@@ -85,11 +86,7 @@ def test_a_lease_taken_over_is_lost_and_the_others_go_on(store: Any) -> None:
         assert acquire_lease(store, "ra", "thief", 0.9, now=ahead)
         wait_until(lambda: a.lost, timeout_s=60, what="the keeper to find its lease taken")
         first = _renewed_at(store, "rb")
-        wait_until(
-            lambda: _renewed_at(store, "rb") > first,
-            timeout_s=60,
-            what="the other lease to be renewed still",
-        )
+        _wait_renewed_after(store, "rb", first, "the other lease to be renewed still")
         assert not b.lost
         assert lease_of(store, "ra").holder == "thief"  # type: ignore[union-attr]
         a.stop(release=True)  # lost: it does not release the thief's lease
@@ -105,10 +102,8 @@ def test_a_stopped_keeper_renews_no_more_while_the_others_do(store: Any) -> None
         stopped.stop()
         last = _renewed_at(store, "rs")
         first = _renewed_at(store, "rg")
-        wait_until(
-            lambda: _renewed_at(store, "rg") > first + timedelta(seconds=0.6),
-            timeout_s=60,
-            what="two renewals of the other keeper",
+        _wait_renewed_after(
+            store, "rg", first + timedelta(seconds=0.6), "two renewals of the other keeper"
         )
         assert _renewed_at(store, "rs") == last
         assert lease_of(store, "rs").holder == "s"  # type: ignore[union-attr]  # not released
@@ -122,10 +117,11 @@ def test_leases_of_different_lengths_are_each_renewed_at_their_own_pace(store: A
     try:
         long_first = _renewed_at(store, "long")
         first = _renewed_at(store, "short")
-        wait_until(
-            lambda: _renewed_at(store, "short") > first + timedelta(seconds=0.8),
-            timeout_s=60,
-            what="the short lease to be renewed several times",
+        _wait_renewed_after(
+            store,
+            "short",
+            first + timedelta(seconds=0.8),
+            "the short lease to be renewed several times",
         )
         assert _renewed_at(store, "long") == long_first  # due in 200 s, not taken along
         assert not short.lost and not long_.lost
@@ -152,11 +148,7 @@ def test_a_renewal_that_meets_the_database_gone_is_tried_again(
             assert not keeper.lost
             relay.restore()
             failed_at = datetime.now(UTC)
-            wait_until(
-                lambda: _renewed_at(store, "r1") > failed_at,
-                timeout_s=60,
-                what="a renewal once the database is back",
-            )
+            _wait_renewed_after(store, "r1", failed_at, "a renewal once the database is back")
             assert not keeper.lost
         finally:
             keeper.stop()
