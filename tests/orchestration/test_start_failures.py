@@ -43,16 +43,28 @@ CASES = {
 
 @contextlib.contextmanager
 def _busy(block: bool) -> Iterator[None]:
-    """Hold every free CPU in a placement group, so a feasible group must wait (and time out)."""
+    """Hold every CPU of the cluster in a placement group, so a feasible group must wait (and
+    time out).
+
+    Every CPU, not ``available_resources()``: that is a view Ray refreshes on its own clock, and a
+    previous test's actors and placement group are released asynchronously. Blocking what the view
+    called free once left CPUs that came free a moment later, and the group under test started
+    (CI, 2026-12-05). Waiting for the whole cluster waits out those releases instead.
+    """
     if not block:
         yield
         return
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    free = ray.available_resources().get("CPU", 0.0)
-    blocker = placement_group([{"CPU": free}])
-    assert blocker.wait(timeout_seconds=30)
+    total = ray.cluster_resources()["CPU"]
+    blocker = placement_group([{"CPU": total}])
+    if not blocker.wait(timeout_seconds=120):
+        remove_placement_group(blocker)
+        pytest.fail(
+            f"could not hold all {total} CPUs for 120 s; still in use: "
+            f"{total - ray.available_resources().get('CPU', 0.0)}"
+        )
     try:
         yield
     finally:
