@@ -6,7 +6,9 @@ with the real code on :class:`~wgstore.orchestration.fake_runtime.FakeRuntime` (
 of ``--procs`` processes one :class:`RayExecutor` (``runtime=FakeRuntime(...)``, scoped to that
 process's runs) and one :class:`RunController` per run in a thread (``controller.run()``).
 FakeRuntime's scripted workers make one report per poll, appended by the worker itself through
-``EventStore.append`` (``WorkerReported``, its derived event id and metadata, as real workers do);
+``EventStore.append`` (``WorkerReported``, its derived event id and metadata, as real workers do;
+outside FakeRuntime's lock since 2026-12-05, so polls of different groups append concurrently,
+as real workers do in their own processes: before, a process made one report at a time);
 the bench replaces only the script's report body, to carry ``--metrics`` metrics and to time that
 append. A share ``--fail-share`` of runs has attempt 1 raise on rank 0 a third of the way in, so
 the controller retries (attempt 2 makes the remaining reports). Runs last about ``--duration``
@@ -57,6 +59,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +86,7 @@ REPORT_KEYS = (
     "bytes",
     "bytes_per_run_hour",
     "by_type",
+    "phases_s",
     "check",
 )
 
@@ -138,7 +142,7 @@ def _patch_reports(metrics: int, latencies: list[float], made: Counter[str]) -> 
 
     names = [f"metric_{k}" for k in range(max(0, metrics - 1))]
 
-    def _report(self: Any, index: int, script: Any) -> None:
+    def _report(self: Any, index: int, script: Any) -> Callable[[], None]:
         rank = self.context.world_rank
         values: dict[str, Any] = {"index": index}
         for k, name in enumerate(names):
@@ -153,10 +157,15 @@ def _patch_reports(metrics: int, latencies: list[float], made: Counter[str]) -> 
                 "world_rank": rank,
             },
         )
-        t0 = time.perf_counter()
-        self.setup.store.append(group_stream(self.group_id), [event])
-        latencies.append((time.perf_counter() - t0) * 1000.0)
-        made[f"{self.group_id}/{rank}"] += 1
+        store, stream_id = self.setup.store, group_stream(self.group_id)
+
+        def append() -> None:  # made by the poll, outside FakeRuntime's lock
+            t0 = time.perf_counter()
+            store.append(stream_id, [event])
+            latencies.append((time.perf_counter() - t0) * 1000.0)
+            made[f"{self.group_id}/{rank}"] += 1
+
+        return append
 
     fake_runtime._Worker._report = _report  # type: ignore[method-assign]
 
@@ -511,6 +520,32 @@ def _create_runs(store: Any, run_ids: list[str], args: argparse.Namespace) -> No
         store.append_many(requests[k : k + 200])
 
 
+PHASE_TYPES = ("WorkerGroupStartRequested", "TrainingLaunched", "WorkerReported", "RunFinished")
+
+
+def _phases(store: Any, after: int) -> dict[str, dict[str, float]]:
+    """When the fleet's runs got where, from the log's own times: for each of ``PHASE_TYPES``,
+    seconds from the window's first event to the 10th, 50th and 90th percentile and the last of
+    that type (a fleet whose starts lag shows its launches spread over the window)."""
+    times: dict[str, list[float]] = {name: [] for name in PHASE_TYPES}
+    first: float | None = None
+    for record in store.read_all(after, types=(*PHASE_TYPES, "ControllerStarted")):
+        at = record.recorded_at.timestamp()
+        first = at if first is None else min(first, at)
+        if record.type in times:
+            times[record.type].append(at)
+    if first is None:
+        return {}
+    return {
+        name: {
+            q: round(sorted(ts)[min(len(ts) - 1, int(len(ts) * f))] - first, 1)
+            for q, f in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9), ("last", 1.0))
+        }
+        for name, ts in times.items()
+        if ts
+    }
+
+
 def _check(store: Any, run_ids: list[str], made: Counter[str]) -> dict[str, Any]:
     """Fold every stream: reports per (group, rank) against what workers appended."""
     import sqlalchemy as sa
@@ -691,6 +726,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
             for result in results:
                 made.update(result["made"])
             check = _check(store, run_ids, made)
+            phases = _phases(store, head0)
             total_bytes, log_bytes, by_type = backend.sizes(store)
             v0 = time.perf_counter()
             verified = store.verify()
@@ -770,6 +806,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
         "log_bytes": log_bytes,
         "bytes_per_run_hour": round(total_bytes / run_hours),
         "by_type": types,
+        "phases_s": phases,
         "verify": {"s": round(verify_s, 3), "events": head, "ok": bool(verified.ok)},
         "at_size": at_size,
         "check": {**check, "errors": [e for r in results for e in r["errors"]][:10]},

@@ -33,8 +33,9 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from wgstore.events.worker_group import ErrorInfo, StartStage
@@ -179,6 +180,9 @@ class _Worker(_Actor):
         self.running = False
         self.polls = 0
         self.reports = 0
+        self.report_to_make: Callable[[], None] | None = None
+        """The report this poll's step made, appended by the poll once it let go of the
+        runtime's lock (see :meth:`FakePoller.poll`)."""
         self.error: ErrorInfo | None = None
         self.return_value: Any = None
 
@@ -215,13 +219,15 @@ class _Worker(_Actor):
             )
             return
         if self.reports < script.reports:
-            self._report(self.reports, script)
+            self.report_to_make = self._report(self.reports, script)
             self.reports += 1
             return
         self.running = False
         self.return_value = script.return_value
 
-    def _report(self, index: int, script: FakeScript) -> None:
+    def _report(self, index: int, script: FakeScript) -> Callable[[], None]:
+        """Report ``index`` of this worker: the append that makes it (the worker's own append,
+        as the real worker's ``WorkerReported``: same event id and metadata)."""
         from wgstore.events import NewEvent
         from wgstore.events.streams import group_stream
         from wgstore.events.worker_group import WorkerReported
@@ -232,26 +238,22 @@ class _Worker(_Actor):
         checkpoint = (
             f"memory://{self.group_id}/report{index}" if last and script.checkpoint else None
         )
-        self.setup.store.append(
-            group_stream(self.group_id),
-            [
-                NewEvent(
-                    WorkerReported(
-                        world_rank=rank,
-                        index=index,
-                        metrics={"index": index},
-                        checkpoint=checkpoint,
-                    ),
-                    event_id=report_event_id(self.group_id, rank, index),
-                    metadata={
-                        **dict(self.setup.report_metadata),
-                        "actor": self.name,
-                        "source": "worker",
-                        "world_rank": rank,
-                    },
-                )
-            ],
+        event = NewEvent(
+            WorkerReported(
+                world_rank=rank,
+                index=index,
+                metrics={"index": index},
+                checkpoint=checkpoint,
+            ),
+            event_id=report_event_id(self.group_id, rank, index),
+            metadata={
+                **dict(self.setup.report_metadata),
+                "actor": self.name,
+                "source": "worker",
+                "world_rank": rank,
+            },
         )
+        return partial(self.setup.store.append, group_stream(self.group_id), [event])
 
 
 class FakePoller:
@@ -286,7 +288,17 @@ class FakePoller:
         return not any(s.running for s in self._last.values())
 
     def poll(self, wait_s: float) -> dict[int, WorkerStatus]:
-        """Poll every running worker once (``wait_s`` is not waited: answers are immediate)."""
+        """Poll every running worker once (``wait_s`` is not waited: answers are immediate).
+
+        The workers' steps run under the runtime's lock; the reports they made are appended
+        after it is let go, before the poll returns (a report is in the log before the poll
+        that says its worker went on). Real workers append their reports in their own
+        processes, concurrently: a lock held across the appends made every poll of every group
+        of a runtime wait for one another's database round trips (the fleet benchmark's
+        reports/s was its ceiling). An append that fails fails the poll, and the reports not
+        made are made again at the next one (same event ids).
+        """
+        reports: list[tuple[_Worker, Callable[[], None]]] = []
         with self._runtime._lock:
             for rank, worker in self._workers.items():
                 if worker is None or not self._last[rank].running:
@@ -308,13 +320,25 @@ class FakePoller:
                         running=False, error=health_check_failed(detail)
                     )
                     continue
+                if worker.report_to_make is not None:
+                    reports.append((worker, worker.report_to_make))
+                    worker.report_to_make = None
                 if answer is _HANG:
                     self._hanging[rank] = self._runtime.clock
                     continue
                 assert isinstance(answer, WorkerStatus)
                 self._last[rank] = answer
             self._runtime._polls[self._group_id] = self._runtime._polls.get(self._group_id, 0) + 1
-        return dict(self._last)
+            answers = dict(self._last)
+        for made, (_, report) in enumerate(reports):
+            try:
+                report()
+            except BaseException:
+                with self._runtime._lock:
+                    for unmade, _ in reports[made:]:
+                        unmade.reports -= 1
+                raise
+        return answers
 
 
 class FakeRuntime:

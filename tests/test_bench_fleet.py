@@ -16,6 +16,7 @@ KEYS = {
     "config", "load_start", "load_end", "wall_s", "events", "events_per_s", "reports_per_s",
     "offered_reports_per_s", "report_ms", "poll_append_ms", "read_model_lag",
     "cpu_ms_per_1000_events", "bytes", "log_bytes", "bytes_per_run_hour", "by_type", "check",
+    "phases_s",
 }  # fmt: skip
 
 
@@ -48,3 +49,10 @@ def test_a_tiny_fleet_runs_end_to_end_and_loses_nothing(backend: str, tmp_path: 
     assert "FailureDecisionMade" in report["by_type"]
     assert report["report_ms"]["n"] == check["reports_made"]
     assert report["bytes"] > report["log_bytes"] > 0
+    phases = report["phases_s"]  # when the runs got where, from the log's own times
+    assert set(phases) == {"WorkerGroupStartRequested", "TrainingLaunched", "WorkerReported",
+                           "RunFinished"}  # fmt: skip
+    for name, at in phases.items():
+        assert 0 <= at["p10"] <= at["p50"] <= at["p90"] <= at["last"], (name, at)
+    assert phases["TrainingLaunched"]["p10"] >= phases["WorkerGroupStartRequested"]["p10"]
+    assert phases["RunFinished"]["last"] >= phases["WorkerReported"]["last"]

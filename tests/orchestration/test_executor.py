@@ -739,3 +739,80 @@ def test_an_executor_decodes_only_the_events_of_its_own_groups(store: Any) -> No
     assert executor.applied.count(group_stream("theirs")) == 1  # its request
     assert "elsewhere" not in executor.applied
     assert executor.applied.count(group_stream("ours")) >= ours  # every one of its own
+
+
+class _ReportsOfG1:
+    """The test's store, whose appends of group g1's reports first call ``before`` (a slow or
+    failing database round trip of one group's reports; everything else goes through)."""
+
+    def __init__(self, store: Any, before: Callable[[], None]) -> None:
+        self._store = store
+        self._before = before
+
+    def append(self, stream_id: str, events: Any, *args: Any, **kwargs: Any) -> Any:
+        if stream_id == group_stream("g1") and any(
+            type(getattr(e, "event", e)).__name__ == "WorkerReported" for e in events
+        ):
+            self._before()
+        return self._store.append(stream_id, events, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def _reports(store: Any, group_id: str) -> list[tuple[int, int]]:
+    return sorted(
+        (r.event.world_rank, r.event.index)
+        for r in store.read_stream(group_stream(group_id))
+        if r.type == "WorkerReported"
+    )
+
+
+class TestReports:
+    def test_a_group_whose_report_append_waits_holds_up_no_other_group_s_polls(
+        self, store: Any, runtime: FakeRuntime
+    ) -> None:
+        """Fake workers append their reports as real ones do, each on its own: a poll held in
+        one group's report append (the fleet benchmark's) must not stop other groups' polls.
+        It did: the poll held the runtime's lock across the appends."""
+        waiting, go_on = threading.Event(), threading.Event()
+
+        def wait_to_go_on() -> None:
+            waiting.set()
+            assert go_on.wait(DEADLINE_S)
+
+        slow = _ReportsOfG1(store, wait_to_go_on)
+        with RayExecutor(slow, runtime=runtime, max_threads=2, read_models_interval_s=None) as ex:
+            _request(store, "g1")
+            assert waiting.wait(DEADLINE_S)
+            _request(store, "g2")
+            try:
+                g2 = _follow(
+                    store, "g2", lambda s: s.poll_status is not None and s.poll_status.finished
+                )
+                g1_reports_meanwhile = _reports(store, "g1")
+            finally:
+                go_on.set()
+            _follow(store, "g1", lambda s: s.poll_status is not None and s.poll_status.finished)
+        assert ex.errors == []
+        assert g2.poll_status.finished and _reports(store, "g2") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+        assert g1_reports_meanwhile == []
+        assert _reports(store, "g1") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+    def test_a_report_append_that_fails_fails_the_poll_and_is_made_at_the_next(
+        self, store: Any, runtime: FakeRuntime
+    ) -> None:
+        failures = [RuntimeError("the database went away (injected)")]
+
+        def fail_once() -> None:
+            if failures:
+                raise failures.pop()
+
+        flaky = _ReportsOfG1(store, fail_once)
+        with RayExecutor(flaky, runtime=runtime, read_models_interval_s=None) as ex:
+            _request(store, "g1")
+            _follow(store, "g1", lambda s: s.poll_status is not None and s.poll_status.finished)
+        assert failures == []
+        assert len(ex.errors) == 1 and "poll of group g1" in ex.errors[0]
+        assert "the database went away" in ex.errors[0]
+        assert _reports(store, "g1") == [(0, 0), (0, 1), (1, 0), (1, 1)]  # each once
