@@ -180,7 +180,7 @@ class _Worker(_Actor):
         self.running = False
         self.polls = 0
         self.reports = 0
-        self.report_to_make: Callable[[], None] | None = None
+        self.report_to_make: Callable[[], object] | None = None
         """The report this poll's step made, appended by the poll once it let go of the
         runtime's lock (see :meth:`FakePoller.poll`)."""
         self.error: ErrorInfo | None = None
@@ -225,7 +225,7 @@ class _Worker(_Actor):
         self.running = False
         self.return_value = script.return_value
 
-    def _report(self, index: int, script: FakeScript) -> Callable[[], None]:
+    def _report(self, index: int, script: FakeScript) -> Callable[[], object]:
         """Report ``index`` of this worker: the append that makes it (the worker's own append,
         as the real worker's ``WorkerReported``: same event id and metadata)."""
         from wgstore.events import NewEvent
@@ -298,7 +298,7 @@ class FakePoller:
         reports/s was its ceiling). An append that fails fails the poll, and the reports not
         made are made again at the next one (same event ids).
         """
-        reports: list[tuple[_Worker, Callable[[], None]]] = []
+        reports: list[tuple[_Worker, Callable[[], object]]] = []
         with self._runtime._lock:
             for rank, worker in self._workers.items():
                 if worker is None or not self._last[rank].running:
