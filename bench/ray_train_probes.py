@@ -95,6 +95,9 @@ def timed_recorder_class() -> type:
 
         return run
 
-    for name in hooks:
+    # The end of the run's flush (the writer's last batches, the read models' last catch-up,
+    # the store's close), timed on its own: it runs inside a hook (the state update to a final
+    # state), once per run, however many reports the run made.
+    for name in (*hooks, "_close"):
         setattr(TimedRecordingCallback, name, timed(name, getattr(RecordingCallback, name)))
     return TimedRecordingCallback

@@ -80,6 +80,11 @@ def test_the_smallest_comparison_runs_every_side_and_query(result: dict[str, Any
     assert runs["wgstore"]["note"] is not None and runs["mlflow"].get("note") is None
     assert sides["mlflow"]["log_metrics_us_median"] > 0
     assert sides["wgstore"]["hook_us_per_report"] > 0
+    # the end of the run's flush was timed on its own (once per run, not per report; a second
+    # call, from after_controller_finish, finds it done)
+    hooks = runs["wgstore"]["note"]["hooks"]
+    assert hooks["_close"]["calls"] >= 1 and sides["wgstore"]["end_flush_ms"] > 0
+    assert hooks["after_controller_state_update"]["s"] >= hooks["_close"]["s"]
     assert result["per_report"]["ratio"] > 0
     assert result["failed_run"]["failed"] is not None
     queries = result["queries"]
@@ -99,3 +104,18 @@ def test_the_smallest_comparison_runs_every_side_and_query(result: dict[str, Any
     }
     failed = queries["failed_last_day"]
     assert {failed[f"{t}_{w}_rows"] for t in ("mlflow", "wgstore") for w in ("api", "sql")} == {1}
+
+
+def test_the_end_of_the_run_s_flush_is_not_counted_per_report(bench: ModuleType) -> None:
+    """The flush runs inside the final state update's hook: its time is taken off that hook's
+    and off the once-per-run hooks' (both ``s`` and ``cpu_s``)."""
+    hooks = {
+        "after_controller_start": {"s": 5.0, "cpu_s": 1.0},  # once
+        "after_worker_group_poll_status": {"s": 0.25, "cpu_s": 0.5},
+        "after_controller_state_update": {"s": 0.75, "cpu_s": 0.25},  # holds the flush
+        "_close": {"s": 0.5, "cpu_s": 0.125},
+    }
+    assert bench._steady_s(hooks, "s") == 0.5
+    assert bench._steady_s(hooks, "cpu_s") == 0.625
+    del hooks["_close"]  # a note from before the flush was timed
+    assert bench._steady_s(hooks, "s") == 1.0
