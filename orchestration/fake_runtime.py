@@ -293,10 +293,10 @@ class FakePoller:
         The workers' steps run under the runtime's lock; the reports they made are appended
         after it is let go, before the poll returns (a report is in the log before the poll
         that says its worker went on). Real workers append their reports in their own
-        processes, concurrently: a lock held across the appends made every poll of every group
-        of a runtime wait for one another's database round trips (the fleet benchmark's
-        reports/s was its ceiling). An append that fails fails the poll, and the reports not
-        made are made again at the next one (same event ids).
+        processes, concurrently: a lock held across the appends made every poll and start of
+        every group of a runtime wait for one another's database round trips (the fleet
+        benchmark made a process's reports one at a time). An append that fails fails the poll,
+        and the reports not made are made again at the next one (same event ids).
         """
         reports: list[tuple[_Worker, Callable[[], object]]] = []
         with self._runtime._lock:
