@@ -92,18 +92,22 @@ class Subscription:
         transactional: bool = False,
         batch_size: int = 500,
         max_batches: int | None = None,
+        prepare: Callable[[list[RecordedEvent]], Any] | None = None,
     ) -> int:
         """Hand every event available now to ``handler``, batch by batch; return how many.
 
         ``handler(batch)`` by default (at-least-once: the checkpoint is saved after the batch);
         ``handler(connection, batch)`` with ``transactional=True`` (exactly-once).
         ``max_batches`` stops after that many batches, caught up or not (a caller that must not
-        spend long on a big backlog); None goes on until caught up.
+        spend long on a big backlog); None goes on until caught up. ``prepare`` (transactional
+        only): called with each batch before its transaction opens, and the handler gets what
+        it returned instead of the batch: the work that needs no lock (reading, folding), so a
+        SQLite write transaction is held only for the writes.
         """
         handled = 0
         batches = 0
         while max_batches is None or batches < max_batches:
-            count = self._process_batch(handler, transactional, batch_size)
+            count = self._process_batch(handler, transactional, batch_size, prepare)
             handled += count
             batches += 1
             if count < batch_size:
@@ -136,7 +140,13 @@ class Subscription:
 
         follow_until_stopped(self.store, f"subscription {self.name!r}", one_pass, stop=stop)
 
-    def _process_batch(self, handler: Any, transactional: bool, batch_size: int) -> int:
+    def _process_batch(
+        self,
+        handler: Any,
+        transactional: bool,
+        batch_size: int,
+        prepare: Callable[[list[RecordedEvent]], Any] | None = None,
+    ) -> int:
         start = self.checkpoint()
         # Read the head first: every event at or below it is committed (appends are serialized),
         # so once a filtered read comes back short, nothing below the head is left for us.
@@ -153,9 +163,10 @@ class Subscription:
             return 0
         with translate_errors(self.store.url):
             if transactional:
+                work = prepare(batch) if prepare is not None and batch else batch
                 with self.store.engine.begin() as connection:
                     if batch:
-                        handler(connection, batch)
+                        handler(connection, work)
                     self._advance(connection, start, end)
             elif batch:
                 handler(batch)

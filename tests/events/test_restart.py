@@ -273,19 +273,19 @@ def test_the_read_models_follower_rides_out_a_connection_killed_mid_batch(
             group_id=f"g{n}", run_id="r1", attempt=1, context=_context()
         )
         pg_store.append(group_stream(f"g{n}"), [request])
-    real_apply = projector.apply_read_model_batch
+    real_write = projector.write_read_model_batch
     applied: list[int] = []
     in_batch = threading.Event()
     killed = threading.Event()
 
-    def apply_after_the_kill(*args: Any) -> None:  # the real batch, its connection killed first
-        applied.append(len(args[-1]))
+    def write_after_the_kill(*args: Any) -> None:  # the real batch, its connection killed first
+        applied.append(len(args[-1].events))
         if len(applied) == 1:
             in_batch.set()
             killed.wait(60)
-        real_apply(*args)
+        real_write(*args)
 
-    monkeypatch.setattr(projector, "apply_read_model_batch", apply_after_the_kill)
+    monkeypatch.setattr(projector, "write_read_model_batch", write_after_the_kill)
 
     def groups() -> list[str]:
         with pg_store.engine.connect() as connection:
