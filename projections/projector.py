@@ -72,7 +72,12 @@ from wgstore.projections.run_rows import (
     run_row,
 )
 from wgstore.projections.run_state import RunState, evolve_run
-from wgstore.projections.snapshots import READ_MODELS_SNAPSHOT, load_snapshots, save_snapshots
+from wgstore.projections.snapshots import (
+    READ_MODELS_SNAPSHOT,
+    insert_snapshot_rows,
+    load_snapshots,
+    snapshot_rows,
+)
 from wgstore.projections.state import WorkerGroupFold, WorkerGroupState, project_worker_group
 from wgstore.projections.values import is_number, plain, to_utc
 
@@ -315,27 +320,28 @@ def apply_read_model_batch(
 @dataclass
 class PreparedBatch:
     """A batch folded before its transaction (:func:`prepare_read_model_batch`): the group rows
-    to write, as of the read models at ``checkpoint``."""
+    to write (built and sealed), as of the read models at ``checkpoint``."""
 
     events: list[RecordedEvent]
     checkpoint: int
-    works: dict[str, _GroupBatch]
+    rows: _GroupRows
     runs: dict[str, list[RecordedEvent]]
     touched: set[str]
 
 
 def prepare_read_model_batch(store: EventStore, batch: list[RecordedEvent]) -> PreparedBatch:
     """Fold ``batch``'s groups onto the read models as they are now, in a transaction that only
-    reads: a SQLite write transaction (``BEGIN IMMEDIATE``) holds up every append while it is
-    open, and reading and folding a batch took 35-110 ms of it in the fleet benchmark.
-    :func:`write_read_model_batch` then writes the rows if the checkpoint has not moved since."""
+    reads, and build their rows (snapshots sealed): a SQLite write transaction (``BEGIN
+    IMMEDIATE``) holds up every append while it is open, and doing this inside it held the
+    fleet benchmark's appends 35-130 ms a batch. :func:`write_read_model_batch` then writes the
+    rows if the checkpoint has not moved since."""
     reading = store.engine.connect().execution_options(**{READ_ONLY_OPTION: True})
     with reading as connection, connection.begin():
         # the checkpoint first: a batch applied after it moves it, and the write refuses
         checkpoint = _checkpoint(connection, for_update=False)
         streams, runs = _split(batch)
         works, touched = _fold_groups(store, connection, streams)
-    return PreparedBatch(batch, checkpoint, works, runs, touched)
+    return PreparedBatch(batch, checkpoint, _group_rows(works, store), runs, touched)
 
 
 def write_read_model_batch(
@@ -356,7 +362,7 @@ def write_read_model_batch(
             f"read models: the checkpoint moved from {prepared.checkpoint} while a batch was "
             "prepared; another projector is running"
         )
-    _write_groups(connection, prepared.works, store)
+    _insert_group_rows(connection, prepared.rows)
     _apply_runs(store, connection, prepared.runs, prepared.touched)
 
 
@@ -685,29 +691,43 @@ def _group_row(state: WorkerGroupState) -> dict[str, Any]:
     }
 
 
+@dataclass
+class _GroupRows:
+    """Every table's rows of a batch's groups, built (:func:`_group_rows`) before they are
+    written (:func:`_insert_group_rows`)."""
+
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[dict[str, Any]] = field(default_factory=list)
+    polls: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    points: list[dict[str, Any]] = field(default_factory=list)
+    series: list[dict[str, Any]] = field(default_factory=list)
+
+
 def _write_groups(
     connection: sa.Connection, works: dict[str, _GroupBatch], store: EventStore
 ) -> None:
     """Every table's rows of a batch's groups, one statement a table."""
-    rows: list[dict[str, Any]] = []
-    refused: list[dict[str, Any]] = []
+    _insert_group_rows(connection, _group_rows(works, store))
+
+
+def _group_rows(works: dict[str, _GroupBatch], store: EventStore) -> _GroupRows:
+    """The rows of a batch's groups, snapshots encoded and sealed (no I/O)."""
+    rows = _GroupRows()
     snapshots: list[tuple[WorkerGroupState, str]] = []
-    workers: list[dict[str, Any]] = []
-    polls: list[dict[str, Any]] = []
-    reports: list[dict[str, Any]] = []
-    points: list[dict[str, Any]] = []
-    series: list[dict[str, Any]] = []
     for group_id, work in works.items():
         state = work.state
         if state is not None:
             row = _group_row(state)
             row["projection_error"] = work.error
-            rows.append(row)
+            rows.groups.append(row)
             if work.last_applied is not None:  # the state moved: seal it to its last event
                 snapshots.append((state, work.last_applied.hash))
         elif work.error is not None and work.last_event is not None:
             event = work.last_event
-            refused.append(
+            rows.refused.append(
                 {
                     "group_id": group_id,
                     "stream_id": event.stream_id,
@@ -717,25 +737,28 @@ def _write_groups(
                     "projection_error": work.error,
                 }
             )
-        workers += [dict(work.workers[rank]) for rank in sorted(work.changed_workers)]
-        polls += work.polls
-        reports += work.reports
-        points += work.points
-        series += [
+        rows.workers += [dict(work.workers[rank]) for rank in sorted(work.changed_workers)]
+        rows.polls += work.polls
+        rows.reports += work.reports
+        rows.points += work.points
+        rows.series += [
             {"group_id": group_id, "metric": metric, "world_rank": rank, "points": count}
             for (metric, rank), count in sorted(work.series.items())
             if (metric, rank) in work.changed_series
         ]
-    insert_rows(connection, wg_worker_groups, rows, upsert=True)
-    insert_rows(connection, wg_worker_groups, refused, upsert=True)
-    save_snapshots(
-        connection, snapshots, name=PROJECTOR_SNAPSHOT, log=store, hmac_key=store.hmac_key
-    )
-    insert_rows(connection, wg_workers, workers, upsert=True)
-    insert_rows(connection, wg_poll_history, polls)
-    insert_rows(connection, wg_reports, reports)
-    insert_rows(connection, wg_report_points, points)
-    insert_rows(connection, wg_report_series, series, upsert=True)
+    rows.snapshots = snapshot_rows(snapshots, name=PROJECTOR_SNAPSHOT, hmac_key=store.hmac_key)
+    return rows
+
+
+def _insert_group_rows(connection: sa.Connection, rows: _GroupRows) -> None:
+    insert_rows(connection, wg_worker_groups, rows.groups, upsert=True)
+    insert_rows(connection, wg_worker_groups, rows.refused, upsert=True)
+    insert_snapshot_rows(connection, rows.snapshots)
+    insert_rows(connection, wg_workers, rows.workers, upsert=True)
+    insert_rows(connection, wg_poll_history, rows.polls)
+    insert_rows(connection, wg_reports, rows.reports)
+    insert_rows(connection, wg_report_points, rows.points)
+    insert_rows(connection, wg_report_series, rows.series, upsert=True)
 
 
 # ------------------------------------------------------------------------------------ runs

@@ -248,17 +248,18 @@ def save_snapshots(
     """Save many states as snapshots ``name`` in one statement, each sealed to the given stream
     hash of the event at its version (the caller folded that event and has its hash), as
     :func:`save_snapshot` saves one. ``log`` only picks the key when ``hmac_key`` is None."""
-    if not states:
-        return
-    import sqlalchemy as sa
-    from sqlalchemy.dialects import postgresql
-    from sqlalchemy.dialects import sqlite as sqlite_dialect
-
-    from wgstore.events.schema import wg_snapshots
-
     key = hmac_key if hmac_key is not None else getattr(log, "hmac_key", None)
+    insert_snapshot_rows(connection, snapshot_rows(states, name=name, hmac_key=key))
+
+
+def snapshot_rows(
+    states: list[tuple[WorkerGroupState, str]], *, name: str, hmac_key: bytes | None
+) -> list[dict[str, Any]]:
+    """The ``wg_snapshots`` rows of :func:`save_snapshots`, encoded and sealed (no I/O: a
+    caller can build them before it opens the transaction that writes them)."""
     now = datetime.now(UTC)
-    rows = [
+    key = hmac_key
+    return [
         {
             "name": name,
             "stream_id": state.stream_id,
@@ -272,6 +273,18 @@ def save_snapshots(
         }
         for state, event_hash in states
     ]  # fmt: skip
+
+
+def insert_snapshot_rows(connection: sa.Connection, rows: list[dict[str, Any]]) -> None:
+    """Write :func:`snapshot_rows` in one statement (a newer or other-schema row replaces)."""
+    if not rows:
+        return
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+    from wgstore.events.schema import wg_snapshots
+
     postgres = connection.dialect.name == "postgresql"
     state_value: Any = sa.bindparam("state_text", type_=sa.Text())
     if postgres:
