@@ -258,7 +258,6 @@ def snapshot_rows(
     """The ``wg_snapshots`` rows of :func:`save_snapshots`, encoded and sealed (no I/O: a
     caller can build them before it opens the transaction that writes them)."""
     now = datetime.now(UTC)
-    key = hmac_key
     return [
         {
             "name": name,
@@ -266,7 +265,7 @@ def snapshot_rows(
             "stream_version": state.version,
             "schema": STATE_SCHEMA,
             "state_text": seal_snapshot(
-                key, name, state.stream_id, state.version, STATE_SCHEMA, event_hash,
+                hmac_key, name, state.stream_id, state.version, STATE_SCHEMA, event_hash,
                 encode_state(state), check_duplicates=False,  # our own encoding
             ),
             "created_at": now,
