@@ -356,8 +356,7 @@ def write_read_model_batch(
     """
     from wgstore.events.subscriptions import SubscriptionConflictError
 
-    _lock_checkpoint(connection, prepared.events[0].position)
-    if _checkpoint(connection, for_update=False) != prepared.checkpoint:
+    if _lock_checkpoint(connection, prepared.events[0].position) != prepared.checkpoint:
         raise SubscriptionConflictError(
             f"read models: the checkpoint moved from {prepared.checkpoint} while a batch was "
             "prepared; another projector is running"
@@ -476,7 +475,9 @@ def _checkpoint(connection: sa.Connection, *, for_update: bool) -> int:
     return int(checkpoint or 0)
 
 
-def _lock_checkpoint(connection: sa.Connection, first_position: int) -> None:
+def _lock_checkpoint(connection: sa.Connection, first_position: int) -> int:
+    """Lock the checkpoint's row until the commit and return the checkpoint; refuse a batch
+    from ``first_position`` that it has passed already."""
     from wgstore.events.subscriptions import SubscriptionConflictError
 
     checkpoint = _checkpoint(connection, for_update=True)
@@ -485,6 +486,7 @@ def _lock_checkpoint(connection: sa.Connection, first_position: int) -> None:
             f"read models: position {first_position} was already applied (checkpoint "
             f"{checkpoint}); another projector is running"
         )
+    return checkpoint
 
 
 def _fold_group(

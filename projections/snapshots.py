@@ -120,15 +120,6 @@ def _event_hash(source: EventStore | sa.Connection, stream_id: str, version: int
     return rows[0][0] if rows else None
 
 
-def _state_value(connection: sa.Connection, text: str) -> Any:
-    import sqlalchemy as sa
-    from sqlalchemy.dialects import postgresql
-
-    if connection.dialect.name == "postgresql":
-        return sa.cast(sa.literal(text, sa.Text()), postgresql.JSONB())
-    return text
-
-
 def save_snapshot(
     target: EventStore | sa.Connection,
     state: WorkerGroupState,
@@ -198,65 +189,27 @@ def _save(
     key: bytes | None,
     log: EventStore | None,
 ) -> None:
-    import sqlalchemy as sa
-    from sqlalchemy.dialects import postgresql
-    from sqlalchemy.dialects import sqlite as sqlite_dialect
-
-    from wgstore.events.schema import wg_snapshots
-
     event_hash = _event_hash(log or connection, stream_id, version)
     if event_hash is None:
         raise ValueError(f"stream {stream_id!r} has no event at version {version} to snapshot")
-    text = seal_snapshot(key, name, stream_id, version, schema, event_hash, text)
-    values = {
+    row = {
         "name": name,
         "stream_id": stream_id,
         "stream_version": version,
         "schema": schema,
-        "state": _state_value(connection, text),
+        "state_text": seal_snapshot(key, name, stream_id, version, schema, event_hash, text),
         "created_at": datetime.now(UTC),
     }
-    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite_dialect
-    insert = dialect.insert(wg_snapshots).values(**values)
-    excluded = insert.excluded
-    newer = sa.or_(
-        wg_snapshots.c.stream_version < excluded.stream_version,
-        wg_snapshots.c.schema != excluded.schema,
-    )
-    connection.execute(
-        insert.on_conflict_do_update(
-            index_elements=["name", "stream_id"],
-            set_={
-                "stream_version": excluded.stream_version,
-                "schema": excluded.schema,
-                "state": excluded.state,
-                "created_at": excluded.created_at,
-            },
-            where=newer,
-        )
-    )
-
-
-def save_snapshots(
-    connection: sa.Connection,
-    states: list[tuple[WorkerGroupState, str]],
-    *,
-    name: str,
-    hmac_key: bytes | None = None,
-    log: EventStore | None = None,
-) -> None:
-    """Save many states as snapshots ``name`` in one statement, each sealed to the given stream
-    hash of the event at its version (the caller folded that event and has its hash), as
-    :func:`save_snapshot` saves one. ``log`` only picks the key when ``hmac_key`` is None."""
-    key = hmac_key if hmac_key is not None else getattr(log, "hmac_key", None)
-    insert_snapshot_rows(connection, snapshot_rows(states, name=name, hmac_key=key))
+    insert_snapshot_rows(connection, [row])
 
 
 def snapshot_rows(
     states: list[tuple[WorkerGroupState, str]], *, name: str, hmac_key: bytes | None
 ) -> list[dict[str, Any]]:
-    """The ``wg_snapshots`` rows of :func:`save_snapshots`, encoded and sealed (no I/O: a
-    caller can build them before it opens the transaction that writes them)."""
+    """The ``wg_snapshots`` rows of many states as snapshots ``name``, each encoded and sealed
+    to the given stream hash of the event at its version (the caller folded that event and has
+    its hash), as :func:`save_snapshot` seals one. No I/O: a caller can build them before it
+    opens the transaction that writes them (:func:`insert_snapshot_rows`)."""
     now = datetime.now(UTC)
     return [
         {
@@ -275,7 +228,8 @@ def snapshot_rows(
 
 
 def insert_snapshot_rows(connection: sa.Connection, rows: list[dict[str, Any]]) -> None:
-    """Write :func:`snapshot_rows` in one statement (a newer or other-schema row replaces)."""
+    """Upsert ``wg_snapshots`` rows (:func:`snapshot_rows`) in one statement: a stored row is
+    kept if it is newer and of the same schema."""
     if not rows:
         return
     import sqlalchemy as sa
