@@ -536,11 +536,9 @@ def _phases(store: Any, after: int) -> dict[str, dict[str, float]]:
             times[record.type].append(at)
     if first is None:
         return {}
+    quantiles = (("p10", 0.1), ("p50", 0.5), ("p90", 0.9), ("last", 1.0))
     return {
-        name: {
-            q: round(sorted(ts)[min(len(ts) - 1, int(len(ts) * f))] - first, 1)
-            for q, f in (("p10", 0.1), ("p50", 0.5), ("p90", 0.9), ("last", 1.0))
-        }
+        name: {label: round(_pct(ts, q) - first, 1) for label, q in quantiles}
         for name, ts in times.items()
         if ts
     }
