@@ -14,8 +14,9 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from itertools import islice
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from wgstore.events.append_queue import AppendQueue, Queued
 from wgstore.events.recorder import (
     AppendResult,
     Batch,
@@ -47,6 +48,13 @@ StreamRows = Callable[["DBAPICursor", str, Sequence[Any]], Generator[tuple[Any, 
 """``stream_rows(cursor, sql, params)``: a SELECT's rows as they arrive."""
 
 
+class _Append(NamedTuple):
+    """One :meth:`PooledRecorder.append` in the group-commit queue."""
+
+    batch: Batch
+    check_ids: bool
+
+
 class PooledRecorder:
     """The reads, and the writer connection, of a recorder over a SQLAlchemy engine."""
 
@@ -67,6 +75,9 @@ class PooledRecorder:
         instead of after the whole page."""
         self._write_lock = threading.Lock()
         self._writer: PoolProxiedConnection | None = None
+        self._appends: AppendQueue[_Append, list[AppendResult]] = AppendQueue(
+            self._write_group, self._write_lock
+        )
         p = self.param
         self._stream_sql = (
             f"SELECT {self.stream_columns} FROM wg_events WHERE stream_id = {p} "
@@ -99,6 +110,13 @@ class PooledRecorder:
     ) -> list[list[AppendResult]]:
         raise NotImplementedError
 
+    def _append_group(
+        self, writer: PoolProxiedConnection, group: list[tuple[Batch, bool]]
+    ) -> list[list[AppendResult]]:
+        """Append independent batches in one transaction (group commit), each checked by its
+        ids when its flag says so and stored or not on its own; any error rolls back them all."""
+        raise NotImplementedError
+
     def _prepare_writer(self, connection: PoolProxiedConnection) -> None:
         """Set up a new writer connection."""
 
@@ -118,9 +136,52 @@ class PooledRecorder:
     def append(
         self, stream_id: str, expected: int, pending: list[Pending], check_ids: bool
     ) -> list[AppendResult]:
-        """Append one batch (see :meth:`wgstore.events.recorder.Recorder.append`)."""
-        return self._with_writer(
-            lambda writer, check: self._append(writer, stream_id, expected, pending, check),
+        """Append one batch (see :meth:`wgstore.events.recorder.Recorder.append`).
+
+        Batches that other threads append while the writer is busy are written with it in one
+        transaction (group commit, :class:`~wgstore.events.append_queue.AppendQueue`): one
+        commit for all, each batch's outcome its own.
+        """
+        results: list[AppendResult] = self._appends.submit(
+            _Append(Batch(stream_id, expected, pending), check_ids)
+        )
+        return results
+
+    def _write_group(self, group: list[Queued[_Append, list[AppendResult]]]) -> None:
+        """Write a group of queued appends (under the write lock): together in one
+        transaction; when that fails, none is stored and each is written alone, for its own
+        result or error."""
+        if len(group) > 1:
+            try:
+                results = self._on_writer(
+                    lambda writer, retry: self._append_group(
+                        writer,
+                        [(q.item.batch, q.item.check_ids or q.retry or retry) for q in group],
+                    ),
+                    False,
+                )
+            except Exception:  # noqa: BLE001 - each batch is written alone next, for its own
+                # One batch failed (a version mismatch, say) and the transaction rolled back;
+                # or its outcome is unknown: alone, each checks its ids first.
+                for queued in group:
+                    queued.retry = True
+            else:
+                for queued, result in zip(group, results, strict=True):
+                    queued.result = result
+                return
+        for queued in group:
+            try:
+                queued.result = self._append_alone(
+                    queued.item.batch, queued.item.check_ids or queued.retry
+                )
+            except Exception as error:  # noqa: BLE001 - raised in the thread that appended it
+                queued.error = error
+
+    def _append_alone(self, batch: Batch, check_ids: bool) -> list[AppendResult]:
+        return self._on_writer(
+            lambda writer, check: self._append(
+                writer, batch.stream_id, batch.expected, batch.pending, check
+            ),
             check_ids,
         )
 
@@ -136,23 +197,28 @@ class PooledRecorder:
         self, write: Callable[[PoolProxiedConnection, bool], _T], check_ids: bool
     ) -> _T:
         with self._write_lock:
-            for attempt in (1, 2):
-                writer = self._writer
-                if writer is None:
-                    writer = self._writer = self.engine.raw_connection()
-                    self._prepare_writer(writer)
-                try:
-                    return write(writer, check_ids)
-                except Exception as error:
-                    if not self._connection_died(writer, error):
-                        raise
-                    # The server dropped the connection (a restart, say). The event ids were
-                    # fixed before the first try, so sending the batch again is safe: if the
-                    # first try committed, the idempotency check returns it, unwritten.
-                    self._drop_writer()
-                    if attempt == 2:
-                        raise
-                    check_ids = True
+            return self._on_writer(write, check_ids)
+
+    def _on_writer(self, write: Callable[[PoolProxiedConnection, bool], _T], check_ids: bool) -> _T:
+        """``write(writer, check_ids)`` on the writer connection (the caller holds the write
+        lock), once more on a new connection when the server dropped it."""
+        for attempt in (1, 2):
+            writer = self._writer
+            if writer is None:
+                writer = self._writer = self.engine.raw_connection()
+                self._prepare_writer(writer)
+            try:
+                return write(writer, check_ids)
+            except Exception as error:
+                if not self._connection_died(writer, error):
+                    raise
+                # The server dropped the connection (a restart, say). The event ids were
+                # fixed before the first try, so sending the batch again is safe: if the
+                # first try committed, the idempotency check returns it, unwritten.
+                self._drop_writer()
+                if attempt == 2:
+                    raise
+                check_ids = True
         raise AssertionError("unreachable")
 
     def _drop_writer(self) -> None:

@@ -440,6 +440,32 @@ class PostgresRecorder(PooledRecorder):
         finally:
             cursor.close()
 
+    def _append_group(
+        self, writer: PoolProxiedConnection, group: list[tuple[Batch, bool]]
+    ) -> list[list[AppendResult]]:
+        """Independent batches in one transaction (group commit, see
+        :meth:`PooledRecorder._append_group`): one ``wg_append`` call each (the first takes the
+        table lock; their notifications are one at the commit), or with a key, the keyed
+        append's work for each under one table lock."""
+        connection = _driver(writer)
+        with connection.transaction(), connection.cursor() as cursor:
+            if self.hmac_key is not None:
+                cursor.execute(_KEYED_LOCK)
+                results = [
+                    self._keyed_batch(cursor, batch.stream_id, batch.expected, batch.pending, check)
+                    for batch, check in group
+                ]
+                if not all(rows[0].existed for rows in results):
+                    cursor.execute(_KEYED_NOTIFY)
+                return results
+            results = []
+            for batch, check in group:
+                cursor.execute(
+                    _CALL, _arguments(batch.stream_id, batch.expected, batch.pending, check)
+                )
+                results.append(list(as_results(cursor.fetchall())))
+            return results
+
 
 def _arguments(
     stream_id: str, expected: int, pending: list[Pending], check_ids: bool

@@ -81,6 +81,7 @@ _STREAM_COLUMNS = f"position, {_AFTER_STREAM_ID}"
 _PlainRow = tuple[int, str, str, int, str, int, str, str, str, str, str]
 _KeyedRow = tuple[int, str, str, int, str, int, str, str, str, str, str, str]
 _Row = _PlainRow | _KeyedRow
+_Written = tuple[list[AppendResult], _Row]  # a batch's results and last row, as inserted
 # An AppendResult from a tuple, in C (AppendResult's own __new__ is Python).
 _result: Callable[[tuple[int, int, datetime, str, bool]], AppendResult] = partial(
     tuple.__new__, AppendResult
@@ -176,30 +177,36 @@ class SqliteRecorder(PooledRecorder):
                 if stored is not None:
                     cursor.execute("ROLLBACK")
                     return stored
+            written = [self._insert_batch(cursor, batch) for batch in batches]
+            self._commit(cursor, batches, written)
+            return [results for results, _ in written]
+        except BaseException:
+            if connection.in_transaction:
+                cursor.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+
+    def _append_group(
+        self, writer: PoolProxiedConnection, group: list[tuple[Batch, bool]]
+    ) -> list[list[AppendResult]]:
+        """Independent batches in one ``BEGIN IMMEDIATE`` transaction (group commit, see
+        :meth:`PooledRecorder._append_group`)."""
+        connection = cast(sqlite3.Connection, writer.driver_connection)
+        cursor = connection.cursor()
+        self._begin_immediate(cursor)
+        try:
             results: list[list[AppendResult]] = []
-            last_rows: list[tuple[str, _Row]] = []
-            for batch in batches:
-                version, previous, log, position = cursor.execute(
-                    _HEADS, (batch.stream_id, batch.stream_id)
-                ).fetchone()
-                version, previous, log = version or 0, previous or "", log or GENESIS
-                if _mismatch(batch.expected, version):
-                    raise StreamVersionMismatch(version, batch.stream_id)
-                # One writer at a time (BEGIN IMMEDIATE): positions continue from the log's last
-                # (rows are never deleted, so none is handed out twice), and so does the log
-                # chain; a later batch's heads are read after the earlier batch's rows are in.
-                rows, batch_results = _rows(
-                    batch.stream_id, batch.pending, self.hmac_key, version, previous, log, position
-                )
-                if len(rows) == 1:
-                    cursor.execute(self._insert, rows[0])
-                else:
-                    cursor.executemany(self._insert, rows)
-                results.append(batch_results)
-                last_rows.append((batch.stream_id, rows[-1]))
-            cursor.execute("COMMIT")
-            for stream_id, last_row in last_rows:
-                self._remember_heads(stream_id, last_row)
+            batches: list[Batch] = []
+            written: list[_Written] = []
+            for batch, check_ids in group:
+                stored = _stored_ids(cursor, batch.stream_id, batch.pending) if check_ids else None
+                if stored is None:
+                    batches.append(batch)
+                    written.append(self._insert_batch(cursor, batch))
+                    stored = written[-1][0]
+                results.append(stored)
+            self._commit(cursor, batches, written)
             return results
         except BaseException:
             if connection.in_transaction:
@@ -207,6 +214,35 @@ class SqliteRecorder(PooledRecorder):
             raise
         finally:
             cursor.close()
+
+    def _insert_batch(self, cursor: sqlite3.Cursor, batch: Batch) -> _Written:
+        """Insert one batch in the open write transaction, after its stream's and the log's
+        heads: its results and its last row."""
+        version, previous, log, position = cursor.execute(
+            _HEADS, (batch.stream_id, batch.stream_id)
+        ).fetchone()
+        version, previous, log = version or 0, previous or "", log or GENESIS
+        if _mismatch(batch.expected, version):
+            raise StreamVersionMismatch(version, batch.stream_id)
+        # One writer at a time (BEGIN IMMEDIATE): positions continue from the log's last (rows
+        # are never deleted, so none is handed out twice), and so does the log chain; a later
+        # batch's heads are read after the earlier batch's rows are in.
+        rows, results = _rows(
+            batch.stream_id, batch.pending, self.hmac_key, version, previous, log, position
+        )
+        if len(rows) == 1:
+            cursor.execute(self._insert, rows[0])
+        else:
+            cursor.executemany(self._insert, rows)
+        return results, rows[-1]
+
+    def _commit(
+        self, cursor: sqlite3.Cursor, batches: list[Batch], written: list[_Written]
+    ) -> None:
+        """Commit, then cache the heads the ``batches`` (``written`` in this order) left."""
+        cursor.execute("COMMIT")
+        for batch, (_, last_row) in zip(batches, written, strict=True):
+            self._remember_heads(batch.stream_id, last_row)
 
     def _remember_heads(self, stream_id: str, last_row: _Row) -> None:
         """Cache the heads this writer just made, for :meth:`_append_cached`."""

@@ -1,0 +1,127 @@
+"""Group commit: appends that threads of one process make at the same time, written together.
+
+A store object has one writer connection, so its threads' appends take turns. While one is
+being written, the others wait; :class:`AppendQueue` has the first of them write every append
+that waited (up to ``limit``) in one transaction: one commit, one fsync on SQLite, one
+notification of the followers, instead of one of each per append. An append that waited for no
+one is written alone at once, so nothing waits for a group to fill (the LevelDB writer queue's
+scheme: the front of the queue leads, the others sleep until their append is written or they
+reach the front).
+
+The queue only orders and hands over; what a group's write does, and what each append's outcome
+is, is the ``write`` function's: :meth:`wgstore.events.pooled_recorder.PooledRecorder.append`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from itertools import islice
+from typing import Generic, TypeVar
+
+__all__ = ["AppendQueue", "Queued"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(eq=False)
+class Queued(Generic[T, R]):
+    """One append in the queue. ``write`` sets its ``result`` or its ``error``."""
+
+    item: T
+    retry: bool = False
+    """An earlier group this append was in ended without an outcome (its leader was
+    interrupted): it may be stored, so it must be checked by its event ids."""
+    result: R | None = None
+    error: BaseException | None = None
+    done: bool = False
+    wake: threading.Event | None = None
+    """Set when the append is written or has reached the front (None: it was the front)."""
+
+
+class AppendQueue(Generic[T, R]):
+    """Hands concurrent appends to ``write`` in groups (see the module docstring).
+
+    Args:
+        write: writes a group (the oldest first) and sets the ``result`` or ``error`` of each
+            of its appends; it runs holding ``writer_lock``, in the thread of the group's first.
+        writer_lock: the writer's lock, which other writes (atomic multi-stream appends,
+            closing) take too; a group is taken from the queue once it is held, so that what
+            queued while another write held it goes in the group.
+        limit: the most appends in one group.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[list[Queued[T, R]]], None],
+        writer_lock: AbstractContextManager[object],
+        limit: int = 64,
+    ) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        self._write = write
+        self._writer_lock = writer_lock
+        self.limit = limit
+        """The most appends in one group (1: each alone)."""
+        self._lock = threading.Lock()
+        self._queue: deque[Queued[T, R]] = deque()
+
+    def __len__(self) -> int:
+        """The appends queued, the group being written included."""
+        with self._lock:
+            return len(self._queue)
+
+    def submit(self, item: T) -> R:
+        """Queue ``item``, wait until it is written (by this thread or another), and return its
+        result or raise its error."""
+        request: Queued[T, R] = Queued(item)
+        with self._lock:
+            if self._queue:
+                request.wake = threading.Event()
+            self._queue.append(request)
+        if request.wake is not None:
+            request.wake.wait()
+        if not request.done:
+            self._lead(request)
+        if request.error is not None:
+            raise request.error
+        return request.result  # type: ignore[return-value]  # write set it
+
+    def _lead(self, leader: Queued[T, R]) -> None:
+        """Write the group at the front (``leader`` is first), then wake its appends and the
+        next front."""
+        group: list[Queued[T, R]] = []
+        try:
+            with self._writer_lock:
+                with self._lock:
+                    group = list(islice(self._queue, self.limit))
+                self._write(group)
+        except BaseException:
+            # Interrupted with no outcome: the leader raises; the others are written by the
+            # next leader, checking their ids (they may be stored).
+            with self._lock:
+                self._queue.popleft()
+                for other in group[1:]:
+                    other.retry = True
+                following = self._queue[0] if self._queue else None
+            _wake(following)
+            raise
+        with self._lock:
+            for _ in group:
+                self._queue.popleft()
+            following = self._queue[0] if self._queue else None
+        for request in group:
+            request.done = True
+            if request is not leader:
+                _wake(request)
+        _wake(following)
+
+
+def _wake(request: Queued[T, R] | None) -> None:
+    if request is not None:
+        assert request.wake is not None  # only the first of an empty queue has none
+        request.wake.set()
