@@ -238,6 +238,7 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
     errors: list[str] = []
     cpu0 = time.process_time()
     with EventStore.open(spec["url"]) as store:
+        store.recorder._appends.limit = spec["group_limit"]  # type: ignore[attr-defined]
         executor = RayExecutor(
             store,
             runtime=runtime,
@@ -269,6 +270,8 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
         executor.wait_idle(30.0)
         executor.stop()
         errors.extend(executor.errors)
+        queue = store.recorder._appends  # type: ignore[attr-defined]
+        groups = {"groups": queue.groups, "appends": queue.appends}
     cpu = time.process_time() - cpu0
     if spec.get("profile"):
         profiler.disable()
@@ -284,9 +287,17 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
                 "errors": errors[:20],
                 "cpu_s": cpu,
                 "maxrss_kb": usage.ru_maxrss,
+                "group_commit": groups,
             }
         )
     )
+
+
+def _appends_per_commit(results: list[dict[str, Any]]) -> float | None:
+    """The worker processes' mean group (appends a transaction, group commit)."""
+    groups = sum(r["group_commit"]["groups"] for r in results)
+    appends = sum(r["group_commit"]["appends"] for r in results)
+    return round(appends / groups, 2) if groups else None
 
 
 # ---------------------------------------------------------------------------------- backends
@@ -695,6 +706,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
                         "metrics": args.metrics,
                         "threads": args.threads,
                         "wake": args.wake,
+                        "group_limit": args.group_limit,
                         "start_at": start_at,
                         "timeout_s": args.duration * 3 + 600,
                         "profile": args.profile if p == 0 and args.profile else None,
@@ -772,6 +784,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
             "procs": procs,
             "threads": args.threads,
             "wake": args.wake,
+            "group_limit": args.group_limit,
             "reports_per_worker": reports,
         },
         "load_start": [round(x, 1) for x in load_start],
@@ -783,6 +796,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
         "offered_reports_per_s": round(args.runs * args.workers / args.interval, 1),
         "report_ms": _ms(report_ms),
         "poll_append_ms": _ms(poll_ms),
+        "appends_per_commit": _appends_per_commit(results),
         "read_model_lag": {
             "events_max": max(reader.lag_events) if reader.lag_events else None,
             "seconds_max": _round(reader.lag_seconds()),
@@ -864,6 +878,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8, help="executor threads per process")
     parser.add_argument("--spawn-s", type=float, default=8.0, help="time given to spawn")
     parser.add_argument("--profile", help="cProfile output of worker process 0")
+    parser.add_argument(
+        "--group-limit",
+        type=int,
+        default=64,
+        help="appends a worker process's store writes in one transaction at most (group "
+        "commit; 1: each alone, as before it, for an A/B)",
+    )
     parser.add_argument(
         "--wake",
         choices=["streams", "all"],

@@ -69,6 +69,10 @@ class AppendQueue(Generic[T, R]):
         """The most appends in one group (1: each alone)."""
         self._lock = threading.Lock()
         self._queue: deque[Queued[T, R]] = deque()
+        self.groups = 0
+        """Groups written so far (each one transaction, unless it failed and went alone)."""
+        self.appends = 0
+        """Appends written so far in those groups: ``appends / groups`` is the mean group."""
 
     def __len__(self) -> int:
         """The appends queued, the group being written included."""
@@ -114,6 +118,8 @@ class AppendQueue(Generic[T, R]):
             for _ in group:
                 self._queue.popleft()
             following = self._queue[0] if self._queue else None
+            self.groups += 1
+            self.appends += len(group)
         for request in group:
             request.done = True
             if request is not leader:

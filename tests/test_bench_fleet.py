@@ -16,7 +16,7 @@ KEYS = {
     "config", "load_start", "load_end", "wall_s", "events", "events_per_s", "reports_per_s",
     "offered_reports_per_s", "report_ms", "poll_append_ms", "read_model_lag",
     "cpu_ms_per_1000_events", "bytes", "log_bytes", "bytes_per_run_hour", "by_type", "check",
-    "phases_s",
+    "phases_s", "appends_per_commit",
 }  # fmt: skip
 
 
