@@ -15,9 +15,9 @@ is, is the ``write`` function's: :meth:`wgstore.events.pooled_recorder.PooledRec
 from __future__ import annotations
 
 import threading
+from _thread import LockType
 from collections import deque
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from itertools import islice
 from typing import Generic, TypeVar
@@ -28,7 +28,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Queued(Generic[T, R]):
     """One append in the queue. ``write`` sets its ``result`` or its ``error``."""
 
@@ -58,7 +58,7 @@ class AppendQueue(Generic[T, R]):
     def __init__(
         self,
         write: Callable[[list[Queued[T, R]]], None],
-        writer_lock: AbstractContextManager[object],
+        writer_lock: LockType,
         limit: int = 64,
     ) -> None:
         if limit < 1:
@@ -75,7 +75,8 @@ class AppendQueue(Generic[T, R]):
         """Appends written so far in those groups: ``appends / groups`` is the mean group."""
 
     def __len__(self) -> int:
-        """The appends queued, the group being written included."""
+        """The appends queued, the group being written included (not an append written
+        alone because it found the writer free)."""
         with self._lock:
             return len(self._queue)
 
@@ -83,6 +84,15 @@ class AppendQueue(Generic[T, R]):
         """Queue ``item``, wait until it is written (by this thread or another), and return its
         result or raise its error."""
         request: Queued[T, R] = Queued(item)
+        if not self._queue and self._writer_lock.acquire(blocking=False):
+            # No one waits and the writer is free: write it alone, without the queue.
+            try:
+                self._write([request])
+                self.groups += 1
+                self.appends += 1
+            finally:
+                self._writer_lock.release()
+            return _outcome(request)
         with self._lock:
             if self._queue:
                 request.wake = threading.Event()
@@ -91,9 +101,7 @@ class AppendQueue(Generic[T, R]):
             request.wake.wait()
         if not request.done:
             self._lead(request)
-        if request.error is not None:
-            raise request.error
-        return request.result  # type: ignore[return-value]  # write set it
+        return _outcome(request)
 
     def _lead(self, leader: Queued[T, R]) -> None:
         """Write the group at the front (``leader`` is first), then wake its appends and the
@@ -102,8 +110,11 @@ class AppendQueue(Generic[T, R]):
         try:
             with self._writer_lock:
                 with self._lock:
-                    group = list(islice(self._queue, self.limit))
+                    queued = self._queue
+                    group = [leader] if len(queued) == 1 else list(islice(queued, self.limit))
                 self._write(group)
+                self.groups += 1
+                self.appends += len(group)
         except BaseException:
             # Interrupted with no outcome: the leader raises; the others are written by the
             # next leader, checking their ids (they may be stored).
@@ -112,22 +123,29 @@ class AppendQueue(Generic[T, R]):
                 for other in group[1:]:
                     other.retry = True
                 following = self._queue[0] if self._queue else None
-            _wake(following)
+            if following is not None:
+                _wake(following)
             raise
         with self._lock:
             for _ in group:
                 self._queue.popleft()
             following = self._queue[0] if self._queue else None
-            self.groups += 1
-            self.appends += len(group)
-        for request in group:
-            request.done = True
-            if request is not leader:
+        leader.done = True
+        if len(group) > 1:
+            for request in group[1:]:
+                request.done = True
                 _wake(request)
-        _wake(following)
+        if following is not None:
+            _wake(following)
 
 
-def _wake(request: Queued[T, R] | None) -> None:
-    if request is not None:
-        assert request.wake is not None  # only the first of an empty queue has none
-        request.wake.set()
+def _outcome(request: Queued[T, R]) -> R:
+    """The result ``write`` set, or the error it set, raised."""
+    if request.error is not None:
+        raise request.error
+    return request.result  # type: ignore[return-value]  # write set it
+
+
+def _wake(request: Queued[T, R]) -> None:
+    assert request.wake is not None  # only the first of an empty queue has none
+    request.wake.set()

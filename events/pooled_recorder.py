@@ -51,8 +51,13 @@ StreamRows = Callable[["DBAPICursor", str, Sequence[Any]], Generator[tuple[Any, 
 class _Append(NamedTuple):
     """One :meth:`PooledRecorder.append` in the group-commit queue."""
 
-    batch: Batch
+    stream_id: str
+    expected: int
+    pending: list[Pending]
     check_ids: bool
+
+    def batch(self) -> Batch:
+        return Batch(self.stream_id, self.expected, self.pending)
 
 
 class PooledRecorder:
@@ -143,7 +148,7 @@ class PooledRecorder:
         commit for all, each batch's outcome its own.
         """
         results: list[AppendResult] = self._appends.submit(
-            _Append(Batch(stream_id, expected, pending), check_ids)
+            _Append(stream_id, expected, pending, check_ids)
         )
         return results
 
@@ -156,7 +161,7 @@ class PooledRecorder:
                 results = self._on_writer(
                     lambda writer, retry: self._append_group(
                         writer,
-                        [(q.item.batch, q.item.check_ids or q.retry or retry) for q in group],
+                        [(q.item.batch(), q.item.check_ids or q.retry or retry) for q in group],
                     ),
                     False,
                 )
@@ -171,18 +176,15 @@ class PooledRecorder:
                 return
         for queued in group:
             try:
-                queued.result = self._append_alone(
-                    queued.item.batch, queued.item.check_ids or queued.retry
-                )
+                queued.result = self._append_alone(queued.item, queued.retry)
             except Exception as error:  # noqa: BLE001 - raised in the thread that appended it
                 queued.error = error
 
-    def _append_alone(self, batch: Batch, check_ids: bool) -> list[AppendResult]:
+    def _append_alone(self, append: _Append, retry: bool) -> list[AppendResult]:
+        stream_id, expected, pending, check_ids = append
         return self._on_writer(
-            lambda writer, check: self._append(
-                writer, batch.stream_id, batch.expected, batch.pending, check
-            ),
-            check_ids,
+            lambda writer, check: self._append(writer, stream_id, expected, pending, check),
+            check_ids or retry,
         )
 
     def append_many(
