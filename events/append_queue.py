@@ -34,8 +34,8 @@ class Queued(Generic[T, R]):
 
     item: T
     retry: bool = False
-    """An earlier group this append was in ended without an outcome (its leader was
-    interrupted): it may be stored, so it must be checked by its event ids."""
+    """It may be stored already (a group it was in failed, or its leader was interrupted,
+    with no outcome known): ``write`` must check it by its event ids."""
     result: R | None = None
     error: BaseException | None = None
     done: bool = False

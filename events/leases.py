@@ -15,6 +15,7 @@ lease cannot write after someone else took over, whatever its clock says.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Iterable
@@ -277,15 +278,40 @@ def renew_held(
     if not wanted:
         return set()
     now = now or _now()
-    leases_ = wg_run_leases.c
+    postgres = store.engine.dialect.name == "postgresql"
+    pairs: dict[str, Any] = (
+        {"runs": [run for run, _ in wanted], "holders": [holder for _, holder in wanted]}
+        if postgres
+        else {"pairs": json.dumps(wanted)}
+    )
     with translate_errors(store.url), store.engine.begin() as connection:
         rows = connection.execute(
-            wg_run_leases.update()
-            .where(sa.tuple_(leases_.run_id, leases_.holder).in_(wanted))
-            .values(renewed_at=now, expires_at=now + timedelta(seconds=lease_s))
-            .returning(leases_.run_id, leases_.holder)
+            _RENEW_POSTGRES if postgres else _RENEW_SQLITE,
+            {"now": now, "expires_at": now + timedelta(seconds=lease_s), **pairs},
         ).all()
     return {(row.run_id, row.holder) for row in rows}
+
+
+# renew_held's statement: the pairs as one parameter (arrays; JSON on SQLite), not an IN list
+# of two bound values a pair, which SQLAlchemy renders anew each time (5-6x the client's CPU
+# for 500 leases).
+_RENEW_POSTGRES = sa.text(
+    "UPDATE wg_run_leases AS l SET renewed_at = :now, expires_at = :expires_at "
+    "FROM unnest(CAST(:runs AS text[]), CAST(:holders AS text[])) AS w(run_id, holder) "
+    "WHERE l.run_id = w.run_id AND l.holder = w.holder RETURNING l.run_id, l.holder"
+).bindparams(
+    sa.bindparam("now", type_=wg_run_leases.c.renewed_at.type),
+    sa.bindparam("expires_at", type_=wg_run_leases.c.expires_at.type),
+)
+_RENEW_SQLITE = sa.text(
+    "UPDATE wg_run_leases SET renewed_at = :now, expires_at = :expires_at "
+    "WHERE (run_id, holder) IN "
+    "(SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs)) "
+    "RETURNING run_id, holder"
+).bindparams(
+    sa.bindparam("now", type_=wg_run_leases.c.renewed_at.type),
+    sa.bindparam("expires_at", type_=wg_run_leases.c.expires_at.type),
+)
 
 
 def release_lease(store: EventStore, run_id: str, holder: str) -> bool:

@@ -1,10 +1,10 @@
 """What both recorders share: connections from a SQLAlchemy engine's pool, the reads' SQL,
-paging, streamed pages, and the retry on a connection the server dropped.
+paging, streamed pages, the retry on a connection the server dropped, and group commit.
 
 :class:`PooledRecorder` implements every read of :class:`~wgstore.events.recorder.Recorder`
 and the writer connection of its appends; a backend's recorder subclasses it with its columns,
-its placeholder, how a batch is appended (``_append``, ``_append_many``) and how its connections
-are prepared and recognised as dropped.
+its placeholder, how a batch is appended (``_append``, ``_append_many``, ``_append_group``)
+and how its connections are prepared and recognised as dropped.
 """
 
 from __future__ import annotations

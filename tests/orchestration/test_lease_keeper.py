@@ -50,9 +50,18 @@ def test_renew_held_renews_only_the_pairs_whose_holder_still_holds(store: Any) -
     renewed = renew_held(store, [("r1", "a"), ("r2", "b"), ("r3", "c"), ("r4", "d")], 10, later)
     assert renewed == {("r1", "a"), ("r2", "b")}
     assert _renewed_at(store, "r1") == _renewed_at(store, "r2") == later
+    assert lease_of(store, "r1").expires_at == later + timedelta(seconds=10)  # type: ignore[union-attr]
     assert lease_of(store, "r3").holder == "thief"  # type: ignore[union-attr]
     assert _renewed_at(store, "r3") == T0 + timedelta(seconds=11)  # the thief's, untouched
     assert renew_held(store, [], 10, later) == set()
+
+
+def test_renew_held_takes_ids_with_quotes_and_any_letters(store: Any) -> None:
+    odd = ("run 'one\" ,", "holder é 世界 \\")
+    assert acquire_lease(store, *odd, 10, now=T0)
+    later = T0 + timedelta(seconds=3)
+    assert renew_held(store, [odd, ("run 'one\" ,", "someone else")], 10, later) == {odd}
+    assert _renewed_at(store, odd[0]) == later
 
 
 def test_keepers_of_one_store_are_renewed_together_by_one_thread(store: Any) -> None:
