@@ -479,9 +479,10 @@ class Reader:
                 self.errors.append(f"{type(error).__name__}: {error}")
             self.stop.wait(0.2)
 
-    def lag_seconds(self) -> float | None:
-        """Max over head samples of the time until a catch-up's checkpoint reached that head."""
-        worst = 0.0
+    def lag_seconds(self) -> tuple[float | None, float | None]:
+        """Max over head samples of the time until a catch-up's checkpoint reached that head,
+        and when that head was sampled (seconds after the first sample)."""
+        worst, at = 0.0, None
         ups = self.catch_ups
         j = 0
         for t, head in self.heads:
@@ -490,9 +491,10 @@ class Reader:
                     break
                 j += 1
             if j == len(ups):
-                return None
-            worst = max(worst, ups[j][0] - t)
-        return worst
+                return None, None
+            if ups[j][0] - t >= worst:
+                worst, at = ups[j][0] - t, t - self.heads[0][0]
+        return worst, at
 
 
 # ---------------------------------------------------------------------------------- one configuration
@@ -772,6 +774,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
         }
         for name, v in sorted(by_type.items(), key=lambda kv: -kv[1]["row_bytes"])
     }
+    lag_s, lag_at = reader.lag_seconds()
     return {
         "config": {
             "backend": backend_name,
@@ -799,7 +802,8 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
         "appends_per_commit": _appends_per_commit(results),
         "read_model_lag": {
             "events_max": max(reader.lag_events) if reader.lag_events else None,
-            "seconds_max": _round(reader.lag_seconds()),
+            "seconds_max": _round(lag_s),
+            "seconds_max_at_s": _round(lag_at),
             "catch_ups": len(reader.catch_ups),
             "errors": reader.errors[:5],
         },
