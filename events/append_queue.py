@@ -39,6 +39,8 @@ class Queued(Generic[T, R]):
     result: R | None = None
     error: BaseException | None = None
     done: bool = False
+    taken: bool = False
+    """A group holding it is being written (by its leader, whatever becomes of this thread)."""
     wake: threading.Event | None = None
     """Set when the append is written or has reached the front (None: it was the front)."""
 
@@ -97,11 +99,28 @@ class AppendQueue(Generic[T, R]):
             if self._queue:
                 request.wake = threading.Event()
             self._queue.append(request)
-        if request.wake is not None:
-            request.wake.wait()
-        if not request.done:
-            self._lead(request)
+        try:
+            if request.wake is not None:
+                request.wake.wait()
+            if not request.done:
+                self._lead(request)
+        except BaseException:
+            self._abandon(request)
+            raise
         return _outcome(request)
+
+    def _abandon(self, request: Queued[T, R]) -> None:
+        """The thread of ``request`` was interrupted (Ctrl-C) while it waited: take it out of
+        the queue unless a group holding it is being written, and if it was at the front, hand
+        the lead to the next, so that no append waits for a thread that has gone."""
+        with self._lock:
+            if request.taken or request.done or request not in self._queue:
+                return  # written, being written, or already out (its own lead's handler)
+            front = self._queue[0] is request
+            self._queue.remove(request)
+            following = self._queue[0] if front and self._queue else None
+        if following is not None:
+            _wake(following)
 
     def _lead(self, leader: Queued[T, R]) -> None:
         """Write the group at the front (``leader`` is first), then wake its appends and the
@@ -112,6 +131,8 @@ class AppendQueue(Generic[T, R]):
                 with self._lock:
                     queued = self._queue
                     group = [leader] if len(queued) == 1 else list(islice(queued, self.limit))
+                    for taken in group:
+                        taken.taken = True
                 self._write(group)
                 self.groups += 1
                 self.appends += len(group)
@@ -122,6 +143,7 @@ class AppendQueue(Generic[T, R]):
                 self._queue.popleft()
                 for other in group[1:]:
                     other.retry = True
+                    other.taken = False
                 following = self._queue[0] if self._queue else None
             if following is not None:
                 _wake(following)

@@ -7,12 +7,14 @@ appends that arrive meanwhile are known to be waiting when it is let go.
 from __future__ import annotations
 
 import threading
+import types
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
 from tests.waiting import wait_until
+from wgstore.events import append_queue
 from wgstore.events.append_queue import AppendQueue, Queued
 
 Group = list[Queued[str, str]]
@@ -139,3 +141,55 @@ def test_an_interrupted_leader_raises_and_the_others_are_written_next_checked_by
 def test_a_group_limit_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="limit must be at least 1, got 0"):
         AppendQueue(Writer(), threading.Lock(), limit=0)
+
+
+class _Interrupted(threading.Event):
+    """The event of the ``n``-th waiter: its wait ends in a KeyboardInterrupt (``after`` the
+    event was set, or at once), as Ctrl-C in that thread would."""
+
+    created = 0
+
+    def __init__(self, n: int, after: bool) -> None:
+        super().__init__()
+        type(self).created += 1
+        self.interrupted = type(self).created == n
+        self.after = after
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.interrupted:
+            if self.after:
+                super().wait(timeout)
+            raise KeyboardInterrupt
+        return super().wait(timeout)
+
+
+@pytest.mark.parametrize("where", ["waiting in the queue", "just handed the lead"])
+def test_an_append_interrupted_while_it_waits_leaves_the_queue_and_no_one_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    after = where == "just handed the lead"
+    _Interrupted.created = 0
+    events = types.SimpleNamespace(
+        Lock=threading.Lock, Event=lambda: _Interrupted(n=1, after=after)
+    )
+    monkeypatch.setattr(append_queue, "threading", events)
+    writer = Writer()
+    # a limit of 1 hands the lead on after each append: "b" is handed it, then interrupted
+    queue = AppendQueue(writer, writer.lock, limit=1 if after else 64)
+
+    with ThreadPoolExecutor(3) as pool, writer.lock:
+        futures = {"a": pool.submit(queue.submit, "a")}
+        wait_until(lambda: len(queue) == 1, timeout_s=30, what="a queued")
+        futures["b"] = pool.submit(queue.submit, "b")  # the first to wait with an event
+        if after:
+            wait_until(lambda: len(queue) == 2, timeout_s=30, what="b queued")
+        else:  # interrupted in the queue, before the writer is let go: out of it at once
+            assert isinstance(futures["b"].exception(timeout=30), KeyboardInterrupt)
+            assert len(queue) == 1
+        futures["c"] = pool.submit(queue.submit, "c")
+        wait_until(lambda: len(queue) == (3 if after else 2), timeout_s=30, what="c queued")
+    assert isinstance(futures["b"].exception(timeout=30), KeyboardInterrupt)
+    assert futures["a"].result(timeout=30) == "a written"
+    assert futures["c"].result(timeout=30) == "c written"
+    assert [item for group in writer.groups for item, _ in group] == ["a", "c"]
+    assert len(queue) == 0
