@@ -292,6 +292,14 @@ def renew_held(
     return {(row.run_id, row.holder) for row in rows}
 
 
+def _renewal_times() -> tuple[sa.BindParameter[Any], ...]:
+    """The times renew_held sets, bound as their columns' type (SQLite stores them as text)."""
+    return (
+        sa.bindparam("now", type_=wg_run_leases.c.renewed_at.type),
+        sa.bindparam("expires_at", type_=wg_run_leases.c.expires_at.type),
+    )
+
+
 # renew_held's statement: the pairs as one parameter (arrays; JSON on SQLite), not an IN list
 # of two bound values a pair, which SQLAlchemy renders anew each time (5-6x the client's CPU
 # for 500 leases).
@@ -299,19 +307,13 @@ _RENEW_POSTGRES = sa.text(
     "UPDATE wg_run_leases AS l SET renewed_at = :now, expires_at = :expires_at "
     "FROM unnest(CAST(:runs AS text[]), CAST(:holders AS text[])) AS w(run_id, holder) "
     "WHERE l.run_id = w.run_id AND l.holder = w.holder RETURNING l.run_id, l.holder"
-).bindparams(
-    sa.bindparam("now", type_=wg_run_leases.c.renewed_at.type),
-    sa.bindparam("expires_at", type_=wg_run_leases.c.expires_at.type),
-)
+).bindparams(*_renewal_times())
 _RENEW_SQLITE = sa.text(
     "UPDATE wg_run_leases SET renewed_at = :now, expires_at = :expires_at "
     "WHERE (run_id, holder) IN "
     "(SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs)) "
     "RETURNING run_id, holder"
-).bindparams(
-    sa.bindparam("now", type_=wg_run_leases.c.renewed_at.type),
-    sa.bindparam("expires_at", type_=wg_run_leases.c.expires_at.type),
-)
+).bindparams(*_renewal_times())
 
 
 def release_lease(store: EventStore, run_id: str, holder: str) -> bool:

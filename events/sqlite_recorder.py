@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, cast
@@ -164,9 +165,7 @@ class SqliteRecorder(PooledRecorder):
         check_ids: bool,
         fence: Fence | None,
     ) -> list[list[AppendResult]]:
-        cursor = connection.cursor()
-        self._begin_immediate(cursor)
-        try:
+        with self._write_transaction(connection) as cursor:
             if fence is not None:  # under the write lock: no takeover can come between
                 row = cursor.execute(_LEASE, (fence.lease,)).fetchone()
                 refused = fenced(fence, *(row or (None, None)))
@@ -180,12 +179,6 @@ class SqliteRecorder(PooledRecorder):
             written = [self._insert_batch(cursor, batch) for batch in batches]
             self._commit(cursor, batches, written)
             return [results for results, _ in written]
-        except BaseException:
-            if connection.in_transaction:
-                cursor.execute("ROLLBACK")
-            raise
-        finally:
-            cursor.close()
 
     def _append_group(
         self, writer: PoolProxiedConnection, group: list[tuple[Batch, bool]]
@@ -193,9 +186,7 @@ class SqliteRecorder(PooledRecorder):
         """Independent batches in one ``BEGIN IMMEDIATE`` transaction (group commit, see
         :meth:`PooledRecorder._append_group`)."""
         connection = cast(sqlite3.Connection, writer.driver_connection)
-        cursor = connection.cursor()
-        self._begin_immediate(cursor)
-        try:
+        with self._write_transaction(connection) as cursor:
             results: list[list[AppendResult]] = []
             batches: list[Batch] = []
             written: list[_Written] = []
@@ -208,6 +199,15 @@ class SqliteRecorder(PooledRecorder):
                 results.append(stored)
             self._commit(cursor, batches, written)
             return results
+
+    @contextmanager
+    def _write_transaction(self, connection: sqlite3.Connection) -> Iterator[sqlite3.Cursor]:
+        """A cursor in a ``BEGIN IMMEDIATE`` transaction (the block commits or rolls back),
+        rolled back if the block raises."""
+        cursor = connection.cursor()
+        self._begin_immediate(cursor)
+        try:
+            yield cursor
         except BaseException:
             if connection.in_transaction:
                 cursor.execute("ROLLBACK")
