@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fleet import _pct
 from sides import Side, open_side
 from store import log, machine, prepared
 
@@ -71,11 +72,6 @@ def one_run(side: Side, threads: int, appends: int, tag: str) -> tuple[float, li
     if errors:
         raise errors[0]
     return threads * appends / elapsed, [ms for timed in latencies for ms in timed]
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
 
 
 def run_backend(backend: str, threads: int, appends: int, repeats: int) -> dict[str, Any]:
@@ -119,7 +115,8 @@ def run_backend(backend: str, threads: int, appends: int, repeats: int) -> dict[
         "load": [round(x, 2) for x in loads],
         "events_per_s": {n: round(statistics.median(r)) for n, r in rates.items()},
         "latency_ms": {
-            n: {"p50": _pct(v, 0.5), "p99": _pct(v, 0.99)} for n, v in latencies.items()
+            n: {"p50": round(_pct(v, 0.5) or 0, 2), "p99": round(_pct(v, 0.99) or 0, 2)}
+            for n, v in latencies.items()
         },
     }
     result["ratio"] = {  # medians of the per-round ratios

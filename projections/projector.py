@@ -310,11 +310,10 @@ def apply_read_model_batch(
     store: EventStore, connection: sa.Connection, batch: list[RecordedEvent]
 ) -> None:
     """Write the read-model rows of ``batch`` through ``connection`` (the caller commits)."""
-    _lock_checkpoint(connection, batch[0].position)
-    streams, runs = _split(batch)
-    works, touched = _fold_groups(store, connection, streams)
-    _write_groups(connection, works, store)
-    _apply_runs(store, connection, runs, touched)
+    checkpoint = _lock_checkpoint(connection, batch[0].position)
+    works, runs, touched = _fold(store, connection, batch)
+    prepared = PreparedBatch(batch, checkpoint, _group_rows(works, store), runs, touched)
+    _write_prepared(store, connection, prepared)
 
 
 @dataclass
@@ -339,8 +338,7 @@ def prepare_read_model_batch(store: EventStore, batch: list[RecordedEvent]) -> P
     with reading as connection, connection.begin():
         # the checkpoint first: a batch applied after it moves it, and the write refuses
         checkpoint = _checkpoint(connection, for_update=False)
-        streams, runs = _split(batch)
-        works, touched = _fold_groups(store, connection, streams)
+        works, runs, touched = _fold(store, connection, batch)
     return PreparedBatch(batch, checkpoint, _group_rows(works, store), runs, touched)
 
 
@@ -361,14 +359,14 @@ def write_read_model_batch(
             f"read models: the checkpoint moved from {prepared.checkpoint} while a batch was "
             "prepared; another projector is running"
         )
-    _insert_group_rows(connection, prepared.rows)
-    _apply_runs(store, connection, prepared.runs, prepared.touched)
+    _write_prepared(store, connection, prepared)
 
 
-def _split(
-    batch: list[RecordedEvent],
-) -> tuple[dict[str, list[RecordedEvent]], dict[str, list[RecordedEvent]]]:
-    """A batch's events by group stream, and by run id."""
+def _fold(
+    store: EventStore, connection: sa.Connection, batch: list[RecordedEvent]
+) -> tuple[dict[str, _GroupBatch], dict[str, list[RecordedEvent]], set[str]]:
+    """Fold ``batch``'s groups (reads only): their work, the batch's run events by run id, and
+    the runs whose rows may change."""
     streams: dict[str, list[RecordedEvent]] = {}
     runs: dict[str, list[RecordedEvent]] = {}
     for event in batch:
@@ -376,7 +374,14 @@ def _split(
             streams.setdefault(event.stream_id, []).append(event)
         elif event.stream_id.startswith(RUN_STREAM_PREFIX):
             runs.setdefault(event.stream_id[len(RUN_STREAM_PREFIX) :], []).append(event)
-    return streams, runs
+    works, touched = _fold_groups(store, connection, streams)
+    return works, runs, touched
+
+
+def _write_prepared(store: EventStore, connection: sa.Connection, prepared: PreparedBatch) -> None:
+    """Write a batch's group rows, then fold and write its runs' rows (they read the groups')."""
+    _insert_group_rows(connection, prepared.rows)
+    _apply_runs(store, connection, prepared.runs, prepared.touched)
 
 
 def _fold_groups(
@@ -708,13 +713,6 @@ class _GroupRows:
     series: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _write_groups(
-    connection: sa.Connection, works: dict[str, _GroupBatch], store: EventStore
-) -> None:
-    """Every table's rows of a batch's groups, one statement a table."""
-    _insert_group_rows(connection, _group_rows(works, store))
-
-
 def _group_rows(works: dict[str, _GroupBatch], store: EventStore) -> _GroupRows:
     """The rows of a batch's groups, snapshots encoded and sealed (no I/O)."""
     rows = _GroupRows()
@@ -753,6 +751,7 @@ def _group_rows(works: dict[str, _GroupBatch], store: EventStore) -> _GroupRows:
 
 
 def _insert_group_rows(connection: sa.Connection, rows: _GroupRows) -> None:
+    """Every table's rows of a batch's groups, one statement a table."""
     insert_rows(connection, wg_worker_groups, rows.groups, upsert=True)
     insert_rows(connection, wg_worker_groups, rows.refused, upsert=True)
     insert_snapshot_rows(connection, rows.snapshots)
