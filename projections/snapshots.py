@@ -61,9 +61,10 @@ WORKER_GROUP_SNAPSHOT = "worker_group"
 """The ``wg_snapshots.name`` of worker-group state snapshots."""
 
 READ_MODELS_SNAPSHOT = "read-models"
-"""The ``wg_snapshots.name`` of the states the projector continues from: it saves one with every
-batch it folds (the executor keeps the projector caught up every few seconds), so the latest
-state of a live group always has a recent snapshot without anyone asking for one."""
+"""The ``wg_snapshots.name`` of the states the projector continues from: it saves a group's when
+it first folds it, then every ``SNAPSHOT_EVERY`` events and at the group's end (the executor
+keeps the projector caught up every few seconds), so the latest state of a live group always
+has a recent snapshot without anyone asking for one."""
 
 
 def fingerprint(cls: type) -> str:

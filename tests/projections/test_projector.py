@@ -123,28 +123,124 @@ def test_a_rebuild_from_zero_equals_the_rows_kept_incrementally(store: Any) -> N
     assert store.subscription(READ_MODELS_SUBSCRIPTION).checkpoint() == store.head()
 
 
-def test_each_batch_leaves_a_usable_snapshot_of_every_group_it_moved(store: Any) -> None:
-    """The projector saves its snapshots sealed to the hash of the last event it folded: each
-    must open against the log (one that did not would be skipped, and every batch would read
-    the group's whole stream again: right, but slow)."""
+def _projector_snapshots(store: Any, stream_ids: list[str]) -> dict[str, Any]:
+    """The projector's usable snapshots of ``stream_ids`` (sealed to the log as it is now)."""
     from wgstore.projections.projector import PROJECTOR_SNAPSHOT
     from wgstore.projections.snapshots import load_snapshot, load_snapshots
+
+    with store.engine.connect() as connection:
+        loaded = load_snapshots(connection, stream_ids, name=PROJECTOR_SNAPSHOT, log=store)
+    for sid, state in loaded.items():  # the one-at-a-time reader agrees, and both are the fold
+        assert load_snapshot(store, sid, name=PROJECTOR_SNAPSHOT) == state
+        assert state == project_worker_group(store.read_stream(sid, to_version=state.version))
+    return loaded
+
+
+def test_the_projector_seals_a_group_s_snapshot_first_every_so_many_events_and_at_its_end(
+    store: Any,
+) -> None:
+    """Sealed to the hash of the last event it folded, each snapshot opens against the log
+    (one that did not would be skipped: right, but slow); a group's first batch saves one, later
+    batches only when it is :data:`SNAPSHOT_EVERY` events behind, and the group's end always."""
+    from wgstore.projections.projector import SNAPSHOT_EVERY
 
     streams = [_stream(f"g{n}").running().polled() for n in range(3)]
     for stream in streams:
         append_stream(store, stream)
     catch_up_read_models(store, batch_size=4)
-    store.append(streams[1].stream_id, [streams[1].reported(0, loss=2.0).events[-1].event])
-    catch_up_read_models(store)
     ids = [stream.stream_id for stream in streams]
-    with store.engine.connect() as connection:
-        loaded = load_snapshots(connection, ids, name=PROJECTOR_SNAPSHOT, log=store)
-    assert {sid: state.version for sid, state in loaded.items()} == {
-        sid: store.stream_version(sid) for sid in ids
-    }
-    for sid in ids:  # the one-at-a-time reader agrees
-        state = load_snapshot(store, sid, name=PROJECTOR_SNAPSHOT)
-        assert state == loaded[sid] == project_worker_group(store.read_stream(sid))
+    assert set(_projector_snapshots(store, ids)) == set(ids)  # every group's first sight
+    busy = streams[1]
+    behind = []
+    for n in range(2 * SNAPSHOT_EVERY + 5):
+        store.append(busy.stream_id, [busy.reported(n % 2, loss=float(n)).events[-1].event])
+        catch_up_read_models(store)
+        snapshot = _projector_snapshots(store, [busy.stream_id])[busy.stream_id]
+        behind.append(store.stream_version(busy.stream_id) - snapshot.version)
+    assert max(behind) == SNAPSHOT_EVERY - 1  # never further behind than that
+    assert behind.count(0) == 2  # sealed twice in 2 x SNAPSHOT_EVERY + 5 events
+    ended = busy.shutdown_requested().shut_down()
+    store.append(busy.stream_id, [event.event for event in ended.events[-2:]])
+    catch_up_read_models(store)
+    final = _projector_snapshots(store, [busy.stream_id])[busy.stream_id]
+    assert final.version == store.stream_version(busy.stream_id)
+    assert final.status.is_terminal
+
+
+def test_a_projector_continues_from_memory_and_from_an_older_snapshot_to_the_same_rows(
+    store: Any, store_url: str, monkeypatch: Any
+) -> None:
+    """A process's projector keeps the groups it folded last and reads nothing of them for
+    the next batch; a projector of another process (another store object, nothing in memory)
+    starts from the snapshot, folds the events since, and writes the same rows as a rebuild."""
+    from wgstore.events import EventStore
+    from wgstore.projections import projector
+
+    loaded: list[list[str]] = []
+    real_load = projector.load_snapshots
+
+    def counted_load(connection: Any, stream_ids: list[str], **kwargs: Any) -> Any:
+        loaded.append(list(stream_ids))
+        return real_load(connection, stream_ids, **kwargs)
+
+    monkeypatch.setattr(projector, "load_snapshots", counted_load)
+    streams = [_stream(f"g{n}").running() for n in range(3)]
+    for stream in streams:
+        append_stream(store, stream)
+    catch_up_read_models(store)
+
+    def report_everywhere(n: int) -> None:
+        for stream in streams:
+            store.append(stream.stream_id, [stream.reported(n % 2, loss=float(n)).events[-1].event])
+
+    other = EventStore.open(store_url)
+    try:
+        for n in range(10):
+            report_everywhere(n)
+            loaded.clear()
+            catch_up_read_models(store if n % 3 else other)
+            if n % 3 == 2:  # this process folded the batch before: nothing read
+                assert loaded == [[]]
+            else:  # the other one did (or nobody, in this store object): the snapshots read
+                assert sorted(loaded[0]) == sorted(s.stream_id for s in streams)
+    finally:
+        other.close()
+    kept = _all_rows(store)
+    assert len(kept["wg_reports"]) == 30
+    rebuild_read_models(store)
+    assert _all_rows(store) == kept
+
+
+def test_a_batch_that_did_not_commit_leaves_nothing_in_the_projector_s_memory_used(
+    store: Any, monkeypatch: Any
+) -> None:
+    """The projector remembers a batch's groups as it folds them, before the commit: a batch
+    whose write fails must not be the base of the next one (the row's version tells)."""
+    from wgstore.projections import projector
+
+    stream = _stream("g1").running()
+    append_stream(store, stream)
+    catch_up_read_models(store)
+    store.append(stream.stream_id, [stream.reported(0, loss=1.0).events[-1].event])
+    real_insert = projector._insert_group_rows
+
+    def failing_insert(connection: Any, rows: Any) -> None:
+        raise RuntimeError("the database went away mid-batch")
+
+    monkeypatch.setattr(projector, "_insert_group_rows", failing_insert)
+    try:
+        catch_up_read_models(store)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the failing write was not called")
+    monkeypatch.setattr(projector, "_insert_group_rows", real_insert)
+    store.append(stream.stream_id, [stream.reported(1, loss=2.0).events[-1].event])
+    assert catch_up_read_models(store) == 2
+    kept = _all_rows(store)
+    assert [row[1:3] for row in kept["wg_reports"]] == [(0, 1), (1, 1)]
+    rebuild_read_models(store)
+    assert _all_rows(store) == kept
 
 
 def test_a_lost_projector_snapshot_is_rebuilt_from_the_log(store: Any) -> None:
