@@ -1,14 +1,14 @@
 """SQLite appends from several processes at once: how long an append waits for another's write
-lock, and how many appends a second they make, with SQLite's busy handler (what wgstore does: it
-sleeps 1, 2, 5, 10, 15, 20, 25 ... 100 ms between tries) beside the alternative of waiting in
-short steps of our own (``short-waits``: the writer's busy timeout 0, then tries after 0.2 ms
-doubling to 4 ms, at most the busy timeout), in the same run.
+lock, and how many appends a second they make, with each of the store's two ways of waiting
+(``lock_wait`` in the URL, docs in ``wgstore.events.engine.SQLITE_LOCK_WAITS``): ``wgstore``,
+SQLite's busy handler (the default: it sleeps 1, 2, 5, 10, 15, 20, 25 ... 100 ms between tries),
+and ``short-waits`` (``lock_wait=short``: tries after 0.2 ms doubling to 1 ms, at most the busy
+timeout), in the same run.
 
 Each of ``--procs`` processes opens the store on one file and appends ``--appends`` single
 events to a stream of its own, all starting together, pausing a random 0-``--gap-ms`` between
 appends (0: saturated, W5's writers), and times each append (``time.perf_counter``). The sides
-alternate round by round on fresh files; ``short-waits`` is patched into its processes'
-``SqliteRecorder`` (``_prepare_writer`` and ``_begin_immediate``).
+alternate round by round on fresh files.
 
     .venv/bin/python bench/contended_appends.py                 # 4 processes, 3 rounds
     .venv/bin/python bench/contended_appends.py --procs 8 --rounds 5 --json
@@ -32,45 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 SIDES = ("wgstore", "short-waits")
-FIRST_PAUSE_S, LONGEST_PAUSE_S = 0.0002, 0.004
-
-
-def _use_short_waits() -> None:
-    """The alternative: the writer's busy timeout is 0 and it tries the lock again itself."""
-    import sqlite3
-
-    from wgstore.events.sqlite_recorder import SqliteRecorder
-
-    def prepare(self: Any, connection: Any) -> None:
-        driver = connection.driver_connection
-        self._busy_ms = int(driver.execute("PRAGMA busy_timeout").fetchone()[0])
-        driver.execute("PRAGMA busy_timeout = 0")
-
-    def begin(self: Any, cursor: sqlite3.Cursor) -> None:
-        deadline = time.monotonic() + self._busy_ms / 1000
-        pause = FIRST_PAUSE_S
-        while True:
-            try:
-                cursor.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as error:
-                busy = error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY
-                if not busy or time.monotonic() >= deadline:
-                    raise
-            time.sleep(pause)  # the alternative's backoff
-            pause = min(pause * 2, LONGEST_PAUSE_S)
-
-    SqliteRecorder._prepare_writer = prepare  # type: ignore[method-assign]
-    SqliteRecorder._begin_immediate = begin  # type: ignore[method-assign]
+LOCK_WAIT = {"wgstore": "sqlite", "short-waits": "short"}
 
 
 def _appender(
-    url: str, side: str, appends: int, gap_s: float, seed: int, ready: Any, start: Any, out: Any
+    url: str, appends: int, gap_s: float, seed: int, ready: Any, start: Any, out: Any
 ) -> None:
     from wgstore.events import EventStore, event_type
-
-    if side == "short-waits":
-        _use_short_waits()
 
     @event_type("ContendedProbe", version=1)
     @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,12 +77,13 @@ def one_round(side: str, procs: int, appends: int, gap_s: float, sync: str) -> d
     clock is the system's monotonic one, the same in every process)."""
     from wgstore.events import EventStore
 
-    url = f"sqlite:///{tempfile.mkdtemp(prefix='wgs-contended-')}/wgstore.db?synchronous={sync}"
+    folder = tempfile.mkdtemp(prefix="wgs-contended-")
+    url = f"sqlite:///{folder}/wgstore.db?synchronous={sync}&lock_wait={LOCK_WAIT[side]}"
     EventStore.open(url).close()  # migrated before the processes race
     context = mp.get_context("spawn")
     ready, out, start = context.Queue(), context.Queue(), context.Event()
     workers = [
-        context.Process(target=_appender, args=(url, side, appends, gap_s, seed, ready, start, out))
+        context.Process(target=_appender, args=(url, appends, gap_s, seed, ready, start, out))
         for seed in range(procs)
     ]
     for worker in workers:

@@ -81,6 +81,7 @@ REPORT_KEYS = (
     "offered_reports_per_s",
     "report_ms",
     "poll_append_ms",
+    "scheduling_late_ms",
     "read_model_lag",
     "cpu_ms_per_1000_events",
     "bytes",
@@ -130,6 +131,34 @@ class _TimedStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
+
+
+class _SchedulingProbe:
+    """A thread that asks to sleep ``PROBE_SLEEP_S`` over and over and records how much longer
+    each sleep took (ms): the wait of a thread of this process that is ready to run, for a core
+    and the GIL. A ``report()`` or an append of this process cannot take less than that to
+    return once its own work is done, whatever the store does."""
+
+    PROBE_SLEEP_S = 0.002
+
+    def __init__(self) -> None:
+        self.late_ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scheduling-probe", daemon=True)
+
+    def start(self) -> _SchedulingProbe:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            time.sleep(self.PROBE_SLEEP_S)
+            self.late_ms.append((time.perf_counter() - t0 - self.PROBE_SLEEP_S) * 1000.0)
 
 
 def _patch_reports(metrics: int, latencies: list[float], made: Counter[str]) -> None:
@@ -251,6 +280,7 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
         while time.time() < spec["start_at"]:
             time.sleep(0.01)
         executor.start()
+        probe = _SchedulingProbe().start()
         finished: dict[str, str] = {}
 
         seen = store if spec["wake"] == "streams" else _WholeLogStore(store)
@@ -267,6 +297,7 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
             thread.start()
         for thread in threads:
             thread.join()
+        probe.stop()
         executor.wait_idle(30.0)
         executor.stop()
         errors.extend(executor.errors)
@@ -282,6 +313,7 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
             {
                 "report_ms": report_ms,
                 "poll_ms": poll_ms,
+                "scheduling_late_ms": probe.late_ms,
                 "made": dict(made),
                 "finished": finished,
                 "errors": errors[:20],
@@ -311,7 +343,7 @@ def _pg_conninfo(url: str) -> str:
 class Backend:
     """A fresh store for one configuration, and what it costs on disk and in server CPU."""
 
-    def __init__(self, name: str, url: str | None, keep: bool) -> None:
+    def __init__(self, name: str, url: str | None, keep: bool, lock_wait: str = "sqlite") -> None:
         self.name = name
         self.keep = keep
         self.tag = f"wgfleet_{uuid.uuid4().hex[:10]}"
@@ -320,8 +352,8 @@ class Backend:
             if url is None:
                 self._tmp = tempfile.TemporaryDirectory(prefix="wgfleet-")
                 url = f"sqlite:///{self._tmp.name}/fleet.db"
-            self.url = url
             self.path = Path(url.removeprefix("sqlite:///"))
+            self.url = f"{url}?lock_wait={lock_wait}"
         else:
             import psycopg
 
@@ -685,7 +717,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
     from wgstore.events import EventStore
 
     load_start = os.getloadavg()
-    backend = Backend(backend_name, args.url if args.url else None, args.keep)
+    backend = Backend(backend_name, args.url if args.url else None, args.keep, args.lock_wait)
     try:
         with EventStore.open(backend.url) as store:
             run_ids = [f"fleet-{k:05d}" for k in range(args.runs)]
@@ -709,6 +741,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
                         "threads": args.threads,
                         "wake": args.wake,
                         "group_limit": args.group_limit,
+                        "lock_wait": args.lock_wait if backend_name == "sqlite" else None,
                         "start_at": start_at,
                         "timeout_s": args.duration * 3 + 600,
                         "profile": args.profile if p == 0 and args.profile else None,
@@ -788,6 +821,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
             "threads": args.threads,
             "wake": args.wake,
             "group_limit": args.group_limit,
+            "lock_wait": args.lock_wait if backend_name == "sqlite" else None,
             "reports_per_worker": reports,
         },
         "load_start": [round(x, 1) for x in load_start],
@@ -800,6 +834,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
         "report_ms": _ms(report_ms),
         "poll_append_ms": _ms(poll_ms),
         "appends_per_commit": _appends_per_commit(results),
+        "scheduling_late_ms": _ms([x for r in results for x in r["scheduling_late_ms"]]),
         "read_model_lag": {
             "events_max": max(reader.lag_events) if reader.lag_events else None,
             "seconds_max": _round(lag_s),
@@ -846,7 +881,8 @@ def _print(report: dict[str, Any]) -> None:
     print(
         f"  report() ms p50 {report['report_ms']['p50']} p99 {report['report_ms']['p99']} "
         f"max {report['report_ms']['max']}; poll appends p50 {report['poll_append_ms']['p50']} "
-        f"p99 {report['poll_append_ms']['p99']}"
+        f"p99 {report['poll_append_ms']['p99']}; a ready thread's wait p99 "
+        f"{report['scheduling_late_ms']['p99']} max {report['scheduling_late_ms']['max']}"
     )
     print(
         f"  read-model lag max {lag['events_max']} events, {lag['seconds_max']} s; CPU per 1,000 "
@@ -882,6 +918,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8, help="executor threads per process")
     parser.add_argument("--spawn-s", type=float, default=8.0, help="time given to spawn")
     parser.add_argument("--profile", help="cProfile output of worker process 0")
+    parser.add_argument(
+        "--lock-wait",
+        choices=("sqlite", "short"),
+        default="sqlite",
+        help="SQLite: how a writer waits for another's lock (the store URL's lock_wait)",
+    )
     parser.add_argument(
         "--group-limit",
         type=int,

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
+from wgstore.events.engine import SHORT_LOCK_WAITS_OPTION, begin_immediate
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, epoch_us, event_mac
 from wgstore.events.pooled_recorder import PooledRecorder
@@ -122,13 +123,16 @@ class SqliteRecorder(PooledRecorder):
         self._stream_heads: dict[str, tuple[int, str]] = {}
         self._log_head: tuple[int, str] | None = None
         self._cached_skips = 0
+        self._short_waits_s: float | None = engine.get_execution_options().get(
+            SHORT_LOCK_WAITS_OPTION
+        )
 
     def _begin_immediate(self, cursor: sqlite3.Cursor) -> None:
-        """Take the write lock; while another connection holds it, SQLite's busy handler waits
-        (up to the busy timeout). Waiting in short steps of our own instead was tried twice and
-        not kept: a lower tail at moderate contention, 5-15 % fewer appends a second with four
-        saturated writers on two cores (bench/contended_appends.py patches it in)."""
-        cursor.execute("BEGIN IMMEDIATE")
+        """Take the write lock, waiting for it as the store's URL says (``lock_wait``,
+        :func:`~wgstore.events.engine.begin_immediate`): SQLite's busy handler by default, which
+        keeps more appends a second when writers are saturated, or short steps of our own, which
+        keep the tail short when many processes append a little each."""
+        begin_immediate(cursor.execute, self._short_waits_s)
 
     def _append(
         self,

@@ -1,5 +1,6 @@
-"""SQLite: an append that meets another connection's write lock waits for it (SQLite's busy
-handler), for at most the busy timeout, and then says so; the writer stays usable."""
+"""SQLite: an append that meets another connection's write lock waits for it (through SQLite's
+busy handler, or in short steps of our own with ``lock_wait=short``), for at most the busy
+timeout, and then says so; the writer stays usable. So does every other write transaction."""
 
 from __future__ import annotations
 
@@ -18,12 +19,16 @@ def _event(reason: str) -> WorkerGroupShutdownRequested:
     return WorkerGroupShutdownRequested(reason=reason)
 
 
+LOCK_WAITS = pytest.mark.parametrize("lock_wait", ["sqlite", "short"])
+
+
+@LOCK_WAITS
 @pytest.mark.parametrize("first_append", ["cached heads", "locked read"])
 def test_an_append_waits_for_another_writers_lock_and_lands_once_it_is_released(
-    tmp_path: Path, first_append: str
+    tmp_path: Path, first_append: str, lock_wait: str
 ) -> None:
     path = tmp_path / "wgstore.db"
-    url = f"sqlite:///{path}?busy_timeout=120"
+    url = f"sqlite:///{path}?busy_timeout=120&lock_wait={lock_wait}"
     with EventStore.open(url) as store:
         if first_append == "cached heads":  # the next append takes the cached-heads path
             store.append("s-1", [_event("before")])
@@ -49,14 +54,17 @@ def test_an_append_waits_for_another_writers_lock_and_lands_once_it_is_released(
             other.close()
         assert done.wait(60) and not failed, failed
         reasons = [r.event.reason for r in store.read_stream("s-1")]
+        writer = store.recorder._writer.driver_connection  # type: ignore[attr-defined]
+        assert writer.execute("PRAGMA busy_timeout").fetchone()[0] == 120_000  # as it was
     assert reasons == (["before"] if first_append == "cached heads" else []) + ["while locked"]
 
 
+@LOCK_WAITS
 def test_an_append_gives_up_after_the_busy_timeout_with_the_reason_and_writes_nothing(
-    tmp_path: Path,
+    tmp_path: Path, lock_wait: str
 ) -> None:
     path = tmp_path / "wgstore.db"
-    url = f"sqlite:///{path}?busy_timeout=0.3"
+    url = f"sqlite:///{path}?busy_timeout=0.3&lock_wait={lock_wait}"
     with EventStore.open(url) as store:
         store.append("s-1", [_event("before")])
         other = sqlite3.connect(path, isolation_level=None)
@@ -71,3 +79,83 @@ def test_an_append_gives_up_after_the_busy_timeout_with_the_reason_and_writes_no
             other.close()
         store.append("s-1", [_event("after")])  # the writer is usable again
         assert [r.event.reason for r in store.read_stream("s-1")] == ["before", "after"]
+
+
+@LOCK_WAITS
+def test_any_write_transaction_waits_for_the_lock_and_gives_up_after_the_busy_timeout(
+    tmp_path: Path, lock_wait: str
+) -> None:
+    """The projector's and the leases' transactions (``store.engine.begin()``) wait as the
+    appends do: blocked while another connection holds the lock, through once it is released,
+    refused after the busy timeout."""
+    import sqlalchemy as sa
+
+    path = tmp_path / "wgstore.db"
+    with EventStore.open(f"sqlite:///{path}?busy_timeout=120&lock_wait={lock_wait}") as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        done = threading.Event()
+        failed: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                with store.engine.begin() as connection:
+                    connection.execute(sa.text("CREATE TABLE mine (n INTEGER)"))
+            except BaseException as error:  # noqa: BLE001 - reported below
+                failed.append(error)
+            finally:
+                done.set()
+
+        writing = threading.Thread(target=write, daemon=True)
+        try:
+            writing.start()
+            assert not done.wait(0.5), failed  # blocked behind the lock, not failed
+        finally:
+            other.execute("ROLLBACK")
+        assert done.wait(60) and not failed, failed
+        impatient = EventStore.open(f"sqlite:///{path}?busy_timeout=0.3&lock_wait={lock_wait}")
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            started = time.monotonic()
+            with (
+                pytest.raises(sa.exc.OperationalError, match="database is locked"),
+                impatient.engine.begin() as connection,
+            ):
+                connection.execute(sa.text("INSERT INTO mine VALUES (1)"))
+            assert time.monotonic() - started >= 0.3
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+            impatient.close()
+
+
+def test_short_waits_give_up_after_their_time_and_leave_the_busy_timeout_as_it_was(
+    tmp_path: Path,
+) -> None:
+    from wgstore.events.engine import begin_immediate
+
+    path = tmp_path / "plain.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode = WAL")
+    waiter = sqlite3.connect(path, isolation_level=None)
+    waiter.execute("PRAGMA busy_timeout = 5000")
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+            begin_immediate(waiter.execute, 0.2)
+        assert 0.2 <= time.monotonic() - started < 5  # its own time, not the busy timeout
+        assert waiter.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+        assert not waiter.in_transaction
+    finally:
+        holder.execute("ROLLBACK")
+    begin_immediate(waiter.execute, 0.2)  # free: taken at once
+    assert waiter.in_transaction
+    waiter.execute("ROLLBACK")
+    holder.close()
+    waiter.close()
+
+
+def test_a_lock_wait_that_is_not_one_says_which_there_are(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailableError, match=r"lock_wait='soon'.*sqlite, short"):
+        EventStore.open(f"sqlite:///{tmp_path}/wgstore.db?lock_wait=soon")
