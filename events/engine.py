@@ -55,11 +55,12 @@ _OWN_QUERY_KEYS = ("synchronous", "busy_timeout", "lock_wait")
 SQLITE_LOCK_WAITS = ("sqlite", "short")
 """How a SQLite writer waits while another holds the write lock (the URL's ``lock_wait``):
 ``sqlite``, SQLite's busy handler (default), which sleeps 1, 2, 5, 10 ... up to 100 ms between
-tries, so a waiter can sleep through many short holds and keep missing the lock (waits of
-0.4-1.4 s were measured among four processes of short appends, each hold under 12 ms), but it
+tries, so a waiter can sleep through many short holds and keep missing the lock (in a fleet
+of four processes, waits of up to 1.4 s for a lock no writer held more than 76 ms), but it
 lets a writer that appends back to back keep the lock (more appends a second when saturated);
-``short``, tries every 0.2 ms doubling to 1 ms (a lower tail: bench/README.md, "The SQLite tail
-was the busy handler's sleeps"). Both give up after the busy timeout."""
+``short``, tries every 0.2 ms doubling to 1 ms: a lower tail where processes pause between
+appends, fewer appends a second back to back, and CPU spent on the tries (bench/README.md, "the
+SQLite fleet's tail traced to the lock wait"). Both give up after the busy timeout."""
 SHORT_LOCK_WAITS_OPTION = "wgstore_short_lock_waits_s"
 """An engine's execution option when ``lock_wait=short``: its busy timeout in seconds."""
 _SHORT_WAIT_FIRST_S, _SHORT_WAIT_LONGEST_S = 0.0002, 0.001

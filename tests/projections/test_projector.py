@@ -420,3 +420,34 @@ def test_a_batch_prepared_before_another_projector_applied_it_is_not_applied_twi
     assert len(kept["wg_reports"]) == 3
     rebuild_read_models(store)
     assert _all_rows(store) == kept
+
+
+def test_the_projector_s_memory_hands_a_group_back_only_at_its_version() -> None:
+    """No database: an entry is handed out once, only at the version it was folded to; a group
+    that ended is not kept; past its capacity the least recently folded group goes first."""
+    from wgstore.projections.projector import _Folded, _FoldedGroups
+
+    def folded(group_id: str, ended: bool = False) -> _Folded:
+        stream = _stream(group_id).running()
+        if ended:
+            stream.shutdown_requested().shut_down()
+        return _Folded(project_worker_group(stream.events), {}, {}, None)
+
+    memory = _FoldedGroups(capacity=2)
+    first = folded("g1")
+    memory.keep("g1", first)
+    assert memory.take("g1", first.state.version + 1) is None  # its row moved on: unused...
+    assert memory.take("g1", first.state.version) is None  # ...and dropped
+    memory.keep("g1", first)
+    assert memory.take("g1", first.state.version) is first
+    assert memory.take("g1", first.state.version) is None  # taken out while a batch folds it
+    memory.keep("g9", ended := folded("g9", ended=True))
+    assert memory.take("g9", ended.state.version) is None
+    entries = {gid: folded(gid) for gid in ("a", "b", "c")}
+    for gid in ("a", "b"):
+        memory.keep(gid, entries[gid])
+    memory.keep("a", entries["a"])  # folded again: now the most recent
+    memory.keep("c", entries["c"])  # over capacity: b, the least recent, goes
+    assert memory.take("b", entries["b"].state.version) is None
+    assert memory.take("a", entries["a"].state.version) is entries["a"]
+    assert memory.take("c", entries["c"].state.version) is entries["c"]
