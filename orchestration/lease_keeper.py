@@ -24,6 +24,7 @@ from collections import defaultdict
 
 from wgstore.events import EventStore
 from wgstore.events.leases import Lease, release_lease, renew_held
+from wgstore.events.per_store import PerStore
 
 __all__ = ["LeaseKeeper"]
 
@@ -147,13 +148,5 @@ class _Renewer:
                         self._keepers.discard(keeper)
 
 
-_RENEWERS: weakref.WeakKeyDictionary[EventStore, _Renewer] = weakref.WeakKeyDictionary()
-_RENEWERS_LOCK = threading.Lock()
-
-
-def _renewer_of(store: EventStore) -> _Renewer:
-    with _RENEWERS_LOCK:
-        renewer = _RENEWERS.get(store)
-        if renewer is None:
-            renewer = _RENEWERS[store] = _Renewer(store)
-        return renewer
+_renewer_of = PerStore(_Renewer)
+"""The renewer of a store object's leases in this process."""

@@ -38,7 +38,6 @@ leaves the live read models untouched. Readers see the old read models until the
 from __future__ import annotations
 
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from wgstore.events._translate import translate_errors
 from wgstore.events.engine import READ_ONLY_OPTION
+from wgstore.events.per_store import PerStore
 from wgstore.events.records import RecordedEvent
 from wgstore.events.run import RunCreated
 from wgstore.events.schema import wg_run_decisions, wg_runs, wg_snapshots, wg_subscriptions
@@ -553,17 +553,8 @@ class _FoldedGroups:
                 self._entries.popitem(last=False)
 
 
-_MEMORIES: weakref.WeakKeyDictionary[EventStore, _FoldedGroups] = weakref.WeakKeyDictionary()
-_MEMORIES_LOCK = threading.Lock()
-
-
-def _folded_groups(store: EventStore) -> _FoldedGroups:
-    """The projector's memory of ``store``'s groups in this process."""
-    with _MEMORIES_LOCK:
-        memory = _MEMORIES.get(store)
-        if memory is None:
-            memory = _MEMORIES[store] = _FoldedGroups()
-        return memory
+_folded_groups = PerStore(lambda _store: _FoldedGroups())
+"""The projector's memory of a store object's groups in this process."""
 
 
 def _attempt_changed(before: WorkerGroupState | None, work: _GroupBatch) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,28 @@ def _event(reason: str) -> WorkerGroupShutdownRequested:
 LOCK_WAITS = pytest.mark.parametrize("lock_wait", ["sqlite", "short"])
 
 
+def _blocked_until_released(holder: sqlite3.Connection, write: Callable[[], object]) -> None:
+    """Run ``write`` in a thread while ``holder`` holds the write lock: it must wait (not fail)
+    until ``holder`` rolls back, then go through."""
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            write()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failed.append(error)
+        finally:
+            done.set()
+
+    try:
+        threading.Thread(target=run, daemon=True).start()
+        assert not done.wait(0.5), failed  # blocked behind the lock, not failed
+    finally:
+        holder.execute("ROLLBACK")
+    assert done.wait(60) and not failed, failed
+
+
 @LOCK_WAITS
 @pytest.mark.parametrize("first_append", ["cached heads", "locked read"])
 def test_an_append_waits_for_another_writers_lock_and_lands_once_it_is_released(
@@ -34,25 +57,10 @@ def test_an_append_waits_for_another_writers_lock_and_lands_once_it_is_released(
             store.append("s-1", [_event("before")])
         other = sqlite3.connect(path, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # another process in the middle of an append
-        done = threading.Event()
-        failed: list[BaseException] = []
-
-        def append() -> None:
-            try:
-                store.append("s-1", [_event("while locked")])
-            except BaseException as error:  # noqa: BLE001 - reported below
-                failed.append(error)
-            finally:
-                done.set()
-
-        appending = threading.Thread(target=append, daemon=True)
         try:
-            appending.start()
-            assert not done.wait(0.5), failed  # blocked behind the lock, not failed
+            _blocked_until_released(other, lambda: store.append("s-1", [_event("while locked")]))
         finally:
-            other.execute("ROLLBACK")
             other.close()
-        assert done.wait(60) and not failed, failed
         reasons = [r.event.reason for r in store.read_stream("s-1")]
         writer = store.recorder._writer.driver_connection  # type: ignore[attr-defined]
         assert writer.execute("PRAGMA busy_timeout").fetchone()[0] == 120_000  # as it was
@@ -94,25 +102,12 @@ def test_any_write_transaction_waits_for_the_lock_and_gives_up_after_the_busy_ti
     with EventStore.open(f"sqlite:///{path}?busy_timeout=120&lock_wait={lock_wait}") as store:
         other = sqlite3.connect(path, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")
-        done = threading.Event()
-        failed: list[BaseException] = []
 
         def write() -> None:
-            try:
-                with store.engine.begin() as connection:
-                    connection.execute(sa.text("CREATE TABLE mine (n INTEGER)"))
-            except BaseException as error:  # noqa: BLE001 - reported below
-                failed.append(error)
-            finally:
-                done.set()
+            with store.engine.begin() as connection:
+                connection.execute(sa.text("CREATE TABLE mine (n INTEGER)"))
 
-        writing = threading.Thread(target=write, daemon=True)
-        try:
-            writing.start()
-            assert not done.wait(0.5), failed  # blocked behind the lock, not failed
-        finally:
-            other.execute("ROLLBACK")
-        assert done.wait(60) and not failed, failed
+        _blocked_until_released(other, write)
         impatient = EventStore.open(f"sqlite:///{path}?busy_timeout=0.3&lock_wait={lock_wait}")
         other.execute("BEGIN IMMEDIATE")
         try:
