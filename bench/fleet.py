@@ -741,7 +741,6 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
                         "threads": args.threads,
                         "wake": args.wake,
                         "group_limit": args.group_limit,
-                        "lock_wait": args.lock_wait if backend_name == "sqlite" else None,
                         "start_at": start_at,
                         "timeout_s": args.duration * 3 + 600,
                         "profile": args.profile if p == 0 and args.profile else None,
