@@ -521,18 +521,28 @@ def test_a_group_that_cannot_be_placed_is_a_start_failure_and_the_run_errors(
         run_config=RunConfig(
             storage_path=str(tmp_path / "storage"),
             failure_config=FailureConfig(controller_failure_limit=0),
-            callbacks=[RecordingCallback(url)],
+            # Training never starts, so the whole record waits for the final flush (hold_s),
+            # which opens the store first; under stress --cpu 2 that took the default 10 s, the
+            # writer wrote its first batch (the run's first events) and stopped at the deadline
+            # (the run was found without its group). What is recorded is tested here, not how
+            # long the controller waits for it.
+            callbacks=[RecordingCallback(url, flush_timeout_s=120.0)],
         ),
     )
     os.environ["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"] = "2"  # the controller reads it
     try:
-        with pytest.raises(TrainingFailedError):
+        with pytest.raises(TrainingFailedError) as failed_fit:
             trainer.fit()
     finally:
         del os.environ["RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"]
     with EventStore.open(url) as store:
         ((stream, _),) = store.streams("run-")
-        state = project_run(store.read_stream(stream))
+        run_records = list(store.read_stream(stream))
+        state = project_run(run_records)
+        assert len(state.groups) == 1, (
+            [(r.type, r.event) for r in run_records],
+            str(failed_fit.value),
+        )
         (group_id,) = state.groups
         group_records = list(store.read_stream(group_stream(group_id)))
     assert state.status.value == "ERRORED" and state.ended
