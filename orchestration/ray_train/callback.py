@@ -124,7 +124,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             ``RecordingError``) instead of logging it and training on.
         retry_limit_s: how long appends may fail before it counts as a recording failure.
         flush_timeout_s: how long the controller waits at the end of the run for what is
-            still unwritten; what is left after that is reported as not recorded.
+            still unwritten (plus the store's open, when the run ended before it was first
+            opened); what is left after that is reported as not recorded.
         hold_s: how long the first events wait in memory for training to start before the
             store is opened anyway. Opening it (~0.3 s of the controller's CPU) then does not
             slow the workers' start; the price is that a controller killed in that window

@@ -61,6 +61,9 @@ _PERMANENT = (
 )
 """Errors a retry cannot fix (the events themselves are wrong): the batch is dropped, reported."""
 
+_CLOSE_GRACE_S = 5.0
+"""How long close() waits past its deadline for a write still in the database."""
+
 READ_MODEL_BATCHES = 4
 """Batches of 500 events one read-model catch-up of the writer applies at most: a log whose read
 models are far behind (nobody projected it) is caught up a little at a time, never in one long
@@ -147,6 +150,7 @@ class BackgroundWriter:
         self._queue: deque[_Item] = deque()
         self._cond = threading.Condition()
         self._closing = False
+        self._closed_at = 0.0
         self._close_deadline: float | None = None
         self._busy = 0
         self._batch_started: float | None = None
@@ -256,14 +260,25 @@ class BackgroundWriter:
     def close(self, timeout_s: float) -> bool:
         """Flush (waiting at most ``timeout_s``), stop the thread and close the store.
 
-        Returns True when everything submitted was written; what could not be is counted in
-        ``stats.dropped`` and reported in the log.
+        A store first opened after close was called (held until then: a Ray Train run that
+        ended before training started) has the time its open took added to ``timeout_s``: the
+        bound is for writing, and on a loaded machine the open alone can take longer (a hung
+        open adds nothing). Returns True when everything submitted was written; what could
+        not be is counted in ``stats.dropped`` and reported in the log.
         """
         with self._cond:
             self._closing = True
-            self._close_deadline = time.monotonic() + timeout_s
+            self._closed_at = time.monotonic()
+            self._close_deadline = self._closed_at + timeout_s
             self._cond.notify_all()
-        self._thread.join(timeout_s + 5.0)
+        while self._thread.is_alive():
+            with self._cond:
+                deadline = self._close_deadline
+            assert deadline is not None  # set above; the thread only moves it later
+            wait_s = deadline + _CLOSE_GRACE_S - time.monotonic()
+            if wait_s <= 0:
+                break
+            self._thread.join(wait_s)
         with self._cond:
             left = len(self._queue)
             if left:
@@ -410,7 +425,9 @@ class BackgroundWriter:
                 return
             try:
                 if self._store is None:
+                    opening = time.monotonic()
                     self._store = self._open_store()
+                    self._opened(opening)
                     if self._fenced_off is not None:  # opening found the run held by another
                         continue
                 blobs = [blob for item in batch for blob in item.blobs]
@@ -442,6 +459,14 @@ class BackgroundWriter:
                 continue
             self._on_success(len(batch))
             return
+
+    def _opened(self, opening: float) -> None:
+        """The store is open, after an open that began at ``opening``: what of its time fell
+        after close() was called is added to the close deadline (see :meth:`close`)."""
+        with self._cond:
+            if self._close_deadline is not None:
+                after_close = time.monotonic() - max(opening, self._closed_at)
+                self._close_deadline += max(0.0, after_close)
 
     @property
     def _url(self) -> str:
