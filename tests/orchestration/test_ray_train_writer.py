@@ -312,14 +312,14 @@ def test_a_store_first_opened_at_close_gets_the_open_s_time_on_top_of_the_flush_
     the 10 s bound, and the writer stopped after its first batch. The bound is for writing."""
 
     def slow_open() -> EventStore:
-        time.sleep(1.0)  # a loaded machine's open: imports, the version check, the lease
+        time.sleep(2.0)  # a loaded machine's open: imports, the version check, the lease
         return EventStore.open(store_url)
 
     writer = BackgroundWriter(slow_open, url=store_url, hold_s=60.0)
     writer.submit("run-a", _events(3, "a"))
     writer.submit("group-b", _events(2, "b"))  # another stream: another batch
     writer.submit("run-a", _events(1, "c"))
-    assert writer.close(timeout_s=0.3)
+    assert writer.close(timeout_s=1.0)  # past by the time the store is open
     assert writer.stats.dropped == 0
     assert _reasons(reader, "run-a") == ["a0", "a1", "a2", "c0"]
     assert _reasons(reader, "group-b") == ["b0", "b1"]
