@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.waiting import wait_until
 from wgstore.events import EventStore, NewEvent, StoreUnavailableError
 from wgstore.events.run import RunAborted
 from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
@@ -311,15 +312,25 @@ def test_a_store_first_opened_at_close_gets_the_open_s_time_on_top_of_the_flush_
     which opens the store first (held until then); under stress --cpu 2 that open outlasted
     the 10 s bound, and the writer stopped after its first batch. The bound is for writing."""
 
-    def slow_open() -> EventStore:
-        time.sleep(2.0)  # a loaded machine's open: imports, the version check, the lease
+    bound_s = 1.0
+    closing_at: list[float] = []
+
+    def open_after_the_bound() -> EventStore:
+        """A loaded machine's open (imports, the version check, the lease): it ends half a
+        second after the flush bound ran out."""
+        wait_until(
+            lambda: bool(closing_at) and time.monotonic() > closing_at[0] + bound_s + 0.5,
+            timeout_s=60,
+            what="close() called and its bound run out",
+        )
         return EventStore.open(store_url)
 
-    writer = BackgroundWriter(slow_open, url=store_url, hold_s=60.0)
+    writer = BackgroundWriter(open_after_the_bound, url=store_url, hold_s=60.0)
     writer.submit("run-a", _events(3, "a"))
     writer.submit("group-b", _events(2, "b"))  # another stream: another batch
     writer.submit("run-a", _events(1, "c"))
-    assert writer.close(timeout_s=1.0)  # past by the time the store is open
+    closing_at.append(time.monotonic())
+    assert writer.close(timeout_s=bound_s)
     assert writer.stats.dropped == 0
     assert _reasons(reader, "run-a") == ["a0", "a1", "a2", "c0"]
     assert _reasons(reader, "group-b") == ["b0", "b1"]
