@@ -352,8 +352,9 @@ class Backend:
             if url is None:
                 self._tmp = tempfile.TemporaryDirectory(prefix="wgfleet-")
                 url = f"sqlite:///{self._tmp.name}/fleet.db"
-            self.path = Path(url.removeprefix("sqlite:///"))
-            self.url = f"{url}?lock_wait={lock_wait}"
+            self.path = Path(url.removeprefix("sqlite:///").partition("?")[0])
+            sep = "&" if "?" in url else "?"
+            self.url = f"{url}{sep}lock_wait={lock_wait}"
         else:
             import psycopg
 
