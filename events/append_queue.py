@@ -51,9 +51,9 @@ class AppendQueue(Generic[T, R]):
     Args:
         write: writes a group (the oldest first) and sets the ``result`` or ``error`` of each
             of its appends; it runs holding ``writer_lock``, in the thread of the group's first.
-        writer_lock: the writer's lock, which other writes (atomic multi-stream appends,
-            closing) take too; a group is taken from the queue once it is held, so that what
-            queued while another write held it goes in the group.
+        writer_lock: the writer's lock, which closing the writer takes too; a group is taken
+            from the queue once it is held, so that what queued while another write held it
+            goes in the group.
         limit: the most appends in one group.
     """
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import DBAPICursor
     from sqlalchemy.pool import PoolProxiedConnection
 
-__all__ = ["PAGE", "PooledRecorder", "StreamRows"]
+__all__ = ["PAGE", "GroupedWrite", "PooledRecorder", "StreamRows"]
 
 PAGE = 1000
 """Rows per page of a read."""
@@ -48,16 +48,18 @@ StreamRows = Callable[["DBAPICursor", str, Sequence[Any]], Generator[tuple[Any, 
 """``stream_rows(cursor, sql, params)``: a SELECT's rows as they arrive."""
 
 
-class _Append(NamedTuple):
-    """One :meth:`PooledRecorder.append` in the group-commit queue."""
+class GroupedWrite(NamedTuple):
+    """One append in the group-commit queue: a stream's batch (:meth:`PooledRecorder.append`),
+    or several streams' batches, all or nothing, with the writer's lease as its fence or not
+    (:meth:`PooledRecorder.append_many`)."""
 
-    stream_id: str
-    expected: int
-    pending: list[Pending]
+    batches: list[Batch]
     check_ids: bool
+    """Check the batches by their event ids first (they may be stored): a retry."""
+    fence: Fence | None
 
-    def batch(self) -> Batch:
-        return Batch(self.stream_id, self.expected, self.pending)
+
+_Results = list[list[AppendResult]]  # a write's results: one list per batch
 
 
 class PooledRecorder:
@@ -80,7 +82,7 @@ class PooledRecorder:
         instead of after the whole page."""
         self._write_lock = threading.Lock()
         self._writer: PoolProxiedConnection | None = None
-        self._appends: AppendQueue[_Append, list[AppendResult]] = AppendQueue(
+        self._appends: AppendQueue[GroupedWrite, _Results] = AppendQueue(
             self._write_group, self._write_lock
         )
         p = self.param
@@ -116,10 +118,12 @@ class PooledRecorder:
         raise NotImplementedError
 
     def _append_group(
-        self, writer: PoolProxiedConnection, group: list[tuple[Batch, bool]]
-    ) -> list[list[AppendResult]]:
-        """Append independent batches in one transaction (group commit), each checked by its
-        ids when its flag says so and stored or not on its own; any error rolls back them all."""
+        self, writer: PoolProxiedConnection, group: list[GroupedWrite]
+    ) -> list[_Results]:
+        """Write independent appends in one transaction (group commit): each checked by its
+        ids when its flag says so and stored or not on its own, each fenced write's lease
+        checked in the transaction (fences in one order, so that two transactions never wait
+        for each other's lease rows); any error rolls back them all."""
         raise NotImplementedError
 
     def _prepare_writer(self, connection: PoolProxiedConnection) -> None:
@@ -147,12 +151,18 @@ class PooledRecorder:
         transaction (group commit, :class:`~wgstore.events.append_queue.AppendQueue`): one
         commit for all, each batch's outcome its own.
         """
-        results: list[AppendResult] = self._appends.submit(
-            _Append(stream_id, expected, pending, check_ids)
-        )
-        return results
+        write = GroupedWrite([Batch(stream_id, expected, pending)], check_ids, None)
+        return self._appends.submit(write)[0]
 
-    def _write_group(self, group: list[Queued[_Append, list[AppendResult]]]) -> None:
+    def append_many(
+        self, batches: list[Batch], check_ids: bool, fence: Fence | None
+    ) -> list[list[AppendResult]]:
+        """Append batches atomically (see :meth:`wgstore.events.recorder.Recorder.append_many`),
+        in the group-commit queue like :meth:`append`: a fenced append that waited goes in one
+        transaction with the others, its lease checked in it."""
+        return self._appends.submit(GroupedWrite(batches, check_ids, fence))
+
+    def _write_group(self, group: list[Queued[GroupedWrite, _Results]]) -> None:
         """Write a group of queued appends (under the write lock): together in one
         transaction; when that fails, none is stored and each is written alone, for its own
         result or error."""
@@ -160,14 +170,13 @@ class PooledRecorder:
             try:
                 results = self._on_writer(
                     lambda writer, retry: self._append_group(
-                        writer,
-                        [(q.item.batch(), q.item.check_ids or q.retry or retry) for q in group],
+                        writer, [_checked(q.item, q.retry or retry) for q in group]
                     ),
                     False,
                 )
-            except Exception:  # noqa: BLE001 - each batch is written alone next, for its own
-                # One batch failed (a version mismatch, say) and the transaction rolled back;
-                # or its outcome is unknown: alone, each checks its ids first.
+            except Exception:  # noqa: BLE001 - each append is written alone next, for its own
+                # One failed (a version mismatch, a fence refused, say) and the transaction
+                # rolled back; or its outcome is unknown: alone, each checks its ids first.
                 for queued in group:
                     queued.retry = True
             else:
@@ -176,30 +185,26 @@ class PooledRecorder:
                 return
         for queued in group:
             try:
-                queued.result = self._append_alone(queued.item, queued.retry)
+                queued.result = self._write_alone(queued.item, queued.retry)
             except Exception as error:  # noqa: BLE001 - raised in the thread that appended it
                 queued.error = error
 
-    def _append_alone(self, append: _Append, retry: bool) -> list[AppendResult]:
-        stream_id, expected, pending, check_ids = append
+    def _write_alone(self, write: GroupedWrite, retry: bool) -> _Results:
+        batches, check_ids, fence = write
+        if len(batches) == 1 and fence is None:
+            (batch,) = batches
+            return [
+                self._on_writer(
+                    lambda writer, check: self._append(
+                        writer, batch.stream_id, batch.expected, batch.pending, check
+                    ),
+                    check_ids or retry,
+                )
+            ]
         return self._on_writer(
-            lambda writer, check: self._append(writer, stream_id, expected, pending, check),
+            lambda writer, check: self._append_many(writer, batches, check, fence),
             check_ids or retry,
         )
-
-    def append_many(
-        self, batches: list[Batch], check_ids: bool, fence: Fence | None
-    ) -> list[list[AppendResult]]:
-        """Append batches atomically (see :meth:`wgstore.events.recorder.Recorder.append_many`)."""
-        return self._with_writer(
-            lambda writer, check: self._append_many(writer, batches, check, fence), check_ids
-        )
-
-    def _with_writer(
-        self, write: Callable[[PoolProxiedConnection, bool], _T], check_ids: bool
-    ) -> _T:
-        with self._write_lock:
-            return self._on_writer(write, check_ids)
 
     def _on_writer(self, write: Callable[[PoolProxiedConnection, bool], _T], check_ids: bool) -> _T:
         """``write(writer, check_ids)`` on the writer connection (the caller holds the write
@@ -420,6 +425,11 @@ class PooledRecorder:
             page.dropped = True
             return
         self._release(connection)
+
+
+def _checked(write: GroupedWrite, retry: bool) -> GroupedWrite:
+    """``write``, checked by its ids when it is a retry."""
+    return write._replace(check_ids=True) if retry and not write.check_ids else write
 
 
 def _kept(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, chain_hash, epoch_us, event_mac, log_hash
-from wgstore.events.pooled_recorder import PooledRecorder
+from wgstore.events.pooled_recorder import GroupedWrite, PooledRecorder
 from wgstore.events.recorder import (
     AppendResult,
     Batch,
@@ -395,82 +395,105 @@ class PostgresRecorder(PooledRecorder):
         fence: Fence | None,
     ) -> list[list[AppendResult]]:
         """Append batches atomically (see :meth:`wgstore.events.recorder.Recorder.append_many`):
-        one transaction: ``wg_check_fence`` (its lock on the lease row holds a takeover back
-        until the commit), then one ``wg_append`` per batch (the first takes the table lock), or
-        with a key, the keyed append's work for each batch under one table lock.
-        """
+        a group of one (:meth:`_append_group`): ``wg_check_fence`` (its lock on the lease row
+        holds a takeover back until the commit), then one ``wg_append`` per batch, pipelined in
+        one round trip (two when several batches are checked by their ids)."""
         import psycopg
 
-        connection = _driver(writer)
-        cursor = connection.cursor()
-        stream_id = None
         try:
-            with connection.transaction():
-                if fence is not None:
-                    cursor.execute(_CHECK_FENCE, (fence.lease, fence.holder, fence.epoch))
-                results: list[list[AppendResult]] = []
-                if self.hmac_key is not None:
-                    cursor.execute(_KEYED_LOCK)
-                for batch in batches:
-                    stream_id = batch.stream_id
-                    if self.hmac_key is not None:
-                        results.append(
-                            self._keyed_batch(
-                                cursor, batch.stream_id, batch.expected, batch.pending, check_ids
-                            )
-                        )
-                        continue
-                    cursor.execute(
-                        _CALL,
-                        _arguments(batch.stream_id, batch.expected, batch.pending, check_ids),
-                    )
-                    results.append(list(as_results(cursor.fetchall())))
-                existed = {rows[0].existed for rows in results}
-                if len(existed) > 1:  # the transaction rolls back on the way out
-                    raise DuplicateEventError(
-                        "some of the batches' event ids are already stored and others are not: "
-                        "give each new event a new id, or retry the whole original append "
-                        "unchanged"
-                    )
-                if self.hmac_key is not None:
-                    cursor.execute(_KEYED_NOTIFY)
-            return results
+            return self._in_one_transaction(writer, [GroupedWrite(batches, check_ids, fence)])[0]
         except psycopg.Error as error:
-            raise _translated(error, stream_id, fence) from None
-        finally:
-            cursor.close()
+            raise _translated(error, _failed_stream(error, batches), fence) from None
 
     def _append_group(
-        self, writer: PoolProxiedConnection, group: list[tuple[Batch, bool]]
-    ) -> list[list[AppendResult]]:
-        """Independent batches in one transaction (group commit, see
-        :meth:`PooledRecorder._append_group`): one ``wg_append`` call each, pipelined (the first
-        takes the table lock; their notifications are one at the commit), or with a key, the
-        keyed append's work for each under one table lock."""
+        self, writer: PoolProxiedConnection, group: list[GroupedWrite]
+    ) -> list[list[list[AppendResult]]]:
+        """Independent appends in one transaction (group commit, see
+        :meth:`PooledRecorder._append_group`; :meth:`_in_one_transaction`)."""
+        return self._in_one_transaction(writer, group)
+
+    def _in_one_transaction(
+        self, writer: PoolProxiedConnection, group: list[GroupedWrite]
+    ) -> list[list[list[AppendResult]]]:
+        """Appends in one transaction: the fences first, each ``wg_check_fence`` once,
+        in the leases' order (a lease renewal locks its rows in that order too, so neither
+        waits for the other in a circle), then one ``wg_append`` call per batch (the first
+        takes the table lock; their notifications are one at the commit). Pipelined: BEGIN,
+        the calls and COMMIT in one round trip, results read after it; a write of several
+        batches checked by its ids is read before the COMMIT (all stored or none). With a key,
+        the keyed append's work for each batch under one table lock."""
         connection = _driver(writer)
+        fences = sorted(
+            {write.fence for write in group if write.fence is not None},
+            key=lambda fence: (fence.lease, fence.holder, fence.epoch),
+        )
         if self.hmac_key is not None:
             with connection.transaction(), connection.cursor() as cursor:
+                for fence in fences:
+                    cursor.execute(_CHECK_FENCE, (fence.lease, fence.holder, fence.epoch))
                 cursor.execute(_KEYED_LOCK)
-                results = [
-                    self._keyed_batch(cursor, batch.stream_id, batch.expected, batch.pending, check)
-                    for batch, check in group
-                ]
-                if not all(rows[0].existed for rows in results):
+                keyed: list[list[list[AppendResult]]] = []
+                for write in group:
+                    rows = [
+                        self._keyed_batch(
+                            cursor, b.stream_id, b.expected, b.pending, write.check_ids
+                        )
+                        for b in write.batches
+                    ]
+                    keyed.append(_whole(rows))
+                if not all(rows[0][0].existed for rows in keyed):
                     cursor.execute(_KEYED_NOTIFY)
-                return results
-        # Pipelined: BEGIN, the calls and COMMIT go in one round trip (results read after it);
+                return keyed
         # 1.2-1.5x the appends a second of a transaction that waits for each call's reply.
-        cursors = [connection.cursor() for _ in group]
+        cursors = [[connection.cursor() for _ in write.batches] for write in group]
+        results: list[list[list[AppendResult]] | None] = [None] * len(group)
         try:
             with connection.pipeline(), connection.transaction():
-                for cursor, (batch, check) in zip(cursors, group, strict=True):
-                    cursor.execute(
-                        _CALL, _arguments(batch.stream_id, batch.expected, batch.pending, check)
-                    )
-            return [list(as_results(cursor.fetchall())) for cursor in cursors]
+                for fence in fences:
+                    connection.execute(_CHECK_FENCE, (fence.lease, fence.holder, fence.epoch))
+                for write, write_cursors in zip(group, cursors, strict=True):
+                    for cursor, batch in zip(write_cursors, write.batches, strict=True):
+                        cursor.execute(
+                            _CALL,
+                            _arguments(
+                                batch.stream_id, batch.expected, batch.pending, write.check_ids
+                            ),
+                        )
+                for index, (write, write_cursors) in enumerate(zip(group, cursors, strict=True)):
+                    if write.check_ids and len(write.batches) > 1:  # read before the COMMIT
+                        results[index] = _whole([_fetched(c) for c in write_cursors])
+            return [
+                rows if rows is not None else [_fetched(c) for c in write_cursors]
+                for rows, write_cursors in zip(results, cursors, strict=True)
+            ]
         finally:
-            for cursor in cursors:
-                cursor.close()
+            for write_cursors in cursors:
+                for cursor in write_cursors:
+                    cursor.close()
+
+
+def _fetched(cursor: psycopg.Cursor[tuple[Any, ...]]) -> list[AppendResult]:
+    return list(as_results(cursor.fetchall()))
+
+
+def _whole(results: list[list[AppendResult]]) -> list[list[AppendResult]]:
+    """An atomic append's results, unless some of its batches were stored and others not (its
+    transaction then rolls back on the way out of the error)."""
+    if len({rows[0].existed for rows in results}) > 1:
+        raise DuplicateEventError(
+            "some of the batches' event ids are already stored and others are not: give each "
+            "new event a new id, or retry the whole original append unchanged"
+        )
+    return results
+
+
+def _failed_stream(error: psycopg.Error, batches: list[Batch]) -> str | None:
+    """The stream whose expected version ``wg_append`` refused (its message names it)."""
+    message = error.diag.message_primary or ""
+    for batch in batches:
+        if message.startswith(f"wgstore: stream {batch.stream_id} is at version "):
+            return batch.stream_id
+    return None
 
 
 def _arguments(

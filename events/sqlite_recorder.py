@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, cast
 from wgstore.events.engine import SHORT_LOCK_WAITS_OPTION, begin_immediate
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, epoch_us, event_mac
-from wgstore.events.pooled_recorder import PooledRecorder
+from wgstore.events.pooled_recorder import GroupedWrite, PooledRecorder
 from wgstore.events.recorder import (
     AppendResult,
     Batch,
@@ -170,11 +170,8 @@ class SqliteRecorder(PooledRecorder):
         fence: Fence | None,
     ) -> list[list[AppendResult]]:
         with self._write_transaction(connection) as cursor:
-            if fence is not None:  # under the write lock: no takeover can come between
-                row = cursor.execute(_LEASE, (fence.lease,)).fetchone()
-                refused = fenced(fence, *(row or (None, None)))
-                if refused is not None:
-                    raise refused
+            if fence is not None:
+                _check_fence(cursor, fence)
             if check_ids:
                 stored = _stored_batches(cursor, batches)
                 if stored is not None:
@@ -185,21 +182,25 @@ class SqliteRecorder(PooledRecorder):
             return [results for results, _ in written]
 
     def _append_group(
-        self, writer: PoolProxiedConnection, group: list[tuple[Batch, bool]]
-    ) -> list[list[AppendResult]]:
-        """Independent batches in one ``BEGIN IMMEDIATE`` transaction (group commit, see
-        :meth:`PooledRecorder._append_group`)."""
+        self, writer: PoolProxiedConnection, group: list[GroupedWrite]
+    ) -> list[list[list[AppendResult]]]:
+        """Independent appends in one ``BEGIN IMMEDIATE`` transaction (group commit, see
+        :meth:`PooledRecorder._append_group`); the write lock orders the fences' reads."""
         connection = cast(sqlite3.Connection, writer.driver_connection)
         with self._write_transaction(connection) as cursor:
-            results: list[list[AppendResult]] = []
+            results: list[list[list[AppendResult]]] = []
             batches: list[Batch] = []
             written: list[_Written] = []
-            for batch, check_ids in group:
-                stored = _stored_ids(cursor, batch.stream_id, batch.pending) if check_ids else None
+            for write in group:
+                if write.fence is not None:
+                    _check_fence(cursor, write.fence)
+                stored = _stored_batches(cursor, write.batches) if write.check_ids else None
                 if stored is None:
-                    batches.append(batch)
-                    written.append(self._insert_batch(cursor, batch))
-                    stored = written[-1][0]
+                    stored = []
+                    for batch in write.batches:
+                        batches.append(batch)
+                        written.append(self._insert_batch(cursor, batch))
+                        stored.append(written[-1][0])
                 results.append(stored)
             self._commit(cursor, batches, written)
             return results
@@ -309,6 +310,15 @@ class SqliteRecorder(PooledRecorder):
             cursor.close()
         self._remember_heads(stream_id, rows[-1])
         return results
+
+
+def _check_fence(cursor: sqlite3.Cursor, fence: Fence) -> None:
+    """Raise :class:`~wgstore.events.errors.FencedError` unless the lease row still says
+    ``fence`` (read under the write lock: no takeover can come between it and the commit)."""
+    row = cursor.execute(_LEASE, (fence.lease,)).fetchone()
+    refused = fenced(fence, *(row or (None, None)))
+    if refused is not None:
+        raise refused
 
 
 def _stored_batches(

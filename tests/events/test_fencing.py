@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.waiting import wait_until
 from wgstore.events import (
     ANY,
     NO_STREAM,
@@ -23,7 +24,13 @@ from wgstore.events import (
     InvalidArgumentError,
     NewEvent,
 )
-from wgstore.events.leases import acquire_lease, lease_of, release_lease, renew_lease
+from wgstore.events.leases import (
+    acquire_lease,
+    lease_of,
+    release_lease,
+    renew_lease,
+    renew_leases,
+)
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -215,3 +222,44 @@ def test_fenced_multi_stream_appends_with_an_hmac_key_are_atomic_and_verify(stor
         assert _log(store) == [("a", 1), ("b", 1)]
         report = store.verify()
         assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_a_renewal_of_several_leases_and_a_check_of_their_fences_never_wait_in_a_circle(store):
+    """A group of fenced appends checks its leases in their order, each check holding its
+    lease row until the commit; a renewal of several leases locks their rows in that order too.
+    Were it to lock them as it finds them, it could hold one the group waits for while it waits
+    for one the group holds, until Postgres's deadlock check failed one of them."""
+    b = acquire_lease(store, "b", "h", 60).fence  # first in the table, last in order
+    a = acquire_lease(store, "a", "h", 60).fence
+    check = "SELECT wg_check_fence(%s, %s, %s)"
+    renewed: dict[str, object] = {}
+
+    def renew() -> None:
+        try:
+            renewed["ids"] = renew_leases(store, ["b", "a"], "h", 60)
+        except Exception as error:  # noqa: BLE001 - the assertion below shows it
+            renewed["ids"] = error
+
+    def blocked_by(pid: int) -> int:
+        with store.engine.connect() as watcher:  # a new snapshot of the activity each time
+            return watcher.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (pid,),
+            ).scalar_one()
+
+    with store.engine.connect() as group:
+        transaction = group.begin()
+        group.exec_driver_sql(check, (a.lease, a.holder, a.epoch))
+        pid = group.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        renewal = threading.Thread(target=renew)
+        renewal.start()
+        wait_until(
+            lambda: blocked_by(pid) == 1,
+            timeout_s=60,
+            what="the renewal waiting for the group's lease row",
+        )
+        group.exec_driver_sql(check, (b.lease, b.holder, b.epoch))  # the renewal holds none
+        transaction.commit()
+        renewal.join(timeout=60)
+    assert renewed["ids"] == {"a", "b"}

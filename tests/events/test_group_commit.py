@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -20,14 +21,19 @@ import pytest
 from tests.waiting import wait_until
 from wgstore.events import (
     NO_STREAM,
+    AppendRequest,
     ConcurrencyError,
+    DuplicateEventError,
     EventStore,
+    FencedError,
     NewEvent,
     RecordedEvent,
     event_type,
 )
+from wgstore.events.leases import acquire_lease
 
 KEY = b"k" * 32
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 @event_type("GroupCommitNoted", version=1)
@@ -53,7 +59,7 @@ def groups_written(store: EventStore, monkeypatch: pytest.MonkeyPatch) -> list[l
     groups: list[list[str]] = []
 
     def recording(writer: Any, group: list[Any]) -> Any:
-        groups.append([batch.stream_id for batch, _ in group])
+        groups.append([batch.stream_id for write in group for batch in write.batches])
         return write(writer, group)
 
     monkeypatch.setattr(recorder, "_append_group", recording)
@@ -162,3 +168,98 @@ def test_a_keyed_store_s_group_carries_every_row_s_mac(
         assert [len(group) for group in groups] == [5]
         assert keyed.verify(hmac_key=KEY).ok
         assert not keyed.verify(hmac_key=b"x" * 32).ok
+
+
+def test_fenced_appends_that_wait_go_in_the_group_with_the_others(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An executor's or a controller's appends carry a fence: they wait in the same queue and
+    are written in the same transaction as the reports, each lease checked in it."""
+    fences = [acquire_lease(store, f"lease-{i}", "holder", 60).fence for i in range(3)]
+    groups = groups_written(store, monkeypatch)
+    appends = [note(store, f"plain-{i}", "plain") for i in range(3)]
+    appends += [note(store, f"fenced-{i}", "fenced", fence=fences[i]) for i in range(3)]
+    appends.append(note(store, "fenced-again", "fenced", fence=fences[0]))  # a lease twice
+
+    futures = append_while_locked(store, appends)
+
+    records = [future.result()[0] for future in futures]
+    assert [r.version for r in records] == [1] * 7
+    first = min(records, key=lambda r: r.position)
+    (group,) = groups
+    assert sorted(group) == sorted({r.stream_id for r in records} - {first.stream_id})
+    assert store.verify().ok
+
+
+def test_a_fence_refused_in_a_group_refuses_that_append_alone(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = acquire_lease(store, "held", "holder", 60).fence
+    lost = acquire_lease(store, "lost", "old", 10, now=T0).fence
+    assert acquire_lease(store, "lost", "new", 10, now=T0 + timedelta(seconds=11)) is not None
+    groups = groups_written(store, monkeypatch)
+    appends = [note(store, f"s-{i}", "ok", fence=held) for i in range(4)]
+    appends.insert(2, note(store, "late", "after the takeover", fence=lost))
+
+    futures = append_while_locked(store, appends)
+
+    error = futures[2].exception()
+    assert isinstance(error, FencedError)
+    assert (error.holder, error.now_holder) == ("old", "new")
+    assert list(store.read_stream("late")) == []
+    for i in range(4):
+        assert [e.event.text for e in store.read_stream(f"s-{i}")] == ["ok"]
+    assert len(groups) == 1  # tried together once, then each alone
+    assert store.verify().ok
+
+
+def test_multi_stream_appends_that_wait_go_in_a_group_each_whole(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fence = acquire_lease(store, "run", "holder", 60).fence
+    groups = groups_written(store, monkeypatch)
+
+    def decision(i: int) -> Callable[[], list[RecordedEvent]]:
+        requests = [
+            AppendRequest(f"run-{i}", [Noted(text="decided")], expected_version=NO_STREAM),
+            AppendRequest(f"group-{i}", [Noted(text="start")], expected_version=NO_STREAM),
+        ]
+        return lambda: [r for rs in store.append_many(requests, fence=fence) for r in rs]
+
+    futures = append_while_locked(store, [decision(i) for i in range(4)])
+
+    for i, future in enumerate(futures):
+        run, group = future.result()
+        assert (run.stream_id, group.stream_id) == (f"run-{i}", f"group-{i}")
+        assert group.position == run.position + 1  # consecutive, in the order of the requests
+    (group_streams,) = groups
+    assert len(group_streams) == 6  # three appends of two streams each; the first went alone
+    assert store.verify().ok
+
+
+def test_a_half_stored_multi_stream_retry_is_refused_and_the_group_s_others_are_stored(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry whose batches are stored in part is an error (all or nothing), found in the
+    group's transaction before its commit; the appends beside it are stored."""
+    stored_id, new_id = uuid.uuid4(), uuid.uuid4()
+    store.append("a", [NewEvent(Noted(text="stored"), event_id=stored_id)])
+    groups = groups_written(store, monkeypatch)
+    half = [
+        AppendRequest("a", [NewEvent(Noted(text="stored"), event_id=stored_id)]),
+        AppendRequest("b", [NewEvent(Noted(text="new"), event_id=new_id)]),
+    ]
+    appends = [note(store, f"s-{i}", "ok") for i in range(3)]
+    appends.insert(1, lambda: store.append_many(half)[0])
+
+    futures = append_while_locked(store, appends)
+
+    error = futures[1].exception()
+    assert isinstance(error, DuplicateEventError)
+    assert "some of the batches' event ids are already stored" in str(error)
+    assert list(store.read_stream("b")) == []
+    assert [e.event.text for e in store.read_stream("a")] == ["stored"]
+    for i in range(3):
+        assert [e.event.text for e in store.read_stream(f"s-{i}")] == ["ok"]
+    assert len(groups) == 1
+    assert store.verify().ok
