@@ -121,6 +121,13 @@ def _translate(error: BaseException | None, url: str) -> Exception:
             )
         if isinstance(error, pg_errors.ReadOnlySqlTransaction):
             return StoreUnavailableError(f"{masked}: this store was opened read-only")
+        if (state or "").startswith("40") or isinstance(error, pg_errors.QueryCanceled):
+            # class 40 (a deadlock, a serialization failure) and a cancelled statement are
+            # OperationalErrors to psycopg, but the server is there: it ended the transaction
+            return StoreUnavailableError(
+                f"{masked}: the server rolled the transaction back ({_first_line(text)}); "
+                "nothing of it was written: retry"
+            )
         if isinstance(error, psycopg.OperationalError):
             return StoreUnavailableError(
                 f"cannot reach the database at {masked}: {_first_line(text)}. Check that the "

@@ -285,8 +285,6 @@ def renew_held(
         else {"pairs": json.dumps(wanted)}
     )
     with translate_errors(store.url), store.engine.begin() as connection:
-        if postgres and len(wanted) > 1:
-            connection.execute(_LOCK_IN_ORDER_POSTGRES, pairs)
         rows = connection.execute(
             _RENEW_POSTGRES if postgres else _RENEW_SQLITE,
             {"now": now, "expires_at": now + timedelta(seconds=lease_s), **pairs},
@@ -305,18 +303,18 @@ def _renewal_times() -> tuple[sa.BindParameter[Any], ...]:
 # renew_held's statement: the pairs as one parameter (arrays; JSON on SQLite), not an IN list
 # of two bound values a pair, which SQLAlchemy renders anew each time (5-6x the client's CPU
 # for 500 leases).
-# The rows first, locked in the order a group of fenced appends takes them (code points, as
-# Python sorts; the recorder checks the fences in that order): an UPDATE locks them in the order
-# it finds them, and a renewal and a group that each held a row the other waits for would wait
-# in a circle until Postgres's deadlock check (a second) failed one.
-_LOCK_IN_ORDER_POSTGRES = sa.text(
-    "SELECT run_id FROM wg_run_leases WHERE run_id = ANY(CAST(:runs AS text[])) "
-    'ORDER BY run_id COLLATE "C" FOR UPDATE'
-)
+# The rows are locked in the order a group of fenced appends takes them (code points, as Python
+# sorts; the recorder checks the fences in that order), by the sub-select's ORDER BY ... FOR
+# UPDATE: the UPDATE alone locks them in the order it finds them, and a renewal and a group that
+# each held a row the other waits for would wait in a circle until Postgres's deadlock check (a
+# second) failed one.
 _RENEW_POSTGRES = sa.text(
     "UPDATE wg_run_leases AS l SET renewed_at = :now, expires_at = :expires_at "
     "FROM unnest(CAST(:runs AS text[]), CAST(:holders AS text[])) AS w(run_id, holder) "
-    "WHERE l.run_id = w.run_id AND l.holder = w.holder RETURNING l.run_id, l.holder"
+    "WHERE l.run_id = w.run_id AND l.holder = w.holder AND l.run_id IN ("
+    "SELECT run_id FROM wg_run_leases WHERE run_id = ANY(CAST(:runs AS text[])) "
+    'ORDER BY run_id COLLATE "C" FOR UPDATE) '
+    "RETURNING l.run_id, l.holder"
 ).bindparams(*_renewal_times())
 _RENEW_SQLITE = sa.text(
     "UPDATE wg_run_leases SET renewed_at = :now, expires_at = :expires_at "

@@ -23,7 +23,9 @@ from wgstore.events import (
     FencedError,
     InvalidArgumentError,
     NewEvent,
+    StoreUnavailableError,
 )
+from wgstore.events._translate import translate_errors
 from wgstore.events.leases import (
     acquire_lease,
     lease_of,
@@ -263,3 +265,34 @@ def test_a_renewal_of_several_leases_and_a_check_of_their_fences_never_wait_in_a
         transaction.commit()
         renewal.join(timeout=60)
     assert renewed["ids"] == {"a", "b"}
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_a_deadlock_is_told_as_a_rolled_back_transaction_not_an_unreachable_server(store):
+    """Two transactions that lock two lease rows in opposite orders: Postgres fails one of them
+    (``DeadlockDetected``, an OperationalError to psycopg), and the user is told the server
+    rolled it back and nothing was written, not to check that the server is running."""
+    for lease in ("a", "b"):
+        acquire_lease(store, lease, "h", 60)
+    lock = "SELECT 1 FROM wg_run_leases WHERE run_id = %s FOR UPDATE"
+    errors: list[BaseException] = []
+    both_hold_one = threading.Barrier(2, timeout=60)
+
+    def lock_both(first: str, second: str) -> None:
+        try:
+            with translate_errors(store.url), store.engine.begin() as connection:
+                connection.exec_driver_sql(lock, (first,))
+                both_hold_one.wait()
+                connection.exec_driver_sql(lock, (second,))
+        except StoreUnavailableError as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=lock_both, args=order) for order in (("a", "b"), ("b", "a"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    (error,) = errors
+    assert "rolled the transaction back (deadlock detected" in str(error)
+    assert "nothing of it was written: retry" in str(error)
+    assert "cannot reach" not in str(error)
