@@ -444,13 +444,14 @@ class PostgresRecorder(PooledRecorder):
                 if not all(rows[0][0].existed for rows in keyed):
                     cursor.execute(_KEYED_NOTIFY)
                 return keyed
-        # 1.2-1.5x the appends a second of a transaction that waits for each call's reply.
+        # Pipelined: 1.2-1.5x the appends a second of a transaction that waits for each reply.
+        checks = connection.cursor()
         cursors = [[connection.cursor() for _ in write.batches] for write in group]
         results: list[list[list[AppendResult]] | None] = [None] * len(group)
         try:
             with connection.pipeline(), connection.transaction():
                 for fence in fences:
-                    connection.execute(_CHECK_FENCE, (fence.lease, fence.holder, fence.epoch))
+                    checks.execute(_CHECK_FENCE, (fence.lease, fence.holder, fence.epoch))
                 for write, write_cursors in zip(group, cursors, strict=True):
                     for cursor, batch in zip(write_cursors, write.batches, strict=True):
                         cursor.execute(
@@ -467,6 +468,7 @@ class PostgresRecorder(PooledRecorder):
                 for rows, write_cursors in zip(results, cursors, strict=True)
             ]
         finally:
+            checks.close()
             for write_cursors in cursors:
                 for cursor in write_cursors:
                     cursor.close()
