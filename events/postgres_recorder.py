@@ -395,9 +395,9 @@ class PostgresRecorder(PooledRecorder):
         fence: Fence | None,
     ) -> list[list[AppendResult]]:
         """Append batches atomically (see :meth:`wgstore.events.recorder.Recorder.append_many`):
-        a group of one (:meth:`_append_group`): ``wg_check_fence`` (its lock on the lease row
-        holds a takeover back until the commit), then one ``wg_append`` per batch, pipelined in
-        one round trip (two when several batches are checked by their ids)."""
+        a group of one (:meth:`_in_one_transaction`): ``wg_check_fence`` (its lock on the lease
+        row holds a takeover back until the commit), then one ``wg_append`` per batch, pipelined
+        in one round trip (two when several batches are checked by their ids)."""
         import psycopg
 
         try:
