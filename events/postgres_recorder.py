@@ -31,6 +31,7 @@ from wgstore.events.recorder import (
     StreamVersionMismatch,
     as_results,
     fenced,
+    partly_stored,
 )
 from wgstore.events.records import Fence
 
@@ -482,10 +483,7 @@ def _whole(results: list[list[AppendResult]]) -> list[list[AppendResult]]:
     """An atomic append's results, unless some of its batches were stored and others not (its
     transaction then rolls back on the way out of the error)."""
     if len({rows[0].existed for rows in results}) > 1:
-        raise DuplicateEventError(
-            "some of the batches' event ids are already stored and others are not: give each "
-            "new event a new id, or retry the whole original append unchanged"
-        )
+        raise partly_stored()
     return results
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import msgspec
 
-from wgstore.events.errors import FencedError
+from wgstore.events.errors import DuplicateEventError, FencedError
 from wgstore.events.records import Fence
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ __all__ = [
     "StreamRow",
     "StreamVersionMismatch",
     "fenced",
+    "partly_stored",
     "recorder_for",
 ]
 
@@ -137,6 +138,15 @@ class StreamVersionMismatch(Exception):
         super().__init__(actual, stream_id)
         self.actual = actual
         self.stream_id = stream_id
+
+
+def partly_stored() -> DuplicateEventError:
+    """The error of a retried multi-stream append whose batches are stored in part: an append
+    is atomic, so some stored and some not means the ids were used elsewhere."""
+    return DuplicateEventError(
+        "some of the batches' event ids are already stored and others are not: give each new "
+        "event a new id, or retry the whole original append unchanged"
+    )
 
 
 def fenced(fence: Fence, holder: str | None, epoch: int | None) -> FencedError | None:

@@ -27,6 +27,7 @@ from wgstore.events.recorder import (
     StoredTime,
     StreamVersionMismatch,
     fenced,
+    partly_stored,
 )
 from wgstore.events.records import Fence
 
@@ -149,8 +150,8 @@ class SqliteRecorder(PooledRecorder):
             done = self._append_cached(connection, stream_id, expected, pending)
             if done is not None:
                 return done
-        batch = Batch(stream_id, expected, pending)
-        return self._append_locked(connection, [batch], check_ids, None)[0]
+        write = GroupedWrite([Batch(stream_id, expected, pending)], check_ids, None)
+        return self._append_locked(connection, [write])[0][0]
 
     def _append_many(
         self,
@@ -160,33 +161,22 @@ class SqliteRecorder(PooledRecorder):
         fence: Fence | None,
     ) -> list[list[AppendResult]]:
         connection = cast(sqlite3.Connection, writer.driver_connection)
-        return self._append_locked(connection, batches, check_ids, fence)
-
-    def _append_locked(
-        self,
-        connection: sqlite3.Connection,
-        batches: list[Batch],
-        check_ids: bool,
-        fence: Fence | None,
-    ) -> list[list[AppendResult]]:
-        with self._write_transaction(connection) as cursor:
-            if fence is not None:
-                _check_fence(cursor, fence)
-            if check_ids:
-                stored = _stored_batches(cursor, batches)
-                if stored is not None:
-                    cursor.execute("ROLLBACK")
-                    return stored
-            written = [self._insert_batch(cursor, batch) for batch in batches]
-            self._commit(cursor, batches, written)
-            return [results for results, _ in written]
+        return self._append_locked(connection, [GroupedWrite(batches, check_ids, fence)])[0]
 
     def _append_group(
         self, writer: PoolProxiedConnection, group: list[GroupedWrite]
     ) -> list[list[list[AppendResult]]]:
         """Independent appends in one ``BEGIN IMMEDIATE`` transaction (group commit, see
-        :meth:`PooledRecorder._append_group`); the write lock orders the fences' reads."""
+        :meth:`PooledRecorder._append_group`)."""
         connection = cast(sqlite3.Connection, writer.driver_connection)
+        return self._append_locked(connection, group)
+
+    def _append_locked(
+        self, connection: sqlite3.Connection, group: list[GroupedWrite]
+    ) -> list[list[list[AppendResult]]]:
+        """Appends in one ``BEGIN IMMEDIATE`` transaction, each write's fence read and its
+        batches checked by their ids (when it says so) under the write lock, each batch's heads
+        read after the previous batch's rows are in."""
         with self._write_transaction(connection) as cursor:
             results: list[list[list[AppendResult]]] = []
             batches: list[Batch] = []
@@ -334,10 +324,7 @@ def _stored_batches(
     if not found:
         return None
     if len(found) < len(stored):
-        raise DuplicateEventError(
-            "some of the batches' event ids are already stored and others are not: give each "
-            "new event a new id, or retry the whole original append unchanged"
-        )
+        raise partly_stored()
     return found
 
 
