@@ -23,7 +23,12 @@ Measured per configuration, with ``os.getloadavg()`` at start and end:
 
 - events/s sustained (the log's head over the middle 80 % of the measured window), and reports/s
   achieved against offered (``runs * workers / interval``): polls that fall behind show here;
-- ``report()`` latency p50/p99: the worker's ``EventStore.append`` of its ``WorkerReported``;
+- ``report()`` latency p50/p99: the worker's ``EventStore.append`` of its ``WorkerReported``,
+  over the whole run and at the steady rate (``report_ms_steady``: once every run has started,
+  before the last interval). The runs start spread evenly over ``--stagger-s`` (default one
+  interval: their polls and reports spread over it, as a platform's runs that started at
+  different times are); ``--stagger-s 0`` starts them all at once (the start storm: every
+  run's claims, decisions and first reports in the same seconds, then reports in bursts);
 - the executor's poll appends p50/p99 (``GroupPolls``' ``store.append``, timed by a proxy);
 - read-model lag, max over the run: events (head - checkpoint) and seconds (from a head sample to
   the end of the first catch-up whose checkpoint reached it);
@@ -80,6 +85,7 @@ REPORT_KEYS = (
     "reports_per_s",
     "offered_reports_per_s",
     "report_ms",
+    "report_ms_steady",
     "poll_append_ms",
     "scheduling_late_ms",
     "read_model_lag",
@@ -161,8 +167,11 @@ class _SchedulingProbe:
             self.late_ms.append((time.perf_counter() - t0 - self.PROBE_SLEEP_S) * 1000.0)
 
 
-def _patch_reports(metrics: int, latencies: list[float], made: Counter[str]) -> None:
-    """FakeRuntime's report, with ``metrics`` metrics, its append timed and counted."""
+def _patch_reports(
+    metrics: int, latencies: list[float], times: list[float], made: Counter[str]
+) -> None:
+    """FakeRuntime's report, with ``metrics`` metrics, its append timed (``latencies``, ms;
+    ``times``, when it was made: wall clock, s) and counted."""
     from wgstore.events import NewEvent
     from wgstore.events.streams import group_stream
     from wgstore.events.worker_group import WorkerReported
@@ -192,6 +201,7 @@ def _patch_reports(metrics: int, latencies: list[float], made: Counter[str]) -> 
             t0 = time.perf_counter()
             store.append(stream_id, [event])
             latencies.append((time.perf_counter() - t0) * 1000.0)
+            times.append(time.time())
             made[f"{self.group_id}/{rank}"] += 1
 
         return append
@@ -248,9 +258,10 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
     from wgstore.orchestration.fake_runtime import FakeFaults, FakeRuntime, FakeScript
 
     report_ms: list[float] = []
+    report_at: list[float] = []
     poll_ms: list[float] = []
     made: Counter[str] = Counter()
-    _patch_reports(spec["metrics"], report_ms, made)
+    _patch_reports(spec["metrics"], report_ms, report_at, made)
     reports = spec["reports"]
     runtime = FakeRuntime(script=FakeScript(reports=reports))
     fail_at = spec["fail_at"]
@@ -285,14 +296,18 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
 
         seen = store if spec["wake"] == "streams" else _WholeLogStore(store)
 
-        def drive(run_id: str) -> None:
+        def drive(run_id: str, delay_s: float) -> None:
+            time.sleep(delay_s)  # the run's start in the stagger (a schedule, not a wait)
             try:
                 with RunController(seen, run_id, executor=executor) as controller:
                     finished[run_id] = controller.run(timeout_s=spec["timeout_s"]).status.value
             except Exception as error:  # noqa: BLE001 - recorded and reported
                 errors.append(f"{run_id}: {type(error).__name__}: {error}")
 
-        threads = [threading.Thread(target=drive, args=(r,), daemon=True) for r in spec["runs"]]
+        threads = [
+            threading.Thread(target=drive, args=(run_id, spec["delays_s"][k]), daemon=True)
+            for k, run_id in enumerate(spec["runs"])
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -312,6 +327,7 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
         json.dumps(
             {
                 "report_ms": report_ms,
+                "report_at": report_at,
                 "poll_ms": poll_ms,
                 "scheduling_late_ms": probe.late_ms,
                 "made": dict(made),
@@ -323,6 +339,22 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
             }
         )
     )
+
+
+def _steady(results: list[dict[str, Any]], after: float, interval: float) -> list[float]:
+    """The reports' latencies once every run has started (made at or after ``after``, wall
+    clock) and before the last interval of reports (when the first runs end and the runs'
+    finishing appends come): the fleet at its steady rate, without its start and end."""
+    made = [at for r in results for at in r["report_at"]]
+    if not made:
+        return []
+    before = max(made) - interval
+    return [
+        ms
+        for r in results
+        for ms, at in zip(r["report_ms"], r["report_at"], strict=True)
+        if after <= at < before
+    ]
 
 
 def _appends_per_commit(results: list[dict[str, Any]]) -> float | None:
@@ -735,11 +767,14 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
             with tempfile.TemporaryDirectory(prefix="wgfleet-out-") as out:
                 ctx = multiprocessing.get_context("spawn")
                 children = []
+                # run k of n starts k/n of the stagger after the others' common start
+                delays = {r: args.stagger_s * k / len(run_ids) for k, r in enumerate(run_ids)}
                 for p in range(procs):
                     mine = run_ids[p::procs]
                     spec = {
                         "url": backend.url,
                         "runs": mine,
+                        "delays_s": [delays[r] for r in mine],
                         "failing": [r for r in failing if r in set(mine)],
                         "fail_at": max(3, reports // 3),
                         "reports": reports,
@@ -791,6 +826,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
     load_end = os.getloadavg()
     events = head - head0
     report_ms = [x for r in results for x in r["report_ms"]]
+    steady_ms = _steady(results, start_at + args.stagger_s + args.interval, args.interval)
     poll_ms = [x for r in results for x in r["poll_ms"]]
     client_cpu = sum(r["cpu_s"] for r in results) + reader_cpu
     server_cpu = sum(reader.cpu.values()) if backend_name == "postgres" else None
@@ -822,6 +858,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
             "metrics": args.metrics,
             "fail_share": args.fail_share,
             "duration_s": args.duration,
+            "stagger_s": args.stagger_s,
             "procs": procs,
             "threads": args.threads,
             "wake": args.wake,
@@ -837,6 +874,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
         "reports_per_s": round(len(report_ms) / wall, 1),
         "offered_reports_per_s": round(args.runs * args.workers / args.interval, 1),
         "report_ms": _ms(report_ms),
+        "report_ms_steady": _ms(steady_ms),
         "poll_append_ms": _ms(poll_ms),
         "appends_per_commit": _appends_per_commit(results),
         "scheduling_late_ms": _ms([x for r in results for x in r["scheduling_late_ms"]]),
@@ -885,7 +923,9 @@ def _print(report: dict[str, Any]) -> None:
     )
     print(
         f"  report() ms p50 {report['report_ms']['p50']} p99 {report['report_ms']['p99']} "
-        f"max {report['report_ms']['max']}; poll appends p50 {report['poll_append_ms']['p50']} "
+        f"max {report['report_ms']['max']} (steady: p50 {report['report_ms_steady']['p50']} "
+        f"p99 {report['report_ms_steady']['p99']}); poll appends p50 "
+        f"{report['poll_append_ms']['p50']} "
         f"p99 {report['poll_append_ms']['p99']}; a ready thread's wait p99 "
         f"{report['scheduling_late_ms']['p99']} max {report['scheduling_late_ms']['max']}"
     )
@@ -922,6 +962,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--procs", type=int, default=2, help="worker processes")
     parser.add_argument("--threads", type=int, default=8, help="executor threads per process")
     parser.add_argument("--spawn-s", type=float, default=8.0, help="time given to spawn")
+    parser.add_argument(
+        "--stagger-s",
+        type=float,
+        help="start the runs spread evenly over this many seconds (default: one --interval, "
+        "so their polls and reports are spread over it, as a platform's runs started at "
+        "different times are; 0: every run at once, the fleet's start storm)",
+    )
     parser.add_argument("--profile", help="cProfile output of worker process 0")
     parser.add_argument(
         "--lock-wait",
@@ -961,6 +1008,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} must be at least 1")
     if args.interval <= 0 or args.duration <= 0:
         parser.error("--interval and --duration must be > 0")
+    if args.stagger_s is None:
+        args.stagger_s = args.interval
+    if args.stagger_s < 0:
+        parser.error("--stagger-s must be >= 0")
     if not 0 <= args.fail_share <= 1:
         parser.error("--fail-share is a share of runs, between 0 and 1")
     report = run_config(args, args.backend)

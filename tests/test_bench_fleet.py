@@ -16,7 +16,7 @@ KEYS = {
     "config", "load_start", "load_end", "wall_s", "events", "events_per_s", "reports_per_s",
     "offered_reports_per_s", "report_ms", "poll_append_ms", "read_model_lag",
     "cpu_ms_per_1000_events", "bytes", "log_bytes", "bytes_per_run_hour", "by_type", "check",
-    "phases_s", "appends_per_commit", "scheduling_late_ms",
+    "phases_s", "appends_per_commit", "scheduling_late_ms", "report_ms_steady",
 }  # fmt: skip
 
 
@@ -48,6 +48,10 @@ def test_a_tiny_fleet_runs_end_to_end_and_loses_nothing(backend: str, tmp_path: 
     assert report["by_type"]["WorkerReported"]["events"] == check["reports_in_log"]
     assert "FailureDecisionMade" in report["by_type"]
     assert report["report_ms"]["n"] == check["reports_made"]
+    # the runs started spread over one interval (the default); the steady rate's reports are
+    # those made once all had started and before the last interval
+    assert report["config"]["stagger_s"] == 0.2
+    assert 0 < report["report_ms_steady"]["n"] < report["report_ms"]["n"]
     assert report["scheduling_late_ms"]["n"] > 0 and report["scheduling_late_ms"]["p50"] >= 0
     assert report["bytes"] > report["log_bytes"] > 0
     phases = report["phases_s"]  # when the runs got where, from the log's own times
