@@ -3,7 +3,8 @@
 ``resumable_fn`` counts steps from the checkpoint it resumes from (``get_context().checkpoint``,
 ``memory://ckpt/step<N>``) to ``steps``, reporting a checkpoint every step. Config:
 ``kill_rank`` / ``kill_at``: on a fresh start (no checkpoint) that rank SIGKILLs its own process
-after reporting step ``kill_at``; ``fail`` (a folder): every rank raises after its first report,
+after reporting step ``kill_at`` (with ``sync``, a folder: once every other rank has stored its
+report of that step, so the step is committed however far behind the others run); ``fail`` (a folder): every rank raises after its first report,
 on every attempt, once every rank of its group got there (so all fail at one moment); ``wait_for``: before the last step, wait for this file to exist (so a test can act
 while training runs); ``step_sleep_s``; ``raise_rank`` / ``raise_after`` with ``sync`` (a
 folder): on a fresh start that rank raises after reporting step ``raise_after``, once every other
@@ -44,6 +45,8 @@ def resumable_fn(config: dict[str, Any]) -> dict[str, Any]:
             and ctx.world_rank == config.get("kill_rank")
             and step == config.get("kill_at")
         ):
+            if config.get("sync"):
+                _wait_for_the_others(ctx, Path(config["sync"]), step)
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(float(config.get("step_sleep_s", 0.02)))
     return {"start": start, "end": steps}
@@ -69,10 +72,15 @@ def _raise_after_the_others(
         return
     if step != config.get("raise_after"):
         return
+    _wait_for_the_others(ctx, folder, step + 1)
+    raise RuntimeError(f"rank {ctx.world_rank} fails on purpose after step {step}")
+
+
+def _wait_for_the_others(ctx: Any, folder: Path, step: int) -> None:
+    """Wait (up to 60 s) until every other rank marked its report of ``step`` as stored."""
     others = [r for r in range(ctx.world_size) if r != ctx.world_rank]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if all((folder / f"{ctx.group_id}-{r}-step{step + 1}").exists() for r in others):
-            break
+        if all((folder / f"{ctx.group_id}-{r}-step{step}").exists() for r in others):
+            return
         time.sleep(0.01)
-    raise RuntimeError(f"rank {ctx.world_rank} fails on purpose after step {step}")

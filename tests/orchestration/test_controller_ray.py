@@ -66,14 +66,24 @@ def _group(store: EventStore, group_id: str) -> Any:
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 def test_a_worker_sigkilled_mid_training_is_retried_from_the_latest_checkpoint(
-    store: EventStore, in_repo: None
+    store: EventStore, in_repo: None, tmp_path: Path
 ) -> None:
+    # rank 1 dies once rank 0 stored step 2 too: under load rank 0 ran a step behind, and
+    # the committed checkpoint (every rank's) was step 1
+    sync = tmp_path / "sync"
+    sync.mkdir()
     result = start_run(
         store,
         FN,
         scaling_config=SCALING,
         failure_config=FailureConfig(max_failures=2),
-        train_fn_config={"steps": 8, "kill_rank": 1, "kill_at": 2, "step_sleep_s": 0.3},
+        train_fn_config={
+            "steps": 8,
+            "kill_rank": 1,
+            "kill_at": 2,
+            "step_sleep_s": 0.3,
+            "sync": str(sync),
+        },
         **FAST,
     )
     run = result.run_state
