@@ -4,9 +4,10 @@
 ``memory://ckpt/step<N>``) to ``steps``, reporting a checkpoint every step. Config:
 ``kill_rank`` / ``kill_at``: on a fresh start (no checkpoint) that rank SIGKILLs its own process
 after reporting step ``kill_at`` (with ``sync``, a folder: once every other rank has stored its
-report of that step, so the step is committed however far behind the others run); ``fail`` (a folder): every rank raises after its first report,
-on every attempt, once every rank of its group got there (so all fail at one moment); ``wait_for``: before the last step, wait for this file to exist (so a test can act
-while training runs); ``step_sleep_s``; ``raise_rank`` / ``raise_after`` with ``sync`` (a
+report of that step, so the step is committed however far behind the others run); ``fail`` (a
+folder): every rank raises after its first report, on every attempt, once every rank of its
+group got there (so all fail at one moment); ``wait_for``: before the last step, wait for this
+file to exist (so a test can act while training runs); ``step_sleep_s``; ``raise_rank`` / ``raise_after`` with ``sync`` (a
 folder): on a fresh start that rank raises after reporting step ``raise_after``, once every other
 rank has stored its report of the next step (so the log holds a step only some ranks reported).
 """
