@@ -29,7 +29,7 @@ settings.load_profile("ci" if os.environ.get("CI", "").lower() == "true" else "w
 
 PG_URL = os.environ.get("WGSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
-# Under pytest-xdist (`make test` runs two workers) each worker starts a local Ray of its own.
+# Under pytest-xdist (`make test` runs three workers) each worker starts a local Ray of its own.
 # Ray keeps a machine-wide "current cluster" file and `session_latest` link under its temp
 # folder, and a bare `ray.init()` (in a test's subprocess: `wgstore run`, a Ray Train driver)
 # joins the cluster that file names; a folder per worker keeps each worker's Ray, and what its
