@@ -33,7 +33,7 @@ PG_URL = os.environ.get("WGSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@12
 # Ray keeps a machine-wide "current cluster" file and `session_latest` link under its temp
 # folder, and a bare `ray.init()` (in a test's subprocess: `wgstore run`, a Ray Train driver)
 # joins the cluster that file names; a folder per worker keeps each worker's Ray, and what its
-# subprocesses start, apart from the other's.
+# subprocesses start, apart from the others'.
 # (Short: Ray's socket paths must fit in 107 bytes. Per test run too: two suites at once on one
 # machine must not share it either. Removed when the worker's session ends.)
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
