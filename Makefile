@@ -45,8 +45,8 @@ system-deps:
 # 11 min 59 s-12 min 12 s for two, and passed beside a busy loop (18 min 54 s). On 12-03's
 # Intel Xeon, busier, three gained nothing (15:14 against 15:33). Each worker starts its own
 # local Ray. A test file runs whole on one worker (--dist loadfile), so a module fixture (a Ray
-# Train run, the 3-node cluster) is built once; files are handed out in collection order, which puts the
-# files of long tests first (tests/conftest.py). PYTEST_WORKERS=0: one process.
+# Train run, the 3-node cluster) is built once; files are handed out in collection order, which
+# puts the files of long tests first (tests/conftest.py). PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 3
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)

@@ -36,8 +36,10 @@ def resumable_fn(config: dict[str, Any]) -> dict[str, Any]:
             while not Path(wait_for).exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
         report({"step": step, "resumed_from": resumed}, checkpoint=f"memory://ckpt/step{step}")
-        if config.get("sync"):
-            _raise_after_the_others(ctx, config, Path(config["sync"]), step, resumed)
+        sync = Path(config["sync"]) if config.get("sync") else None
+        if sync is not None:  # this rank's report of the step is stored: the others may go on
+            (sync / f"{ctx.group_id}-{ctx.world_rank}-step{step}").touch()
+            _raise_after_the_others(ctx, config, sync, step, resumed)
         if config.get("fail"):
             _all_ranks_here(ctx, Path(config["fail"]))
             raise RuntimeError(f"rank {ctx.world_rank} fails on purpose at step {step}")
@@ -46,8 +48,8 @@ def resumable_fn(config: dict[str, Any]) -> dict[str, Any]:
             and ctx.world_rank == config.get("kill_rank")
             and step == config.get("kill_at")
         ):
-            if config.get("sync"):
-                _wait_for_the_others(ctx, Path(config["sync"]), step)
+            if sync is not None:
+                _wait_for_the_others(ctx, sync, step)
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(float(config.get("step_sleep_s", 0.02)))
     return {"start": start, "end": steps}
@@ -66,9 +68,8 @@ def _all_ranks_here(ctx: Any, folder: Path) -> None:
 def _raise_after_the_others(
     ctx: Any, config: dict[str, Any], folder: Path, step: int, resumed: str | None
 ) -> None:
-    """Mark this rank's report of ``step`` as stored; the raising rank, at its step, waits (up to
-    60 s) for every other rank's mark of the next step, then raises."""
-    (folder / f"{ctx.group_id}-{ctx.world_rank}-step{step}").touch()
+    """The raising rank, at its step, waits (up to 60 s) for every other rank's mark of the next
+    step, then raises."""
     if resumed is not None or ctx.world_rank != config.get("raise_rank"):
         return
     if step != config.get("raise_after"):
