@@ -8,6 +8,11 @@ Train's controller state names; ``FailureDecisionMade`` answers one failure (RET
 the failures of its kind counted so far; the run ends with exactly one of ``RunFinished``,
 ``RunErrored`` or ``RunAborted``. A run recorded from Ray Train also holds, once,
 ``TrainerRecorded``: what it takes to build its trainer again (or why it cannot be).
+
+A run whose size may change (an elastic run: ``ScalingConfig(min_workers=...)``) records every
+size its scaling policy chose as ``ScalingDecisionMade`` (from what, to what, why), and a node's
+announced preemption as ``PreemptionNoticed``. A recorder hook that could not record what Ray
+handed it says so in ``RecordingFailed``, so the run stays readable with what was recorded.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from wgstore.events.registry import event_type
@@ -31,7 +37,10 @@ __all__ = [
     "FailureDecisionMade",
     "FailureKind",
     "Pickled",
+    "PreemptionNoticed",
     "RankError",
+    "RecordingFailed",
+    "ResizeCause",
     "RetryDecision",
     "RunAborted",
     "RunCreated",
@@ -39,6 +48,8 @@ __all__ = [
     "RunFinished",
     "RunResumed",
     "ScalingConfig",
+    "ScalingDecisionMade",
+    "StartDeferred",
     "TrainerRecorded",
     "stream_id_for_run",
 ]
@@ -106,6 +117,25 @@ class FailureKind(enum.StrEnum):
     with starts."""
 
 
+class ResizeCause(enum.StrEnum):
+    """Why the scaling policy chose a worker group's size (``ScalingDecisionMade.cause``)."""
+
+    INITIAL = "initial"
+    """The run's first start, at the size that fits."""
+    GREW = "grew"
+    """More workers fit than the running group has (resources were added): a restart from the
+    committed checkpoint at the larger size. No failure is charged."""
+    SHRANK = "shrank"
+    """Fewer workers fit than the running group has, while it runs (Ray's reserved resources
+    went down): a restart at the smaller size. No failure is charged."""
+    FAILURE = "failure"
+    """A restart after a failure (a worker died, its node was lost), at the size that fits now."""
+    PREEMPTION = "preemption"
+    """A restart after a preemption, at the size that fits without the preempted nodes."""
+    START_RETRY = "start_retry"
+    """A start that failed, tried again at the size that fits now."""
+
+
 CONTROLLER_STATES: tuple[ControllerState, ...] = tuple(ControllerState)
 """Ray Train 2.60's controller state names, in the order a run usually meets them."""
 
@@ -118,27 +148,77 @@ def _check_limit(name: str, value: object) -> None:
         raise ValueError(f"{name} must be an int >= 0, or -1 for unlimited; got {value!r}")
 
 
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True, slots=True)
 class ScalingConfig:
     """How many workers a run's every attempt gets, and what each one reserves (Ray Train's names).
 
+    A fixed run has ``num_workers`` workers in every attempt. An elastic run (Ray's
+    ``ScalingConfig(num_workers=(min, max))``) sets ``min_workers``: each attempt then starts
+    at the size that fits, between ``min_workers`` and ``num_workers`` (its maximum), and a
+    running group is looked at every ``elastic_resize_monitor_interval_s`` for a size that fits
+    better.
+
     Args:
-        num_workers: worker actors per attempt (one placement-group bundle each).
+        num_workers: worker actors per attempt (one placement-group bundle each); the most an
+            elastic run asks for.
         resources_per_worker: Ray resources of one worker; ``None`` is ``{"CPU": 1}``.
         placement_strategy: ``PACK``, ``SPREAD``, ``STRICT_PACK`` or ``STRICT_SPREAD``.
+        min_workers: the fewest workers an elastic run trains with; ``None`` for a fixed run.
+            Ray Train allows 0; wgstore's own runs need 1 or more.
+        elastic_resize_monitor_interval_s: how often an elastic run's running group is looked
+            at for a better size (Ray's default 60 s).
+        min_workers_timeout_s: how long wgstore's controller waits for ``min_workers`` to fit
+            before the run errors, naming the shortfall (``None``: for ever, as Ray Train).
     """
 
     num_workers: int = 1
     resources_per_worker: Mapping[str, float] | None = None
     placement_strategy: str = "PACK"
+    min_workers: int | None = None
+    elastic_resize_monitor_interval_s: float = 60.0
+    min_workers_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.num_workers, bool)
-            or not isinstance(self.num_workers, int)
-            or self.num_workers < 1
-        ):
+        if not _is_count(self.num_workers) or self.num_workers < 1:
             raise ValueError(f"num_workers must be an int >= 1, got {self.num_workers!r}")
+        if self.min_workers is not None and (
+            not _is_count(self.min_workers) or not 0 <= self.min_workers <= self.num_workers
+        ):
+            raise ValueError(
+                f"min_workers must be an int from 0 to num_workers ({self.num_workers}), "
+                f"got {self.min_workers!r}"
+            )
+        for name in ("elastic_resize_monitor_interval_s", "min_workers_timeout_s"):
+            value = getattr(self, name)
+            if value is None and name == "min_workers_timeout_s":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
+    @property
+    def elastic(self) -> bool:
+        """True when the run's size may change (``min_workers`` is set)."""
+        return self.min_workers is not None
+
+    @property
+    def max_workers(self) -> int:
+        """The most workers an attempt gets: ``num_workers``."""
+        return self.num_workers
+
+    @property
+    def fewest_workers(self) -> int:
+        """The fewest workers an attempt trains with: ``min_workers``, else ``num_workers``."""
+        return self.num_workers if self.min_workers is None else self.min_workers
+
+    def describe(self) -> str:
+        """``4`` for a fixed run, ``2..4`` for an elastic one."""
+        if self.min_workers is None:
+            return str(self.num_workers)
+        return f"{self.min_workers}..{self.num_workers}"
 
     @property
     def resources(self) -> dict[str, float]:
@@ -265,6 +345,73 @@ class FailureDecisionMade:
     failure_kind: str = "worker_group"
     limit: int = 0
     errors: tuple[RankError, ...] = ()
+
+
+@event_type("ScalingDecisionMade", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScalingDecisionMade:
+    """The scaling policy chose the size of the next worker group (Ray's ``ResizeDecision``).
+
+    ``num_workers`` is the new size, ``previous_workers`` the size of the group before it
+    (``None`` before the first). ``cause`` is a :class:`ResizeCause` value (stored as its text):
+    why a group starts at this size; ``reason`` says it in words (what fits, what was lost).
+    ``group_id`` is the group the decision starts (wgstore's controller appends the decision
+    with that group's start request, the recorder with the group's first event); ``None`` when
+    no group followed (a recorded run that ended between the two).
+    """
+
+    num_workers: int
+    previous_workers: int | None = None
+    cause: str = "initial"
+    reason: str = ""
+    group_id: str | None = None
+    resources_per_worker: Mapping[str, float] = field(default_factory=dict)
+
+
+@event_type("StartDeferred", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartDeferred:
+    """wgstore's controller did not start the run's next group: fewer than ``min_workers`` of
+    an elastic run fit (``num_workers_fit``). Recorded once when the wait begins; the next
+    ``ScalingDecisionMade`` ends it, and past ``min_workers_timeout_s`` the run errors."""
+
+    num_workers_fit: int
+    min_workers: int
+    reason: str = ""
+
+
+@event_type("PreemptionNoticed", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreemptionNoticed:
+    """Nodes under the run's workers announced their preemption (a drain with a deadline).
+
+    ``nodes`` maps each node's id to the world ranks on it (the ranks that will be lost);
+    ``deadline`` is when the nodes go (``None``: not announced); ``detected_at`` when the notice
+    was seen. The controller waits for the train function to checkpoint, until the deadline,
+    then restarts without the nodes: a ``preemption`` failure against
+    ``max_preemption_failures``.
+    """
+
+    group_id: str | None
+    nodes: Mapping[str, tuple[int, ...]]
+    deadline: datetime | None = None
+    detected_at: datetime | None = None
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Every preempted rank, in order."""
+        return tuple(sorted({rank for ranks in self.nodes.values() for rank in ranks}))
+
+
+@event_type("RecordingFailed", version=1)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordingFailed:
+    """A Ray Train recorder hook could not record what Ray handed it (a field a Ray release
+    added, a config shape wgstore did not foresee). Training went on; what the hook would have
+    recorded is missing, and this says which hook and why."""
+
+    hook: str
+    error: ErrorInfo
 
 
 @event_type("RunFinished", version=1)

@@ -396,10 +396,12 @@ class WorkerReported:
 class WorkerGroupShutdownRequested:
     """``shutdown()`` was called (or the controller gave up on the group); ``abort`` for
     ``abort()`` (Ray's ``WorkerGroup.abort()``: the abort hooks run instead of the shutdown
-    hooks)."""
+    hooks). ``resized_to``: the group stops so that the run starts again at this size (an
+    elastic run's resize: training did not fail and was not aborted)."""
 
     reason: str
     abort: bool = False
+    resized_to: int | None = None
 
 
 @event_type("CallbackFailed", version=1)

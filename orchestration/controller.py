@@ -57,7 +57,7 @@ from wgstore.events.run import (
 )
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
-from wgstore.orchestration.decide import Decision, decide
+from wgstore.orchestration.decide import Decision, decide, looks_due
 from wgstore.orchestration.errors import (
     RunLeaseHeldError,
     RunLeaseLostError,
@@ -70,7 +70,9 @@ from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolv
 
 if TYPE_CHECKING:
     from wgstore.events.stream_watch import StreamWatch
+    from wgstore.orchestration.cluster_probe import ClusterProbe
     from wgstore.orchestration.executor import RayExecutor
+    from wgstore.orchestration.scaling import ClusterView
 
 __all__ = ["RunController", "abort_events", "read_run"]
 
@@ -152,6 +154,9 @@ class RunController:
             expire (default 0: refuse at once). A holder on this host whose process is gone is
             taken over at once either way.
         take_lease_from: a lease handed over to this controller (a supervisor's).
+        probe: how an elastic run's controller looks at the cluster (what fits, nodes going);
+            default :class:`~wgstore.orchestration.cluster_probe.RayClusterProbe` (this
+            process's Ray). A fixed run never looks.
     """
 
     def __init__(
@@ -166,6 +171,7 @@ class RunController:
         clock: Callable[[], datetime] = _now,
         lease_wait_s: float = 0.0,
         take_lease_from: Fence | None = None,
+        probe: ClusterProbe | None = None,
     ) -> None:
         self.store = store
         self.lease_wait_s = lease_wait_s
@@ -184,6 +190,10 @@ class RunController:
         self._started = False
         self.steps: list[Decision] = []
         """Every non-empty decision this controller appended, in order (for tests and audit)."""
+        self._probe = probe
+        self._last_size_look: datetime | None = None
+        self._last_drain_look: datetime | None = None
+        self._wake_at: datetime | None = None  # decide again by then (a deadline, a look)
 
     # ------------------------------------------------------------------ state
 
@@ -352,11 +362,33 @@ class RunController:
 
     # ------------------------------------------------------------------ the loop
 
+    def _look(self, run: RunState, group: WorkerGroupState | None) -> ClusterView | None:
+        """Look at the cluster when an elastic run's decision needs it (:func:`looks_due`);
+        keeps when to decide again for the next look."""
+        now = self._clock()
+        looks = looks_due(run, group, now, self._last_size_look, self._last_drain_look)
+        self._wake_at = looks.next_at
+        if not (looks.size or looks.drain):
+            return None
+        if self._probe is None:
+            from wgstore.orchestration.cluster_probe import RayClusterProbe
+
+            self._probe = RayClusterProbe()
+        view = self._probe.look(run, group, size=looks.size)
+        if looks.size:
+            self._last_size_look = now
+        if looks.drain:
+            self._last_drain_look = now
+        return view
+
     def step(self) -> Decision:
         """Read, decide, append once; returns what was appended (empty: nothing, or another
         controller acted first)."""
         run, group = self.refresh()
-        decision = decide(run, group, self._clock())
+        cluster = self._look(run, group)
+        decision = decide(run, group, self._clock(), cluster)
+        if decision.wake_at is not None:
+            self._wake_at = min(filter(None, (self._wake_at, decision.wake_at)))
         if decision.empty:
             return decision
         requests = []
@@ -438,6 +470,8 @@ class RunController:
         caller's deadline."""
         now = time.monotonic()
         wait_s = self.lease_s / 3
+        if self._wake_at is not None:  # an elastic run's next look, a preemption's deadline
+            wait_s = min(wait_s, (self._wake_at - self._clock()).total_seconds())
         keeper = self._keeper
         if keeper is not None:
             wait_s = min(wait_s, keeper.valid_until - now)

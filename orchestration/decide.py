@@ -46,13 +46,33 @@ Decisions worth knowing:
   is a ``worker_group`` failure: the controller did not ask for it and cannot tell why.
 - wgstore's ``WorkerGroupCallback`` errors never fail a start (they are recorded as
   ``CallbackFailed`` and the group goes on), so unlike Ray they are not a RAISE here.
+
+An elastic run (its ``ScalingConfig`` has ``min_workers``) follows Ray Train 2.60's
+``ElasticScalingPolicy`` and its controller's RESIZING and PREEMPTING states, deciding from what
+the controller saw of the cluster (``cluster``: a :class:`~wgstore.orchestration.scaling.
+ClusterView`; :func:`looks_due` says when the controller must look)::
+
+    INITIALIZING / RESTARTING ─► (RE)SCHEDULING at what fits (>= min_workers), with
+                   ScalingDecisionMade(initial / failure / preemption / start_retry)
+                 └► StartDeferred once, when fewer than min_workers fit: wait; past
+                    min_workers_timeout_s, ERRORED naming the shortfall
+    RUNNING ──► RESIZING (another size fits, looked at every elastic_resize_monitor_interval_s):
+                the group is shut down (resized_to), no failure charged
+            └─► PREEMPTING (a node under the workers announced it is going): PreemptionNoticed
+    RESIZING ─► SCHEDULING at that size, ScalingDecisionMade(grew / shrank)
+    PREEMPTING ─► RESTARTING at the node's deadline, or once every worker stopped: a
+                  ``preemption`` failure against max_preemption_failures (a worker that failed
+                  for another reason fails fast, as a ``worker_group`` failure); SHUTTING_DOWN
+                  if training finished first
+
+A fixed run's decisions never look at the cluster and record no ``ScalingDecisionMade``.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from wgstore.events import NO_STREAM, NewEvent
@@ -61,10 +81,14 @@ from wgstore.events.run import (
     ControllerStateChanged,
     FailureDecisionMade,
     FailureKind,
+    PreemptionNoticed,
     RankError,
+    ResizeCause,
     RetryDecision,
     RunErrored,
     RunFinished,
+    ScalingDecisionMade,
+    StartDeferred,
 )
 from wgstore.events.streams import run_stream
 from wgstore.events.worker_group import (
@@ -75,6 +99,7 @@ from wgstore.events.worker_group import (
 )
 from wgstore.orchestration.errors import UndecidableRunError
 from wgstore.orchestration.poll_recorder import CLUSTER_LOST
+from wgstore.orchestration.scaling import ClusterView, failure_summary, resize_reason
 from wgstore.projections.errors import StreamNotFoundError
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
@@ -82,14 +107,19 @@ from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
 __all__ = [
     "CONTROLLER_NAMESPACE",
     "PREEMPTED_NOTE",
+    "PREEMPTION_DEADLINE_S",
+    "PREEMPTION_POLL_S",
+    "WAIT_LOOK_S",
     "Decision",
     "FailureVerdict",
+    "Looks",
     "attempt_group_id",
     "classify_failure",
     "decide",
     "is_preemption",
     "is_retryable_start_failure",
     "latest_checkpoint",
+    "looks_due",
 ]
 
 CONTROLLER_NAMESPACE = uuid.UUID("0c7a4f0e-2d8b-4b7e-9a1f-5e3c6d2b8a40")
@@ -113,6 +143,16 @@ _NOT_RETRYABLE_START_ERRORS = frozenset(
 )
 """Start errors that a new attempt would meet again (Ray raises these at once)."""
 
+PREEMPTION_POLL_S = 5.0
+"""How often a running elastic group's nodes are looked at for a preemption notice (Ray's
+``DEFAULT_PREEMPTION_POLL_INTERVAL_S``)."""
+WAIT_LOOK_S = 1.0
+"""How often an elastic run waiting for ``min_workers`` looks at the cluster again (Ray's
+``GET_RESERVED_RESOURCES_INTERVAL_S``)."""
+PREEMPTION_DEADLINE_S = 120.0
+"""How long a preemption without a deadline is waited out (Ray's
+``DEFAULT_PREEMPTION_DEADLINE_S``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -122,6 +162,8 @@ class Decision:
     ``group_events`` to the stream of ``group_id`` with ``group_expected_version`` (``NO_STREAM``
     for a start request, otherwise ``None``: any version, the ids make it idempotent).
     ``to_state`` is the controller state after the run events (``None``: unchanged).
+    ``wake_at``: decide again by then even if the log does not move (a preemption's deadline,
+    the end of a wait for ``min_workers``).
     """
 
     run_events: tuple[NewEvent, ...] = ()
@@ -129,6 +171,7 @@ class Decision:
     group_events: tuple[NewEvent, ...] = ()
     group_expected_version: Any = None
     to_state: ControllerState | None = None
+    wake_at: datetime | None = None
 
     @property
     def empty(self) -> bool:
@@ -279,35 +322,75 @@ def _transition(
 
 
 def _start_request(
-    run: RunState, group_id: str, attempt: int, checkpoint: str | None
+    run: RunState,
+    group_id: str,
+    attempt: int,
+    checkpoint: str | None,
+    num_workers: int | None = None,
 ) -> tuple[NewEvent, ...]:
     context = run.context
     assert context is not None
     if checkpoint != context.resume_checkpoint:
         context = replace(context, resume_checkpoint=checkpoint)
+    if num_workers is not None and num_workers != context.num_workers:
+        context = replace(context, num_workers=num_workers)
     event = WorkerGroupStartRequested(
         group_id=group_id, run_id=run.run_id, attempt=attempt, context=context
     )
     return (NewEvent(event, event_id=_group_event_id(group_id, "start")),)
 
 
-def _shutdown_request(group_id: str, reason: str) -> tuple[NewEvent, ...]:
-    event = WorkerGroupShutdownRequested(reason=reason)
+def _shutdown_request(
+    group_id: str, reason: str, resized_to: int | None = None
+) -> tuple[NewEvent, ...]:
+    event = WorkerGroupShutdownRequested(reason=reason, resized_to=resized_to)
     return (NewEvent(event, event_id=_group_event_id(group_id, "shutdown")),)
 
 
 def _schedule(
-    run: RunState, to_state: ControllerState, attempt: int, checkpoint: str | None, why: str
+    run: RunState,
+    to_state: ControllerState,
+    attempt: int,
+    checkpoint: str | None,
+    why: str,
+    sized: tuple[int, ResizeCause, str] | None = None,
 ) -> Decision:
+    """Start attempt ``attempt``; ``sized`` (an elastic run's size, cause and the failure's
+    summary) adds the ``ScalingDecisionMade`` that chose its size, in the same append."""
     group_id = attempt_group_id(run.run_id, attempt)
     moved = _transition(run, to_state, why, group_id, checkpoint)
+    events: list[Any] = [moved]
+    num_workers = None
+    if sized is not None:
+        num_workers, cause, failure = sized
+        previous = _previous_size(run)
+        events.append(
+            ScalingDecisionMade(
+                num_workers=num_workers,
+                previous_workers=previous,
+                cause=cause,
+                reason=resize_reason(cause, previous, num_workers, run.scaling_config, failure),
+                group_id=group_id,
+                resources_per_worker=dict(run.context.resources_per_worker if run.context else {}),
+            )
+        )
     return Decision(
-        run_events=_run_event_ids(run, [moved]),
+        run_events=_run_event_ids(run, events),
         group_id=group_id,
-        group_events=_start_request(run, group_id, attempt, checkpoint),
+        group_events=_start_request(run, group_id, attempt, checkpoint, num_workers),
         group_expected_version=NO_STREAM,
         to_state=to_state,
     )
+
+
+def _previous_size(run: RunState) -> int | None:
+    """The size of the run's latest group: its scaling decision's (``None``: no group yet)."""
+    if not run.groups:
+        return None
+    decision = run.decision_for(run.groups[-1])
+    if decision is not None:
+        return decision.num_workers
+    return run.context.num_workers if run.context is not None else None
 
 
 def _scheduled_checkpoint(run: RunState, group_id: str) -> str | None:
@@ -403,15 +486,241 @@ def _reissue_shutdown(run: RunState, group: WorkerGroupState) -> Decision:
     return Decision()  # shutting down: wait for the executor
 
 
-def decide(run: RunState, group: WorkerGroupState | None, now: datetime) -> Decision:
+# ---------------------------------------------------------------------- elastic runs
+
+
+@dataclass(frozen=True, slots=True)
+class Looks:
+    """What the controller must look at before it decides (:func:`looks_due`), and when it
+    must look next even if the log does not move (``None``: no look is coming)."""
+
+    size: bool = False
+    drain: bool = False
+    next_at: datetime | None = None
+
+
+def looks_due(
+    run: RunState,
+    group: WorkerGroupState | None,
+    now: datetime,
+    last_size_look: datetime | None,
+    last_drain_look: datetime | None,
+) -> Looks:
+    """Whether the controller must look at the cluster before it decides: for what fits
+    (``ClusterView.fits``) and for nodes going (``ClusterView.draining``).
+
+    Only elastic runs look. What fits is looked at before every start (INITIALIZING,
+    RESTARTING, and again every :data:`WAIT_LOOK_S` while fewer than ``min_workers`` fit) and,
+    while a group runs, once every ``elastic_resize_monitor_interval_s`` counted from the
+    group's start or the last look, whichever is later (Ray's rule); nodes going every
+    :data:`PREEMPTION_POLL_S`.
+    """
+    scaling = run.scaling_config
+    if run.ended or scaling is None or not scaling.elastic or run.context is None:
+        return Looks()
+    state = run.controller_state
+    if state in (ControllerState.INITIALIZING, ControllerState.RESTARTING):
+        if group is not None and not group.status.is_terminal:
+            return Looks()
+        return Looks(size=True, next_at=now + timedelta(seconds=WAIT_LOOK_S))
+    if state is not ControllerState.RUNNING or group is None:
+        return Looks()
+    if group.status is not WorkerGroupStatus.RUNNING or group.started_at is None:
+        return Looks()
+    since = max(group.started_at, last_size_look) if last_size_look else group.started_at
+    size_at = since + timedelta(seconds=scaling.elastic_resize_monitor_interval_s)
+    drain_at = (last_drain_look or now) + timedelta(seconds=PREEMPTION_POLL_S)
+    size, drain = now >= size_at, last_drain_look is None or now >= drain_at
+    next_size = now + timedelta(seconds=scaling.elastic_resize_monitor_interval_s)
+    next_drain = now + timedelta(seconds=PREEMPTION_POLL_S)
+    return Looks(
+        size=size,
+        drain=drain,
+        next_at=min(next_size if size else size_at, next_drain if drain else drain_at),
+    )
+
+
+def _failure_summary(run: RunState) -> str:
+    """The run's last failure in a few words, for the scaling decision that restarts it."""
+    if not run.decisions:
+        return ""
+    last = run.decisions[-1]
+    return failure_summary(last.failure_kind, last.errors)
+
+
+def _restart_cause(run: RunState) -> ResizeCause:
+    kind = run.decisions[-1].failure_kind if run.decisions else None
+    if kind == FailureKind.PREEMPTION:
+        return ResizeCause.PREEMPTION
+    if kind == FailureKind.START:
+        return ResizeCause.START_RETRY
+    return ResizeCause.FAILURE
+
+
+def _start_elastic(
+    run: RunState,
+    now: datetime,
+    cluster: ClusterView | None,
+    to_state: ControllerState,
+    attempt: int,
+    checkpoint: str | None,
+    why: str,
+) -> Decision:
+    """Start attempt ``attempt`` of an elastic run at what fits, or wait for ``min_workers``
+    (``StartDeferred`` once), or give up once the wait outlasted ``min_workers_timeout_s``."""
+    scaling = run.scaling_config
+    assert scaling is not None and scaling.min_workers is not None
+    if cluster is None or cluster.fits is None:
+        return Decision()  # the controller looks first (looks_due)
+    fits = min(cluster.fits, scaling.num_workers)
+    if fits >= max(1, scaling.min_workers):
+        cause = ResizeCause.INITIAL if attempt == 1 else _restart_cause(run)
+        failure = "" if cause is ResizeCause.INITIAL else _failure_summary(run)
+        return _schedule(run, to_state, attempt, checkpoint, why, (fits, cause, failure))
+    shortfall = (
+        f"{fits} of the run's {scaling.describe()} workers fit "
+        f"({_fmt_resources(scaling.resources)} each); min_workers is "
+        f"{max(1, scaling.min_workers)}"
+    )
+    timeout = scaling.min_workers_timeout_s
+    if run.deferred_since is None:
+        deferred = StartDeferred(
+            num_workers_fit=fits, min_workers=scaling.min_workers, reason=shortfall
+        )
+        wake = None if timeout is None else now + timedelta(seconds=timeout)
+        return Decision(run_events=_run_event_ids(run, [deferred]), wake_at=wake)
+    if timeout is None or now < run.deferred_since + timedelta(seconds=timeout):
+        wake = None if timeout is None else run.deferred_since + timedelta(seconds=timeout)
+        return Decision(wake_at=wake)
+    waited = (now - run.deferred_since).total_seconds()
+    error = ErrorInfo(
+        type="InsufficientClusterResourcesError",
+        message=f"waited {waited:.0f} s (min_workers_timeout_s {timeout:g}) and {shortfall}",
+    )
+    events = [
+        _transition(run, ControllerState.ERRORED, str(error), run.current_group_id),
+        RunErrored(error=error, group_id=run.current_group_id),
+    ]
+    return Decision(run_events=_run_event_ids(run, events), to_state=ControllerState.ERRORED)
+
+
+def _fmt_resources(resources: dict[str, float]) -> str:
+    return ", ".join(f"{name}={amount:g}" for name, amount in sorted(resources.items()))
+
+
+def _preempted_nodes(group: WorkerGroupState, draining: Any) -> dict[str, tuple[int, ...]]:
+    nodes: dict[str, list[int]] = {}
+    for worker in group.workers:
+        if worker.node_id in draining:
+            nodes.setdefault(worker.node_id, []).append(worker.world_rank)
+    return {node: tuple(sorted(ranks)) for node, ranks in sorted(nodes.items())}
+
+
+def _running_elastic(
+    run: RunState, group: WorkerGroupState, now: datetime, cluster: ClusterView | None
+) -> Decision | None:
+    """A healthy running group of an elastic run: PREEMPTING when a node under it announced it
+    is going, RESIZING when another size fits; ``None`` when neither."""
+    if cluster is None:
+        return None
+    scaling = run.scaling_config
+    assert scaling is not None and scaling.min_workers is not None
+    preempted = _preempted_nodes(group, cluster.draining)
+    if preempted:
+        deadlines = [ms for node in preempted if (ms := cluster.draining[node])]
+        deadline = _epoch_ms(min(deadlines)) if deadlines else None
+        ranks = sorted({rank for ranks in preempted.values() for rank in ranks})
+        why = f"node {', '.join(preempted)} announced its preemption (ranks {ranks})"
+        events = [
+            _transition(run, ControllerState.PREEMPTING, why, group.group_id),
+            PreemptionNoticed(
+                group_id=group.group_id, nodes=preempted, deadline=deadline, detected_at=now
+            ),
+        ]
+        return Decision(
+            run_events=_run_event_ids(run, events),
+            to_state=ControllerState.PREEMPTING,
+            wake_at=_preemption_deadline(deadline, now),
+        )
+    if cluster.fits is None:
+        return None
+    fits = min(cluster.fits, scaling.num_workers)
+    size = group.context.num_workers
+    if fits == size or fits < max(1, scaling.min_workers):
+        return None
+    cause = ResizeCause.GREW if fits > size else ResizeCause.SHRANK
+    why = resize_reason(cause, size, fits, scaling)
+    moved = _transition(run, ControllerState.RESIZING, why, group.group_id)
+    return Decision(
+        run_events=_run_event_ids(run, [moved]),
+        group_id=group.group_id,
+        group_events=_shutdown_request(group.group_id, f"resized: {why}", resized_to=fits),
+        to_state=ControllerState.RESIZING,
+    )
+
+
+def _epoch_ms(value: int) -> datetime:
+    return datetime.fromtimestamp(value / 1000, tz=UTC)
+
+
+def _preemption_deadline(deadline: datetime | None, detected_at: datetime) -> datetime:
+    """When a preemption is waited out: its deadline, else Ray's default after detection."""
+    return deadline or detected_at + timedelta(seconds=PREEMPTION_DEADLINE_S)
+
+
+def _preempting(run: RunState, group: WorkerGroupState, now: datetime) -> Decision:
+    """PREEMPTING: wait for the train function to checkpoint until the nodes' deadline (or
+    every worker stopped), then restart without them, a ``preemption`` failure. Training that
+    finished first finishes; a worker failing for another reason fails fast."""
+    status = group.poll_status
+    if status is not None and status.finished and not group.errors:
+        moved = _transition(
+            run, ControllerState.SHUTTING_DOWN, "every worker finished", group.group_id
+        )
+        return Decision(
+            run_events=_run_event_ids(run, [moved]),
+            group_id=group.group_id,
+            group_events=_shutdown_request(group.group_id, "finished")
+            if group.status is WorkerGroupStatus.RUNNING
+            else (),
+            to_state=ControllerState.SHUTTING_DOWN,
+        )
+    notice = run.preemptions[-1] if run.preemptions else None
+    preempted = set(notice.ranks) if notice is not None else set()
+    verdict = classify_failure(run, group)
+    if verdict is not None and not set(group.errors) <= preempted:
+        return _on_failure(run, group, verdict)  # another failure: fail fast, as Ray
+    detected = notice.detected_at or notice.at if notice is not None else now
+    deadline = _preemption_deadline(notice.deadline if notice else None, detected)
+    stopped = status is not None and status.finished
+    if not stopped and now < deadline:
+        return Decision(wake_at=deadline)
+    nodes = ", ".join(notice.nodes) if notice is not None else "?"
+    how = "every worker stopped" if stopped else "its deadline passed"
+    reason = f"node {nodes} preempted: {how}"
+    errors = [
+        RankError(world_rank=rank, error=ErrorInfo(type="PreemptionError", message=reason))
+        for rank in sorted(preempted)
+    ]
+    return _on_failure(run, group, _verdict(run, FailureKind.PREEMPTION, True, reason, errors))
+
+
+def decide(
+    run: RunState,
+    group: WorkerGroupState | None,
+    now: datetime,
+    cluster: ClusterView | None = None,
+) -> Decision:
     """One step of the run controller: what to append, given the log.
 
     Args:
         run: the run's state, folded from its stream.
         group: the state of the run's current worker group (``run.current_group_id``), or
             ``None`` when it has none yet or its stream does not exist yet.
-        now: the caller's clock (UTC). No rule depends on it today; it is part of the contract
-            so timeouts can be decided here without a clock of the function's own.
+        now: the caller's clock (UTC): an elastic run's preemption deadlines and its wait for
+            ``min_workers`` are decided against it.
+        cluster: what the controller saw of the cluster, for an elastic run when
+            :func:`looks_due` says so (``None``: no look this step).
 
     Returns:
         A :class:`Decision`; empty when the controller must wait for the log to move.
@@ -423,7 +732,6 @@ def decide(run: RunState, group: WorkerGroupState | None, now: datetime) -> Deci
         StreamNotFoundError: the run is past scheduling but ``group`` is ``None`` (the stream of
             its current group is missing).
     """
-    del now  # see Args
     if run.ended:
         return Decision()
     if run.context is None:
@@ -437,19 +745,26 @@ def decide(run: RunState, group: WorkerGroupState | None, now: datetime) -> Deci
             f"group {group.group_id!r} is not the current group {current!r} of the run"
         )
     state = run.controller_state
+    elastic = run.elastic
     if state == ControllerState.INITIALIZING:
-        return _schedule(
-            run, ControllerState.SCHEDULING, 1, run.context.resume_checkpoint, "attempt 1"
-        )
+        checkpoint = run.context.resume_checkpoint
+        if elastic:
+            return _start_elastic(
+                run, now, cluster, ControllerState.SCHEDULING, 1, checkpoint, "attempt 1"
+            )
+        return _schedule(run, ControllerState.SCHEDULING, 1, checkpoint, "attempt 1")
     if current is None:
         raise UndecidableRunError(f"run {run.run_id!r} is {state} but names no worker group")
     if state in (ControllerState.SCHEDULING, ControllerState.RESCHEDULING):
         if group is None:
             attempt = run.groups.index(current) + 1
             checkpoint = _scheduled_checkpoint(run, current)
+            sized = run.decision_for(current)
             return Decision(
                 group_id=current,
-                group_events=_start_request(run, current, attempt, checkpoint),
+                group_events=_start_request(
+                    run, current, attempt, checkpoint, sized.num_workers if sized else None
+                ),
                 group_expected_version=NO_STREAM,
             )
         if group.status is WorkerGroupStatus.RUNNING and group.training_launched:
@@ -498,13 +813,34 @@ def decide(run: RunState, group: WorkerGroupState | None, now: datetime) -> Deci
                 ),
                 to_state=ControllerState.SHUTTING_DOWN,
             )
+        if elastic and group.status is WorkerGroupStatus.RUNNING:
+            return _running_elastic(run, group, now, cluster) or Decision()
         return Decision()
+    if state == ControllerState.PREEMPTING:
+        return _preempting(run, group, now)
+    if state == ControllerState.RESIZING:
+        if not group.status.is_terminal:
+            return _reissue_shutdown(run, group)
+        size = group.resized_to or group.context.num_workers
+        cause = ResizeCause.GREW if size > group.context.num_workers else ResizeCause.SHRANK
+        attempt = group.attempt + 1
+        checkpoint = latest_checkpoint(group)
+        why = f"attempt {attempt} with {size} workers" + (
+            f" from {checkpoint}" if checkpoint else ""
+        )
+        return _schedule(
+            run, ControllerState.SCHEDULING, attempt, checkpoint, why, (size, cause, "")
+        )
     if state == ControllerState.RESTARTING:
         if not group.status.is_terminal:
             return _reissue_shutdown(run, group)
         attempt = group.attempt + 1
         checkpoint = latest_checkpoint(group)
         why = f"attempt {attempt}" + (f" from {checkpoint}" if checkpoint else "")
+        if elastic:
+            return _start_elastic(
+                run, now, cluster, ControllerState.RESCHEDULING, attempt, checkpoint, why
+            )
         return _schedule(run, ControllerState.RESCHEDULING, attempt, checkpoint, why)
     if state == ControllerState.SHUTTING_DOWN:
         if not group.status.is_terminal:

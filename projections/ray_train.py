@@ -14,7 +14,10 @@ Where each field lives in the log:
   ``status`` is :attr:`RunState.status`; ``status_detail`` the ``reason`` of the last
   ``ControllerStateChanged`` into a state Ray tracks (Ray's scheduling text, the error);
   ``end_time_ns`` the ``ray_time_ns`` metadata of the transition into the terminal state.
-- ``TrainRunAttempt``: ``attempt_id`` is the group id (Ray's ``run_attempt_id``);
+- ``TrainRunAttempt``: ``attempt_id`` is Ray's ``run_attempt_id`` (the metadata
+  ``ray_attempt_id`` of ``WorkerGroupStartRequested``; the group id in logs from before it);
+  Ray starts a group again under the same attempt id after a failed start, and its state actor
+  keeps the last start: :func:`ray_train_run_attempts` keeps the last group of each id;
   ``start_time_ns``/``end_time_ns`` the ``ray_time_ns`` metadata of
   ``WorkerGroupStartRequested``/``WorkerGroupShutdownRequested``; ``status`` from the group's
   fold (PENDING before ``WorkersStarted``, RUNNING, then ABORTED for an abort, ERRORED when the
@@ -42,7 +45,13 @@ from wgstore.events.worker_group import (
 from wgstore.projections.run_state import RunState, project_run
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 
-__all__ = ["RAY_SUB_STATES", "ray_train_run", "ray_train_run_attempt", "scheduling_detail"]
+__all__ = [
+    "RAY_SUB_STATES",
+    "ray_train_run",
+    "ray_train_run_attempt",
+    "ray_train_run_attempts",
+    "scheduling_detail",
+]
 
 RAY_SUB_STATES = frozenset({"RESCHEDULING", "SHUTTING_DOWN", "PREEMPTING"})
 """Controller states Ray's state actor does not show (the run keeps its status and detail)."""
@@ -117,12 +126,14 @@ def ray_train_run_attempt(records: Sequence[RecordedEvent]) -> dict[str, Any]:
     state = project_worker_group(records)
     status, detail = _attempt_status(state)
     start_ns = end_ns = None
+    attempt_id = state.group_id
     log_paths: list[Any] = []
     worker_resources: list[Any] = []
     for record in records:
         event = record.event
         if isinstance(event, WorkerGroupStartRequested):
             start_ns = _time_ns(record)
+            attempt_id = str(record.metadata.get("ray_attempt_id") or state.group_id)
         elif isinstance(event, WorkersStarted):
             log_paths = list(record.metadata.get("ray_worker_log_file_paths") or [])
             worker_resources = list(record.metadata.get("ray_worker_resources") or [])
@@ -152,7 +163,7 @@ def ray_train_run_attempt(records: Sequence[RecordedEvent]) -> dict[str, Any]:
     ]
     return {
         "run_id": state.run_id,
-        "attempt_id": state.group_id,
+        "attempt_id": attempt_id,
         "status": status,
         "status_detail": detail,
         "start_time_ns": start_ns,
@@ -160,3 +171,16 @@ def ray_train_run_attempt(records: Sequence[RecordedEvent]) -> dict[str, Any]:
         "resources": [{"resources": resources} for _ in range(state.context.num_workers)],
         "workers": workers,
     }
+
+
+def ray_train_run_attempts(
+    groups: Iterable[Sequence[RecordedEvent]],
+) -> dict[str, dict[str, Any]]:
+    """Ray's ``TrainRunAttempt`` of every attempt of a run, by Ray's attempt id, from the
+    streams of its groups in the run's order: a group started again under the same attempt id
+    (a failed start, tried again) replaces the one before, as in Ray's state actor."""
+    attempts: dict[str, dict[str, Any]] = {}
+    for records in groups:
+        attempt = ray_train_run_attempt(records)
+        attempts[attempt["attempt_id"]] = attempt  # (in the place of its first start, as Ray's)
+    return attempts

@@ -25,13 +25,17 @@ from wgstore.events.run import (
     FailureConfig,
     FailureDecisionMade,
     FailureKind,
+    PreemptionNoticed,
     RankError,
+    RecordingFailed,
     RunAborted,
     RunCreated,
     RunErrored,
     RunFinished,
     RunResumed,
     ScalingConfig,
+    ScalingDecisionMade,
+    StartDeferred,
     TrainerRecorded,
 )
 from wgstore.events.worker_group import ErrorInfo, WorkerGroupContext
@@ -43,8 +47,10 @@ __all__ = [
     "ControllerSession",
     "ControllerTransition",
     "FailureDecision",
+    "Preemption",
     "RunState",
     "RunStatus",
+    "ScalingDecision",
     "evolve_run",
     "is_orphaned",
     "lease_lapsed",
@@ -121,6 +127,40 @@ class FailureDecision:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ScalingDecision:
+    """One ``ScalingDecisionMade``: the size a group starts at and why, with when it was decided.
+
+    ``cause`` is the event's text (a :class:`~wgstore.events.run.ResizeCause` value).
+    """
+
+    num_workers: int
+    previous_workers: int | None
+    cause: str
+    reason: str
+    group_id: str | None
+    at: datetime
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Preemption:
+    """One ``PreemptionNoticed``: the nodes going, their ranks and deadline, with when it was
+    recorded."""
+
+    group_id: str | None
+    nodes: Mapping[str, tuple[int, ...]]
+    deadline: datetime | None
+    detected_at: datetime | None
+    at: datetime
+    version: int
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Every preempted rank, in order."""
+        return tuple(sorted({rank for ranks in self.nodes.values() for rank in ranks}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ControllerSession:
     """One controller process that took the run (``ControllerStarted``)."""
 
@@ -170,6 +210,17 @@ class RunState:
     final_group_id: str | None = None
     trainer: TrainerRecorded | None = None
     """What a run recorded from Ray Train needs to be started again (``TrainerRecorded``)."""
+    scaling_decisions: tuple[ScalingDecision, ...] = ()
+    """Every size the scaling policy chose for an elastic run, in order."""
+    preemptions: tuple[Preemption, ...] = ()
+    """Every preemption notice of nodes under the run's workers."""
+    recording_errors: tuple[RecordingFailed, ...] = ()
+    """What a Ray Train recorder hook could not record (``RecordingFailed``)."""
+    deferred_since: datetime | None = None
+    """When the controller began to wait for ``min_workers`` to fit (``StartDeferred``);
+    ``None`` once a scaling decision started a group."""
+    deferred: StartDeferred | None = None
+    """The ``StartDeferred`` of that wait."""
 
     @property
     def attempts(self) -> int:
@@ -196,6 +247,18 @@ class RunState:
     def is_terminal(self) -> bool:
         """True once the run ended."""
         return self.ended
+
+    @property
+    def elastic(self) -> bool:
+        """True when the run's size may change (its scaling config has a range)."""
+        return self.scaling_config is not None and self.scaling_config.elastic
+
+    def decision_for(self, group_id: str) -> ScalingDecision | None:
+        """The scaling decision that started ``group_id`` (``None``: a fixed run's group)."""
+        for decision in reversed(self.scaling_decisions):
+            if decision.group_id == group_id:
+                return decision
+        return None
 
 
 def _with_group(groups: tuple[str, ...], group_id: str | None) -> tuple[str, ...]:
@@ -310,6 +373,43 @@ def _controller_started(state: RunState, record: RecordedEvent) -> dict[str, Any
     return {"controllers": (*state.controllers, session)}
 
 
+def _scaling_decision_made(state: RunState, record: RecordedEvent) -> dict[str, Any]:
+    event: ScalingDecisionMade = record.event
+    decision = ScalingDecision(
+        num_workers=event.num_workers,
+        previous_workers=event.previous_workers,
+        cause=event.cause,
+        reason=event.reason,
+        group_id=event.group_id,
+        at=event_time(record),
+        version=record.version,
+    )
+    return {
+        "scaling_decisions": (*state.scaling_decisions, decision),
+        "deferred_since": None,
+        "deferred": None,
+    }
+
+
+def _start_deferred(state: RunState, record: RecordedEvent) -> dict[str, Any]:
+    if state.deferred_since is not None:
+        return {"deferred": record.event}  # the wait goes on: it began then
+    return {"deferred_since": event_time(record), "deferred": record.event}
+
+
+def _preemption_noticed(state: RunState, record: RecordedEvent) -> dict[str, Any]:
+    event: PreemptionNoticed = record.event
+    preemption = Preemption(
+        group_id=event.group_id,
+        nodes=event.nodes,
+        deadline=event.deadline,
+        detected_at=event.detected_at,
+        at=event_time(record),
+        version=record.version,
+    )
+    return {"preemptions": (*state.preemptions, preemption)}
+
+
 def _trainer_recorded(state: RunState, record: RecordedEvent) -> dict[str, Any]:
     if state.trainer is not None:
         raise ProjectionError.at(record, f"run {state.run_id!r} already recorded its trainer")
@@ -327,6 +427,12 @@ _HANDLERS: dict[type, _Handler] = {
     RunAborted: _aborted,
     TrainerRecorded: _trainer_recorded,
     RunResumed: lambda state, record: {"resumes": (*state.resumes, record.event)},
+    ScalingDecisionMade: _scaling_decision_made,
+    PreemptionNoticed: _preemption_noticed,
+    StartDeferred: _start_deferred,
+    RecordingFailed: lambda state, record: {
+        "recording_errors": (*state.recording_errors, record.event)
+    },
 }
 """Each run event type and its handler: it reads the state and returns the fields it changes
 (the same style as the worker-group fold's table in :mod:`wgstore.projections.state`)."""
@@ -369,7 +475,7 @@ def evolve_run(state: RunState | None, record: RecordedEvent) -> RunState:
     handler = _HANDLERS.get(type(event))
     if handler is None and isinstance(event, UnknownEvent):
         changes: dict[str, Any] = {}  # not ours to interpret: step over it
-    elif state.ended:
+    elif state.ended and not isinstance(event, RecordingFailed):  # (a recording note may follow)
         raise ProjectionError.at(
             record, f"run {state.run_id!r} already ended as {state.status.value}"
         )

@@ -109,6 +109,8 @@ class TrainingOutcome(enum.StrEnum):
     FINISHED = "finished"
     ERRORED = "errored"
     ABORTED = "aborted"
+    RESIZED = "resized"
+    """Stopped so that an elastic run starts again at another size (no failure)."""
 
 
 _S = WorkerGroupStatus
@@ -318,6 +320,8 @@ class WorkerGroupState:
     """Per rank, whether the worker ended on its own at shutdown or was killed."""
     aborted: bool = False
     """The shutdown was an ``abort()``."""
+    resized_to: int | None = None
+    """The shutdown was an elastic run's resize: the run starts again at this size."""
     callback_failures: tuple[CallbackFailed, ...] = ()
     """Executor hooks (``WorkerGroupCallback``) that raised, in log order."""
     released: tuple[str, ...] = ()
@@ -343,7 +347,7 @@ class WorkerGroupState:
             if status.finished:
                 return TrainingOutcome.FINISHED
         if self.status is WorkerGroupStatus.SHUT_DOWN:
-            return TrainingOutcome.ABORTED
+            return TrainingOutcome.ABORTED if self.resized_to is None else TrainingOutcome.RESIZED
         return None
 
     @property
@@ -653,6 +657,7 @@ def _shutdown_requested(state: WorkerGroupState, record: RecordedEvent) -> dict[
         "status": WorkerGroupStatus.SHUTTING_DOWN,
         "shutdown_reason": event.reason,
         "aborted": event.abort,
+        "resized_to": event.resized_to,
         "shutdown_requested_at": event_time(record),
     }
 

@@ -8,9 +8,19 @@ database. Metadata on every event: ``source="ray_train"``, ``ray_job_id``,
 ``ray_controller_actor_id`` and ``ray_time_ns`` (when Ray called the hook).
 
 A hook never raises into Ray Train (Ray turns a callback exception into a controller failure):
-problems are logged in the controller's log. With ``strict=True`` a recording failure (the
-database unwritable for longer than ``retry_limit_s``) is raised once, as
+problems are logged in the controller's log, and a hook that could not record what Ray handed
+it says so in the log itself (``RecordingFailed`` on the run stream). Every event is first
+folded by the readers' own fold (:mod:`~wgstore.orchestration.ray_train.stream_guard`), so
+whatever a hook meets, the run's streams stay readable. With ``strict=True`` a recording failure
+(the database unwritable for longer than ``retry_limit_s``) is raised once, as
 :class:`~wgstore.orchestration.ray_train.writer.RecordingError`, and fails the run.
+
+An elastic run (``ScalingConfig(num_workers=(min, max))``) is recorded as a fixed one is, with
+its range in ``RunCreated``, each attempt's group at the size Ray started it, and every size
+Ray's scaling policy chose as ``ScalingDecisionMade`` (from what, to what, why); a node's
+announced preemption is ``PreemptionNoticed``. Ray may start a group twice under one attempt id
+(a start that failed, tried again): each start is a worker-group stream of its own, the second
+``<attempt id>-2``, with Ray's id in the metadata ``ray_attempt_id``.
 """
 
 from __future__ import annotations
@@ -37,12 +47,16 @@ from wgstore.events.run import (
     ControllerStateChanged,
     FailureConfig,
     FailureDecisionMade,
+    PreemptionNoticed,
+    RecordingFailed,
+    ResizeCause,
     RetryDecision,
     RunAborted,
     RunCreated,
     RunErrored,
     RunFinished,
     ScalingConfig,
+    ScalingDecisionMade,
 )
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import (
@@ -62,8 +76,11 @@ from wgstore.events.worker_group import (
 )
 from wgstore.orchestration.poll_recorder import PollRecorder
 from wgstore.orchestration.ray_train import run_spec, translate
+from wgstore.orchestration.ray_train.stream_guard import StreamGuard
 from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
-from wgstore.projections.state import WorkerStatus
+from wgstore.orchestration.scaling import failure_summary, resize_reason
+from wgstore.projections.run_state import evolve_run
+from wgstore.projections.state import WorkerStatus, evolve
 
 __all__ = ["ContinueRun", "RecordingCallback"]
 
@@ -90,12 +107,14 @@ def _hook(method: _F) -> _F:
 
     @functools.wraps(method)
     def guarded(self: RecordingCallback, *args: Any, **kwargs: Any) -> Any:
+        self._hook_name = method.__name__
         try:
             method(self, *args, **kwargs)
         except RecordingError:
             raise
-        except Exception:
+        except Exception as error:
             logger.exception("wgstore: recording %s failed; training goes on", method.__name__)
+            self._record_failure(method.__name__, error)
         self._raise_if_strict()
         return None
 
@@ -162,6 +181,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
                 f"'postgresql+psycopg://user@host/db', got {url!r}"
             )
         self.url = _absolute_sqlite(url)
+        _check_url(self.url)
         self.run_name = run_name
         self.strict = strict
         self.retry_limit_s = retry_limit_s
@@ -203,6 +223,16 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._raised = False
         self._closed = False
         self._ended = False
+        self._hook_name = ""
+        self._created = False  # RunCreated (or a continued run's ControllerStarted) submitted
+        self._guards: dict[str, StreamGuard] = {}
+        self._scaling: ScalingConfig | None = None
+        self._attempt_starts: dict[str, int] = {}  # Ray's attempt id -> groups started under it
+        self._scheduled_from: ControllerState | None = None
+        self._pending_scaling: tuple[Any, int] | None = None  # (Ray's decision, its hook time)
+        self._group_size: int | None = None
+        self._last_failure: tuple[str, str] | None = None  # (failure kind, reason)
+        self._preempted: dict[str, tuple[int, ...]] = {}
 
     # Ray pickles the callback to the controller: the settings travel, and what only the driver
     # can see of the run (the trainer, its train loop and datasets: run_spec.find_trainer).
@@ -262,11 +292,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             fallback_train_loop=fallback_train_loop,
             **self._spec_inputs,
         )
-        if self._writer is not None:
-            meta = {**self._metadata, "ray_time_ns": time.time_ns()}
-            self._writer.submit(
-                run_stream(self._run_id), [NewEvent(event, metadata=meta)], blobs=blobs
-            )
+        self._submit(run_stream(self._run_id), event, blobs=blobs)
 
     @property
     def writer(self) -> BackgroundWriter | None:
@@ -309,11 +335,47 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             self._keeper.stop()
         self._keeper = LeaseKeeper(store, lease, self.lease_s)
 
-    def _submit(self, stream_id: str, *events: Any, metadata: dict[str, Any] | None = None) -> None:
-        if self._writer is None:
-            return
+    def _submit(
+        self,
+        stream_id: str,
+        *events: Any,
+        metadata: dict[str, Any] | None = None,
+        blobs: Any = (),
+    ) -> None:
+        """Hand ``events`` to the writer, once the stream's guard (the readers' fold) took them;
+        what it refuses is reported as ``RecordingFailed`` instead."""
+        if self._writer is None or (not self._created and stream_id == run_stream(self._run_id)):
+            return  # (a run stream begins with RunCreated, or is not written)
         meta = {**self._metadata, "ray_time_ns": time.time_ns(), **(metadata or {})}
-        self._writer.submit(stream_id, [NewEvent(event, metadata=meta) for event in events])
+        new = [NewEvent(event, metadata=meta) for event in events]
+        guard = self._guards.get(stream_id)
+        if guard is not None:
+            new, refused = guard.admit(new)
+            if refused:
+                logger.warning("wgstore: not recorded (the run would be unreadable): %s", refused)
+                self._record_failure(
+                    self._hook_name or "recording",
+                    ValueError("not recorded, the log's fold refuses it: " + "; ".join(refused)),
+                )
+        if new:
+            self._writer.submit(stream_id, new, blobs=blobs)
+
+    def _record_failure(self, hook: str, error: BaseException) -> None:
+        """``RecordingFailed`` on the run stream: what ``hook`` could not record. Never raises."""
+        if self._writer is None or not self._created:
+            return
+        try:
+            failed = RecordingFailed(hook=hook, error=ErrorInfo.from_exception(error))
+            meta = {**self._metadata, "ray_time_ns": time.time_ns()}
+            stream = run_stream(self._run_id)
+            new = [NewEvent(failed, metadata=meta)]
+            guard = self._guards.get(stream)
+            if guard is not None:
+                new, _ = guard.admit(new)
+            if new:
+                self._writer.submit(stream, new)
+        except Exception:
+            logger.warning("wgstore: cannot record that %s failed", hook, exc_info=True)
 
     def _submit_group(self, *events: Any, metadata: dict[str, Any] | None = None) -> None:
         if self._group_id is not None:
@@ -337,7 +399,6 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
 
         runtime = ray.get_runtime_context()
         _process.is_controller = runtime.get_actor_id() is not None  # not a driver calling hooks
-        run_config = train_run_context.run_config
         self._run_id = train_run_context.run_id
         self._metadata = {
             "source": "ray_train",
@@ -359,25 +420,38 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             hold_s=self.hold_s,
             read_models_interval_s=self.read_models_interval_s,
         )
-        scaling = train_run_context.scaling_config
-        failure = run_config.failure_config
-        self._failure_config = failure
-        self._loop_config = translate.jsonable(train_run_context.train_loop_config or {})
+        # What Ray handed over, part by part: a part that cannot be read (a shape wgstore does
+        # not know) is left out and named in RecordingFailed, never the whole run.
+        problems: list[tuple[str, BaseException]] = []
+
+        def part(what: str, read: Callable[[], Any], default: Any) -> Any:
+            try:
+                return read()
+            except Exception as error:
+                logger.warning("wgstore: cannot record the run's %s", what, exc_info=True)
+                problems.append((what, error))
+                return default
+
+        run_config = part("run config", lambda: train_run_context.run_config, None)
+        self._scaling = part(
+            "scaling config",
+            lambda: translate.scaling_config(train_run_context.scaling_config),
+            None,
+        )
+        self._failure_config = part("failure config", lambda: run_config.failure_config, None)
+        failure = part("failure config", lambda: _failure_config(self._failure_config), None)
+        self._loop_config = part(
+            "train loop config",
+            lambda: translate.jsonable(train_run_context.train_loop_config or {}),
+            {},
+        )
         created = RunCreated(
             run_id=self._run_id,
-            name=self.run_name or run_config.name,
-            scaling_config=ScalingConfig(
-                num_workers=int(scaling.num_workers),
-                resources_per_worker=dict(scaling._resources_per_worker_not_none),
-                placement_strategy=scaling.placement_strategy,
-            ),
-            failure_config=FailureConfig(
-                max_failures=failure.max_failures,
-                controller_failure_limit=failure.controller_failure_limit,
-                max_preemption_failures=getattr(failure, "max_preemption_failures", -1),
-            ),
+            name=self.run_name or part("name", lambda: str(run_config.name or ""), ""),
+            scaling_config=self._scaling,
+            failure_config=failure or FailureConfig(),
             context=None,
-            ray=_ray_run_info(train_run_context, self._metadata),
+            ray=part("Ray run info", lambda: _ray_run_info(train_run_context, self._metadata), {}),
         )
         controller = ControllerStarted(
             controller_id=self._metadata["ray_controller_actor_id"] or "",
@@ -386,16 +460,25 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
             resumed=resumed is not None,
             lease_s=self.lease_s,
         )
+        stream = run_stream(self._run_id)
+        self._created = True
         if resumed is None:
-            self._submit(run_stream(self._run_id), created, controller)
+            self._guards[stream] = StreamGuard(stream, evolve_run)
+            self._submit(stream, created, controller)
         else:
-            self._submit(run_stream(self._run_id), controller)
-        self._spec_inputs = {
-            "train_loop_config": train_run_context.train_loop_config,
-            "scaling_config": scaling,
-            "run_config": run_config,
-            "backend_config": train_run_context.backend_config,
-        }
+            self._submit(stream, controller)
+        for what, error in problems:
+            self._record_failure(f"after_controller_start: {what}", error)
+        self._spec_inputs = part(
+            "trainer's configs",
+            lambda: {
+                "train_loop_config": train_run_context.train_loop_config,
+                "scaling_config": train_run_context.scaling_config,
+                "run_config": run_config,
+                "backend_config": train_run_context.backend_config,
+            },
+            None,
+        )
         # the driver's part came with the pickle (fit()), or the callback was never pickled and
         # the trainer is on this stack; a continued run recorded its trainer already
         if not self._spec_recorded and self._capture_driver_part() is not None:
@@ -405,6 +488,38 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     def before_controller_execute_failure_decision(self, failure_decision: Any) -> None:
         """Kept until the state update that follows, which carries the failure."""
         self._pending_decision = RetryDecision(getattr(failure_decision, "value", failure_decision))
+
+    @_hook
+    def before_controller_execute_resize_decision(self, resize_decision: Any) -> None:
+        """The size Ray's scaling policy chose for the next group: kept until that group's
+        start names it (``ScalingDecisionMade``, elastic runs only), with this hook's time."""
+        if self._scaling is not None and self._scaling.elastic:
+            self._pending_scaling = (resize_decision, time.time_ns())
+
+    def _scaling_decision(self, group_id: str | None, num_workers: int | None = None) -> None:
+        """``ScalingDecisionMade`` for the decision kept by the resize hook, if any, naming the
+        group it started (``num_workers``: the size Ray started it at)."""
+        if self._pending_scaling is None:
+            return
+        decision, at_ns = self._pending_scaling
+        self._pending_scaling = None
+        if num_workers is None:
+            num_workers = int(decision.num_workers)
+        failure_kind, failure_reason = self._last_failure or (None, "")
+        previous = self._group_size
+        cause = translate.resize_cause(self._scheduled_from, previous, num_workers, failure_kind)
+        restart = cause not in (ResizeCause.INITIAL, ResizeCause.GREW, ResizeCause.SHRANK)
+        event = ScalingDecisionMade(
+            num_workers=num_workers,
+            previous_workers=previous,
+            cause=cause,
+            reason=resize_reason(
+                cause, previous, num_workers, self._scaling, failure_reason if restart else ""
+            ),
+            group_id=group_id,
+            resources_per_worker=dict(getattr(decision, "resources_per_worker", None) or {}),
+        )
+        self._submit(run_stream(self._run_id), event, metadata={"ray_time_ns": at_ns})
 
     @_hook
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
@@ -426,6 +541,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._pending_decision = None
         if before != after:
             self._controller_state = after
+            if after is ControllerState.SCHEDULING:
+                self._scheduled_from = before
             events.append(
                 ControllerStateChanged(
                     from_state=before,
@@ -434,6 +551,12 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
                     group_id=self._group_id,
                 )
             )
+        if after is ControllerState.PREEMPTING:
+            events += self._preemption_notice(current_state)
+        elif before is ControllerState.PREEMPTING:
+            self._preempted = {}
+        if after.is_terminal:  # a decision no group followed (the run ended between the two)
+            self._scaling_decision(None)
         if after is ControllerState.FINISHED:
             events.append(RunFinished(group_id=self._group_id))
         elif after is ControllerState.ERRORED:
@@ -454,6 +577,25 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         if after.is_terminal:
             self._ended = True
             self._close()
+
+    def _preemption_notice(self, state: Any) -> list[PreemptionNoticed]:
+        """``PreemptionNoticed`` when Ray's preempting state names nodes not noticed yet (Ray
+        merges a later node's notice into the same state)."""
+        info = getattr(state, "preemption_info", None)
+        nodes = translate.preemption_nodes(info)
+        if not nodes or nodes == self._preempted:
+            return []
+        self._preempted = nodes
+        deadline_ms = getattr(info, "deadline_ms", None)
+        detected_s = getattr(state, "detected_at_s", None)
+        return [
+            PreemptionNoticed(
+                group_id=self._group_id,
+                nodes=nodes,
+                deadline=translate.utc(deadline_ms / 1000) if deadline_ms else None,
+                detected_at=translate.utc(float(detected_s)) if detected_s is not None else None,
+            )
+        ]
 
     def _recording_note(self) -> dict[str, Any]:
         """How the recording went, on the run's end event: a gap (an outage, dropped events)
@@ -484,6 +626,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
                     stage=translate.start_stage(error), error=translate.error_info(error)
                 )
             )
+        errors = translate.rank_errors(error)
+        self._last_failure = (kind, failure_summary(kind, errors))
         return [
             FailureDecisionMade(
                 decision=decision,
@@ -492,7 +636,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
                 failures_so_far=so_far,
                 failure_kind=kind,
                 limit=limit,
-                errors=translate.rank_errors(error),
+                errors=errors,
             )
         ]
 
@@ -548,23 +692,27 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
 
     @_hook
     def before_worker_group_start(self, worker_group_context: Any) -> None:
-        """A new attempt: ``WorkerGroupStartRequested`` on the stream of its attempt id."""
+        """A new group: ``WorkerGroupStartRequested`` on a stream of its own, named by Ray's
+        attempt id (``<attempt id>-2`` ... when Ray starts a group again under the same id),
+        after the ``ScalingDecisionMade`` that chose its size (elastic runs)."""
         self._attempt += 1
-        self._group_id = worker_group_context.run_attempt_id
+        ray_attempt = str(worker_group_context.run_attempt_id)
+        starts = self._attempt_starts.get(ray_attempt, 0) + 1
+        self._attempt_starts[ray_attempt] = starts
+        self._group_id = ray_attempt if starts == 1 else f"{ray_attempt}-{starts}"
+        stream = group_stream(self._group_id)
+        self._guards[stream] = StreamGuard(stream, evolve)
         self._group_started = False
         self._recorder = PollRecorder()
         self._report_counts = {}
         self._attempt_started = time.time()
+        num_workers = int(worker_group_context.num_workers)
+        self._scaling_decision(self._group_id, num_workers)
+        self._group_size = num_workers
         if self._train_fn is None:
             self._train_fn = _train_fn_of(worker_group_context)
-        if not self._spec_recorded:  # the trainer was not seen in the driver: Ray's train fn
-            try:
-                fallback = worker_group_context.train_fn_ref.get()
-            except Exception:  # noqa: BLE001 - recorded as not resumable below
-                fallback = None
-            self._record_trainer(fallback)
         context = WorkerGroupContext(
-            num_workers=int(worker_group_context.num_workers),
+            num_workers=num_workers,
             resources_per_worker=dict(worker_group_context.resources_per_worker),
             train_fn=self._train_fn,
             train_fn_config=self._loop_config,
@@ -575,8 +723,15 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._submit_group(
             WorkerGroupStartRequested(
                 group_id=self._group_id, run_id=self._run_id, attempt=self._attempt, context=context
-            )
+            ),
+            metadata={"ray_attempt_id": ray_attempt},
         )
+        if not self._spec_recorded:  # the trainer was not seen in the driver: Ray's train fn
+            try:
+                fallback = worker_group_context.train_fn_ref.get()
+            except Exception:  # noqa: BLE001 - recorded as not resumable below
+                fallback = None
+            self._record_trainer(fallback)
 
     @_hook
     def after_worker_group_start(self, worker_group: Any) -> None:
@@ -666,14 +821,21 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         """``WorkerGroupShutdownRequested``: the reason is Ray's attempt status detail (the
         grouped errors of the last poll) when the attempt errored."""
         poll = worker_group.get_latest_poll_status()
+        resized_to: int | None = None
         if poll is not None and poll.errors:
             reason = poll.get_error_string()
         elif poll is not None and poll.finished:
             reason = "training finished"
+        elif self._scheduled_from is ControllerState.RESIZING and self._pending_scaling:
+            resized_to = int(self._pending_scaling[0].num_workers)
+            reason = f"resized: {resized_to} workers fit, the group had {self._group_size}"
         else:
             reason = "shut down by the Ray Train controller"
         self._shutdown_started = time.time()
-        self._submit_group(*self._flush_polls(), WorkerGroupShutdownRequested(reason=reason))
+        self._submit_group(
+            *self._flush_polls(),
+            WorkerGroupShutdownRequested(reason=reason, resized_to=resized_to),
+        )
 
     @_hook
     def after_worker_group_shutdown(self, worker_group_context: Any) -> None:
@@ -709,6 +871,76 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         checkpoint = getattr(training_report, "checkpoint", None)
         if checkpoint is not None:
             self._latest_checkpoint = checkpoint.path
+
+
+def _failure_config(failure: Any) -> FailureConfig:
+    """Ray Train's ``FailureConfig`` as the run's :class:`~wgstore.events.run.FailureConfig`."""
+    return FailureConfig(
+        max_failures=failure.max_failures,
+        controller_failure_limit=failure.controller_failure_limit,
+        max_preemption_failures=getattr(failure, "max_preemption_failures", -1),
+    )
+
+
+def _check_url(url: str) -> None:
+    """Refuse, in the driver and before training starts, a store URL that can never work: a
+    SQLite file whose folder does not exist, a PostgreSQL database that does not exist or
+    refuses the user. A server that cannot be reached from here is only warned about (the
+    controller may reach it, and the writer retries an outage).
+
+    Raises:
+        ValueError: the URL names a store that cannot be opened, saying why and how to fix it.
+    """
+    scheme, _, rest = url.partition("://")
+    if scheme.startswith("sqlite"):
+        path = rest[1:].partition("?")[0] if rest.startswith("/") else ""
+        if not path or path == ":memory:":
+            raise ValueError(
+                f"RecordingCallback needs a SQLite file the controller can open, got {url!r}: "
+                "an in-memory database lives in one process only"
+            )
+        folder = os.path.dirname(path) or "/"
+        if not os.path.isdir(folder):
+            raise ValueError(
+                f"RecordingCallback cannot record into {url!r}: the folder {folder!r} does not "
+                "exist (create it, or fix the path; four slashes for an absolute path: "
+                "sqlite:////abs/path.db)"
+            )
+        return
+    if scheme.startswith("postgresql"):
+        _check_postgres(url)
+
+
+def _check_postgres(url: str) -> None:
+    """One short connection to the PostgreSQL server of ``url``: a database that does not exist
+    or a user it refuses is a mistake to say at once; a server out of reach is a warning."""
+    try:
+        import psycopg
+    except ImportError:  # the store's own open will say what to install
+        return
+    from wgstore.events.engine import mask_url
+
+    conninfo = "postgresql://" + url.partition("://")[2]
+    try:
+        psycopg.connect(conninfo, connect_timeout=3).close()
+    except psycopg.OperationalError as error:
+        state = getattr(error, "sqlstate", None) or ""
+        text = str(error).strip().splitlines()[-1] if str(error).strip() else repr(error)
+        if state == "3D000" or "does not exist" in text:
+            raise ValueError(
+                f"RecordingCallback cannot record into {mask_url(url)}: {text} (create the "
+                "database first, e.g. createdb, or fix the URL)"
+            ) from None
+        if state.startswith("28") or "authentication failed" in text:
+            raise ValueError(
+                f"RecordingCallback cannot record into {mask_url(url)}: {text}"
+            ) from None
+        logger.warning(
+            "wgstore: %s cannot be reached from the driver now (%s); the controller will try, "
+            "and retries an outage for retry_limit_s",
+            mask_url(url),
+            text,
+        )
 
 
 def _absolute_sqlite(url: str) -> str:

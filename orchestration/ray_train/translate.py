@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from wgstore.events.run import FailureKind, RankError
+from wgstore.events.run import (
+    ControllerState,
+    FailureKind,
+    RankError,
+    ResizeCause,
+    ScalingConfig,
+)
 from wgstore.events.worker_group import ErrorInfo, StartStage, WorkerInfo
 from wgstore.orchestration.loading import IMPORT_PATH
 
@@ -23,7 +29,10 @@ __all__ = [
     "error_info",
     "failure_accounting",
     "jsonable",
+    "preemption_nodes",
     "rank_errors",
+    "resize_cause",
+    "scaling_config",
     "state_name",
     "status_detail",
     "train_fn_path",
@@ -188,3 +197,43 @@ def train_fn_path(fn: Any) -> str | Any:
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     path = f"{module}:{qualname}"
     return path if IMPORT_PATH.match(path) else fn
+
+
+def scaling_config(scaling: Any) -> ScalingConfig:
+    """Ray Train's ``ScalingConfig`` as the run's :class:`~wgstore.events.run.ScalingConfig`:
+    an elastic one (``num_workers=(min, max)``) as ``min_workers`` and ``num_workers`` = max."""
+    elastic = bool(getattr(scaling, "elasticity_enabled", False))
+    return ScalingConfig(
+        num_workers=int(scaling.max_workers) if elastic else int(scaling.num_workers),
+        resources_per_worker=dict(scaling._resources_per_worker_not_none),
+        placement_strategy=str(scaling.placement_strategy),
+        min_workers=int(scaling.min_workers) if elastic else None,
+        elastic_resize_monitor_interval_s=float(
+            getattr(scaling, "elastic_resize_monitor_interval_s", 60.0)
+        ),
+    )
+
+
+def resize_cause(
+    scheduled_from: ControllerState | None,
+    previous_workers: int | None,
+    num_workers: int,
+    last_failure_kind: str | None,
+) -> ResizeCause:
+    """Why Ray's scaling policy chose ``num_workers``, from the state the controller scheduled
+    from (Ray: INITIALIZING, RESIZING, RESTARTING or RESCHEDULING before SCHEDULING)."""
+    if previous_workers is None or scheduled_from in (None, ControllerState.INITIALIZING):
+        return ResizeCause.INITIAL
+    if scheduled_from is ControllerState.RESIZING:
+        return ResizeCause.GREW if num_workers > previous_workers else ResizeCause.SHRANK
+    if scheduled_from is ControllerState.RESCHEDULING:
+        return ResizeCause.START_RETRY
+    if last_failure_kind == FailureKind.PREEMPTION:
+        return ResizeCause.PREEMPTION
+    return ResizeCause.FAILURE
+
+
+def preemption_nodes(preemption_info: Any) -> dict[str, tuple[int, ...]]:
+    """Ray's ``PreemptionInfo.preempted_node_to_ranks`` as node id -> ranks."""
+    nodes = getattr(preemption_info, "preempted_node_to_ranks", None) or {}
+    return {str(node): tuple(sorted(int(r) for r in ranks)) for node, ranks in nodes.items()}

@@ -60,7 +60,7 @@ def _run_config() -> RunConfig:
         storage_path="/tmp/ckpt/storage",
         failure_config=FailureConfig(max_failures=2),
         checkpoint_config=CheckpointConfig(num_to_keep=3),
-        callbacks=[RecordingCallback("sqlite:////tmp/ckpt/x.db"), OtherCallback()],
+        callbacks=[RecordingCallback("sqlite:////tmp/x.db"), OtherCallback()],
     )
 
 

@@ -47,7 +47,12 @@ def test_the_statuses_are_string_enums_with_terminal_states() -> None:
     ]
     assert {s for s in status if s.is_terminal} == {status.SHUT_DOWN, status.START_FAILED}
     assert isinstance(status.RUNNING, str)
-    assert [o.value for o in projections.TrainingOutcome] == ["finished", "errored", "aborted"]
+    assert [o.value for o in projections.TrainingOutcome] == [
+        "finished",
+        "errored",
+        "aborted",
+        "resized",
+    ]
 
 
 def test_projections_import_and_fold_with_ray_unavailable() -> None:

@@ -149,3 +149,71 @@ def test_a_recorded_trainer_tells_whether_and_why_not_the_run_can_be_resumed() -
     assert resume_problem(project_run(refused.events)) == "dataset 'x' cannot be pickled"
     with pytest.raises(ProjectionError, match="already recorded its trainer"):
         project_run(stream.add(TrainerRecorded(trainer="m:T", train_loop="m:f")).events)
+
+
+def test_an_elastic_run_keeps_every_size_its_policy_chose_and_every_preemption() -> None:
+    from datetime import UTC, datetime
+
+    from wgstore.events.run import (
+        PreemptionNoticed,
+        RunCreated,
+        ScalingConfig,
+        ScalingDecisionMade,
+    )
+
+    stream = RunStream()
+    stream.add(
+        RunCreated(
+            run_id="r1",
+            name="elastic",
+            scaling_config=ScalingConfig(num_workers=4, min_workers=2),
+        )
+    )
+    stream.to("SCHEDULING").add(
+        ScalingDecisionMade(num_workers=3, cause="initial", reason="3 fit", group_id="g1")
+    )
+    stream.to("RUNNING", "g1").to("RESIZING")
+    stream.to("SCHEDULING").add(
+        ScalingDecisionMade(num_workers=4, previous_workers=3, cause="grew", group_id="g2")
+    )
+    deadline = datetime(2027, 1, 1, tzinfo=UTC)
+    stream.to("RUNNING", "g2").to("PREEMPTING").add(
+        PreemptionNoticed(group_id="g2", nodes={"n2": (3, 2)}, deadline=deadline)
+    )
+    state = project_run(stream.events)
+    assert state.elastic and state.scaling_config is not None
+    assert state.scaling_config.describe() == "2..4"
+    assert [(d.group_id, d.previous_workers, d.num_workers) for d in state.scaling_decisions] == [
+        ("g1", None, 3),
+        ("g2", 3, 4),
+    ]
+    assert state.decision_for("g2") is state.scaling_decisions[1]
+    assert state.decision_for("g3") is None
+    (preemption,) = state.preemptions
+    assert (preemption.ranks, preemption.deadline) == ((2, 3), deadline)
+    assert state.status is RunStatus.RUNNING  # PREEMPTING is a sub-state of RUNNING
+
+
+def test_a_recording_note_is_the_one_event_that_may_follow_a_runs_end() -> None:
+    from wgstore.events.run import RecordingFailed
+
+    stream = RunStream().created().to("SCHEDULING").to("RUNNING", "g1").to("FINISHED")
+    stream.finished("g1").add(RecordingFailed(hook="after_controller_finish", error=error()))
+    state = project_run(stream.events)
+    assert state.status is RunStatus.FINISHED
+    assert [f.hook for f in state.recording_errors] == ["after_controller_finish"]
+    with pytest.raises(ProjectionError, match="already ended"):
+        project_run(stream.to("RUNNING", "g1").events)
+
+
+def test_a_fixed_scaling_config_has_no_range_and_a_bad_range_is_refused() -> None:
+    from wgstore.events.run import ScalingConfig
+
+    fixed = ScalingConfig(num_workers=4)
+    assert (fixed.elastic, fixed.fewest_workers, fixed.describe()) == (False, 4, "4")
+    assert ScalingConfig(num_workers=4, min_workers=0).fewest_workers == 0  # Ray allows 0
+    for bad in (5, -1, 1.5, True):
+        with pytest.raises(ValueError, match="min_workers must be an int from 0 to num_workers"):
+            ScalingConfig(num_workers=4, min_workers=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="elastic_resize_monitor_interval_s"):
+        ScalingConfig(num_workers=4, min_workers=1, elastic_resize_monitor_interval_s=-1)

@@ -486,3 +486,16 @@ class TestPollStatus:
         state = project_worker_group(stream.events)
         assert state.poll_status is not None
         assert state.poll_status.worker_statuses[0] == WorkerStatus(True)
+
+
+def test_a_group_stopped_for_a_resize_ended_resized_not_aborted() -> None:
+    from wgstore.events.worker_group import WorkerGroupShutdownRequested
+
+    stream = Stream().running().polled()
+    stream.add(WorkerGroupShutdownRequested(reason="resized", resized_to=4))
+    state = project_worker_group(stream.shut_down().events)
+    assert (state.outcome, state.resized_to) == (TrainingOutcome.RESIZED, 4)
+    aborted = project_worker_group(
+        Stream().running().polled().shutdown_requested().shut_down().events
+    )
+    assert aborted.outcome is TrainingOutcome.ABORTED

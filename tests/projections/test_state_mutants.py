@@ -422,7 +422,12 @@ def test_health_check_failures_and_running_workers_errors_are_shown_whole() -> N
 
 
 def test_training_outcomes_are_lowercase_names() -> None:
-    assert [outcome.value for outcome in TrainingOutcome] == ["finished", "errored", "aborted"]
+    assert [outcome.value for outcome in TrainingOutcome] == [
+        "finished",
+        "errored",
+        "aborted",
+        "resized",
+    ]
 
 
 def test_the_return_value_is_rank_zeros_once_it_finished() -> None:
