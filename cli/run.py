@@ -57,8 +57,15 @@ def run_command(
     ] = None,
     url: UrlOption = DEFAULT_URL,
     workers: Annotated[
-        int, typer.Option("--workers", "-n", min=1, metavar="N", help="How many workers.")
-    ] = 4,
+        str,
+        typer.Option(
+            "--workers",
+            "-n",
+            metavar="N|MIN..MAX",
+            help="How many workers; MIN..MAX (2..4) for an elastic run, started at what fits and "
+            "resized as the cluster changes.",
+        ),
+    ] = "4",
     config: Annotated[
         str | None,
         typer.Option(
@@ -80,6 +87,23 @@ def run_command(
     run_id: Annotated[
         str | None, typer.Option(metavar="ID", help="The run id (default: a new random id).")
     ] = None,
+    resize_interval: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="Elastic runs: look for a better size this often (Ray Train's "
+            "elastic_resize_monitor_interval_s).",
+        ),
+    ] = 60.0,
+    min_workers_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="Elastic runs: wait this long for MIN workers to fit, then end the run errored.",
+        ),
+    ] = 600.0,
     max_failures: Annotated[
         int | None,
         typer.Option(
@@ -133,6 +157,13 @@ def run_command(
         _resume(url, resume, quiet_workers, external_executor)
         return
     assert train_fn is not None
+    from wgstore.events import InvalidArgumentError
+    from wgstore.orchestration.run_inputs import parse_workers
+
+    try:
+        sizes = parse_workers(workers)
+    except InvalidArgumentError as error:
+        raise UsageProblem(str(error)) from None
     train_config = _check_run_inputs(
         url, train_fn, config, run_id, external_executor=external_executor
     )
@@ -146,7 +177,7 @@ def run_command(
         lambda on_update: run_training(
             url,
             train_fn,
-            workers=workers,
+            workers=sizes,
             config=train_config,
             resources_per_worker=resources,
             poll_interval_s=poll_interval,
@@ -154,6 +185,8 @@ def run_command(
             external_executor=external_executor,
             on_update=on_update,
             failure_config=failure_config,
+            resize_interval_s=resize_interval,
+            min_workers_timeout_s=min_workers_timeout,
         ),
         start_ray=not external_executor,  # with one, its job starts the workers and gets output
         quiet_workers=quiet_workers,

@@ -378,6 +378,8 @@ class StartDeferred:
     num_workers_fit: int
     min_workers: int
     reason: str = ""
+    since: datetime | None = None
+    """When the wait began, by the controller's clock (its timeout counts from here)."""
 
 
 @event_type("PreemptionNoticed", version=1)

@@ -585,7 +585,7 @@ def _start_elastic(
     timeout = scaling.min_workers_timeout_s
     if run.deferred_since is None:
         deferred = StartDeferred(
-            num_workers_fit=fits, min_workers=scaling.min_workers, reason=shortfall
+            num_workers_fit=fits, min_workers=scaling.min_workers, reason=shortfall, since=now
         )
         wake = None if timeout is None else now + timedelta(seconds=timeout)
         return Decision(run_events=_run_event_ids(run, [deferred]), wake_at=wake)

@@ -17,7 +17,13 @@ from wgstore.events import EventStore, InvalidArgumentError
 from wgstore.events.streams import run_stream
 from wgstore.orchestration.loading import check_train_fn_imports, check_train_fn_path
 
-__all__ = ["RUN_ID_PATTERN", "check_new_run_id", "check_run_inputs", "parse_train_config"]
+__all__ = [
+    "RUN_ID_PATTERN",
+    "check_new_run_id",
+    "check_run_inputs",
+    "parse_train_config",
+    "parse_workers",
+]
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 """What a run id may be: 1-128 letters, digits, ``_``, ``.`` or ``-``."""
@@ -36,6 +42,33 @@ def parse_train_config(text: str | None) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise InvalidArgumentError("--config must be a JSON object, e.g. '{\"steps\": 50}'")
     return config
+
+
+def parse_workers(text: str) -> int | tuple[int, int]:
+    """``--workers``: ``N`` workers, or ``MIN..MAX`` for an elastic run (``2..4``).
+
+    Raises:
+        InvalidArgumentError: not a whole number or a range of two, a count below 1, or a
+            minimum above the maximum, named with what to write instead.
+    """
+    low, dots, high = text.strip().partition("..")
+    parts = (low, high) if dots else (low,)
+    try:
+        numbers = [int(part) for part in parts]
+    except ValueError:
+        raise InvalidArgumentError(
+            f"--workers takes a whole number (4) or a range MIN..MAX (2..4), got {text!r}"
+        ) from None
+    if any(n < 1 for n in numbers):
+        raise InvalidArgumentError(f"--workers {text}: a run needs at least 1 worker")
+    if len(numbers) == 1:
+        return numbers[0]
+    if numbers[0] > numbers[1]:
+        raise InvalidArgumentError(
+            f"--workers {text}: the minimum ({numbers[0]}) is above the maximum ({numbers[1]}); "
+            f"write {numbers[1]}..{numbers[0]}"
+        )
+    return numbers[0], numbers[1]
 
 
 def check_run_inputs(

@@ -147,6 +147,14 @@ def start_run(
     attempt is retried as ``failure_config`` allows (Ray Train 2.60's counting), from the latest
     checkpoint any attempt reported (``get_context().checkpoint`` in the train function).
 
+    An elastic run (Ray's ``ScalingConfig(num_workers=(2, 4))`` is
+    ``ScalingConfig(num_workers=4, min_workers=2)`` here) starts each attempt at what fits
+    between the two, grows or shrinks it (a restart from the committed checkpoint, no failure
+    charged) when another size fits, looked at every ``elastic_resize_monitor_interval_s``,
+    restarts a failed group at the size that fits then, treats a node's preemption notice as its
+    own kind (``max_preemption_failures``), and waits at most ``min_workers_timeout_s`` for
+    ``min_workers`` to fit.
+
     Args:
         store_or_url: the store, or its URL (opened and closed here).
         train_fn: a module-level function, any picklable callable, or ``"package.module:fn"``.
@@ -167,10 +175,16 @@ def start_run(
         A :class:`RunResult`; ``interrupted`` after Ctrl-C (the run is then aborted).
 
     Raises:
-        ValueError: a bad ``run_id``, or a run with that id exists (use :func:`resume_run`).
+        ValueError: a bad ``run_id``, a run with that id exists (use :func:`resume_run`), or an
+            elastic range whose minimum is 0.
         RunLeaseHeldError: another controller holds the run.
     """
     failure_config = failure_config if failure_config is not None else FailureConfig()
+    if scaling_config.min_workers is not None and scaling_config.min_workers < 1:
+        raise ValueError(
+            f"min_workers must be 1 or more for a wgstore run, got {scaling_config.min_workers} "
+            "(Ray Train allows 0 for runs it drives itself)"
+        )
     path: Any = import_path_of(train_fn) if isinstance(train_fn, str) else train_fn
     run_id = run_id or uuid.uuid4().hex[:16]
     if not RUN_ID_PATTERN.match(run_id):
@@ -266,7 +280,7 @@ def run_training(
     url: str,
     train_fn: TrainFn | str,
     *,
-    workers: int = 4,
+    workers: int | tuple[int, int] = 4,
     config: Mapping[str, Any] | None = None,
     resources_per_worker: Mapping[str, float] | None = None,
     poll_interval_s: float = 1.0,
@@ -274,6 +288,8 @@ def run_training(
     external_executor: bool = False,
     on_update: Callable[[WorkerGroupState], None] | None = None,
     failure_config: FailureConfig | None = None,
+    resize_interval_s: float = 60.0,
+    min_workers_timeout_s: float | None = 600.0,
 ) -> RunResult:
     """Start ``train_fn`` on ``workers`` workers as a run, follow it until it ends.
 
@@ -286,7 +302,7 @@ def run_training(
     Args:
         url: the store (``sqlite:///wgstore.db`` or a Postgres URL).
         train_fn: a module-level function or its import path ``"package.module:function"``.
-        workers: how many workers.
+        workers: how many workers, or ``(min, max)`` for an elastic run (see :func:`start_run`).
         config: the JSON config handed to the train function.
         resources_per_worker: default ``{"CPU": min(1, cluster CPUs / workers)}`` (``{"CPU": 1}``
             with an external executor and no ``RAY_ADDRESS``: this process then never touches
@@ -297,6 +313,9 @@ def run_training(
         on_update: called with the current group's state after every batch of new events
             (start, polls, reports, shutdown), e.g. to draw a live table.
         failure_config: the failure budget (default :data:`NO_RETRY`).
+        resize_interval_s: an elastic run's look for a better size, this often.
+        min_workers_timeout_s: an elastic run waits this long for its minimum to fit, then
+            errors (``None``: for ever).
 
     Returns:
         A :class:`RunResult` (the last attempt's group, the run's id, state and attempts).
@@ -310,12 +329,20 @@ def run_training(
         ValueError: ``train_fn`` is a callable that cannot be pickled.
     """
     path: Any = import_path_of(train_fn) if isinstance(train_fn, str) else train_fn
+    low, high = workers if isinstance(workers, tuple) else (None, workers)
     with EventStore.open(url) as store:  # before Ray: a bad store fails in a moment
-        resources = dict(resources_per_worker or _default_resources(workers, external_executor))
+        resources = dict(resources_per_worker or _default_resources(high, external_executor))
+        scaling = ScalingConfig(
+            num_workers=high,
+            resources_per_worker=resources,
+            min_workers=low,
+            elastic_resize_monitor_interval_s=resize_interval_s,
+            min_workers_timeout_s=min_workers_timeout_s if low is not None else None,
+        )
         result = start_run(
             store,
             path,
-            scaling_config=ScalingConfig(num_workers=workers, resources_per_worker=resources),
+            scaling_config=scaling,
             failure_config=failure_config if failure_config is not None else NO_RETRY,
             train_fn_config=config,
             run_id=run_id,

@@ -394,7 +394,8 @@ def _scaling_decision_made(state: RunState, record: RecordedEvent) -> dict[str, 
 def _start_deferred(state: RunState, record: RecordedEvent) -> dict[str, Any]:
     if state.deferred_since is not None:
         return {"deferred": record.event}  # the wait goes on: it began then
-    return {"deferred_since": event_time(record), "deferred": record.event}
+    event: StartDeferred = record.event
+    return {"deferred_since": event.since or event_time(record), "deferred": event}
 
 
 def _preemption_noticed(state: RunState, record: RecordedEvent) -> dict[str, Any]:

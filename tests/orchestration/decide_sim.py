@@ -57,17 +57,23 @@ class SimLog:
     position: int = 0
 
     def create(
-        self, failure_config: FailureConfig, num_workers: int = 2, checkpoint: str | None = None
+        self,
+        failure_config: FailureConfig,
+        num_workers: int = 2,
+        checkpoint: str | None = None,
+        scaling: ScalingConfig | None = None,
     ) -> None:
+        """A run of ``num_workers``, or of ``scaling`` (an elastic range) when given."""
+        scaling = scaling or ScalingConfig(num_workers=num_workers)
         context = WorkerGroupContext(
-            num_workers=num_workers, train_fn=TRAIN_FN, resume_checkpoint=checkpoint
+            num_workers=scaling.num_workers, train_fn=TRAIN_FN, resume_checkpoint=checkpoint
         )
         self.append(
             run_stream(self.run_id),
             [
                 RunCreated(
                     run_id=self.run_id,
-                    scaling_config=ScalingConfig(num_workers=num_workers),
+                    scaling_config=scaling,
                     failure_config=failure_config,
                     context=context,
                 )
@@ -147,9 +153,10 @@ class World:
     def _add(self, group_id: str, *events: Any) -> None:
         self.log.append(group_stream(group_id), list(events))
 
-    def start(self, group: WorkerGroupState) -> None:
+    def start(self, group: WorkerGroupState, per_node: int = 2) -> None:
+        """Start the group: ``per_node`` workers a node (``node-0``, ``node-1`` ...)."""
         n = group.context.num_workers
-        infos = tuple(replace(worker(r), world_size=n) for r in range(n))
+        infos = tuple(replace(worker(r, per_node=per_node), world_size=n) for r in range(n))
         self._add(
             group.group_id,
             PlacementGroupReserved(
@@ -222,9 +229,15 @@ class World:
         self._add(group.group_id, WorkerGroupShutdownRequested(reason="someone"))
 
 
-def step(log: SimLog, *, crash_before_group: bool = False) -> Decision:
-    """One controller step on the log."""
+def step(
+    log: SimLog,
+    *,
+    crash_before_group: bool = False,
+    now: datetime = T0,
+    cluster: Any = None,
+) -> Decision:
+    """One controller step on the log (``now`` and ``cluster``: what the controller saw)."""
     run = log.run()
-    decision = decide(run, log.group(run.current_group_id), T0)
+    decision = decide(run, log.group(run.current_group_id), now, cluster)
     log.apply(decision, crash_before_group=crash_before_group)
     return decision
