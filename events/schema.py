@@ -5,7 +5,8 @@ only this module) and a test checks drift. Every table carries the prefix ``wg_`
 can share a database with other software.
 
 The read models (``wg_worker_groups``, ``wg_workers``, ``wg_poll_history``, ``wg_reports``,
-``wg_report_series``, ``wg_report_points``, ``wg_runs``, ``wg_run_decisions``) are
+``wg_report_series``, ``wg_report_points``, ``wg_runs``, ``wg_run_decisions``,
+``wg_run_resizes``) are
 kept from the log by the projector (``wgstore.projections.projector``), for people who query with
 SQL; ``docs/sql.md`` explains every column. The view ``wg_event_log`` is created by the migration
 (its SQL differs per backend), not declared here. Times are UTC (``timestamptz`` on Postgres;
@@ -34,6 +35,7 @@ __all__ = [
     "wg_reports",
     "wg_run_decisions",
     "wg_run_leases",
+    "wg_run_resizes",
     "wg_runs",
     "wg_snapshots",
     "wg_subscriptions",
@@ -338,6 +340,9 @@ wg_runs = sa.Table(
     sa.Column("resumable", sa.Boolean()),
     sa.Column("not_resumable_reason", sa.Text()),
     sa.Column("num_workers", sa.Integer()),
+    sa.Column("min_workers", sa.Integer()),
+    sa.Column("current_workers", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("desired_workers", sa.Integer()),
     sa.Column("resources_per_worker", _Json),
     sa.Column("train_fn", sa.Text()),
     sa.Column("controllers", sa.Integer(), nullable=False, server_default="0"),
@@ -373,6 +378,19 @@ wg_run_decisions = sa.Table(
 )
 sa.Index("ix_wg_run_decisions_group_id", wg_run_decisions.c.group_id)
 
+wg_run_resizes = sa.Table(
+    "wg_run_resizes",
+    metadata,
+    sa.Column("run_id", sa.Text(), primary_key=True),
+    sa.Column("stream_version", sa.Integer(), primary_key=True),
+    sa.Column("group_id", sa.Text()),
+    sa.Column("num_workers", sa.Integer(), nullable=False),
+    sa.Column("previous_workers", sa.Integer()),
+    sa.Column("cause", sa.Text(), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("decided_at", _Time, nullable=False),
+)
+
 READ_MODEL_TABLES = (
     wg_worker_groups,
     wg_workers,
@@ -382,5 +400,6 @@ READ_MODEL_TABLES = (
     wg_report_points,
     wg_runs,
     wg_run_decisions,
+    wg_run_resizes,
 )
 """Every read-model table, in the order a rebuild clears them."""

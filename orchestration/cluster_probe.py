@@ -4,8 +4,10 @@
 nodes announced as going (``get_draining_nodes``: a drain with a deadline, as a cloud's
 preemption notice arrives through the autoscaler, or ``ray drain-node``). It counts the workers
 that fit with :func:`~wgstore.orchestration.scaling.workers_that_fit`, counting the resources
-the run's own running group holds on each node as the run's (a resize restarts that group, so
-they are free for the next one). Ray Train asks its ``AutoscalingCoordinator`` (a Ray Data
+the run's own group's placement group holds on each node as the run's (a resize restarts that
+group, so they are free for the next one). Ray's resource view shows a released placement group
+about 0.1 s after its removal: a look right after the run's group was released, that finds
+fewer workers fitting though none of its nodes went, reads again for up to a second. Ray Train asks its ``AutoscalingCoordinator`` (a Ray Data
 actor whose reservations move on a 20 s tick); reading the GCS directly sees a node the moment
 it joins.
 
@@ -14,11 +16,13 @@ it joins.
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
+from wgstore.orchestration.resource_names import placement_group_name
 from wgstore.orchestration.scaling import ClusterView, workers_that_fit
 from wgstore.projections.run_state import RunState
-from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
+from wgstore.projections.state import WorkerGroupState
 
 __all__ = ["ClusterProbe", "RayClusterProbe"]
 
@@ -32,7 +36,9 @@ class ClusterProbe(Protocol):
         ...
 
 
-_HOLDING = (WorkerGroupStatus.STARTING, WorkerGroupStatus.RUNNING, WorkerGroupStatus.SHUTTING_DOWN)
+_SETTLE_S, _SETTLE_STEP_S = 1.0, 0.1
+"""How long a look after the run's group was released waits for Ray's resource view to show the
+release (it lags the placement group's removal by ~0.1 s), and how often it reads again."""
 
 
 class RayClusterProbe:
@@ -40,12 +46,26 @@ class RayClusterProbe:
 
     def look(self, run: RunState, group: WorkerGroupState | None, *, size: bool) -> ClusterView:
         """See :meth:`ClusterProbe.look`."""
-        import ray
         from ray._private import state as ray_state
 
         draining = {node: (ms or None) for node, ms in ray_state.state.get_draining_nodes().items()}
         if not size:
             return ClusterView(fits=None, draining=draining)
+        deadline = time.monotonic() + _SETTLE_S
+        while True:
+            fits, nodes_left = self._fits(run, group, draining)
+            if not _release_may_lag(group, fits, nodes_left) or time.monotonic() >= deadline:
+                return ClusterView(fits=fits, draining=draining)
+            time.sleep(_SETTLE_STEP_S)
+
+    @staticmethod
+    def _fits(
+        run: RunState, group: WorkerGroupState | None, draining: dict[str, int | None]
+    ) -> tuple[int, set[str]]:
+        """How many workers fit now, and the nodes alive and not going."""
+        import ray
+        from ray._private import state as ray_state
+
         context = run.context
         scaling = run.scaling_config
         assert context is not None and scaling is not None
@@ -55,13 +75,17 @@ class RayClusterProbe:
             for node, resources in ray_state.available_resources_per_node().items()  # type: ignore[no-untyped-call]
             if node in alive
         }
+        if group is not None:  # its placement group's bundles, while Ray holds them, are the run's
+            name = placement_group_name(group.group_id)
+            for info in ray.util.placement_group_table().values():
+                if info.get("name") != name or info.get("state") == "REMOVED":
+                    continue
+                for index, node in (info.get("bundles_to_node_id") or {}).items():
+                    if node in free:
+                        held = free[node]
+                        for resource, amount in info["bundles"][index].items():
+                            held[resource] = held.get(resource, 0.0) + float(amount)
         need = {name: float(amount) for name, amount in context.resources_per_worker.items()}
-        if group is not None and group.status in _HOLDING:
-            for worker in group.workers:  # one bundle per worker, on the worker's node
-                if worker.node_id in free:
-                    held = free[worker.node_id]
-                    for name, amount in need.items():
-                        held[name] = held.get(name, 0.0) + amount
         fits = workers_that_fit(
             free,
             need,
@@ -69,4 +93,12 @@ class RayClusterProbe:
             strategy=context.placement_strategy,
             draining=draining,
         )
-        return ClusterView(fits=fits, draining=draining)
+        return fits, {node for node in free if node not in draining}
+
+
+def _release_may_lag(group: WorkerGroupState | None, fits: int, nodes_left: set[str]) -> bool:
+    """True when the run's group was just released and fewer workers fit than it had though
+    every node it ran on is still there: Ray's resource view may not show the release yet."""
+    if group is None or not group.status.is_terminal or fits >= group.context.num_workers:
+        return False
+    return bool(group.workers) and {w.node_id for w in group.workers} <= nodes_left

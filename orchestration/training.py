@@ -19,7 +19,11 @@ from wgstore.events.run import FailureConfig, RunCreated, ScalingConfig
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupContext
 from wgstore.orchestration.controller import RunController, read_run
-from wgstore.orchestration.errors import OrchestrationError, WorkerGroupStartError
+from wgstore.orchestration.errors import (
+    InsufficientClusterResourcesError,
+    OrchestrationError,
+    WorkerGroupStartError,
+)
 from wgstore.orchestration.loading import TrainFn, import_path_of
 from wgstore.orchestration.run_inputs import RUN_ID_PATTERN
 from wgstore.projections.projector import catch_up_read_models
@@ -81,6 +85,13 @@ def _store_of(store_or_url: EventStore | str) -> Iterator[EventStore]:
 
 def _result(store: EventStore, run: RunState, interrupted: bool) -> RunResult:
     group_id = run.final_group_id or run.current_group_id
+    if (group_id is None or not store.stream_version(group_stream(group_id))) and run.error:
+        error_class = (
+            InsufficientClusterResourcesError
+            if run.error.type == InsufficientClusterResourcesError.__name__
+            else OrchestrationError
+        )  # an elastic run whose minimum never fit
+        raise error_class(f"run {run.run_id} errored before its first attempt: {run.error}")
     if group_id is None or not store.stream_version(group_stream(group_id)):
         raise OrchestrationError(
             f"run {run.run_id} is {run.status.value} and has no worker group yet (it ended or "

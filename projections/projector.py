@@ -54,7 +54,13 @@ from wgstore.events.engine import READ_ONLY_OPTION
 from wgstore.events.per_store import PerStore
 from wgstore.events.records import RecordedEvent
 from wgstore.events.run import RunCreated
-from wgstore.events.schema import wg_run_decisions, wg_runs, wg_snapshots, wg_subscriptions
+from wgstore.events.schema import (
+    wg_run_decisions,
+    wg_run_resizes,
+    wg_runs,
+    wg_snapshots,
+    wg_subscriptions,
+)
 from wgstore.events.streams import GROUP_STREAM_PREFIX, RUN_STREAM_PREFIX, run_stream
 from wgstore.events.worker_group import WorkerGroupPolled, WorkerReported, WorkersStarted
 from wgstore.projections.bulk import insert_rows
@@ -74,6 +80,7 @@ from wgstore.projections.run_rows import (
     attempt_of,
     decision_rows,
     order_attempts,
+    resize_rows,
     run_row,
 )
 from wgstore.projections.run_state import RunState, evolve_run
@@ -934,14 +941,17 @@ def _apply_runs(
     attempts = _attempts(connection, [state for state, _ in folded.values()])
     rows = []
     decisions = []
+    resizes = []
     for run_id, (state, error) in folded.items():
         row = run_row(state, attempts[run_id])
         row["projection_error"] = error
         rows.append(row)
         decisions += decision_rows(state)
+        resizes += resize_rows(state)
     insert_rows(connection, wg_runs, rows, upsert=True)
-    connection.execute(wg_run_decisions.delete().where(wg_run_decisions.c.run_id.in_(folded)))
-    insert_rows(connection, wg_run_decisions, decisions)
+    for table, table_rows in ((wg_run_decisions, decisions), (wg_run_resizes, resizes)):
+        connection.execute(table.delete().where(table.c.run_id.in_(folded)))
+        insert_rows(connection, table, table_rows)
 
 
 def fold_run(records: list[RecordedEvent]) -> tuple[RunState, str | None]:
@@ -968,6 +978,7 @@ ATTEMPT_COLUMNS = (
     wg_worker_groups.c.latest_reported_checkpoint,
     wg_worker_groups.c.error_type,
     wg_worker_groups.c.error_message,
+    wg_worker_groups.c.num_workers,
 )
 """The ``wg_worker_groups`` columns an :class:`~wgstore.projections.run_rows.Attempt` is made
 of (:func:`attempt_of_row`)."""
@@ -986,6 +997,7 @@ def attempt_of_row(row: Any) -> Attempt:
         checkpoint_committed_at=None if committed_at is None else to_utc(committed_at),
         latest_reported_checkpoint=row.latest_reported_checkpoint,
         error=None if row.error_type is None else f"{row.error_type}: {row.error_message}",
+        num_workers=row.num_workers,
     )
 
 

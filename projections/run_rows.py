@@ -37,6 +37,7 @@ __all__ = [
     "needs_controller",
     "order_attempts",
     "orphaned",
+    "resize_rows",
     "run_row",
     "run_source",
 ]
@@ -65,6 +66,8 @@ class Attempt:
     latest_reported_checkpoint: str | None = None
     """The latest checkpoint any rank of the attempt reported, committed or not."""
     error: str | None = None
+    num_workers: int | None = None
+    """The attempt's size (an elastic run's attempts differ)."""
 
 
 def attempt_of(state: WorkerGroupState) -> Attempt:
@@ -81,6 +84,7 @@ def attempt_of(state: WorkerGroupState) -> Attempt:
         checkpoint_committed_at=to_utc(state.checkpoint_committed_at),
         latest_reported_checkpoint=state.latest_reported_checkpoint,
         error=None if error is None else str(error),
+        num_workers=state.context.num_workers,
     )
 
 
@@ -160,6 +164,7 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
     error = run.error
     last = run.decisions[-1] if run.decisions else None
     current = run.current_group_id or (attempts[-1].group_id if attempts else None)
+    current_workers, desired_workers = _sizes(run, attempts, num_workers)
     committed = _committed(attempts)
     problem = resume_problem(run)
     return {
@@ -185,6 +190,9 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
         "resumable": problem is None,
         "not_resumable_reason": problem,
         "num_workers": num_workers,
+        "min_workers": None if scaling is None else scaling.min_workers,
+        "current_workers": current_workers,
+        "desired_workers": desired_workers,
         "resources_per_worker": None if resources is None else plain(resources),
         "train_fn": None if context is None else context.train_fn,
         "controllers": len(run.controllers),
@@ -204,6 +212,41 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
         "last_position": run.position,
         "updated_at": to_utc(run.updated_at),
     }
+
+
+_HOLDING = frozenset({"STARTING", "RUNNING", "SHUTTING_DOWN"})
+"""Attempt statuses whose workers hold resources."""
+
+
+def _sizes(
+    run: RunState, attempts: Sequence[Attempt], num_workers: int | None
+) -> tuple[int, int | None]:
+    """``(current, desired)`` workers: those of the attempt holding resources now (0: none), and
+    the size the controller wants (the latest scaling decision's, or the run's size; ``None``
+    once the run ended)."""
+    holding = [a for a in attempts if a.status in _HOLDING]
+    current = holding[-1].num_workers or 0 if holding else 0
+    if run.ended:
+        return current, None
+    decided = run.scaling_decisions[-1].num_workers if run.scaling_decisions else num_workers
+    return current, decided
+
+
+def resize_rows(run: RunState) -> list[dict[str, Any]]:
+    """The ``wg_run_resizes`` rows of ``run``: one per ``ScalingDecisionMade``, in order."""
+    return [
+        {
+            "run_id": run.run_id,
+            "stream_version": decision.version,
+            "group_id": decision.group_id,
+            "num_workers": decision.num_workers,
+            "previous_workers": decision.previous_workers,
+            "cause": decision.cause,
+            "reason": decision.reason,
+            "decided_at": to_utc(decision.at),
+        }
+        for decision in run.scaling_decisions
+    ]
 
 
 def decision_rows(run: RunState) -> list[dict[str, Any]]:

@@ -55,3 +55,26 @@ def test_a_bad_command_line_is_one_line_and_a_non_zero_exit(
     assert lines[0].startswith("error: ") and phrase in lines[0], lines[0]
     assert "Traceback" not in result.stderr + result.stdout
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("workers", "phrase"),
+    [
+        ("4..2", "the minimum (4) is above the maximum (2); write 2..4"),
+        ("0..2", "at least 1 worker"),
+        ("0", "at least 1 worker"),
+        ("two", "a whole number (4) or a range MIN..MAX (2..4)"),
+        ("2.5", "a whole number (4) or a range MIN..MAX (2..4)"),
+        ("1..2..3", "a whole number (4) or a range MIN..MAX (2..4)"),
+    ],
+)
+def test_a_bad_worker_range_is_one_line_and_writes_nothing(
+    cli: Callable[..., Any], tmp_path: Any, workers: str, phrase: str
+) -> None:
+    """Issue 40: an elastic range the run cannot have is refused before anything is opened."""
+    db = tmp_path / "never.db"
+    result = cli("run", "examples.train:train_fn", "--workers", workers, "--url", f"sqlite:///{db}")
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and phrase in lines[0], lines
+    assert not db.exists()  # nothing written: no store was even created

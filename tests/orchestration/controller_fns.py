@@ -86,3 +86,22 @@ def _wait_for_the_others(ctx: Any, folder: Path, step: int) -> None:
         if all((folder / f"{ctx.group_id}-{r}-step{step}").exists() for r in others):
             return
         time.sleep(0.01)
+
+
+def elastic_fn(config: dict[str, Any]) -> dict[str, Any]:
+    """Steps from the checkpoint it resumes from, a checkpoint every step, every
+    ``step_sleep_s``, until the file ``stop`` exists and this attempt reported twice (the
+    elastic tests stop it once the cluster did what they wanted)."""
+    ctx = get_context()
+    resumed = ctx.checkpoint
+    step = int(resumed.rsplit("step", 1)[1]) if resumed else 0
+    reports = 0
+    while not (Path(config["stop"]).exists() and reports >= 2):
+        step += 1
+        report(
+            {"step": step, "world_size": ctx.world_size, "resumed_from": resumed},
+            checkpoint=f"memory://ckpt/step{step}",
+        )
+        reports += 1
+        time.sleep(float(config.get("step_sleep_s", 0.2)))
+    return {"end": step}

@@ -107,3 +107,22 @@ def test_start_run_refuses_a_run_id_of_another_form_before_writing(
                 run_id=bad,
             )
         assert store.head() == 0
+
+
+def test_an_elastic_range_for_wgstores_own_run_needs_a_minimum_of_one(tmp_path: Path) -> None:
+    """Ray Train allows min_workers=0 (and the recorder keeps it); a wgstore run refuses it
+    before anything is written."""
+    from wgstore.events.run import ScalingConfig
+    from wgstore.orchestration import start_run
+    from wgstore.orchestration.run_inputs import parse_workers
+
+    db = tmp_path / "never.db"
+    with pytest.raises(ValueError, match="min_workers must be 1 or more for a wgstore run"):
+        start_run(
+            f"sqlite:///{db}",
+            "examples.train:train_fn",
+            scaling_config=ScalingConfig(num_workers=2, min_workers=0),
+        )
+    assert not db.exists()
+    assert parse_workers(" 2..4 ") == (2, 4) and parse_workers("3") == 3
+    assert parse_workers("2..2") == (2, 2)  # a range of one size is still elastic in form

@@ -215,3 +215,42 @@ def retried_from_the_committed_step(store: Any, run_id: str = "part") -> Run:
 
 
 ALL = (finished_after_a_retry, errored_budget_exhausted, aborted, running, from_ray_train)
+
+
+def elastic_resized(store: Any, run_id: str = "ela") -> Run:
+    """An elastic run of 2..4 workers: attempt 1 started at 2, a node joined, it was stopped
+    for a resize (no failure) and attempt 2 runs with 4."""
+    from wgstore.events.run import ScalingDecisionMade
+    from wgstore.events.worker_group import WorkerGroupShutdownRequested
+
+    run = Run(
+        store,
+        run_id,
+        name="elastic",
+        scaling_config=ScalingConfig(num_workers=4, min_workers=2),
+        context=WorkerGroupContext(num_workers=4, train_fn=TRAIN_FN),
+    ).controller()
+    first, second = f"{run_id}-g1", f"{run_id}-g2"
+    run.to("SCHEDULING", first).add(
+        ScalingDecisionMade(num_workers=2, cause="initial", reason="start: 2 fit", group_id=first)
+    )
+    now = datetime.now(UTC)
+    stream = Stream(first, num_workers=2, run_id=run_id, start=now, step=timedelta(milliseconds=5))
+    stream.running().reported(0, "/ckpt/ela/1", loss=1.0).reported(1, "/ckpt/ela/1", loss=1.0)
+    stream.add(WorkerGroupShutdownRequested(reason="resized: 4 fit", resized_to=4))
+    append_stream(store, stream.shut_down())
+    run.to("RUNNING", first).to("RESIZING", first).to("SCHEDULING", second)
+    run.add(
+        ScalingDecisionMade(
+            num_workers=4,
+            previous_workers=2,
+            cause="grew",
+            reason="more resources available: 4 workers fit (range 2..4); was 2",
+            group_id=second,
+        )
+    )
+    later = Stream(
+        second, num_workers=4, run_id=run_id, attempt=2, start=now + timedelta(seconds=1)
+    )
+    append_stream(store, later.running())
+    return run.to("RUNNING", second)

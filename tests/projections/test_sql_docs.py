@@ -244,3 +244,27 @@ def test_query_17_gives_the_logs_size_on_disk(scenario: Any) -> None:
     (row,) = _run(scenario, 17)
     assert row["events"] == scenario.head()
     assert row["bytes"] > 8192  # some pages
+
+
+def test_query_18_gives_an_elastic_runs_size_over_time(store: Any) -> None:
+    import run_scenarios
+
+    run_scenarios.elastic_resized(store)
+    run_scenarios.finished_after_a_retry(store)  # a fixed run: no resizes, one size
+    catch_up_read_models(store)
+    rows = _run(store, 18, run_id="ela")
+    assert [
+        (r["attempt"], r["num_workers"], r["outcome"], r["cause"], r["previous_workers"])
+        for r in rows
+    ] == [(1, 2, "resized", "initial", None), (2, 4, None, "grew", 2)]
+    assert rows[1]["reason"].startswith("more resources available")
+    fixed = _run(store, 18, run_id="fin")
+    assert [(r["num_workers"], r["cause"]) for r in fixed] == [(2, None), (2, None)]
+    with store.engine.connect() as connection:
+        sizes = connection.execute(
+            sa.text(
+                "SELECT run_id, num_workers, min_workers, current_workers, desired_workers "
+                "FROM wg_runs ORDER BY run_id"
+            )
+        ).all()
+    assert [tuple(row) for row in sizes] == [("ela", 4, 2, 4, 4), ("fin", 2, None, 0, None)]
