@@ -15,7 +15,12 @@ from wgstore.cli.common import (
 from wgstore.events._translate import translate_errors
 from wgstore.events.engine import create_store_engine, parse_url
 from wgstore.events.sql_reader import READER_SETTINGS, READER_URL_ENV, prepare_reader
-from wgstore.migrations.runner import check_wgstore_schema, current_revision, head_revision
+from wgstore.migrations.runner import (
+    check_known,
+    check_wgstore_schema,
+    current_revision,
+    head_revision,
+)
 
 __all__ = ["db_app"]
 
@@ -34,6 +39,7 @@ def _current(url: str) -> str | None:
             if revision is None:
                 check_wgstore_schema(connection, url)
             connection.rollback()
+        check_known(revision, url)  # a newer wgstore's: say so, not "run wgstore db upgrade"
         return revision
     finally:
         engine.dispose()
@@ -44,7 +50,7 @@ def upgrade_command(url: UrlOption = DEFAULT_URL) -> None:
     """Create the tables, or migrate them to the newest revision this wgstore knows."""
     check_url(url)
     before = _current_or_none(url)
-    open_store(url, read_only=False).close()  # opening a writable store migrates to head
+    open_store(url, read_only=False, migrate=True).close()
     head = head_revision()
     if before == head:
         typer.echo(f"{store_label(url)} is already at {head} (head)")

@@ -50,7 +50,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from wgstore.events.engine import mask_url, parse_url, sqlite_read_only_uri
+from wgstore.events.engine import mask_url, parse_url, require_sqlite_file, sqlite_read_only_uri
 from wgstore.events.errors import EventStoreError, SchemaVersionError, StoreUnavailableError
 
 __all__ = [
@@ -246,15 +246,7 @@ def _sqlite_authorizer(action: int, *_args: object) -> int:
 
 
 def _sqlite_rows(path: Path, query: str, timeout_s: float, behind_of: str | None) -> QueryResult:
-    if path.is_dir():
-        raise StoreUnavailableError(
-            f"{path} is a folder, not a wgstore database: give the database file, "
-            "e.g. sqlite:///wgstore.db"
-        )
-    if not path.exists():
-        raise StoreUnavailableError(
-            f"no wgstore database at {path}: check the path or --url / WGSTORE_URL"
-        )
+    require_sqlite_file(path)
     try:
         connection = sqlite3.connect(
             sqlite_read_only_uri(path), uri=True, isolation_level=None, check_same_thread=False
