@@ -103,21 +103,26 @@ def check_url(url: str) -> str:
     return url
 
 
-def open_store(url: str, *, read_only: bool = True) -> EventStore:
+def open_store(url: str, *, read_only: bool = True, migrate: bool = False) -> EventStore:
     """Open the store at ``url``: read-only (the default, for every read command) or writable.
+
+    Only with ``migrate`` are the tables created or upgraded (``wgstore db upgrade``, and
+    ``wgstore run``, which records a new run): every other command, writable or not, refuses a
+    database without wgstore's schema at head (and a SQLite file that does not exist) the same
+    way, and changes nothing in it.
 
     Raises:
         UsageProblem: the URL is not a SQLite or PostgreSQL URL.
         StoreUnavailableError / SchemaVersionError: missing, unreachable or not migrated.
     """
     check_url(url)
-    return EventStore.open(url, read_only=read_only, migrate=not read_only)
+    return EventStore.open(url, read_only=read_only, migrate=migrate and not read_only)
 
 
 @contextmanager
-def opened(url: str, *, read_only: bool = True) -> Iterator[EventStore]:
+def opened(url: str, *, read_only: bool = True, migrate: bool = False) -> Iterator[EventStore]:
     """:func:`open_store` as a context manager that closes the store."""
-    store = open_store(url, read_only=read_only)
+    store = open_store(url, read_only=read_only, migrate=migrate)
     try:
         yield store
     finally:

@@ -14,8 +14,19 @@ from wgstore.cli.common import (
 )
 from wgstore.events._translate import translate_errors
 from wgstore.events.engine import create_store_engine, parse_url
-from wgstore.events.sql_reader import READER_SETTINGS, READER_URL_ENV, prepare_reader
-from wgstore.migrations.runner import check_wgstore_schema, current_revision, head_revision
+from wgstore.events.reader_role import (
+    READER_CONNECTION_LIMIT,
+    READER_SETTINGS,
+    READER_URL_ENV,
+    drop_reader,
+    prepare_reader,
+)
+from wgstore.migrations.runner import (
+    check_known,
+    check_wgstore_schema,
+    current_revision,
+    head_revision,
+)
 
 __all__ = ["db_app"]
 
@@ -34,6 +45,7 @@ def _current(url: str) -> str | None:
             if revision is None:
                 check_wgstore_schema(connection, url)
             connection.rollback()
+        check_known(revision, url)  # a newer wgstore's: say so, not "run wgstore db upgrade"
         return revision
     finally:
         engine.dispose()
@@ -44,7 +56,7 @@ def upgrade_command(url: UrlOption = DEFAULT_URL) -> None:
     """Create the tables, or migrate them to the newest revision this wgstore knows."""
     check_url(url)
     before = _current_or_none(url)
-    open_store(url, read_only=False).close()  # opening a writable store migrates to head
+    open_store(url, read_only=False, migrate=True).close()
     head = head_revision()
     if before == head:
         typer.echo(f"{store_label(url)} is already at {head} (head)")
@@ -91,21 +103,40 @@ def check_command(url: UrlOption = DEFAULT_URL) -> None:
 
 
 @db_app.command("reader")
-def reader_command(url: UrlOption = DEFAULT_URL) -> None:
-    """PostgreSQL: create or update the login role `wgstore sql` runs queries as.
+def reader_command(
+    url: UrlOption = DEFAULT_URL,
+    drop: bool = typer.Option(
+        False,
+        "--drop",
+        help="Drop the role instead, and give back what making it took from PUBLIC (when it is "
+        "the last wgstore reader of the database).",
+    ),
+) -> None:
+    """PostgreSQL: create or update the login role `wgstore sql` runs queries as (once, as a
+    superuser); with --drop, remove it.
 
-    `wgstore sql` does this itself when the --url user may create roles; run this once as a
-    superuser (or a CREATEROLE user owning the tables) when the everyday user may not.
+    This is the step that changes the server: a LOGIN role (cluster-wide: it outlives DROP
+    DATABASE; --drop removes it) and, in the store's database, EXECUTE on functions a read-only
+    session must not run taken from PUBLIC. `wgstore sql` and `wgstore serve` only use it.
     """
     if parse_url(check_url(url)).get_backend_name() == "sqlite":
         raise CliError(
             "the reader role is for PostgreSQL; on SQLite wgstore sql opens the file read-only"
         )
+    if drop:
+        dropped = drop_reader(url)
+        if not dropped.existed:
+            typer.echo(f"{dropped.name}: no such role for {store_label(url)}; nothing to drop")
+            return
+        typer.echo(f"dropped {dropped.name} and its privileges")
+        for change in dropped.changes:
+            typer.echo(f"changed: {change}")
+        return
     role = prepare_reader(url)
     typer.echo(
-        f"{role.name}: LOGIN, no other attribute and no role membership; USAGE on schema "
-        f"{role.schema} and SELECT on {len(role.relations)} tables and views "
-        f"({', '.join(role.relations)}), nothing else"
+        f"{role.name}: LOGIN, CONNECTION LIMIT {READER_CONNECTION_LIMIT}, no other attribute "
+        f"and no role membership; USAGE on schema {role.schema} and SELECT on "
+        f"{len(role.relations)} tables and views ({', '.join(role.relations)}), nothing else"
     )
     typer.echo(
         f"its settings: {', '.join(f'{k}={v}' for k, v in READER_SETTINGS.items())}; no "
@@ -116,5 +147,6 @@ def reader_command(url: UrlOption = DEFAULT_URL) -> None:
         typer.echo(f"changed: {change}")
     typer.echo(
         "wgstore sql logs in as it with a fresh password when its --url user may manage roles; "
-        f"otherwise give it a password and pass --reader-url (or {READER_URL_ENV})"
+        f"otherwise give it a password and pass --reader-url (or {READER_URL_ENV}); "
+        "`wgstore db reader --drop` removes it"
     )

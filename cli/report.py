@@ -27,6 +27,7 @@ import typer
 
 from wgstore.cli.common import (
     DEFAULT_URL,
+    CliError,
     UrlOption,
     UsageProblem,
     err_console,
@@ -91,11 +92,11 @@ def report_command(
         raise UsageProblem(f"cannot write {output}: the folder {output.parent} does not exist")
     with opened(url) as store:
         if run is not None:
+            run_id = resolve_run(store, run)  # an unknown id: the command line is wrong (2)
             try:
-                run_id = resolve_run(store, run)
                 page = render_run_html(run_timeline_data(store, run_id))
-            except (StreamNotFoundError, ProjectionError) as error:
-                raise UsageProblem(str(error)) from None
+            except (StreamNotFoundError, ProjectionError) as error:  # the log is (1)
+                raise CliError(f"run {run_id}: {error}") from None
             what = f"run {run_id}"
         else:
             assert group is not None

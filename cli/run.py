@@ -43,7 +43,7 @@ def _check_run_inputs(
         )
     except TrainFnError as error:
         raise UsageProblem(str(error)) from None
-    with opened(url, read_only=False) as store:  # reachable and migrated, before Ray starts
+    with opened(url, read_only=False, migrate=True) as store:  # migrated before Ray starts
         if run_id is not None:
             check_new_run_id(store, run_id)
     return train_config

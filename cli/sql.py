@@ -25,7 +25,14 @@ from wgstore.cli.common import (
     out_console,
     parse_duration,
 )
-from wgstore.events.sql_reader import MAX_TIMEOUT_S, READER_URL_ENV, QueryResult, run_read_only
+from wgstore.events.sql_reader import (
+    MAX_RESULT_BYTES,
+    MAX_RESULT_ROWS,
+    MAX_TIMEOUT_S,
+    READER_URL_ENV,
+    QueryResult,
+    run_read_only,
+)
 
 __all__ = ["run_query", "sql_command"]
 
@@ -35,8 +42,8 @@ ReaderUrlOption = Annotated[
         "--reader-url",
         envvar=READER_URL_ENV,
         help=(
-            "PostgreSQL: log in as this read-only user instead of letting wgstore prepare its "
-            "reader role with --url (for a --url user that may not create roles)."
+            "PostgreSQL: log in as this read-only user instead of the reader role "
+            "`wgstore db reader` makes (for a --url user that may not ready that role)."
         ),
         show_envvar=True,
     ),
@@ -57,9 +64,15 @@ def _timeout_seconds(text: str) -> float:
 
 
 def run_query(
-    url: str, query: str, *, timeout_s: float = 60.0, reader_url: str | None = None
+    url: str,
+    query: str,
+    *,
+    timeout_s: float = 60.0,
+    reader_url: str | None = None,
+    max_rows: int | None = None,
 ) -> QueryResult:
-    """Run one read-only statement on the store at ``url`` (see ``run_read_only``).
+    """Run one read-only statement on the store at ``url`` (see ``run_read_only``), reading at
+    most ``max_rows`` rows (None: all, within ``run_read_only``'s bounds).
 
     ``QueryResult.behind`` counts the events the SQL read models have not applied yet.
 
@@ -78,7 +91,12 @@ def run_query(
     # A ValueError (a bad statement shape) reaches WgstoreGroup, the one place that maps
     # errors to exit codes (2 for it).
     return run_read_only(
-        url, query, timeout_s=timeout_s, reader_url=reader_url, behind_of=READ_MODELS_SUBSCRIPTION
+        url,
+        query,
+        timeout_s=timeout_s,
+        reader_url=reader_url,
+        behind_of=READ_MODELS_SUBSCRIPTION,
+        max_rows=max_rows,
     )
 
 
@@ -105,7 +123,15 @@ def sql_command(
     query: Annotated[str, typer.Argument(help='One SELECT, e.g. "SELECT * FROM wg_event_log".')],
     url: UrlOption = DEFAULT_URL,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per row.")] = False,
-    limit: Annotated[int, typer.Option(min=0, help="Show at most this many rows (0: all).")] = 1000,
+    limit: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=MAX_RESULT_ROWS,
+            help=f"Show at most this many rows (0: all, up to {MAX_RESULT_ROWS:,} and "
+            f"{MAX_RESULT_BYTES // 2**20} MB).",
+        ),
+    ] = 1000,
     timeout: Annotated[
         str, typer.Option(help="Stop the query after this long (at most 1h).")
     ] = "60s",
@@ -113,28 +139,23 @@ def sql_command(
 ) -> None:
     """Run one read-only SQL query on the log, the read models and the views."""
     timeout_s = _timeout_seconds(timeout)
-    result = run_query(url, query, timeout_s=timeout_s, reader_url=reader_url or None)
-    for note in result.notes:  # what preparing the reader changed in the database
-        err_console().print(Text(note, style="yellow"))
+    result = run_query(
+        url, query, timeout_s=timeout_s, reader_url=reader_url or None, max_rows=limit or None
+    )
     columns = _unique(result.columns)
     shown = 0
-    more = False
     table = None if as_json else Table(*columns, show_lines=False)
     for row in result.rows:
-        if limit and shown >= limit:
-            more = True
-            break
         shown += 1
         if table is None:
             typer.echo(json_line(dict(zip(columns, row, strict=True))))
         else:
             table.add_row(*(_cell(value) for value in row))
-    result.rows.close()
     if table is not None:
         if columns:
             out_console().print(table)
         err_console().print(Text(f"{shown} row{'s' if shown != 1 else ''}", style="dim"))
-    if more:
+    if result.more:
         err_console().print(
             Text(f"showing the first {limit} rows; --limit 0 shows all", style="yellow")
         )

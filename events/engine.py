@@ -44,6 +44,7 @@ __all__ = [
     "create_store_engine",
     "mask_url",
     "parse_url",
+    "require_sqlite_file",
     "sqlite_read_only_uri",
 ]
 
@@ -75,12 +76,14 @@ def mask_url(url: str | URL) -> str:
     """The URL as text with its password replaced by ``***``."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - unparseable: hide anything between : and @
+    except Exception:  # noqa: BLE001 - unparseable: hide a password between : and @
         text = str(url)
         if "@" in text and "://" in text:
             scheme, rest = text.split("://", 1)
             creds, host = rest.rsplit("@", 1)
-            return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+            if ":" in creds:  # user:password; a bare user has no password to hide
+                creds = f"{creds.split(':', 1)[0]}:***"
+            return f"{scheme}://{creds}@{host}"
         return text
 
 
@@ -119,7 +122,58 @@ def parse_url(url: str | URL) -> URL:
             f"{mask_url(parsed)}: an in-memory SQLite database cannot be shared by the store's "
             "connections; give a file path, e.g. sqlite:///wgstore.db"
         )
+    else:
+        _check_sqlite_options(parsed)
     return parsed
+
+
+def _check_sqlite_options(url: URL) -> None:
+    """Refuse a query option of a SQLite URL that wgstore does not read (``?mode=ro``): the
+    driver would ignore it, or take it into the file name."""
+    unknown = sorted(set(url.query) - set(_OWN_QUERY_KEYS))
+    if not unknown:
+        return
+    given = "&".join(f"{key}={_option(url, key)}" for key in unknown)
+    why = (
+        "; read commands open the file read-only by themselves, so leave mode out"
+        if "mode" in unknown
+        else ""
+    )
+    raise StoreUnavailableError(
+        f"{mask_url(url)}: ?{given} is not an option of a wgstore SQLite URL (those are "
+        f"{', '.join(_OWN_QUERY_KEYS)}){why}"
+    )
+
+
+def require_sqlite_file(path: Path) -> None:
+    """Check that the SQLite database ``path`` exists (opening it must not create it).
+
+    Raises:
+        StoreUnavailableError: ``path`` is a folder, or there is no file at ``path``; for a
+            relative path whose absolute twin exists, the message says to write four slashes.
+    """
+    if path.is_dir():
+        raise StoreUnavailableError(
+            f"{path} is a folder, not a wgstore database: give the database file, "
+            "e.g. sqlite:///wgstore.db"
+        )
+    if not path.exists():
+        raise StoreUnavailableError(
+            f"no wgstore database at {path}: check the path or --url / WGSTORE_URL"
+            + _four_slashes(path, there=lambda absolute: absolute.exists())
+        )
+
+
+def _four_slashes(path: Path, *, there: Callable[[Path], bool]) -> str:
+    """A hint for ``sqlite:///tmp/x.db`` (three slashes: the relative path tmp/x.db) when what
+    is missing at the relative ``path`` is ``there`` at the absolute one."""
+    absolute = Path("/") / path
+    if path.is_absolute() or not there(absolute):
+        return ""
+    return (
+        f" (sqlite:///{path} is the relative path {path}; for {absolute} write four slashes: "
+        f"sqlite:///{absolute})"
+    )
 
 
 def create_store_engine(
@@ -173,14 +227,12 @@ def _sqlite_engine(
     url = url.difference_update_query(_OWN_QUERY_KEYS)
     path = Path(url.database or "")
     if read_only:
-        if not path.exists():
-            raise StoreUnavailableError(
-                f"no wgstore database at {path}: check the path or --url / WGSTORE_URL"
-            )
+        require_sqlite_file(path)
         url = url.set(database=sqlite_read_only_uri(path)).update_query_dict({"uri": "true"})
     elif not path.parent.exists():
         raise StoreUnavailableError(
             f"cannot create {path}: the folder {path.parent} does not exist"
+            + _four_slashes(path, there=lambda absolute: absolute.parent.is_dir())
         )
     engine = sa.create_engine(url, pool_size=8, max_overflow=32)
     short_waits_s = busy_s if lock_wait == "short" else None

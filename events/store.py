@@ -16,6 +16,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -25,7 +26,7 @@ from uuid_utils import uuid7
 from wgstore.events._translate import translate_errors
 from wgstore.events.codec import Codec, canonical_json
 from wgstore.events.decoding import decode_log, decode_stream
-from wgstore.events.engine import create_store_engine, mask_url, parse_url
+from wgstore.events.engine import create_store_engine, mask_url, parse_url, require_sqlite_file
 from wgstore.events.errors import (
     ConcurrencyError,
     DuplicateEventError,
@@ -138,8 +139,10 @@ class EventStore:
 
         Args:
             url: ``sqlite:///path/to/wgstore.db`` or ``postgresql+psycopg://user@host/db``.
-            migrate: upgrade the schema to head when it is behind (default). With False, a
-                database that is not at head raises :class:`SchemaVersionError`.
+            migrate: create the tables, or upgrade the schema to head when it is behind
+                (default). With False, nothing is created: a database that is not at head
+                raises :class:`SchemaVersionError`, a SQLite file that does not exist
+                :class:`StoreUnavailableError`.
             read_only: open read-only connections (for audit tools); never migrates.
             synchronous: SQLite only: OFF, NORMAL, FULL (default) or EXTRA.
             busy_timeout_s: SQLite only: how long to wait for another writer (default 30).
@@ -156,7 +159,9 @@ class EventStore:
             StoreUnavailableError: bad URL, or the database cannot be reached.
             SchemaVersionError: the schema is not at head and cannot be migrated here.
         """
-        parse_url(url)  # a bad URL fails here, with the password masked
+        parsed = parse_url(url)  # a bad URL fails here, with the password masked
+        if parsed.get_backend_name() == "sqlite" and (read_only or not migrate):
+            require_sqlite_file(Path(parsed.database or ""))  # an open that may not create
         engine = create_store_engine(
             url, read_only=read_only, synchronous=synchronous, busy_timeout_s=busy_timeout_s
         )

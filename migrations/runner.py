@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HEAD_REVISION",
     "alembic_config",
+    "check_known",
     "check_wgstore_schema",
     "current_revision",
     "ensure_schema",
@@ -120,6 +121,7 @@ def ensure_schema(engine: sa.Engine, url: str, migrate: bool) -> None:
     if current == head:
         return
     if not migrate:
+        check_known(current, url)  # newer than this wgstore: upgrading the database cannot help
         state = "has no wgstore tables" if current is None else f"is at revision {current}"
         raise SchemaVersionError(
             f"the database at {mask_url(url)} {state}, but this wgstore needs {head}: run "
@@ -184,7 +186,7 @@ def _migrate(connection: sa.Connection, url: str, head: str) -> None:
         return
     if current is None:
         check_wgstore_schema(connection, url)
-    _check_known(current, url)
+    check_known(current, url)
     if current is not None:  # an existing log: some upgrades copy it (0008 on SQLite)
         _log.warning(
             "upgrading the wgstore schema at %s from %s to %s (once; a large log takes a "
@@ -236,7 +238,12 @@ def _version_row(connection: sa.Connection) -> str | None:
     return str(rows[0][0]) if len(rows) == 1 else None
 
 
-def _check_known(revision: str | None, url: str) -> None:
+def check_known(revision: str | None, url: str) -> None:
+    """Refuse a revision this wgstore does not know: a newer wgstore migrated the database.
+
+    Raises:
+        SchemaVersionError: ``revision`` is not in ``versions/`` (saying to upgrade wgstore).
+    """
     if revision is None:
         return
     from alembic.script import ScriptDirectory

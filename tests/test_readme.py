@@ -119,6 +119,8 @@ def test_the_readme_snippets_the_demo_and_every_audit_command_work_on_one_databa
     types = [json.loads(line)["type"] for line in wgstore_cli("events", "--json").splitlines()]
     assert "CheckpointPinned" in types, "the custom event is shown, not dropped"
     assert wgstore_cli("verify")  # hash chains and read models equal to a scratch rebuild
+    if store_url.startswith("postgresql"):  # `wgstore sql` reads as the role this makes, once
+        assert "wgstore_reader_" in wgstore_cli("db", "reader")
     rows = [
         json.loads(line)
         for line in wgstore_cli(

@@ -215,6 +215,15 @@ def fill(url: str) -> Recorded:
     return Recorded(url=url, errored_group=GROUP_ERRORED, failed_group=GROUP_FAILED, run_id=RUN_ID)
 
 
+def make_reader(url: str) -> None:
+    """On PostgreSQL, make the store's reader role as `wgstore db reader` does: `wgstore sql`
+    and `wgstore serve` read as it and never make it themselves. SQLite needs none."""
+    if not url.startswith("sqlite"):
+        from wgstore.events.reader_role import prepare_reader
+
+        prepare_reader(url)
+
+
 @pytest.fixture
 def history() -> Any:
     """The recording helpers of this module, for tests that record more than ``recorded``."""
@@ -226,6 +235,7 @@ def history() -> Any:
         record_failed_group=record_failed_group,
         record_run=record_run,
         fill=fill,
+        make_reader=make_reader,
     )
 
 

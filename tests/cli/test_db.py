@@ -6,6 +6,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from wgstore.events.engine import create_store_engine
 from wgstore.migrations.runner import head_revision
 
 
@@ -102,3 +105,29 @@ def test_an_unreachable_postgres_exits_1_with_one_line_and_the_password_masked(c
     assert "s3cret" not in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["runs"], ["verify"], ["serve"], ["db", "check"], ["db", "current"], ["db", "upgrade"]],
+    ids=lambda command: " ".join(command),
+)
+def test_a_database_a_newer_wgstore_migrated_is_told_to_upgrade_wgstore_at_once(
+    cli: Any, store_url: str, command: list[str]
+) -> None:
+    """Issue 41, item 8: each command said "run `wgstore db upgrade`", which then said to
+    upgrade wgstore."""
+    engine = create_store_engine(store_url)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql(
+                "UPDATE wg_alembic_version SET version_num = '9999_from_the_future'"
+            )
+    finally:
+        engine.dispose()
+    result = cli(*command, "--url", store_url)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert "9999_from_the_future" in lines[-1]
+    assert "migrated by a newer wgstore; upgrade wgstore" in lines[-1]
+    assert "wgstore db upgrade" not in result.stderr + result.stdout

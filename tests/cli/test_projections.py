@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tests.cli.conftest import make_reader
 from wgstore.events.engine import create_store_engine
 
 
@@ -48,6 +49,7 @@ def test_rebuild_refills_the_read_models_and_sql_sees_them(cli: Any, recorded: A
         in result.stdout
     )
     assert "rebuilding" in result.stdout
+    make_reader(recorded.url)  # `wgstore db reader`: the role wgstore sql reads as
     rows = cli(
         "sql",
         "SELECT group_id, status, outcome FROM wg_worker_groups ORDER BY group_id",

@@ -334,3 +334,22 @@ def test_report_needs_a_group_or_a_run_and_refuses_an_unknown_run(
     assert unknown.exit_code == 2
     assert "no run id starts with 'zzz'" in unknown.stderr
     assert not target.exists()
+
+
+def test_a_run_whose_log_cannot_be_read_is_a_data_problem_exit_1(
+    cli: Any, recorded: Any, tmp_path: Path
+) -> None:
+    """Issue 41, item 15: it exited 2, which the README keeps for a wrong command line."""
+    from wgstore.events import EventStore
+    from wgstore.events.run import RunErrored
+    from wgstore.events.worker_group import ErrorInfo
+
+    with EventStore.open(recorded.url) as store:  # no RunCreated first: the fold refuses it
+        store.append("run-b0rken", [RunErrored(error=ErrorInfo(type="X", message="lost"))])
+    target = tmp_path / "b0rken.html"
+    result = cli("report", "--run", "b0rken", "--url", recorded.url, "-o", str(target))
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "run b0rken" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not target.exists()

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli.conftest import make_reader
 from tests.cli.test_report import ARTIFACTS, open_in_chromium
 from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
 
@@ -89,6 +90,7 @@ def test_a_recorded_run_can_be_inspected_with_every_audit_command(
     verified = cli("verify", "--url", store_url)
     assert verified.exit_code == 0
     assert "behind the log" not in verified.stdout  # `run` left the read models current
+    make_reader(store_url)  # `wgstore db reader`: the role wgstore sql reads as
     rows = _json_lines(
         cli(
             "sql", "SELECT group_id, status FROM wg_worker_groups", "--url", store_url, "--json"

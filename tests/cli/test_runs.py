@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
 
 import run_scenarios as scenarios
 
+from tests.cli.conftest import make_reader
 from wgstore.events import EventStore
 from wgstore.projections import catch_up_read_models
 
@@ -204,6 +205,7 @@ def test_bad_listing_options_exit_2(cli: Any, sqlite_url: str) -> None:
 
 
 def test_the_sql_reader_reads_the_run_read_models(cli: Any, runs_url: str) -> None:
+    make_reader(runs_url)  # `wgstore db reader`: the role wgstore sql reads as
     result = cli(
         "sql",
         "SELECT r.run_id, d.decision FROM wg_runs AS r "

@@ -12,13 +12,22 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from tests.cli.conftest import make_reader
 from tests.conftest import PG_URL
 from wgstore.events import EventStore
 from wgstore.events.engine import create_store_engine
-from wgstore.events.sql_reader import reader_role_name
+from wgstore.events.sql_reader import READER_CONNECTION_LIMIT, reader_role_name
 from wgstore.projections import catch_up_read_models
 
 _DATABASE = sa.engine.make_url(PG_URL).database or ""
+
+
+@pytest.fixture(autouse=True)
+def _reader_made(request: pytest.FixtureRequest) -> None:
+    """`wgstore sql` on PostgreSQL reads as the role `wgstore db reader` makes once: made here
+    for the ``recorded`` store (tests on ``pg_url`` make it once they filled the store)."""
+    if "recorded" in request.fixturenames:
+        make_reader(request.getfixturevalue("recorded").url)
 
 
 def _scalar(url: str, sql: str) -> Any:
@@ -160,6 +169,7 @@ def test_sqlite_attach_pragma_and_vacuum_are_refused(
 )
 def test_postgres_tricks_are_refused(cli: Any, pg_url: str, history: Any, statement: str) -> None:
     history.fill(pg_url)
+    make_reader(pg_url)
     result = cli("sql", statement, "--url", pg_url)
     assert result.exit_code == 1, result.stdout
     assert "Traceback" not in result.stderr
@@ -195,6 +205,7 @@ def test_postgres_side_effects_a_read_only_transaction_lets_through_are_rolled_b
     cli: Any, pg_url: str, history: Any, statement: str, exit_code: int
 ) -> None:
     history.fill(pg_url)
+    make_reader(pg_url)
     assert cli("sql", statement, "--url", pg_url).exit_code == exit_code
     assert _scalar(pg_url, "SELECT count(*) FROM pg_largeobject_metadata") == 0
     after = cli("sql", "SELECT 1; DELETE FROM wg_subscriptions", "--url", pg_url)
@@ -247,6 +258,7 @@ def test_the_query_runs_as_a_login_role_that_can_only_read_the_stores_tables(
     cli: Any, pg_url: str, history: Any
 ) -> None:
     history.fill(pg_url)
+    make_reader(pg_url)
     result = cli(
         "sql",
         "SELECT session_user AS login, current_user AS now, "
@@ -299,11 +311,13 @@ def test_each_store_has_its_own_reader_that_cannot_read_another_store(
     from tests.conftest import make_pg_schema_url
 
     history.fill(pg_url)
+    make_reader(pg_url)
     other = f"wgtest_{uuid.uuid4().hex[:12]}"
     with _pg_admin() as admin:
         admin.execute(f"CREATE SCHEMA {other}")
     try:
         history.fill(make_pg_schema_url(other))
+        make_reader(make_pg_schema_url(other))
         assert cli("sql", "SELECT 1", "--url", make_pg_schema_url(other)).exit_code == 0
         result = cli("sql", f"SELECT count(*) FROM {other}.wg_events", "--url", pg_url)
         assert result.exit_code == 1
@@ -324,13 +338,15 @@ def test_concurrent_queries_on_one_store_each_log_in_as_the_reader(
     from wgstore.cli.sql import run_query
 
     history.fill(pg_url)
+    make_reader(pg_url)
 
     def count(_: int) -> Any:
         result = run_query(pg_url, "SELECT session_user, count(*) FROM wg_events")
         (row,) = result.rows
         return row
 
-    with ThreadPoolExecutor(max_workers=6) as pool:
+    # no more at once than the role's CONNECTION LIMIT (a fifth is refused: test_sql_hardening)
+    with ThreadPoolExecutor(max_workers=READER_CONNECTION_LIMIT) as pool:
         rows = list(pool.map(count, range(12)))
     assert {row[0] for row in rows} == {reader_role_name(_DATABASE, _schema_of(pg_url))}
     assert {row[1] for row in rows} == {28}
@@ -340,6 +356,7 @@ def test_a_query_that_turns_its_own_statement_timeout_off_is_still_stopped(
     cli: Any, pg_url: str, history: Any
 ) -> None:
     history.fill(pg_url)
+    make_reader(pg_url)
     started = time.monotonic()
     result = cli(
         "sql",
@@ -424,6 +441,7 @@ def test_a_url_user_that_cannot_prepare_the_reader_is_refused_in_one_line(
     cli: Any, pg_url: str, history: Any, login_role: Callable[[str], str]
 ) -> None:
     history.fill(pg_url)
+    make_reader(pg_url)  # made: this user may still not ready it (nor read the store)
     nobody = login_role("NOCREATEROLE")
     with _pg_admin() as admin:
         admin.execute(f"GRANT USAGE ON SCHEMA {_schema_of(pg_url)} TO {nobody}")
@@ -538,6 +556,7 @@ def test_a_reader_role_given_more_privileges_is_reset_before_the_next_query(
     cli: Any, pg_url: str, history: Any
 ) -> None:
     history.fill(pg_url)
+    make_reader(pg_url)
     assert cli("sql", "SELECT 1", "--url", pg_url).exit_code == 0
     reader = reader_role_name(_DATABASE, _schema_of(pg_url))
     with _pg_admin() as admin:
@@ -566,9 +585,79 @@ def test_a_store_whose_tables_everyone_may_write_is_refused_rather_than_queried(
     cli: Any, pg_url: str, history: Any
 ) -> None:
     history.fill(pg_url)
+    make_reader(pg_url)
     with _pg_admin() as admin:
         admin.execute(f"GRANT INSERT ON {_schema_of(pg_url)}.wg_subscriptions TO PUBLIC")
     result = cli("sql", "SELECT 1", "--url", pg_url)
     assert result.exit_code == 1
     assert "may write wgstore tables" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# ---------------------------------------------------------------------- what a query returns
+
+
+def _many(url: str, rows: int, width: int) -> str:
+    """A query of ``rows`` rows of ``width`` characters each, on the store's backend."""
+    if url.startswith("sqlite"):
+        return (
+            f"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {rows}) "
+            f"SELECT substr(hex(zeroblob({width})), 1, {width}) AS x FROM n"
+        )
+    return f"SELECT repeat('x', {width}) AS x FROM generate_series(1, {rows})"
+
+
+def test_a_result_past_the_byte_bound_is_refused_and_the_query_stopped(recorded: Any) -> None:
+    """Issue 41, item 7: the whole result was read into this process (three 600 MB values held
+    ~1.8 GB); now rows arrive one at a time, and reading stops at the bound: 10 GB asked, 1 MB
+    read, the rest never sent."""
+    from wgstore.events.sql_reader import ResultTooLargeError, run_read_only
+
+    started = time.monotonic()
+    with pytest.raises(ResultTooLargeError, match=r"more than 1 MB \(past row 1048\)"):
+        run_read_only(recorded.url, _many(recorded.url, 10_000_000, 1000), max_bytes=2**20)
+    assert time.monotonic() - started < 50  # stopped, not read to the end (or the 60 s timeout)
+    if recorded.url.startswith("postgresql"):
+        with _pg_admin() as admin:
+
+            def still_running() -> Any:
+                return admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND pid <> "
+                    "pg_backend_pid()",
+                    ("%generate_series(1, 10000000)%",),
+                ).fetchone()[0]
+
+            deadline = time.monotonic() + 30
+            while still_running() and time.monotonic() < deadline:
+                time.sleep(0.05)  # polling a condition with a deadline
+            assert still_running() == 0, "the query went on after the bound was reached"
+
+
+def test_rows_past_the_row_bound_are_refused_and_limit_reads_only_what_it_shows(
+    cli: Any, recorded: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wgstore.events import sql_reader
+
+    monkeypatch.setattr(sql_reader, "MAX_RESULT_ROWS", 100)
+    query = _many(recorded.url, 1000, 3)
+    everything = cli("sql", query, "--url", recorded.url, "--limit", "0", "--json")
+    assert everything.exit_code == 1, everything.stdout
+    assert everything.stdout == ""  # nothing printed of a result that is refused
+    assert len(everything.stderr.strip().splitlines()) == 1, everything.stderr
+    assert "more than 100 rows" in everything.stderr
+    shown = cli("sql", query, "--url", recorded.url, "--limit", "5", "--json")
+    assert shown.exit_code == 0, shown.stderr
+    assert len(shown.stdout.splitlines()) == 5
+    assert "showing the first 5 rows" in shown.stderr
+
+
+def test_a_result_of_no_rows_keeps_its_column_names(cli: Any, recorded: Any) -> None:
+    from wgstore.events.sql_reader import run_read_only
+
+    result = run_read_only(recorded.url, "SELECT 1 AS a, 'x' AS b WHERE 1 = 0")
+    assert result.columns == ["a", "b"]
+    assert list(result.rows) == []
+    shown = cli("sql", "SELECT stream_id FROM wg_events WHERE 1 = 0", "--url", recorded.url)
+    assert shown.exit_code == 0, shown.stderr
+    assert "stream_id" in shown.stdout
+    assert "0 rows" in shown.stderr

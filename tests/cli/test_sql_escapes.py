@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli.conftest import make_reader
 from wgstore.events.engine import create_store_engine
 
 _PREFIX = "SELECT set_config('role', '{admin}', true) AS become, "
@@ -100,6 +101,7 @@ def target(recorded: Any, tmp_path: Path) -> Iterator[Target]:
     if recorded.url.startswith("sqlite"):
         yield Target(recorded.url, "sqlite", "", "main", "", str(tmp_path / "escaped"), 0)
         return
+    make_reader(recorded.url)  # `wgstore db reader`: the escapes are tried as its role
     admin, params = _pg_admin(recorded.url)
     bystander, _ = _pg_admin(recorded.url)
     try:
@@ -239,6 +241,7 @@ def test_an_escape_from_read_only_sql_is_refused_and_has_no_effect(
     statement = target.sql(postgres if target.backend == "postgres" else sqlite)
     result = cli("sql", statement, "--url", target.url, "--json")
     assert result.exit_code == 1, f"ran: {result.stdout}"
+    assert "no read-only role" not in result.stderr  # refused by the reader, not for lack of it
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert _state(target) == before

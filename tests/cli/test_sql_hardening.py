@@ -1,9 +1,11 @@
-"""``wgstore sql`` on PostgreSQL cannot hurt the server or other readers (issue 21, items 8-10, 14).
+"""``wgstore sql`` on PostgreSQL cannot hurt the server or other readers (issue 21, items 8-10,
+14), and changes nothing on it: ``wgstore db reader`` is the one step that does, and its
+``--drop`` gives back what it took (issue 41, item 7).
 
 Each test runs in a database of its own, made for it and dropped afterwards (``scratch``): what
-``wgstore sql`` changes is the database's privileges of PUBLIC, and a fresh database starts with
-PostgreSQL's defaults, so each test sees the defect it is about (the functions every role may
-run, ``CREATE`` on ``public`` for PUBLIC) and not what an earlier test fixed.
+``wgstore db reader`` changes is the database's privileges of PUBLIC, and a fresh database
+starts with PostgreSQL's defaults, so each test sees the defect it is about (the functions every
+role may run, ``CREATE`` on ``public`` for PUBLIC) and not what an earlier test fixed.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ import sqlalchemy as sa
 
 from tests.cli.conftest import fill
 from tests.conftest import PG_URL, require_postgres
-from wgstore.events import sql_reader
+from wgstore.events import reader_role, sql_reader
 from wgstore.events.sql_reader import (
+    READER_CONNECTION_LIMIT,
     ReaderUnavailableError,
     SqlQueryError,
     SqlRefusedError,
+    drop_reader,
+    prepare_reader,
     reader_role_name,
     run_read_only,
 )
@@ -88,10 +93,17 @@ def scratch() -> Iterator[Scratch]:
 
 @pytest.fixture(scope="module")
 def filled_scratch() -> Iterator[Scratch]:
-    """One such database with a store in it, for the tests that only query it."""
+    """One such database with a store in it and its reader, for the tests that only query it."""
     with _scratch_database() as made:
         fill(made.url)
+        prepare_reader(made.url)
         yield made
+
+
+def _ready(scratch: Scratch) -> None:
+    """A store in the scratch database, and its reader role (`wgstore db reader`)."""
+    fill(scratch.url)
+    prepare_reader(scratch.url)
 
 
 def _one(url: str, query: str, timeout_s: float = 30.0) -> Any:
@@ -148,18 +160,15 @@ def test_the_database_changes_are_said_and_other_roles_keep_what_they_need(
     scratch: Scratch,
 ) -> None:
     fill(scratch.url)
-    result = run_read_only(scratch.url, "SELECT 1")
-    list(result.rows)
-    assert any("revoked EXECUTE from PUBLIC" in note for note in result.notes), result.notes
-    again = run_read_only(scratch.url, "SELECT 1")  # nothing left to change: nothing said
-    list(again.rows)
-    assert again.notes == ()
+    role = prepare_reader(scratch.url)
+    assert any("revoked EXECUTE from PUBLIC" in change for change in role.changes), role.changes
+    assert prepare_reader(scratch.url).changes == ()  # nothing left to change: nothing said
     owner = f"wgtest_{uuid.uuid4().hex[:10]}"
     with scratch.admin() as admin:
         admin.execute(f"CREATE ROLE {owner} NOLOGIN")
         try:
             admin.execute("ALTER TABLE wg_events OWNER TO " + owner)
-            run_read_only(scratch.url, "SELECT 1").rows.close()
+            prepare_reader(scratch.url)
             keeps = admin.execute(
                 "SELECT has_function_privilege(%s, 'pg_advisory_xact_lock(bigint)', 'EXECUTE'), "
                 "has_function_privilege('pg_signal_backend', "
@@ -185,7 +194,8 @@ def test_a_url_user_that_cannot_take_the_functions_away_is_told_to_run_db_reader
         admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {maker}")
     try:
         as_maker = sa.engine.make_url(scratch.url).set(username=maker)
-        result = cli("sql", "SELECT 1", "--url", as_maker.render_as_string(hide_password=False))
+        made_by = as_maker.render_as_string(hide_password=False)
+        result = cli("db", "reader", "--url", made_by)
         assert result.exit_code == 1
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert "wgstore db reader" in result.stderr
@@ -205,7 +215,7 @@ def test_a_url_user_that_cannot_take_the_functions_away_is_told_to_run_db_reader
 
 
 def test_the_reader_role_has_the_settings_of_a_reporting_role(scratch: Scratch) -> None:
-    fill(scratch.url)
+    _ready(scratch)
     row = _one(
         scratch.url,
         "SELECT current_setting('temp_file_limit'), "
@@ -219,14 +229,20 @@ def test_the_reader_role_has_the_settings_of_a_reporting_role(scratch: Scratch) 
     assert row[2] == "10s"
     assert "default_transaction_read_only=on" in row[3]
     assert "statement_timeout=3600000" in row[3]
+    assert "work_mem=32MB" in row[3]
+    with scratch.admin() as admin:
+        limit = admin.execute(
+            "SELECT rolconnlimit FROM pg_roles WHERE rolname = %s", (scratch.reader,)
+        ).fetchone()
+    assert limit == (READER_CONNECTION_LIMIT,)
 
 
 def test_temp_files_past_the_readers_limit_stop_the_query(
     scratch: Scratch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fill(scratch.url)
     # A limit the test can reach cheaply; the role gets whatever READER_SETTINGS says.
     monkeypatch.setitem(sql_reader.READER_SETTINGS, "temp_file_limit", "1024")
+    _ready(scratch)
     with pytest.raises(SqlQueryError, match="temporary files"):
         list(
             run_read_only(
@@ -239,7 +255,7 @@ def test_temp_files_past_the_readers_limit_stop_the_query(
 
 def test_the_rows_are_read_after_the_transaction_ended(scratch: Scratch) -> None:
     """A caller printing slowly (a pager) holds no snapshot and no lock on the store."""
-    fill(scratch.url)
+    _ready(scratch)
     result = run_read_only(
         scratch.url, "SELECT pg_backend_pid(), g FROM generate_series(1, 1200) AS g"
     )
@@ -248,7 +264,7 @@ def test_the_rows_are_read_after_the_transaction_ended(scratch: Scratch) -> None
         state = admin.execute(
             "SELECT state, backend_xmin IS NULL FROM pg_stat_activity WHERE pid = %s", (first[0],)
         ).fetchone()
-    assert state == ("idle", True)
+    assert state in (None, ("idle", True))  # the session has ended (or is leaving, idle)
     assert len(list(result.rows)) == 1199
 
 
@@ -264,7 +280,7 @@ def test_the_timeout_is_at_most_an_hour(cli: Any, recorded_sqlite: Any, timeout:
 
 
 def test_one_reader_session_cannot_end_or_cancel_another(scratch: Scratch) -> None:
-    fill(scratch.url)
+    _ready(scratch)
     outcome: dict[str, Any] = {}
 
     def sleeper() -> None:
@@ -303,8 +319,8 @@ def test_one_reader_session_cannot_end_or_cancel_another(scratch: Scratch) -> No
 def test_preparing_the_reader_gives_up_soon_when_its_lock_is_held(
     scratch: Scratch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fill(scratch.url)
-    monkeypatch.setattr(sql_reader, "_PREPARE_TIMEOUT_S", 1.0, raising=False)
+    _ready(scratch)
+    monkeypatch.setattr(reader_role, "_PREPARE_TIMEOUT_S", 1.0)
     outcome: dict[str, Any] = {}
 
     def query() -> None:
@@ -392,16 +408,22 @@ def test_a_public_schema_everyone_may_create_in_is_fixed_by_db_reader(
     assert json.loads(result.stdout) == {"creates": False}
 
 
-def test_wgstore_sql_alone_fixes_a_public_schema_everyone_may_create_in(
+def test_wgstore_sql_refuses_a_public_schema_everyone_may_create_in_and_changes_nothing(
     scratch: Scratch, cli: Any
 ) -> None:
-    fill(scratch.url)
+    _ready(scratch)
     with scratch.admin() as admin:
         admin.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
     result = cli("sql", "SELECT count(*) AS n FROM wg_events", "--url", scratch.url, "--json")
-    assert result.exit_code == 0, result.stderr
-    assert json.loads(result.stdout)["n"] > 0
-    assert "revoked CREATE on schema public from PUBLIC" in result.stderr
+    assert result.exit_code == 1, result.stdout
+    assert "may create objects in the store's schema" in result.stderr
+    assert "wgstore db reader" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    with scratch.admin() as admin:
+        (creates,) = admin.execute(
+            "SELECT has_schema_privilege('public', 'public', 'CREATE')"
+        ).fetchone()
+    assert creates  # wgstore sql took nothing from PUBLIC: `wgstore db reader` does
 
 
 # ---------------------------------------------------------------------- item 14
@@ -411,8 +433,184 @@ def test_wgstore_sql_alone_fixes_a_public_schema_everyone_may_create_in(
 def test_a_parameter_placeholder_is_an_sql_error_not_a_lost_connection(
     cli: Any, scratch: Scratch, query: str
 ) -> None:
-    fill(scratch.url)
+    _ready(scratch)
     result = cli("sql", query, "--url", scratch.url)
     assert result.exit_code == 1
     assert "connection was lost" not in result.stderr
     assert "write the values into the query" in result.stderr or "SQL error" in result.stderr
+
+
+# ---------------------------------------------------------------------- issue 41, item 7
+
+
+def _public_may_run(scratch: Scratch) -> set[str]:
+    """The functions a reader must not run that PUBLIC may run in the scratch database."""
+    with scratch.admin() as admin:
+        rows = admin.execute(
+            reader_role.DANGEROUS_FUNCTIONS_SQL,
+            {"names": list(reader_role.DANGEROUS_FUNCTIONS), "role": "public"},
+        ).fetchall()
+    return {str(signature) for signature, _ in rows}
+
+
+def _role_exists(name: str) -> bool:
+    with _admin() as admin:
+        return (
+            admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
+            is not None
+        )
+
+
+def _explicit_grants_to(scratch: Scratch, grantee: str) -> int:
+    with scratch.admin() as admin:
+        (count,) = admin.execute(
+            "SELECT count(*) FROM pg_proc p, aclexplode(p.proacl) a "
+            "WHERE a.grantee = to_regrole(%s)",
+            (grantee,),
+        ).fetchone()
+    return int(count)
+
+
+def test_wgstore_sql_and_serve_change_nothing_on_the_server_and_say_how_to_make_the_reader(
+    scratch: Scratch, cli: Any
+) -> None:
+    """`wgstore sql` revoked EXECUTE on 28 functions from PUBLIC and made a cluster-wide LOGIN
+    role, by itself; `wgstore serve` (as_reader_session) likewise."""
+    fill(scratch.url)
+    public = _public_may_run(scratch)
+    assert len(public) >= 28  # a fresh database: PostgreSQL's defaults
+    result = cli("sql", "SELECT 1", "--url", scratch.url)
+    assert result.exit_code == 1, result.stdout
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "no read-only role for this store" in result.stderr
+    assert "wgstore db reader --url URL" in result.stderr
+    with pytest.raises(ReaderUnavailableError, match="wgstore db reader"):
+        sql_reader.as_reader_session(scratch.url)
+    assert not _role_exists(scratch.reader)
+    assert _public_may_run(scratch) == public
+
+
+def test_db_reader_drop_removes_the_role_and_gives_back_what_it_took(
+    scratch: Scratch, cli: Any
+) -> None:
+    fill(scratch.url)
+    public = _public_may_run(scratch)
+    made = cli("db", "reader", "--url", scratch.url)
+    assert made.exit_code == 0, made.stderr
+    assert _role_exists(scratch.reader)
+    assert _public_may_run(scratch) == set()
+    assert _explicit_grants_to(scratch, "pg_signal_backend") == 2
+    assert cli("sql", "SELECT 1", "--url", scratch.url).exit_code == 0
+    dropped = cli("db", "reader", "--drop", "--url", scratch.url)
+    assert dropped.exit_code == 0, dropped.stderr
+    assert f"dropped {scratch.reader}" in dropped.stdout
+    assert f"gave EXECUTE back to PUBLIC on {len(public)} functions" in dropped.stdout
+    assert not _role_exists(scratch.reader)
+    assert _public_may_run(scratch) == public
+    assert _explicit_grants_to(scratch, "pg_signal_backend") == 0
+    after = cli("sql", "SELECT 1", "--url", scratch.url)
+    assert after.exit_code == 1 and "wgstore db reader" in after.stderr
+    again = cli("db", "reader", "--drop", "--url", scratch.url)
+    assert again.exit_code == 0 and "nothing to drop" in again.stdout
+
+
+def test_drop_leaves_what_another_reader_of_the_database_needs_until_the_last_goes(
+    scratch: Scratch,
+) -> None:
+    schemas = [f"wgs_{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    base = sa.engine.make_url(scratch.url).render_as_string(hide_password=False)
+    urls = [f"{base}?options=-csearch_path%3D{schema}" for schema in schemas]
+    with scratch.admin() as admin:
+        for schema in schemas:
+            admin.execute(f"CREATE SCHEMA {schema}")
+    for url in urls:
+        fill(url)
+    public = _public_may_run(scratch)
+    try:
+        for url in urls:
+            prepare_reader(url)
+        first = drop_reader(urls[0])
+        assert first.existed and any("still needs it" in c for c in first.changes), first
+        assert _public_may_run(scratch) == set()  # the second reader is still safe
+        assert _one(urls[1], "SELECT count(*) > 0 FROM wg_events") == (True,)
+        last = drop_reader(urls[1])
+        assert any("gave EXECUTE back to PUBLIC" in c for c in last.changes), last
+        assert _public_may_run(scratch) == public
+    finally:
+        for schema in schemas:
+            role = reader_role_name(scratch.database, schema)
+            if _role_exists(role):
+                with scratch.admin() as admin:
+                    admin.execute(f"DROP OWNED BY {role}")
+                    admin.execute(f"DROP ROLE {role}")
+
+
+def test_a_forged_record_cannot_make_drop_give_public_what_it_never_had(scratch: Scratch) -> None:
+    """The record is the role's comment: text that whoever may alter the role could edit.
+    Drop gives PUBLIC only what PostgreSQL's own defaults give it, and runs no text of it."""
+    _ready(scratch)
+    with scratch.admin() as admin:
+        (comment,) = admin.execute(
+            "SELECT shobj_description(oid, 'pg_authid') FROM pg_roles WHERE rolname = %s",
+            (scratch.reader,),
+        ).fetchone()
+        sentence, data = comment.split("\n", 1)
+        record = json.loads(data)
+        record["undo"]["public_execute"] += [
+            "lo_import(text)",  # server files: PUBLIC never had it
+            "pg_read_file(text)",
+            "lo_create(oid) TO PUBLIC; DROP TABLE wg_events; --",
+        ]
+        record["undo"]["granted_execute"] += [["x; DROP TABLE wg_events", "lo_create(oid)"]]
+        forged = sentence + "\n" + json.dumps(record)
+        admin.execute(f"COMMENT ON ROLE {scratch.reader} IS '{forged}'")
+    dropped = drop_reader(scratch.url)
+    assert dropped.existed
+    with scratch.admin() as admin:
+        row = admin.execute(
+            "SELECT has_function_privilege('public', 'lo_import(text)', 'EXECUTE'), "
+            "has_function_privilege('public', 'pg_read_file(text)', 'EXECUTE'), "
+            "has_function_privilege('public', 'lo_create(oid)', 'EXECUTE'), "
+            "to_regclass('wg_events') IS NOT NULL"
+        ).fetchone()
+    assert row == (False, False, True, True)
+
+
+def test_a_query_past_the_roles_connection_limit_is_refused_in_one_line(
+    filled_scratch: Scratch,
+) -> None:
+    scratch = filled_scratch
+    errors: list[BaseException] = []
+
+    def sleep() -> None:
+        try:
+            list(run_read_only(scratch.url, "SELECT pg_sleep(60)", timeout_s=90).rows)
+        except SqlQueryError:
+            pass  # cancelled below
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+
+    sleepers = [threading.Thread(target=sleep, daemon=True) for _ in range(READER_CONNECTION_LIMIT)]
+    for thread in sleepers:
+        thread.start()
+    with scratch.admin() as admin:
+
+        def sleeping() -> list[int]:
+            rows = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE usename = %s AND query LIKE %s",
+                (scratch.reader, "%pg_sleep(60)%"),
+            ).fetchall()
+            return [pid for (pid,) in rows] if len(rows) == READER_CONNECTION_LIMIT else []
+
+        pids = _wait_for(sleeping, f"{READER_CONNECTION_LIMIT} sleeping queries")
+        try:
+            with pytest.raises(ReaderUnavailableError, match="CONNECTION LIMIT") as refused:
+                run_read_only(scratch.url, "SELECT 1")
+            assert f"{READER_CONNECTION_LIMIT} queries of wgstore sql" in str(refused.value)
+        finally:
+            for pid in pids:
+                admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
+    for thread in sleepers:
+        thread.join(_DEADLINE_S)
+    assert not errors, errors
+    assert _one(scratch.url, "SELECT 1") == (1,)  # the limit counts sessions, not queries

@@ -17,6 +17,7 @@ import pytest
 from serve_scenarios import live_run
 from typer.testing import CliRunner
 
+from tests.cli.conftest import make_reader
 from wgstore.cli import app
 from wgstore.cli.serve import is_loopback, served_url
 from wgstore.events import EventStore
@@ -71,6 +72,7 @@ def _free_port() -> int:
 def test_the_command_serves_and_stops_on_ctrl_c(store_url: str) -> None:
     with EventStore.open(store_url) as store:
         live_run(store, "run-cli1")
+    make_reader(store_url)  # `wgstore db reader`: serve reads as the role, never makes it
     port = _free_port()
     wgstore = Path(sys.executable).with_name("wgstore")
     env = {**os.environ, "WGSTORE_SERVE_TOKEN": TOKEN}
@@ -125,6 +127,7 @@ def test_on_postgres_the_server_reads_as_the_reader_role_and_cannot_write(pg_url
 
     with EventStore.open(pg_url) as store:
         live_run(store, "run-role")
+    make_reader(pg_url)
     reader_url, how = served_url(pg_url)
     assert how.startswith("read-only as role wgstore_reader_")
     with EventStore.open(reader_url, read_only=True, migrate=False) as store:
