@@ -85,14 +85,12 @@ def _store_of(store_or_url: EventStore | str) -> Iterator[EventStore]:
 
 def _result(store: EventStore, run: RunState, interrupted: bool) -> RunResult:
     group_id = run.final_group_id or run.current_group_id
-    if (group_id is None or not store.stream_version(group_stream(group_id))) and run.error:
-        error_class = (
-            InsufficientClusterResourcesError
-            if run.error.type == InsufficientClusterResourcesError.__name__
-            else OrchestrationError
-        )  # an elastic run whose minimum never fit
-        raise error_class(f"run {run.run_id} errored before its first attempt: {run.error}")
-    if group_id is None or not store.stream_version(group_stream(group_id)):
+    no_group = group_id is None or not store.stream_version(group_stream(group_id))
+    error = run.error
+    if no_group and error is not None and error.type == InsufficientClusterResourcesError.__name__:
+        # an elastic run whose minimum never fit: say so, not that it has no group
+        raise InsufficientClusterResourcesError(f"run {run.run_id} never started: {error.message}")
+    if no_group or group_id is None:
         raise OrchestrationError(
             f"run {run.run_id} is {run.status.value} and has no worker group yet (it ended or "
             "stopped before its first attempt was requested)"

@@ -136,4 +136,6 @@ def test_fewer_than_min_waits_then_errors_naming_the_shortfall(cluster: Cluster)
     assert run.deferred is not None and run.deferred.num_workers_fit == 1
     assert run.error is not None and run.error.type == "InsufficientClusterResourcesError"
     assert "1 of the run's 3..4 workers fit" in run.error.message
-    assert cluster.result["short_error"].startswith("InsufficientClusterResourcesError")
+    assert cluster.result["short_error"].startswith(
+        "InsufficientClusterResourcesError('run short never started"
+    )
