@@ -30,6 +30,7 @@ from wgstore.projections.run_rows import RUN_SOURCES
 from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
 from wgstore.projections.state import WorkerGroupState
 from wgstore.projections.text import describe, event_json
+from wgstore.projections.time_input import parse_time
 from wgstore.projections.timeline import group_timeline, state_and_series
 from wgstore.projections.views import (
     check_event_types,
@@ -70,27 +71,19 @@ BUILDER_STEPS = (
 )
 """The events the builder appends while it starts a group, in order."""
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """``10m`` / ``2h`` / ``3d`` / ``30s`` ago, or an ISO 8601 time (UTC when it has no zone).
+    """``since=`` as ``wgstore runs --since`` reads it
+    (:func:`~wgstore.projections.time_input.parse_time`): ``10m`` / ``2h`` / ``3d`` ago, ``now``,
+    or an ISO 8601 time (UTC when it has no zone).
 
     Raises:
-        InvalidArgumentError: neither form.
+        InvalidArgumentError: neither form, or a time outside the years 1 to 9999.
     """
-    text = text.strip()
-    now = now or datetime.now(UTC)
-    unit = _UNITS.get(text[-1:].lower())
-    if unit is not None and text[:-1].replace(".", "", 1).isdigit():
-        return now - timedelta(seconds=float(text[:-1]) * unit)
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"since={text!r} is not a time: give an ISO time (2026-12-01T14:00) or 10m, 2h, 3d"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return parse_time(text, now=now)
+    except InvalidArgumentError as error:
+        raise InvalidArgumentError(f"since: {error}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -60,7 +60,9 @@ def test_runs_are_listed_newest_first_filtered_and_paged(client: Any) -> None:
     [
         ({"status": "SLEEPING"}, "unknown status SLEEPING"),
         ({"source": "mlflow"}, "unknown source 'mlflow'"),
-        ({"since": "yesterday"}, "since='yesterday' is not a time"),
+        ({"since": "yesterday"}, "since: 'yesterday' is not a time"),
+        ({"since": "99999999999h"}, "since: '99999999999h' is too long a duration"),
+        ({"since": "9999-12-31T23:00-05:00"}, "outside the years 1 to 9999"),
         ({"limit": "ten"}, "limit='ten' is not a whole number"),
     ],
 )
@@ -117,6 +119,22 @@ def test_unknown_ambiguous_or_bad_ids_answer_with_the_reason(
     response = client.get(path)
     assert response.status_code == status
     assert says in response.json()["error"]
+
+
+def test_ids_with_a_slash_are_reachable_encoded(writer: Any, store_url: str) -> None:
+    """A run or group id may hold ``/``: the pages link it encoded (``%2F``), which the server
+    decodes before routing, so the id must match across the slash (issue 41, item 9)."""
+    group = live_run(writer, "team/a")
+    with TestClient(create_app(store_url)) as client:
+        run = client.get("/api/runs/team%2Fa")
+        assert run.status_code == 200, run.text
+        assert run.json()["run"]["run_id"] == "team/a"
+        assert client.get("/api/groups/team%2Fa-g1").json()["group_id"] == group
+        page = client.get("/runs/team%2Fa")
+        assert page.status_code == 200
+        assert 'data-id="team/a"' in page.text
+        assert client.get("/groups/team%2Fa-g1").status_code == 200
+        assert client.get("/api/runs/team%2Fb").status_code == 404
 
 
 def test_events_after_a_position_page_through_the_log(client: Any, filled: Any) -> None:
