@@ -132,7 +132,7 @@ def run_facts(detail: RunDetail) -> list[Fact]:
     facts.append(Fact("created", format_time(run.created_at)))
     if run.ended_at:
         facts.append(Fact("ended", format_time(run.ended_at)))
-    if run.lease_holder:
+    if run.lease_holder and not run.ended_at:  # an ended run's lease row grants nothing
         until = format_time(run.lease_expires_at)
         facts.append(Fact("lease", f"{run.lease_holder} until {until}"))
     facts += _trouble_facts(detail)

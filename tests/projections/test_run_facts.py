@@ -121,7 +121,7 @@ def test_every_optional_fact_in_order_with_its_tone() -> None:
             resumable=False,
             not_resumable_reason="the train loop cannot be pickled",
             ended_at=T0,
-            lease_holder="c1",
+            lease_holder="c1",  # an ended run's lease row: not shown (test_a_lease_shows_...)
             lease_expires_at=T0,
             orphaned=True,
             error="WorkerGroupError: failed\nTraceback ...",
@@ -132,7 +132,7 @@ def test_every_optional_fact_in_order_with_its_tone() -> None:
     )
     assert labels(facts) == [
         "run", "source", "state", "train_fn", "workers", "failures", "attempts", "checkpoint",
-        "reported", "resumable", "created", "ended", "lease", "orphaned", "error", "", "resumed",
+        "reported", "resumable", "created", "ended", "orphaned", "error", "", "resumed",
         "aborted", "ray",
     ]  # fmt: skip
     by_label = {fact.label: fact for fact in facts}
@@ -147,7 +147,6 @@ def test_every_optional_fact_in_order_with_its_tone() -> None:
     assert by_label["resumable"] == Fact(
         "resumable", "no: the train loop cannot be pickled", Tone.NOTICE
     )
-    assert by_label["lease"].text == "c1 until 2026-01-01 12:00:00.000Z"
     assert by_label["orphaned"].tone is Tone.ALERT
     assert "`wgstore resume r1`" in by_label["orphaned"].text
     assert "`wgstore gc`" in by_label["orphaned"].text
@@ -176,3 +175,10 @@ def test_a_fact_is_a_frozen_value_with_no_note_and_a_plain_tone_unless_given() -
 def test_a_tone_reads_as_its_name_in_lower_case() -> None:
     # Tone is a StrEnum: its text is what str() and a JSON encoder show of it
     assert [str(tone) for tone in Tone] == ["plain", "muted", "notice", "error", "alert", "state"]
+
+
+def test_a_lease_shows_while_the_run_goes_on_and_not_once_it_ended() -> None:
+    live = run_facts(detail(lease_holder="c1", lease_expires_at=T0))
+    assert Fact("lease", "c1 until 2026-01-01 12:00:00.000Z") in live
+    ended = run_facts(detail(lease_holder="c1", lease_expires_at=T0, ended_at=T0))
+    assert "lease" not in labels(ended)
