@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from wgstore.projections.rows import RunInfo
+from wgstore.projections.run_facts import run_error_text
 from wgstore.projections.text import format_time, json_default
 
 __all__ = ["fill", "group_page_parts", "run_page_parts"]
@@ -228,11 +229,20 @@ def run_page_parts(data: Mapping[str, Any]) -> dict[str, str]:
     run: RunInfo = data["run"]
     esc = html.escape
     errors = []
-    if run.error:
+    text = run_error_text(run)
+    if run.error and text:
         ranks = "".join(
-            f"<br>rank {f.world_rank}: {esc(f.type)}: {esc(f.message)}" for f in run.failed_ranks
+            f"<br>rank {f.world_rank}: {esc(f.type)}: {esc(f.message)}"
+            for f in run.failed_ranks
+            if not text.startswith(f"rank {f.world_rank}: ")
         )
-        errors.append(f'<div class="error-box"><b>run errored:</b> {esc(run.error)}{ranks}</div>')
+        whole = (
+            ""
+            if run.error in text
+            else f"<details><summary>the run's whole error</summary><pre>{esc(run.error)}</pre>"
+            "</details>"
+        )
+        errors.append(f'<div class="error-box"><b>run errored:</b> {esc(text)}{ranks}{whole}</div>')
     return {
         "title": esc(f"wgstore: run {run.run_id}"),
         "run_id": esc(run.run_id),

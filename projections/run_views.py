@@ -13,6 +13,7 @@ Orphaned is live state, not history: it joins the run with its lease (``wg_run_l
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields, replace
 from datetime import UTC, datetime
@@ -87,10 +88,17 @@ def _summary_fields(row: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         "ended_at": ended_at,
         "checkpoint_committed_at": to_utc(row.get("checkpoint_committed_at")),
         "error": f"{error}: {row['error_message']}" if error else None,
+        "failed_ranks": _failed_ranks(row.get("failed_ranks")),
         "orphaned": orphaned(bool(row.get("needs_controller")), expires_at, now),
         "lease_holder": None if ended_at else row.get("lease_holder"),
         "lease_expires_at": None if ended_at else expires_at,
     }
+
+
+def _failed_ranks(value: list[dict[str, Any]] | str | None) -> tuple[FailedRank, ...]:
+    """``wg_runs.failed_ranks`` (JSON text as SQLite's raw row has it) as rows."""
+    ranks = json.loads(value) if isinstance(value, str) else value
+    return tuple(FailedRank(**failed) for failed in ranks or ())
 
 
 def _latest(*moments: datetime | str | None) -> datetime | None:
@@ -405,7 +413,6 @@ def run_detail(
         resources_per_worker=row["resources_per_worker"],
         train_fn=row["train_fn"],
         final_group_id=row["final_group_id"],
-        failed_ranks=tuple(FailedRank(**failed) for failed in row["failed_ranks"]),
         lease_s=row["lease_s"],
         ray=row["ray"],
         version=state.version,

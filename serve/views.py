@@ -26,6 +26,7 @@ from wgstore.events.streams import group_stream
 from wgstore.projections import RunStatus
 from wgstore.projections.queries import poll_history
 from wgstore.projections.rows import UNREADABLE, RunSummary
+from wgstore.projections.run_facts import run_error_text
 from wgstore.projections.run_rows import RUN_SOURCES
 from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
 from wgstore.projections.state import WorkerGroupState
@@ -169,7 +170,9 @@ def run_list(
     """The runs, newest first, filtered and paged: ``{"runs", "total", "offset", "limit"}``.
 
     Each run is a :func:`~wgstore.projections.run_views.run_summaries` summary with
-    ``duration_s`` added (to its end, or to ``now`` while it goes on).
+    ``duration_s`` added (to its end, or to ``now`` while it goes on) and ``error_text``, its
+    error in one line as the CLI shows it
+    (:func:`~wgstore.projections.run_facts.run_error_text`).
     """
     now = now or datetime.now(UTC)
     run_filter = run_filter or RunFilter()
@@ -178,7 +181,11 @@ def run_list(
     kept = [s for s in run_summaries(store, now=now) if run_filter.keep(s)]
     kept.reverse()
     page = [
-        {**summary.to_json(), "duration_s": _duration_s(summary, now)}
+        {
+            **summary.to_json(),
+            "duration_s": _duration_s(summary, now),
+            "error_text": run_error_text(summary),
+        }
         for summary in kept[offset : offset + limit]
     ]
     return {"runs": page, "total": len(kept), "offset": offset, "limit": limit}
@@ -186,7 +193,7 @@ def run_list(
 
 def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[str, Any]:
     """One run: :func:`~wgstore.projections.run_views.run_detail` (attempts, decisions,
-    transitions, controllers), plus ``metrics`` (per metric, one series per attempt and rank of
+    transitions, controllers), ``error_text`` (as :func:`run_list`'s), plus ``metrics`` (per metric, one series per attempt and rank of
     ``[step, value, epoch ms]`` points) and ``latest`` (the current attempt's workers with
     their latest metrics).
 
@@ -226,6 +233,7 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
     return {
         **detail.to_json(),
         "duration_s": _duration_s(detail.run, now or datetime.now(UTC)),
+        "error_text": run_error_text(detail.run),
         "metrics": dict(sorted(metrics.items())),
         "latest": latest,
     }

@@ -143,7 +143,7 @@ if (typeof document === "undefined") {
       link("/runs/", r.run_id, short(r.run_id)), r.name || "", state(r.status, r.controller_state !== r.status ? r.controller_state : null),
       el("td", { class: "num" }, r.attempts ?? ""), budget(r.worker_group_failures, r.max_failures), r.latest_checkpoint || "",
       r.orphaned ? el("span", { class: "bad" }, "ORPHANED") : r.ended_at ? "" : r.lease_holder ? "alive (" + r.lease_holder + ")" : "",
-      when(r.created_at), when(r.ended_at), seconds(r.duration_s), r.status === "UNREADABLE" ? el("span", { class: "bad" }, r.error) : r.error || ""]);
+      when(r.created_at), when(r.ended_at), seconds(r.duration_s), r.status === "UNREADABLE" ? el("span", { class: "bad" }, r.error) : r.error_text || ""]);
     const pager = el("div", { class: "pager" });
     const page = (offset, text) => { const p = new URLSearchParams(q); p.set("offset", offset); return el("a", { href: "/?" + p }, text); };
     if (data.offset > 0) pager.append(page(Math.max(0, data.offset - data.limit), "← newer"));
@@ -191,7 +191,7 @@ if (typeof document === "undefined") {
       ["attempts", r.attempts], ["checkpoint", r.latest_checkpoint ? r.latest_checkpoint + " (committed by every rank" + (r.checkpoint_committed_at ? ", " + when(r.checkpoint_committed_at) : "") + ")" : ""],
       ["reported", r.latest_reported_checkpoint && r.latest_reported_checkpoint !== r.latest_checkpoint ? r.latest_reported_checkpoint + " (the latest some ranks reported; not committed)" : ""], ["started", when(r.created_at)], ["ended", when(r.ended_at)],
       ["duration", seconds(d.duration_s)], ["driver", r.orphaned ? el("span", { class: "bad" }, "ORPHANED: no controller holds a live lease") : r.lease_holder ? r.lease_holder + " until " + when(r.lease_expires_at) : ""],
-      ["error", r.error ? el("pre", { class: "bad" }, r.error) : ""], ["aborted", r.abort_reason]]));
+      ["error", r.error ? [el("span", { class: "bad error-text" }, d.error_text), el("details", {}, el("summary", {}, "the run's whole error"), el("pre", {}, r.error))] : ""], ["aborted", r.abort_reason]]));
     const names = Object.keys(d.metrics);
     out.push(el("h2", {}, "Metrics"), names.length ? el("div", { class: "charts" }, names.map((n) => chart(n, d.metrics[n]))) : el("p", { class: "dim" }, "no numeric metrics reported yet"));
     out.push(el("h2", {}, "Latest metrics per rank"), d.latest.length ? table(["attempt", "rank", "status", "reports", "latest metrics", "error"],

@@ -217,9 +217,12 @@ def test_the_sql_reader_reads_the_run_read_models(cli: Any, runs_url: str) -> No
     assert rows == [("err", "RETRY"), ("err", "RAISE"), ("fin", "RETRY")]
 
 
-def test_one_run_shows_the_first_line_of_a_multi_line_run_error(cli: Any, sqlite_url: str) -> None:
-    """Ray Train's run error is its grouped worker errors (several lines, tracebacks): one line
-    here, each failed rank on its own line below it."""
+def test_one_run_shows_the_users_error_not_rays_multi_line_wrapper(
+    cli: Any, sqlite_url: str
+) -> None:
+    """Ray Train's run error is its grouped worker errors (several lines, tracebacks): the
+    error line is the failed rank's own error, as every view shows it (issue 41, item 10); the
+    wrapper stays in --json."""
     from wgstore.events.run import RankError, RunCreated, RunErrored, stream_id_for_run
     from wgstore.events.worker_group import ErrorInfo
 
@@ -242,6 +245,9 @@ def test_one_run_shows_the_first_line_of_a_multi_line_run_error(cli: Any, sqlite
         )
     shown = cli("runs", "mul", "--url", sqlite_url, env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
-    assert "WorkerGroupError: Training failed due to worker errors: ..." in shown.stdout
+    (error,) = [line for line in shown.stdout.splitlines() if line.startswith("error")]
+    assert error.split(None, 1)[1].rstrip() == "rank 1: RuntimeError: rank 1 fails once"
+    assert "WorkerGroupError" not in shown.stdout
     assert "Rank 1 Error Snippet" not in shown.stdout
-    assert "rank 1: RuntimeError: rank 1 fails once" in shown.stdout
+    (whole,) = _json_lines(cli("runs", "mul", "--url", sqlite_url, "--json").stdout)
+    assert whole["run"]["error"] == f"WorkerGroupError: {message}"

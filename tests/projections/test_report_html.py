@@ -194,8 +194,9 @@ def test_a_run_page_has_each_attempt_with_its_decisions_against_the_budget() -> 
     assert "<code>-</code>" in second  # no checkpoint
     assert "run-r1 v1" in parts["rows"]  # every stream of the run: with the stream
     assert parts["errors"] == (
-        '<div class="error-box"><b>run errored:</b> RuntimeError: died'
-        "<br>rank 1: RuntimeError: &lt;died&gt;</div>"
+        '<div class="error-box"><b>run errored:</b> rank 1: RuntimeError: &lt;died&gt;'
+        "<details><summary>the run's whole error</summary><pre>RuntimeError: died</pre>"
+        "</details></div>"
     )
 
 
@@ -281,6 +282,19 @@ def test_every_failed_rank_of_an_errored_run_is_named() -> None:
         FailedRank(world_rank=1, type="ValueError", message="b"),
     )
     assert run_page_parts(run_data(failed_ranks=failed))["errors"] == (
-        '<div class="error-box"><b>run errored:</b> RuntimeError: died'
-        "<br>rank 0: RuntimeError: a<br>rank 1: ValueError: b</div>"
+        '<div class="error-box"><b>run errored:</b> rank 0: RuntimeError: a (and 1 more rank)'
+        "<br>rank 1: ValueError: b<details><summary>the run's whole error</summary>"
+        "<pre>RuntimeError: died</pre></details></div>"
     )
+
+
+def test_a_ray_train_run_error_is_the_users_error_with_rays_wrapper_below() -> None:
+    """Ray Train's run error wraps every rank's traceback (WorkerGroupError); the box leads
+    with the user's error, as the CLI and wgstore serve show it (issue 41, item 10)."""
+    wrapper = "WorkerGroupError: Training failed due to worker errors:\nTraceback (most recent"
+    failed = (FailedRank(world_rank=0, type="ValueError", message="bad batch"),)
+    errors = run_page_parts(run_data(error=wrapper, failed_ranks=failed))["errors"]
+    assert errors.startswith(
+        '<div class="error-box"><b>run errored:</b> rank 0: ValueError: bad batch<details>'
+    )
+    assert "<pre>WorkerGroupError: Training failed due to worker errors:\nTraceback" in errors

@@ -137,6 +137,36 @@ def test_ids_with_a_slash_are_reachable_encoded(writer: Any, store_url: str) -> 
         assert client.get("/api/runs/team%2Fb").status_code == 404
 
 
+def test_a_ray_train_run_error_is_the_users_as_the_cli_shows_it(
+    writer: Any, store_url: str
+) -> None:
+    """The runs page's error cell and the run page show the failed rank's own error, as
+    ``wgstore runs RUN`` does, not Ray's WorkerGroupError wrapper with every traceback (issue
+    41, item 10); the whole error stays in ``error``."""
+    from wgstore.events.run import RankError, RunErrored
+    from wgstore.events.worker_group import ErrorInfo
+    from wgstore.projections.run_facts import run_facts
+    from wgstore.projections.run_views import run_detail
+
+    wrapper = "Training failed due to worker errors:\n[Rank 0 Error Snippet]:\nTraceback (most"
+    run = new_run(writer, "run-ray9", "failing").to("SCHEDULING").to("RUNNING", "run-ray9-g1")
+    run.to("ERRORED").add(
+        RunErrored(
+            error=ErrorInfo(type="WorkerGroupError", message=wrapper),
+            errors=(RankError(world_rank=0, error=ErrorInfo(type="ValueError", message="bad")),),
+        )
+    )
+    cli_error = next(
+        f.text for f in run_facts(run_detail(writer, "run-ray9")) if f.label == "error"
+    )
+    assert cli_error == "rank 0: ValueError: bad"
+    with TestClient(create_app(store_url)) as client:
+        (listed,) = client.get("/api/runs").json()["runs"]
+        assert listed["error_text"] == cli_error
+        assert listed["error"] == f"WorkerGroupError: {wrapper}"
+        assert client.get("/api/runs/run-ray9").json()["error_text"] == cli_error
+
+
 def test_events_after_a_position_page_through_the_log(client: Any, filled: Any) -> None:
     everything = client.get("/api/events", params={"after": 0, "limit": 500}).json()
     positions = [e["position"] for e in everything["events"]]
