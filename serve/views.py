@@ -24,6 +24,7 @@ import msgspec
 from wgstore.events import EventStore, InvalidArgumentError
 from wgstore.events.streams import group_stream
 from wgstore.projections import RunStatus
+from wgstore.projections.metric_series import chart_series
 from wgstore.projections.queries import poll_history
 from wgstore.projections.rows import UNREADABLE, RunSummary
 from wgstore.projections.run_facts import run_error_text
@@ -193,9 +194,11 @@ def run_list(
 
 def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[str, Any]:
     """One run: :func:`~wgstore.projections.run_views.run_detail` (attempts, decisions,
-    transitions, controllers), ``error_text`` (as :func:`run_list`'s), plus ``metrics`` (per metric, one series per attempt and rank of
-    ``[step, value, epoch ms]`` points) and ``latest`` (the current attempt's workers with
-    their latest metrics).
+    transitions, controllers), ``error_text`` (as :func:`run_list`'s), ``metrics`` (per metric,
+    one line per attempt and rank: :func:`~wgstore.projections.metric_series.chart_series`,
+    each point ``[x, value, epoch ms, report index]`` at the step the user reported, or the
+    run-wide report index) and ``latest`` (the current attempt's workers with their latest
+    metrics).
 
     Each group's state and series are read together, each event of the log at most once
     (:func:`~wgstore.projections.timeline.state_and_series`: the projector's snapshot and the
@@ -208,22 +211,16 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
     """
     run_id = resolve_run_id(store, run)
     states: dict[str, WorkerGroupState] = {}
-    series: dict[str, dict[str, dict[str, list[list[float]]]]] = {}
+    series: dict[str, dict[str, dict[str, list[list[Any]]]]] = {}
 
     def group_state(store: EventStore, group_id: str) -> WorkerGroupState:
         states[group_id], series[group_id] = state_and_series(store, group_id)
         return states[group_id]
 
     detail = run_detail(store, run_id, now=now, group_state=group_state)
-    metrics: dict[str, list[dict[str, Any]]] = {}
     latest: list[dict[str, Any]] = []
     readable = [a for a in detail.attempts if a.group_id in states]
-    for attempt in readable:
-        for name, ranks in series[attempt.group_id].items():
-            for rank, points in sorted(ranks.items(), key=lambda item: int(item[0])):
-                metrics.setdefault(name, []).append(
-                    {"attempt": attempt.number, "rank": int(rank), "points": points}
-                )
+    metrics = chart_series([(a.number, series[a.group_id]) for a in readable])
     if readable:
         current = readable[-1]
         latest = [
@@ -234,7 +231,7 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
         **detail.to_json(),
         "duration_s": _duration_s(detail.run, now or datetime.now(UTC)),
         "error_text": run_error_text(detail.run),
-        "metrics": dict(sorted(metrics.items())),
+        "metrics": metrics,
         "latest": latest,
     }
 

@@ -67,6 +67,7 @@ def group_data(**group: Any) -> dict[str, Any]:
         ],
         "events": events(3, 3),
         "events_total": 3,
+        "metrics": {"loss": {"0": [[0, 0.5, 1200.0, None, None], [1, 0.25, 1300.0, None, None]]}},
     }
 
 
@@ -111,8 +112,31 @@ def test_the_payload_is_the_data_as_json_that_cannot_end_its_script() -> None:
     payload = group_page_parts(data)["payload"]
     assert "</" not in payload
     decoded = json.loads(payload.replace("<\\/", "</"))
-    assert decoded == json.loads(json.dumps(data))
+    charts = {  # the metrics as the page's charts draw them: [x, value, epoch ms, index]
+        "loss": [
+            {
+                "attempt": 1,
+                "rank": 0,
+                "x": "report",
+                "points": [[0, 0.5, 1200, 0], [1, 0.25, 1300, 1]],
+            }
+        ]
+    }
+    assert decoded == json.loads(json.dumps({**data, "metrics": charts}))
     assert list(decoded) == sorted(data) and list(decoded["group"]) == sorted(data["group"])
+
+
+def test_a_group_pages_charts_are_drawn_at_the_steps_its_ranks_reported() -> None:
+    """A resumed attempt reports steps 13, 14 from report index 0: charted at 13, 14 (issue 41,
+    item 11), the axis named."""
+    data = group_data(attempt=2)
+    data["metrics"] = {"loss": {"0": [[0, 0.5, 1.0, 13, None], [1, 0.4, 2.0, 14, None]]}}
+    decoded = json.loads(group_page_parts(data)["payload"].replace("<\\/", "</"))
+    assert decoded["metrics"] == {
+        "loss": [
+            {"attempt": 2, "rank": 0, "x": "step", "points": [[13, 0.5, 1, 0], [14, 0.4, 2, 1]]}
+        ]
+    }
 
 
 def test_a_thinned_event_list_says_which_events_are_shown() -> None:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from projection_builders import Stream, append_stream
 from prometheus_client.parser import text_string_to_metric_families
-from serve_scenarios import ERROR_MESSAGE, errored_run, live_run, new_run, report
+from serve_scenarios import ERROR_MESSAGE, errored_run, live_run, new_run, report, resumed_run
 from serve_support import live_server, wait_for
 from starlette.testclient import TestClient
 
@@ -165,6 +165,29 @@ def test_a_ray_train_run_error_is_the_users_as_the_cli_shows_it(
         assert listed["error_text"] == cli_error
         assert listed["error"] == f"WorkerGroupError: {wrapper}"
         assert client.get("/api/runs/run-ray9").json()["error_text"] == cli_error
+
+
+@pytest.mark.parametrize("with_step", [True, False], ids=["step", "no-step"])
+def test_a_resumed_runs_charts_continue_attempt_after_attempt(
+    writer: Any, store_url: str, with_step: bool
+) -> None:
+    """Attempt 2 of a resumed run reports steps 3-6 from report index 0: charted at those steps
+    (or, without a step metric, after attempt 1's last report), not from x = 0 on top of
+    attempt 1 (issue 41, item 11); from the log and from the read models alike."""
+    first, second = resumed_run(writer, "run-res1", with_step=with_step)
+    expected = (
+        ("step", [float(s) for s in first], [float(s) for s in second])
+        if with_step
+        else ("report", [0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0])
+    )
+    with TestClient(create_app(store_url)) as client:
+        for _ in ("log", "read models"):
+            lines = client.get("/api/runs/run-res1").json()["metrics"]["loss"]
+            assert [(line["attempt"], line["rank"]) for line in lines] == [(1, 0), (2, 0)]
+            assert {line["x"] for line in lines} == {expected[0]}
+            assert [[p[0] for p in line["points"]] for line in lines] == list(expected[1:])
+            assert [p[3] for p in lines[1]["points"]] == [0, 1, 2, 3]  # the report index
+            catch_up_read_models(writer)
 
 
 def test_events_after_a_position_page_through_the_log(client: Any, filled: Any) -> None:
