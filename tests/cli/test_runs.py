@@ -251,3 +251,32 @@ def test_one_run_shows_the_users_error_not_rays_multi_line_wrapper(
     assert "Rank 1 Error Snippet" not in shown.stdout
     (whole,) = _json_lines(cli("runs", "mul", "--url", sqlite_url, "--json").stdout)
     assert whole["run"]["error"] == f"WorkerGroupError: {message}"
+
+
+def test_orphaned_runs_say_whether_they_can_be_resumed_and_why_not(
+    cli: Any, store_url: str
+) -> None:
+    """``runs --orphaned``: each orphan's resumable column, and why not on the row below
+    (README: "ORPHANED, resumable or why not"; issue 41, item 16)."""
+    from datetime import UTC, datetime, timedelta
+
+    from wgstore.events.leases import acquire_lease
+    from wgstore.events.run import ControllerStarted
+
+    with EventStore.open(store_url) as store:
+        scenarios.running(store, "orph", lease_expired=True)  # wgstore's: resumable
+        run = scenarios.from_ray_train_unpicklable(store, "rayo")  # its train loop: no pickle
+        run.add(ControllerStarted(controller_id="c9", host="h", pid=7, lease_s=30.0))
+        assert acquire_lease(store, "rayo", "c9", 30.0, now=datetime.now(UTC) - timedelta(hours=1))
+        scenarios.finished_after_a_retry(store)
+    result = cli("runs", "--url", store_url, "--orphaned", env={"COLUMNS": "220"})
+    assert result.exit_code == 0, result.stderr
+    header = next(line for line in result.stdout.splitlines() if "resumable" in line)
+    column = header.index("resumable")
+    rows = {line.split()[1]: line for line in result.stdout.splitlines() if line.startswith("│ ")}
+    assert rows["orph"][column:].split()[0] == "yes"
+    assert rows["rayo"][column:].split()[0] == "no"
+    assert "not resumable: the train loop __main__:train cannot be pickled" in result.stdout
+    everything = cli("runs", "--url", store_url, env={"COLUMNS": "220"})
+    finished = next(line for line in everything.stdout.splitlines() if "│ fin " in line)
+    assert finished[column:].split()[0] == "│"  # an ended run: nothing to resume
