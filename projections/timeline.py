@@ -268,7 +268,7 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
 
 def group_metric_series(store: EventStore, group_id: str) -> dict[str, dict[str, list[list[Any]]]]:
     """``timeline_data(store, group_id)["metrics"]`` without folding the group's stream: each
-    numeric metric's ``[index, value, epoch ms]`` points per rank (thinned the same way).
+    numeric metric's ``[index, value, epoch ms, step, epoch]`` points per rank (thinned the same way).
 
     The points come from the read model ``wg_report_points`` (numbered per series when
     projected; only the kept positions are read) up to the stream version ``wg_worker_groups``
