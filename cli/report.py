@@ -6,7 +6,7 @@ The data is :func:`wgstore.projections.timeline.timeline_data`; the page is the 
 (:func:`~wgstore.projections.report_html.group_page_parts`, the data embedded as JSON). It
 needs no network: a small inline script draws the SVG (lifecycle phases on a time axis, a lane
 per worker with its status over time, errors marked where they happened, and one chart per
-reported metric, by report index). Every time on the page is when the store recorded the
+reported metric, against the step each rank reported, else its report index). Every time on the page is when the store recorded the
 event, so one clock orders everything.
 
 The run page (:func:`~wgstore.projections.timeline.run_timeline_data`, template

@@ -1,6 +1,7 @@
 """``wgstore resume RUN``: continue a run whose driver or controller is gone.
 
-Calls :func:`wgstore.orchestration.resume.resume_orphan` and prints how the run ended.
+Calls :func:`wgstore.orchestration.resume.resume_orphan` under ``wgstore run``'s live table
+(:func:`~wgstore.cli.live_run.watch_run`) and prints how the run ended.
 """
 
 from __future__ import annotations
@@ -8,16 +9,20 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from wgstore.cli.common import (
     DEFAULT_URL,
     CliError,
     UrlOption,
     check_url,
+    err_console,
     opened,
     out_console,
     resolve_run,
+    store_label,
 )
+from wgstore.cli.live_run import join_ray, watch_run
 from wgstore.events.records import Fence
 
 __all__ = ["resume_command"]
@@ -54,6 +59,14 @@ def resume_command(
             help="The Ray cluster to resume on (default: RAY_ADDRESS, else a local one).",
         ),
     ] = None,
+    quiet_workers: Annotated[
+        bool,
+        typer.Option(
+            "--quiet-workers",
+            help="Do not show what the train function prints (shown by default, as `wgstore "
+            "run` shows it; Ray's worker log files keep it either way).",
+        ),
+    ] = False,
 ) -> None:
     """Resume a run whose driver died: a `wgstore run` run, or a Ray Train run recorded with
     RecordingCallback, on the Ray cluster reachable now.
@@ -62,6 +75,10 @@ def resume_command(
     name and storage path, so it continues from its latest committed checkpoint, as a new
     attempt of the same run. Refused with one line when the run has ended, is live, or cannot be
     resumed (and why).
+
+    While it trains it shows what `wgstore run` shows: the live table of the current attempt
+    (progress lines when stdout is not a terminal, or when a supervisor started it) and what
+    the train function prints.
     """
     check_url(url)
     from wgstore.orchestration.errors import RunNotResumableError
@@ -75,13 +92,21 @@ def resume_command(
 
             os.environ["RAY_ADDRESS"] = ray_address
         quiet_ray()
+        handed = _handed(run_id, lease_from)
+        join_ray(store, run_id, show_workers=not quiet_workers)
+        err_console().print(Text(f"resuming run {run_id} from {store_label(url)}", style="dim"))
         try:
-            final = resume_orphan(
+            final, _ = watch_run(
                 store,
                 run_id,
-                wait_s=float("inf") if wait else 0.0,
-                by=by,
-                take_lease_from=_handed(run_id, lease_from),
+                lambda: resume_orphan(
+                    store,
+                    run_id,
+                    wait_s=float("inf") if wait else 0.0,
+                    by=by,
+                    take_lease_from=handed,
+                ),
+                lines=lease_from is not None,  # a supervisor's: its resumes share its terminal
             )
         except RunNotResumableError as error:
             raise CliError(str(error)) from None

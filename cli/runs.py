@@ -93,7 +93,8 @@ def runs_command(
         ),
     ] = False,
 ) -> None:
-    """List the training runs, oldest first: state, attempts, failures used / budget, checkpoint.
+    """List the training runs, oldest first: state, attempts, failures used / budget, checkpoint,
+    orphaned, resumable (or why not), updated (the run's latest event, reports included).
 
     With RUN, show that run with each attempt: its worker group, status, outcome, failure and
     the decision taken (RETRY / RAISE). Orphaned: not ended, and no controller holds a live lease.
@@ -119,7 +120,15 @@ def runs_command(
         out_console().print("no runs match" if wanted.active else "no runs in the log")
         return
     table = Table(
-        "run", "name", "state", "attempts", "failures", "checkpoint", "orphaned", "updated"
+        "run",
+        "name",
+        "state",
+        "attempts",
+        "failures",
+        "checkpoint",
+        "orphaned",
+        "resumable",
+        "updated",
     )
     for summary in summaries:
         _add_summary(table, summary)
@@ -129,7 +138,7 @@ def runs_command(
 def _add_summary(table: Table, summary: RunSummary) -> None:
     """One run's row of the listing (and a second for why it failed or cannot be resumed)."""
     if summary.status == UNREADABLE:
-        table.add_row(summary.run_id, "", _state_text(summary), "", "", "", "", "")
+        table.add_row(summary.run_id, "", _state_text(summary), "", "", "", "", "", "")
         table.add_row("", Text(first_line(summary.error), style="red"))
         return
     table.add_row(
@@ -140,11 +149,20 @@ def _add_summary(table: Table, summary: RunSummary) -> None:
         failures_text(summary),
         summary.latest_checkpoint or "",
         Text("ORPHANED", style="bold red") if summary.orphaned else "",
+        _resumable_text(summary),
         format_time(summary.updated_at),
     )
     if summary.resumable is False:
         reason = first_line(summary.not_resumable_reason or "")
         table.add_row("", Text(f"not resumable: {reason}", "dim"))
+
+
+def _resumable_text(summary: RunSummary) -> Text | str:
+    """Whether ``wgstore resume`` could continue a run that has not ended: ``yes``, or ``no``
+    (why: the row below); nothing for an ended run."""
+    if summary.ended_at is not None or summary.resumable is None:
+        return ""
+    return Text("yes", style="green") if summary.resumable else Text("no", style="yellow")
 
 
 def _show_run(url: str, run: str, as_json: bool) -> None:

@@ -8,13 +8,16 @@ which every request must then carry.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import socket
 from typing import Annotated
 
 import typer
 
 from wgstore.cli.common import (
     DEFAULT_URL,
+    CliError,
     UrlOption,
     UsageProblem,
     check_url,
@@ -24,7 +27,15 @@ from wgstore.cli.common import (
 from wgstore.events.engine import mask_url, parse_url
 from wgstore.serve import DEFAULT_PORT
 
-__all__ = ["TOKEN_ENV", "is_loopback", "serve_command"]
+__all__ = [
+    "TOKEN_ENV",
+    "allowed_hosts",
+    "bind",
+    "is_loopback",
+    "serve_command",
+    "served_at",
+    "served_url",
+]
 
 TOKEN_ENV = "WGSTORE_SERVE_TOKEN"
 MIN_TOKEN = 16
@@ -110,14 +121,59 @@ def serve_command(
     reader_url, how = served_url(url)  # an unreachable or unmigrated store fails here
     store = open_store(reader_url)
     try:
-        loopback = ["127.0.0.1", "localhost", "::1", "[::1]"] if is_loopback(host) else None
-        app = create_app(reader_url, token=token, store=store, allowed_hosts=loopback)
-        shown = "localhost" if is_loopback(host) else host
-        err_console().print(
-            f"serving {mask_url(url)} {how} at http://{shown}:{port}/"
-            + ("?token=..." if token else "")
-            + " (Ctrl-C stops)"
-        )
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        app = create_app(reader_url, token=token, store=store, allowed_hosts=allowed_hosts(host))
+        sock = bind(host, port)
+        try:
+            err_console().print(
+                f"serving {mask_url(url)} {how} at {served_at(host, port)}"
+                + ("?token=..." if token else "")
+                + " (Ctrl-C stops)"
+            )
+            uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+        finally:
+            sock.close()
     finally:
         store.close()
+
+
+def allowed_hosts(host: str) -> list[str] | None:
+    """The ``Host`` names a server bound to ``host`` answers: on a loopback address the loopback
+    names and the address itself (``127.0.0.2``), so a web page cannot reach it through a DNS
+    name rebound to a loopback address; None (any) otherwise, where the token guards it."""
+    if not is_loopback(host):
+        return None
+    bare = host.strip("[]")
+    literal = f"[{bare}]" if ":" in bare else bare  # how an IPv6 address comes in a Host header
+    return sorted({"127.0.0.1", "localhost", "[::1]", literal})
+
+
+def served_at(host: str, port: int) -> str:
+    """The URL a browser opens for a server bound to ``host``:``port`` (IPv6 in brackets)."""
+    bare = host.strip("[]")
+    return f"http://[{bare}]:{port}/" if ":" in bare else f"http://{bare}:{port}/"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port``, bound before the server says where it serves.
+
+    Raises:
+        CliError: the address cannot be bound (in use, not an address of this machine, no such
+            name), in one line (exit 1).
+    """
+    bare = host.strip("[]")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            bare, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise CliError(f"cannot serve on {host}:{port}: {error.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        hint = "; choose another --port" if error.errno == errno.EADDRINUSE else ""
+        raise CliError(f"cannot serve on {host}:{port}: {error.strerror}{hint}") from None
+    return sock

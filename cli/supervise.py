@@ -37,8 +37,9 @@ def supervise_command(
     """Watch the log and resume every orphaned, resumable run (its driver died).
 
     Each resume runs as its own `wgstore resume` process and is recorded on the run's stream
-    (RunResumed, by this supervisor). Two supervisors never resume one run twice. SIGTERM or
-    Ctrl-C stops it cleanly; the resumed runs go on.
+    (RunResumed, by this supervisor); its progress lines and what its train function prints
+    show here, as `wgstore run` shows them. Two supervisors never resume one run twice. SIGTERM
+    or Ctrl-C stops it cleanly; the resumed runs go on.
     """
     check_url(url)
     from wgstore.orchestration.supervise import Decision, supervise

@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from wgstore.projections.metric_series import chart_series
 from wgstore.projections.rows import RunInfo
+from wgstore.projections.run_facts import run_error_text
 from wgstore.projections.text import format_time, json_default
 
 __all__ = ["fill", "group_page_parts", "run_page_parts"]
@@ -136,7 +138,10 @@ def _group_facts(data: Mapping[str, Any]) -> str:
 
 def group_page_parts(data: Mapping[str, Any]) -> dict[str, str]:
     """The parts of a worker group's page (``report.html``) for ``data`` (from
-    :func:`~wgstore.projections.timeline.timeline_data`): title, facts, errors, events."""
+    :func:`~wgstore.projections.timeline.timeline_data`): title, facts, errors, events; the
+    payload's ``metrics`` are the charts'
+    (:func:`~wgstore.projections.metric_series.chart_series`: each point at the step the rank
+    reported, else at its report index)."""
     group = data["group"]
     esc = html.escape
     errors = []
@@ -149,12 +154,13 @@ def group_page_parts(data: Mapping[str, Any]) -> dict[str, str]:
         for error in worker["errors"]:
             title = f"<b>{esc(worker['label'])}</b> (poll #{error['poll_seq']}): "
             errors.append(_error_box(title, error))
+    charted = {**data, "metrics": chart_series([(group["attempt"] or 1, data["metrics"])])}
     return {
         "title": esc(f"wgstore: worker group {group['group_id']}"),
         "group_id": esc(group["group_id"]),
         "facts": _group_facts(data),
         "errors": "".join(errors),
-        **_events_part(data, with_stream=False),
+        **_events_part(charted, with_stream=False),
     }
 
 
@@ -228,11 +234,20 @@ def run_page_parts(data: Mapping[str, Any]) -> dict[str, str]:
     run: RunInfo = data["run"]
     esc = html.escape
     errors = []
-    if run.error:
+    text = run_error_text(run)
+    if run.error and text:
         ranks = "".join(
-            f"<br>rank {f.world_rank}: {esc(f.type)}: {esc(f.message)}" for f in run.failed_ranks
+            f"<br>rank {f.world_rank}: {esc(f.type)}: {esc(f.message)}"
+            for f in run.failed_ranks
+            if not text.startswith(f"rank {f.world_rank}: ")
         )
-        errors.append(f'<div class="error-box"><b>run errored:</b> {esc(run.error)}{ranks}</div>')
+        whole = (
+            ""
+            if run.error in text
+            else f"<details><summary>the run's whole error</summary><pre>{esc(run.error)}</pre>"
+            "</details>"
+        )
+        errors.append(f'<div class="error-box"><b>run errored:</b> {esc(text)}{ranks}{whole}</div>')
     return {
         "title": esc(f"wgstore: run {run.run_id}"),
         "run_id": esc(run.run_id),

@@ -126,6 +126,15 @@ class WorkerRow(Row):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FailedRank(Row):
+    """One rank's error: in a run's ``failed_ranks`` and in a decision's ``errors``."""
+
+    world_rank: int
+    type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunSummary(Row):
     """One run as ``wgstore runs`` lists it (the columns of ``wg_runs`` it shows, and its lease).
 
@@ -158,21 +167,17 @@ class RunSummary(Row):
     updated_at: datetime | None = None
     ended_at: datetime | None = None
     error: str | None = None
+    """``Type: message`` of the run's error (Ray Train's: its whole ``WorkerGroupError``, every
+    rank's traceback); what every view shows in one line is
+    :func:`~wgstore.projections.run_facts.run_error_text`."""
+    failed_ranks: tuple[FailedRank, ...] = ()
+    """Each failed rank's error (``RunErrored.errors``), the user's exceptions."""
     abort_reason: str | None = None
 
     @classmethod
     def unreadable(cls, run_id: str, error: str) -> RunSummary:
         """The summary of a run whose stream cannot be folded."""
         return cls(run_id=run_id, status=UNREADABLE, error=error)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FailedRank(Row):
-    """One rank's error: in a run's ``failed_ranks`` and in a decision's ``errors``."""
-
-    world_rank: int
-    type: str
-    message: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,7 +188,6 @@ class RunInfo(RunSummary):
     resources_per_worker: Mapping[str, float] | None = None
     train_fn: str | None = None
     final_group_id: str | None = None
-    failed_ranks: tuple[FailedRank, ...] = ()
     lease_s: float | None = None
     ray: Mapping[str, Any]
     """What the Ray Train recorder recorded of Ray (job id, ...), ``{}`` for none."""

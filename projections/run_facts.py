@@ -11,11 +11,19 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from wgstore.projections.rows import RunDetail, RunInfo, RunSummary
+from wgstore.projections.rows import FailedRank, RunDetail, RunInfo, RunSummary
 from wgstore.projections.text import format_time, json_line
 from wgstore.projections.views import first_line
 
-__all__ = ["Fact", "Tone", "budget_text", "failures_text", "run_facts", "state_parts"]
+__all__ = [
+    "Fact",
+    "Tone",
+    "budget_text",
+    "failures_text",
+    "run_error_text",
+    "run_facts",
+    "state_parts",
+]
 
 
 class Tone(enum.StrEnum):
@@ -72,6 +80,29 @@ def state_parts(summary: RunSummary) -> tuple[str, str]:
     return status, f" ({controller})" if controller and controller != status else ""
 
 
+def _shown_rank(run: RunSummary) -> FailedRank | None:
+    """The failed rank a run's error names: the lowest worker rank, else the controller's (-1)."""
+    ranks = sorted(run.failed_ranks, key=lambda f: (f.world_rank < 0, f.world_rank))
+    return ranks[0] if ranks else None
+
+
+def run_error_text(run: RunSummary) -> str | None:
+    """Why a run errored, in one line, as every view shows it (``wgstore runs RUN``, the run
+    report, ``wgstore serve``'s runs and run pages): the user's error of its lowest failed rank,
+    ``rank 1: ValueError: bad batch`` (`` (and 2 more ranks)`` when others failed), rather than
+    the wrapper Ray Train raises around it (``WorkerGroupError: Training failed due to worker
+    errors:`` and every rank's traceback); without failed ranks the first line of the run's
+    error; None when it has none."""
+    shown = _shown_rank(run)
+    if shown is None:
+        return first_line(run.error) if run.error else None
+    where = f"rank {shown.world_rank}: " if shown.world_rank >= 0 else ""
+    text = first_line(f"{shown.type}: {shown.message}")
+    others = len(run.failed_ranks) - 1
+    more = f" (and {others} more rank{'s' if others > 1 else ''})" if others else ""
+    return f"{where}{text}{more}"
+
+
 def _checkpoint_facts(run: RunInfo) -> list[Fact]:
     facts = []
     if run.latest_checkpoint:
@@ -95,11 +126,14 @@ def _trouble_facts(detail: RunDetail) -> list[Fact]:
             "resources (`wgstore gc`)"
         )
         facts.append(Fact("orphaned", text, Tone.ALERT))
-    if run.error:
-        facts.append(Fact("error", first_line(run.error), Tone.ALERT))
+    error = run_error_text(run)
+    if error is not None:
+        facts.append(Fact("error", error, Tone.ALERT))
+    shown = _shown_rank(run)
     for failed in run.failed_ranks:
-        text = f"rank {failed.world_rank}: {failed.type}: {failed.message}"
-        facts.append(Fact("", text, Tone.ERROR))
+        if failed is not shown:
+            text = f"rank {failed.world_rank}: {failed.type}: {first_line(failed.message)}"
+            facts.append(Fact("", text, Tone.ERROR))
     for resumed in detail.resumes:
         text = f"by {resumed.by} at attempt {resumed.attempt} ({resumed.reason})"
         facts.append(Fact("resumed", text))
@@ -132,7 +166,7 @@ def run_facts(detail: RunDetail) -> list[Fact]:
     facts.append(Fact("created", format_time(run.created_at)))
     if run.ended_at:
         facts.append(Fact("ended", format_time(run.ended_at)))
-    if run.lease_holder:
+    if run.lease_holder and not run.ended_at:  # an ended run's lease row grants nothing
         until = format_time(run.lease_expires_at)
         facts.append(Fact("lease", f"{run.lease_holder} until {until}"))
     facts += _trouble_facts(detail)

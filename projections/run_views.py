@@ -13,6 +13,7 @@ Orphaned is live state, not history: it joins the run with its lease (``wg_run_l
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields, replace
 from datetime import UTC, datetime
@@ -72,20 +73,38 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def _summary_fields(row: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """The fields of a run summary from a ``wg_runs``-shaped row with its lease's
-    ``lease_holder`` and ``lease_expires_at`` (None: no lease; :func:`_with_lease`)."""
+    ``lease_holder`` and ``lease_expires_at`` (None: no lease; :func:`_with_lease`) and its
+    groups' latest ``groups_updated_at`` (None: no group).
+
+    ``updated_at`` is the latest event of the run in any of its streams (a report moves it);
+    an ended run has no lease (a lease row its holder left behind grants nothing)."""
     error = row.get("error_type")
     expires_at = to_utc(row.get("lease_expires_at"))
+    ended_at = to_utc(row.get("ended_at"))
     return {
         **{key: row.get(key) for key in RUN_SUMMARY_KEYS},
         "created_at": to_utc(row.get("created_at")),
-        "updated_at": to_utc(row.get("updated_at")),
-        "ended_at": to_utc(row.get("ended_at")),
+        "updated_at": _latest(row.get("updated_at"), row.get("groups_updated_at")),
+        "ended_at": ended_at,
         "checkpoint_committed_at": to_utc(row.get("checkpoint_committed_at")),
         "error": f"{error}: {row['error_message']}" if error else None,
+        "failed_ranks": _failed_ranks(row.get("failed_ranks")),
         "orphaned": orphaned(bool(row.get("needs_controller")), expires_at, now),
-        "lease_holder": row.get("lease_holder"),
-        "lease_expires_at": expires_at,
+        "lease_holder": None if ended_at else row.get("lease_holder"),
+        "lease_expires_at": None if ended_at else expires_at,
     }
+
+
+def _failed_ranks(value: list[dict[str, Any]] | str | None) -> tuple[FailedRank, ...]:
+    """``wg_runs.failed_ranks`` (JSON text as SQLite's raw row has it) as rows."""
+    ranks = json.loads(value) if isinstance(value, str) else value
+    return tuple(FailedRank(**failed) for failed in ranks or ())
+
+
+def _latest(*moments: datetime | str | None) -> datetime | None:
+    """The latest of ``moments`` (as UTC), None when there is none."""
+    known = [moment for moment in (to_utc(m) for m in moments) if moment is not None]
+    return max(known, default=None)
 
 
 def _with_lease(row: dict[str, Any], lease: Lease | None) -> dict[str, Any]:
@@ -120,11 +139,12 @@ def _iter_runs(store: EventStore) -> Iterator[tuple[str, RunState | ProjectionEr
             yield run_id, error
 
 
-def _attempts_by_run(store: EventStore) -> dict[str, list[Attempt]]:
-    found: dict[str, list[Attempt]] = {}
+def _attempts_by_run(store: EventStore) -> dict[str, list[tuple[Attempt, datetime]]]:
+    """Each run's attempts (the groups started for it) with the time of each one's last event."""
+    found: dict[str, list[tuple[Attempt, datetime]]] = {}
     for _group_id, state in iter_groups(store):
         if not isinstance(state, ProjectionError) and state.run_id:
-            found.setdefault(state.run_id, []).append(attempt_of(state))
+            found.setdefault(state.run_id, []).append((attempt_of(state), state.updated_at))
     return found
 
 
@@ -140,7 +160,9 @@ def summaries_from_log(store: EventStore, now: datetime) -> list[RunSummary]:
         if isinstance(state, ProjectionError):
             result.append(RunSummary.unreadable(run_id, str(state)))
             continue
-        row = run_row(state, order_attempts(state, attempts.get(run_id, [])))
+        groups = attempts.get(run_id, [])
+        row = run_row(state, order_attempts(state, [attempt for attempt, _ in groups]))
+        row["groups_updated_at"] = _latest(*(at for _, at in groups))
         result.append(_summary(_with_lease(row, held.get(run_id)), now))
     return result
 
@@ -187,13 +209,22 @@ _ROW_COLUMNS = (*RUN_SUMMARY_KEYS, "error_type", "error_message", "needs_control
 
 @cache
 def _runs_query() -> sa.Select[Any]:
-    """Each run's ``wg_runs`` columns a summary shows, with its lease's holder and expiry."""
+    """Each run's ``wg_runs`` columns a summary shows, with its lease's holder and expiry and
+    the latest ``updated_at`` of the groups started for it (index ``(run_id, attempt)``): a
+    report moves its group's row, not the run's."""
     leases = wg_run_leases
+    groups = wg_worker_groups
+    groups_updated_at = (
+        sa.select(sa.func.max(groups.c.updated_at))
+        .where(groups.c.run_id == wg_runs.c.run_id)
+        .scalar_subquery()
+    )
     return sa.select(
         *(column for column in wg_runs.c if column.name in _ROW_COLUMNS),
         wg_runs.c.projection_error,
         leases.c.holder.label("lease_holder"),
         leases.c.expires_at.label("lease_expires_at"),
+        groups_updated_at.label("groups_updated_at"),
     ).outerjoin_from(wg_runs, leases, leases.c.run_id == wg_runs.c.run_id)
 
 
@@ -227,7 +258,7 @@ def _moved_run_rows(
         return {}
     table = wg_worker_groups
     named = {group_id for state, _ in states.values() for group_id in state.groups}
-    query = sa.select(*ATTEMPT_COLUMNS).where(
+    query = sa.select(*ATTEMPT_COLUMNS, table.c.updated_at).where(
         sa.or_(table.c.run_id.in_(states), table.c.group_id.in_(named)),
         table.c.projection_error.is_(None),
     )
@@ -250,6 +281,14 @@ def _moved_run_rows(
         ]
         row = run_row(state, order_attempts(state, attempts))
         row["projection_error"] = error
+        row["groups_updated_at"] = _latest(
+            *(
+                r.updated_at
+                for r in group_rows
+                if r.run_id == run_id and r.group_id not in behind.group_ids
+            ),
+            *(g.updated_at for g in moved_groups.values() if g.run_id == run_id),
+        )
         result[run_id] = row
     return result
 
@@ -323,16 +362,22 @@ def run_detail(
     group_ids |= set(state.groups)
     attempts: list[Attempt] = []
     unreadable: dict[str, str] = {}
+    groups_updated_at: list[datetime] = []
     for group_id in sorted(g for g in group_ids if g):
         try:
-            attempts.append(attempt_of(group_state(store, group_id)))
+            group = group_state(store, group_id)
         except StreamNotFoundError:
             continue  # named by the controller, no events yet: order_attempts adds it
         except ProjectionError as error:
             unreadable[group_id] = str(error)
+            continue
+        attempts.append(attempt_of(group))
+        if group.run_id == run_id:
+            groups_updated_at.append(group.updated_at)
     ordered = order_attempts(state, attempts)
     lease = lease_of(store, run_id)
     row = run_row(state, ordered)
+    row["groups_updated_at"] = _latest(*groups_updated_at)
     decisions = tuple(
         DecisionRow(
             version=d.version,
@@ -368,7 +413,6 @@ def run_detail(
         resources_per_worker=row["resources_per_worker"],
         train_fn=row["train_fn"],
         final_group_id=row["final_group_id"],
-        failed_ranks=tuple(FailedRank(**failed) for failed in row["failed_ranks"]),
         lease_s=row["lease_s"],
         ray=row["ray"],
         version=state.version,

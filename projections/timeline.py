@@ -20,6 +20,7 @@ from wgstore.events.streams import group_stream, run_stream
 from wgstore.projections._db import fetch, is_postgres, param
 from wgstore.projections.errors import StreamNotFoundError
 from wgstore.projections.event_time import event_time
+from wgstore.projections.metric_series import STEP_METRICS, report_steps
 from wgstore.projections.queries import SNAPSHOT_EVERY
 from wgstore.projections.rows import UNREADABLE
 from wgstore.projections.run_views import run_detail
@@ -114,7 +115,7 @@ def _grid(count: int) -> range | list[int]:
     return [*(i * count // MAX_POINTS for i in range(MAX_POINTS - 1)), count - 1]
 
 
-def _thin(points: list[list[float]]) -> list[list[float]]:
+def _thin(points: list[list[Any]]) -> list[list[Any]]:
     if len(points) <= MAX_POINTS:
         return points
     return [points[i] for i in _grid(len(points))]
@@ -153,7 +154,7 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
     phases: list[dict[str, Any]] = []
     times: list[float] = []
     lanes = _Lanes()
-    metrics: dict[str, dict[str, list[list[float]]]] = {}
+    metrics: dict[str, dict[str, list[list[Any]]]] = {}
     status: Any = None
     for record in records:
         t = _ms(record)
@@ -167,11 +168,7 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
         event = record.event
         kind = record.type
         if kind == "WorkerReported":
-            for key, value in event.metrics.items():
-                if is_number(value):
-                    metrics.setdefault(key, {}).setdefault(str(event.world_rank), []).append(
-                        [event.index, float(value), t]
-                    )
+            _add_points(metrics, event, t)
         elif kind == "WorkersStarted":
             for worker in event.workers:
                 lanes.switch(worker.world_rank, "starting", t)
@@ -269,11 +266,9 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
     return GroupTimeline(state, data)
 
 
-def group_metric_series(
-    store: EventStore, group_id: str
-) -> dict[str, dict[str, list[list[float]]]]:
+def group_metric_series(store: EventStore, group_id: str) -> dict[str, dict[str, list[list[Any]]]]:
     """``timeline_data(store, group_id)["metrics"]`` without folding the group's stream: each
-    numeric metric's ``[index, value, epoch ms]`` points per rank (thinned the same way).
+    numeric metric's ``[index, value, epoch ms, step, epoch]`` points per rank (thinned the same way).
 
     The points come from the read model ``wg_report_points`` (numbered per series when
     projected; only the kept positions are read) up to the stream version ``wg_worker_groups``
@@ -298,7 +293,7 @@ def group_metric_series(
 
 def state_and_series(
     store: EventStore, group_id: str
-) -> tuple[WorkerGroupState, dict[str, dict[str, list[list[float]]]]]:
+) -> tuple[WorkerGroupState, dict[str, dict[str, list[list[Any]]]]]:
     """The group's latest state (as :func:`~wgstore.projections.worker_group_state` gives it)
     and its :func:`group_metric_series`, reading each event of the log at most once: the state from
     the newest valid snapshot (the projector saves one with every batch) and the events after
@@ -332,17 +327,22 @@ def state_and_series(
     return state, _thinned_series(store, group_id, counts, tail)
 
 
-_Series = dict[str, dict[str, list[list[float]]]]
+_Series = dict[str, dict[str, list[list[Any]]]]
 
 
 def _add_report(series: _Series, record: RecordedEvent) -> None:
-    event = record.event
-    t = _ms(record)
+    _add_points(series, record.event, _ms(record))
+
+
+def _add_points(series: _Series, event: Any, t: float) -> None:
+    """Each numeric metric of a ``WorkerReported`` as the next point of its series:
+    ``[index, value, epoch ms, step, epoch]`` (the report's own ``step`` and ``epoch`` metrics,
+    None where it has none: :func:`~wgstore.projections.metric_series.report_steps`)."""
+    steps = report_steps(event.metrics)
     for key, value in event.metrics.items():
         if is_number(value):
-            series.setdefault(key, {}).setdefault(str(event.world_rank), []).append(
-                [event.index, float(value), t]
-            )
+            point: list[Any] = [event.index, float(value), t, *steps]
+            series.setdefault(key, {}).setdefault(str(event.world_rank), []).append(point)
 
 
 _Counts = dict[tuple[str, int], int]
@@ -371,28 +371,58 @@ def _projected(store: EventStore, group_id: str) -> tuple[int, _Counts]:
 
 
 _POSTGRES_POINTS = """
-SELECT p.metric, p.world_rank, p.pos, p.report_index, p.value, p.reported_at
+SELECT p.metric, p.world_rank, p.pos, p.report_index, p.value, p.reported_at{steps}
 FROM unnest(CAST(%s AS text[]), CAST(%s AS integer[]), CAST(%s AS integer[])) AS g(metric, rank, pos)
 CROSS JOIN LATERAL (
   SELECT * FROM wg_report_points p
   WHERE p.group_id = %s AND p.metric = g.metric AND p.world_rank = g.rank AND p.pos = g.pos
   LIMIT 1
-) p
+) p{join}
 """
 """The ``wg_report_points`` rows at the given (metric, rank, pos) keys (PostgreSQL: three
 arrays), each found by primary key. The ``LATERAL ... LIMIT 1`` (one row a key anyway) keeps the
 planner from joining them otherwise: with a plain join it hashed every row of the group (all
 200,000 points of a 100,000-event run, 150-350 ms) when the table's statistics were not yet
-gathered, as after a migration or a rebuild."""
+gathered, as after a migration or a rebuild. With :data:`_POSTGRES_STEPS`, each point's report's
+``step`` and ``epoch`` metrics too, as reported (the ``wg_reports`` row, by primary key)."""
+
+_POSTGRES_STEPS = (
+    ", r.step, r.epoch",
+    """
+LEFT JOIN LATERAL (
+  SELECT r.metrics -> 'step' AS step, r.metrics -> 'epoch' AS epoch FROM wg_reports r
+  WHERE r.group_id = p.group_id AND r.world_rank = p.world_rank
+    AND r.report_index = p.report_index
+  LIMIT 1
+) r ON true""",
+)
 
 _SQLITE_POINTS = """
-SELECT p.metric, p.world_rank, p.pos, p.report_index, p.value, p.reported_at
-FROM json_each(?) AS g CROSS JOIN wg_report_points AS p
+SELECT p.metric, p.world_rank, p.pos, p.report_index, p.value, p.reported_at{steps}
+FROM json_each(?) AS g CROSS JOIN wg_report_points AS p{join}
 WHERE p.group_id = ? AND p.metric = json_extract(g.value, '$[0]')
   AND p.world_rank = json_extract(g.value, '$[1]') AND p.pos = json_extract(g.value, '$[2]')
 """
 """The same on SQLite (a JSON list of ``[metric, rank, pos]``; ``CROSS JOIN`` makes the keys the
-outer loop, so each row is found by primary key)."""
+outer loop, so each row is found by primary key); with :data:`_SQLITE_STEPS` each point's
+report's step and epoch as one JSON list (one parse of its metrics; ``true`` stays no number)."""
+
+_SQLITE_STEPS = (
+    ", json_extract(r.metrics, '$.step', '$.epoch')",
+    """
+LEFT JOIN wg_reports AS r ON r.group_id = p.group_id AND r.world_rank = p.world_rank
+  AND r.report_index = p.report_index""",
+)
+
+
+def _points_sql(postgres: bool, steps: bool) -> str:
+    """The statement that reads kept points: with their reports' steps when ``steps`` (a
+    report's lookup costs as much again: 13 -> 21 ms of CPU for a 100,000-event run's group on
+    SQLite, so only for a group whose read models hold a ``step`` or ``epoch`` series)."""
+    sql, (columns, join) = (
+        (_POSTGRES_POINTS, _POSTGRES_STEPS) if postgres else (_SQLITE_POINTS, _SQLITE_STEPS)
+    )
+    return sql.format(steps=columns, join=join) if steps else sql.format(steps="", join="")
 
 
 def _thinned_series(store: EventStore, group_id: str, counts: _Counts, tail: _Series) -> _Series:
@@ -421,15 +451,26 @@ def _thinned_series(store: EventStore, group_id: str, counts: _Counts, tail: _Se
     ]
     found: dict[tuple[str, int], list[tuple[int, list[Any]]]] = {}
     if keys:
-        if is_postgres(store):
+        postgres = is_postgres(store)
+        with_steps = any(metric in STEP_METRICS for metric, _rank in counts)
+        sql = _points_sql(postgres, with_steps)
+        if postgres:
             names, world_ranks, positions = (list(column) for column in zip(*keys, strict=True))
-            rows = fetch(store, _POSTGRES_POINTS, (names, world_ranks, positions, group_id))
+            rows = fetch(store, sql, (names, world_ranks, positions, group_id))
         else:
-            rows = fetch(store, _SQLITE_POINTS, (msgspec.json.encode(keys).decode(), group_id))
-        for metric, rank, pos, index, value, at in rows:
-            found.setdefault((metric, int(rank)), []).append(
-                (pos, [index, float(value), _row_ms(at)])
-            )
+            rows = fetch(store, sql, (msgspec.json.encode(keys).decode(), group_id))
+        for row in rows:
+            metric, rank, pos, index, value, at = row[:6]
+            steps: tuple[Any, ...] = (None, None)
+            if with_steps:
+                steps = (row[6], row[7]) if postgres else _decode_steps(row[6])
+            point = [
+                index,
+                float(value),
+                _row_ms(at),
+                *report_steps(dict(zip(STEP_METRICS, steps, strict=True))),
+            ]
+            found.setdefault((metric, int(rank)), []).append((pos, point))
     series: _Series = {}
     for (metric, rank), grid in grids.items():
         n = counts.get((metric, rank), 0)
@@ -440,7 +481,12 @@ def _thinned_series(store: EventStore, group_id: str, counts: _Counts, tail: _Se
     return series
 
 
-def _tail_of(tail: _Series, metric: str, rank: int) -> list[list[float]]:
+def _decode_steps(text: str | None) -> tuple[Any, ...]:
+    """SQLite's ``json_extract(metrics, '$.step', '$.epoch')``: a JSON list (None: no report)."""
+    return tuple(msgspec.json.decode(text)) if text else (None, None)
+
+
+def _tail_of(tail: _Series, metric: str, rank: int) -> list[list[Any]]:
     """The points of one series that the log holds after the read models (none: ``[]``)."""
     return tail.get(metric, {}).get(str(rank), [])
 

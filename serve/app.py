@@ -326,13 +326,13 @@ def create_app(
 
     routes = [
         Route("/", runs_page),
-        Route("/runs/{run}", run_page),
-        Route("/groups/{group}", group_page),
+        Route("/runs/{run:path}", run_page),
+        Route("/groups/{group:path}", group_page),
         Route("/log", log_page),
         Route("/static/live.js", script),
         Route("/api/runs", _guarded(api_runs, answers, head)),
-        Route("/api/runs/{run}", _guarded(api_run, answers, head)),
-        Route("/api/groups/{group}", _guarded(api_group, answers, head)),
+        Route("/api/runs/{run:path}", _guarded(api_run, answers, head)),
+        Route("/api/groups/{group:path}", _guarded(api_group, answers, head)),
         Route("/api/events", _guarded(api_events, answers, head)),
         Route("/api/stream", api_stream),
         Route("/metrics", metrics),

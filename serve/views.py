@@ -24,12 +24,15 @@ import msgspec
 from wgstore.events import EventStore, InvalidArgumentError
 from wgstore.events.streams import group_stream
 from wgstore.projections import RunStatus
+from wgstore.projections.metric_series import chart_series
 from wgstore.projections.queries import poll_history
 from wgstore.projections.rows import UNREADABLE, RunSummary
+from wgstore.projections.run_facts import run_error_text
 from wgstore.projections.run_rows import RUN_SOURCES
 from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
 from wgstore.projections.state import WorkerGroupState
 from wgstore.projections.text import describe, event_json
+from wgstore.projections.time_input import parse_time
 from wgstore.projections.timeline import group_timeline, state_and_series
 from wgstore.projections.views import (
     check_event_types,
@@ -70,27 +73,19 @@ BUILDER_STEPS = (
 )
 """The events the builder appends while it starts a group, in order."""
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """``10m`` / ``2h`` / ``3d`` / ``30s`` ago, or an ISO 8601 time (UTC when it has no zone).
+    """``since=`` as ``wgstore runs --since`` reads it
+    (:func:`~wgstore.projections.time_input.parse_time`): ``10m`` / ``2h`` / ``3d`` ago, ``now``,
+    or an ISO 8601 time (UTC when it has no zone).
 
     Raises:
-        InvalidArgumentError: neither form.
+        InvalidArgumentError: neither form, or a time outside the years 1 to 9999.
     """
-    text = text.strip()
-    now = now or datetime.now(UTC)
-    unit = _UNITS.get(text[-1:].lower())
-    if unit is not None and text[:-1].replace(".", "", 1).isdigit():
-        return now - timedelta(seconds=float(text[:-1]) * unit)
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"since={text!r} is not a time: give an ISO time (2026-12-01T14:00) or 10m, 2h, 3d"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return parse_time(text, now=now)
+    except InvalidArgumentError as error:
+        raise InvalidArgumentError(f"since: {error}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,7 +171,9 @@ def run_list(
     """The runs, newest first, filtered and paged: ``{"runs", "total", "offset", "limit"}``.
 
     Each run is a :func:`~wgstore.projections.run_views.run_summaries` summary with
-    ``duration_s`` added (to its end, or to ``now`` while it goes on).
+    ``duration_s`` added (to its end, or to ``now`` while it goes on) and ``error_text``, its
+    error in one line as the CLI shows it
+    (:func:`~wgstore.projections.run_facts.run_error_text`).
     """
     now = now or datetime.now(UTC)
     run_filter = run_filter or RunFilter()
@@ -185,7 +182,11 @@ def run_list(
     kept = [s for s in run_summaries(store, now=now) if run_filter.keep(s)]
     kept.reverse()
     page = [
-        {**summary.to_json(), "duration_s": _duration_s(summary, now)}
+        {
+            **summary.to_json(),
+            "duration_s": _duration_s(summary, now),
+            "error_text": run_error_text(summary),
+        }
         for summary in kept[offset : offset + limit]
     ]
     return {"runs": page, "total": len(kept), "offset": offset, "limit": limit}
@@ -193,9 +194,11 @@ def run_list(
 
 def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[str, Any]:
     """One run: :func:`~wgstore.projections.run_views.run_detail` (attempts, decisions,
-    transitions, controllers), plus ``metrics`` (per metric, one series per attempt and rank of
-    ``[step, value, epoch ms]`` points) and ``latest`` (the current attempt's workers with
-    their latest metrics).
+    transitions, controllers), ``error_text`` (as :func:`run_list`'s), ``metrics`` (per metric,
+    one line per attempt and rank: :func:`~wgstore.projections.metric_series.chart_series`,
+    each point ``[x, value, epoch ms, report index]`` at the step the user reported, or the
+    run-wide report index) and ``latest`` (the current attempt's workers with their latest
+    metrics).
 
     Each group's state and series are read together, each event of the log at most once
     (:func:`~wgstore.projections.timeline.state_and_series`: the projector's snapshot and the
@@ -208,22 +211,16 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
     """
     run_id = resolve_run_id(store, run)
     states: dict[str, WorkerGroupState] = {}
-    series: dict[str, dict[str, dict[str, list[list[float]]]]] = {}
+    series: dict[str, dict[str, dict[str, list[list[Any]]]]] = {}
 
     def group_state(store: EventStore, group_id: str) -> WorkerGroupState:
         states[group_id], series[group_id] = state_and_series(store, group_id)
         return states[group_id]
 
     detail = run_detail(store, run_id, now=now, group_state=group_state)
-    metrics: dict[str, list[dict[str, Any]]] = {}
     latest: list[dict[str, Any]] = []
     readable = [a for a in detail.attempts if a.group_id in states]
-    for attempt in readable:
-        for name, ranks in series[attempt.group_id].items():
-            for rank, points in sorted(ranks.items(), key=lambda item: int(item[0])):
-                metrics.setdefault(name, []).append(
-                    {"attempt": attempt.number, "rank": int(rank), "points": points}
-                )
+    metrics = chart_series([(a.number, series[a.group_id]) for a in readable])
     if readable:
         current = readable[-1]
         latest = [
@@ -233,7 +230,8 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
     return {
         **detail.to_json(),
         "duration_s": _duration_s(detail.run, now or datetime.now(UTC)),
-        "metrics": dict(sorted(metrics.items())),
+        "error_text": run_error_text(detail.run),
+        "metrics": metrics,
         "latest": latest,
     }
 

@@ -143,7 +143,7 @@ if (typeof document === "undefined") {
       link("/runs/", r.run_id, short(r.run_id)), r.name || "", state(r.status, r.controller_state !== r.status ? r.controller_state : null),
       el("td", { class: "num" }, r.attempts ?? ""), budget(r.worker_group_failures, r.max_failures), r.latest_checkpoint || "",
       r.orphaned ? el("span", { class: "bad" }, "ORPHANED") : r.ended_at ? "" : r.lease_holder ? "alive (" + r.lease_holder + ")" : "",
-      when(r.created_at), when(r.ended_at), seconds(r.duration_s), r.status === "UNREADABLE" ? el("span", { class: "bad" }, r.error) : r.error || ""]);
+      when(r.created_at), when(r.ended_at), seconds(r.duration_s), r.status === "UNREADABLE" ? el("span", { class: "bad" }, r.error) : r.error_text || ""]);
     const pager = el("div", { class: "pager" });
     const page = (offset, text) => { const p = new URLSearchParams(q); p.set("offset", offset); return el("a", { href: "/?" + p }, text); };
     if (data.offset > 0) pager.append(page(Math.max(0, data.offset - data.limit), "← newer"));
@@ -162,18 +162,19 @@ if (typeof document === "undefined") {
     if (y0 === y1) { y0 -= 1; y1 += 1; }
     const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R), Y = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
     const last = Math.max(...series.map((s) => s.attempt));
-    const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "data-metric": name, "data-points": all.length });
+    const axis = series[0].x; // step, epoch, or report (the run-wide report index): the server's choice
+    const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "data-metric": name, "data-points": all.length, "data-x": axis });
     plot.append(svg("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "none", stroke: "#8886" }));
     plot.append(svg("text", { x: L - 4, y: T + 8, "text-anchor": "end" }, +y1.toPrecision(4)));
     plot.append(svg("text", { x: L - 4, y: H - B, "text-anchor": "end" }, +y0.toPrecision(4)));
-    plot.append(svg("text", { x: L, y: H - 6 }, "step " + x0));
-    plot.append(svg("text", { x: W - R, y: H - 6, "text-anchor": "end" }, "step " + x1));
+    plot.append(svg("text", { x: L, y: H - 6 }, axis + " " + x0));
+    plot.append(svg("text", { x: W - R, y: H - 6, "text-anchor": "end" }, axis + " " + x1));
     const legend = el("div", { class: "legend" });
     series.forEach((s, i) => {
       const main = s.rank === 0 && s.attempt === last;
       const color = COLORS[i % COLORS.length];
       const d = s.points.map((p, j) => (j ? "L" : "M") + X(p[0]).toFixed(1) + " " + Y(p[1]).toFixed(1)).join(" ");
-      plot.append(svg("path", { d, fill: "none", stroke: color, "stroke-width": main ? 2.5 : 1.2, opacity: main ? 1 : 0.7 }, svg("title", {}, `attempt ${s.attempt} rank ${s.rank}`)));
+      plot.append(svg("path", { d, fill: "none", stroke: color, "stroke-width": main ? 2.5 : 1.2, opacity: main ? 1 : 0.7, "data-attempt": s.attempt, "data-rank": s.rank }, svg("title", {}, `attempt ${s.attempt} rank ${s.rank}`)));
       if (s.points.length === 1) plot.append(svg("circle", { cx: X(s.points[0][0]), cy: Y(s.points[0][1]), r: 3, fill: color }));
       const lastPoint = s.points[s.points.length - 1];
       legend.append(el("span", { style: "color:" + color }, `■ attempt ${s.attempt} rank ${s.rank}: ${+lastPoint[1].toPrecision(6)}`));
@@ -191,7 +192,7 @@ if (typeof document === "undefined") {
       ["attempts", r.attempts], ["checkpoint", r.latest_checkpoint ? r.latest_checkpoint + " (committed by every rank" + (r.checkpoint_committed_at ? ", " + when(r.checkpoint_committed_at) : "") + ")" : ""],
       ["reported", r.latest_reported_checkpoint && r.latest_reported_checkpoint !== r.latest_checkpoint ? r.latest_reported_checkpoint + " (the latest some ranks reported; not committed)" : ""], ["started", when(r.created_at)], ["ended", when(r.ended_at)],
       ["duration", seconds(d.duration_s)], ["driver", r.orphaned ? el("span", { class: "bad" }, "ORPHANED: no controller holds a live lease") : r.lease_holder ? r.lease_holder + " until " + when(r.lease_expires_at) : ""],
-      ["error", r.error ? el("pre", { class: "bad" }, r.error) : ""], ["aborted", r.abort_reason]]));
+      ["error", r.error ? [el("span", { class: "bad error-text" }, d.error_text), el("details", {}, el("summary", {}, "the run's whole error"), el("pre", {}, r.error))] : ""], ["aborted", r.abort_reason]]));
     const names = Object.keys(d.metrics);
     out.push(el("h2", {}, "Metrics"), names.length ? el("div", { class: "charts" }, names.map((n) => chart(n, d.metrics[n]))) : el("p", { class: "dim" }, "no numeric metrics reported yet"));
     out.push(el("h2", {}, "Latest metrics per rank"), d.latest.length ? table(["attempt", "rank", "status", "reports", "latest metrics", "error"],

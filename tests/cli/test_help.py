@@ -3,6 +3,7 @@ flag's full name."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -43,3 +44,31 @@ def test_help_at_80_columns_shows_no_python_types_and_every_flag_in_full(
                     flag,
                     result.stdout,
                 )
+
+
+def _description(text: str) -> list[list[str]]:
+    """The paragraphs of a command's description in its ``--help`` (between the usage line and
+    the first box), each a list of its lines."""
+    body = text.split("Usage:", 1)[1].split("\n", 1)[1].split("╭", 1)[0]
+    paragraphs: list[list[str]] = [[]]
+    for line in body.splitlines():
+        if line.strip():
+            paragraphs[-1].append(line.strip())
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    return [p for p in paragraphs if p]
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) or "wgstore" for p in COMMANDS])
+def test_help_paragraphs_wrap_to_the_terminal_not_mid_sentence(
+    cli: Any, path: tuple[str, ...]
+) -> None:
+    """Every line of a description is as full as the terminal allows: no line ends where the
+    next word would have fit (the source's line breaks kept made ``resume --help`` break each
+    line twice at 80 columns; issue 41, item 16)."""
+    result = cli(*path, "--help", env={"COLUMNS": "80", "TERM": "dumb"})
+    assert result.exit_code == 0, result.stderr
+    width = 78  # Rich pads the description by one column on each side
+    for paragraph in _description(result.stdout):
+        for line, following in itertools.pairwise(paragraph):
+            assert len(line) + 1 + len(following.split()[0]) > width, (line, following)

@@ -94,11 +94,14 @@ def test_the_report_data_holds_phases_lanes_errors_and_metrics(
     assert "Traceback" in lane_1["errors"][0]["traceback"]
     assert [s["status"] for s in data["workers"][0]["segments"]][-1] == "finished"
     assert sorted(data["metrics"]) == ["loss", "step"]
-    assert [(i, v) for i, v, _t in data["metrics"]["loss"]["0"]] == [
-        (0, 1.0),
-        (1, 0.5),
-        (2, 0.3333),
+    rank0 = data["metrics"]["loss"][0]  # the charts: a line per rank, at the reported steps
+    assert (rank0["rank"], rank0["x"]) == (0, "step")
+    assert [(x, v, index) for x, v, _t, index in rank0["points"]] == [
+        (0, 1.0, 0),
+        (1, 0.5, 1),
+        (2, 0.3333, 2),
     ]
+    assert [line["rank"] for line in data["metrics"]["loss"]] == [0, 1, 2, 3]
     assert len(data["events"]) == 23
     assert data["group"]["outcome"] == "errored"
 
@@ -184,6 +187,9 @@ def test_the_report_renders_in_headless_chromium_with_no_console_errors(
     _check_rendered(dom, console, lanes=4, charts=2)
     assert len(re.findall(r'class="error-marker"', dom)) == 1
     assert len(re.findall(r'class="series"', dom)) == 8  # 2 metrics x 4 ranks
+    # drawn against the step each rank reported (its step metric), the axis says so
+    assert len(re.findall(r'<svg class="metric-chart" data-metric="\w+" data-x="step"', dom)) == 2
+    assert ">step 1</text>" in dom
     assert screenshot.stat().st_size > 10_000
     shutil.copy(page, ARTIFACTS / f"report-{backend}.html")
 
@@ -212,7 +218,8 @@ def test_a_long_group_is_thinned_so_the_page_stays_small(
     assert data["events_total"] == 5006
     assert len(data["events"]) == MAX_EVENTS
     assert data["events"][-1]["version"] == 5006
-    loss = data["metrics"]["loss"]["0"]
+    (line,) = data["metrics"]["loss"]
+    loss = line["points"]
     assert len(loss) == MAX_POINTS
     assert loss[0][0] == 0 and loss[-1][0] == 4999
     assert [p[0] for p in loss] == sorted(p[0] for p in loss)

@@ -88,6 +88,15 @@ def test_a_killed_wgstore_run_is_resumed_at_once_and_reattaches(
             timeout_s=240,
             what="the resume's controller to take the run",
         )
+        # while it trains, wgstore run's progress lines (stdout is a file: lines, not a table)
+        wait_until(
+            lambda: (
+                resume.poll() is not None
+                or "run killed attempt 1: RUNNING | rank 0 " in output.read_text()
+            ),
+            timeout_s=120,
+            what="a progress line of the resumed run",
+        )
         release.touch()  # the workers, still training, finish under the resume's controller
         resume.wait(timeout=240)
         out = output.read_text()
@@ -101,6 +110,9 @@ def test_a_killed_wgstore_run_is_resumed_at_once_and_reattaches(
                 process.kill()
         store.close()
     assert "run killed: FINISHED" in out
+    assert "resuming run killed from" in out
+    final_table = out.split("run killed attempt 1", 1)[1]
+    assert f"worker group {run.groups[0]}" in final_table
     assert run.status.value == "FINISHED"
     assert len(run.groups) == 1 and not run.decisions  # re-attached: no failure, no new attempt
     assert [c.resumed for c in run.controllers] == [False, True]

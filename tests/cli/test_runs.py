@@ -219,9 +219,12 @@ def test_the_sql_reader_reads_the_run_read_models(cli: Any, runs_url: str) -> No
     assert rows == [("err", "RETRY"), ("err", "RAISE"), ("fin", "RETRY")]
 
 
-def test_one_run_shows_the_first_line_of_a_multi_line_run_error(cli: Any, sqlite_url: str) -> None:
-    """Ray Train's run error is its grouped worker errors (several lines, tracebacks): one line
-    here, each failed rank on its own line below it."""
+def test_one_run_shows_the_users_error_not_rays_multi_line_wrapper(
+    cli: Any, sqlite_url: str
+) -> None:
+    """Ray Train's run error is its grouped worker errors (several lines, tracebacks): the
+    error line is the failed rank's own error, as every view shows it (issue 41, item 10); the
+    wrapper stays in --json."""
     from wgstore.events.run import RankError, RunCreated, RunErrored, stream_id_for_run
     from wgstore.events.worker_group import ErrorInfo
 
@@ -244,6 +247,38 @@ def test_one_run_shows_the_first_line_of_a_multi_line_run_error(cli: Any, sqlite
         )
     shown = cli("runs", "mul", "--url", sqlite_url, env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
-    assert "WorkerGroupError: Training failed due to worker errors: ..." in shown.stdout
+    (error,) = [line for line in shown.stdout.splitlines() if line.startswith("error")]
+    assert error.split(None, 1)[1].rstrip() == "rank 1: RuntimeError: rank 1 fails once"
+    assert "WorkerGroupError" not in shown.stdout
     assert "Rank 1 Error Snippet" not in shown.stdout
-    assert "rank 1: RuntimeError: rank 1 fails once" in shown.stdout
+    (whole,) = _json_lines(cli("runs", "mul", "--url", sqlite_url, "--json").stdout)
+    assert whole["run"]["error"] == f"WorkerGroupError: {message}"
+
+
+def test_orphaned_runs_say_whether_they_can_be_resumed_and_why_not(
+    cli: Any, store_url: str
+) -> None:
+    """``runs --orphaned``: each orphan's resumable column, and why not on the row below
+    (README: "ORPHANED, resumable or why not"; issue 41, item 16)."""
+    from datetime import UTC, datetime, timedelta
+
+    from wgstore.events.leases import acquire_lease
+    from wgstore.events.run import ControllerStarted
+
+    with EventStore.open(store_url) as store:
+        scenarios.running(store, "orph", lease_expired=True)  # wgstore's: resumable
+        run = scenarios.from_ray_train_unpicklable(store, "rayo")  # its train loop: no pickle
+        run.add(ControllerStarted(controller_id="c9", host="h", pid=7, lease_s=30.0))
+        assert acquire_lease(store, "rayo", "c9", 30.0, now=datetime.now(UTC) - timedelta(hours=1))
+        scenarios.finished_after_a_retry(store)
+    result = cli("runs", "--url", store_url, "--orphaned", env={"COLUMNS": "220"})
+    assert result.exit_code == 0, result.stderr
+    header = next(line for line in result.stdout.splitlines() if "resumable" in line)
+    column = header.index("resumable")
+    rows = {line.split()[1]: line for line in result.stdout.splitlines() if line.startswith("│ ")}
+    assert rows["orph"][column:].split()[0] == "yes"
+    assert rows["rayo"][column:].split()[0] == "no"
+    assert "not resumable: the train loop __main__:train cannot be pickled" in result.stdout
+    everything = cli("runs", "--url", store_url, env={"COLUMNS": "220"})
+    finished = next(line for line in everything.stdout.splitlines() if "│ fin " in line)
+    assert finished[column:].split()[0] == "│"  # an ended run: nothing to resume

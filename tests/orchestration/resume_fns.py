@@ -45,6 +45,7 @@ def train_loop(config: dict[str, Any]) -> None:
         with checkpoint.as_directory() as path, open(os.path.join(path, state_file)) as f:
             start = json.load(f)["step"] + 1
     for step in range(start, int(config["steps"])):
+        print(f"the train loop runs step {step} on rank {rank}", flush=True)  # shown by resume
         with open(config["steps_file"], "a") as f:
             f.write(f"{rank} {step}\n")
         time.sleep(float(config["step_s"]))

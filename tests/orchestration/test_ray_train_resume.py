@@ -53,7 +53,11 @@ def _committed_step(store: EventStore) -> int:
 
 
 def test_a_run_whose_driver_was_killed_is_resumed_by_the_supervisor_from_its_checkpoint(
-    ray_session: None, sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ray_session: None,
+    sqlite_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """On SQLite only: what the backend does here (leases taken, handed over, fenced appends) is
     the same code on both and is tested on both in tests/events/test_leases.py and
@@ -83,6 +87,7 @@ def test_a_run_whose_driver_was_killed_is_resumed_by_the_supervisor_from_its_che
         driver.communicate(timeout=60)
         killed_at = _committed_step(store)
 
+        capfd.readouterr()  # from here: what the supervisor and the resume it starts print
         wait_until(lambda: bool(orphaned_runs(store)), timeout_s=120, what="the run orphaned")
         ((orphan, _),) = orphaned_runs(store)
 
@@ -112,10 +117,18 @@ def test_a_run_whose_driver_was_killed_is_resumed_by_the_supervisor_from_its_che
                 if resume.poll() is None:
                     resume.kill()
         run = read_run(store, orphan.run_id)
+        shown = "".join(capfd.readouterr())  # stdout, then stderr (the start line)
     finally:
         if driver.poll() is None:
             driver.kill()
         store.close()
+
+    # The resume shows what wgstore run shows (issue 41, item 16): what the train loop prints
+    # (attempt 2 starts after the committed step), and the attempt's table once it ended.
+    assert f"the train loop runs step {resume_fns.PAUSE_AT + 1} on rank" in shown
+    assert f"resuming run {orphan.run_id} from" in shown
+    assert f"worker group {run.groups[1]}  SHUT_DOWN (finished)  attempt 2" in shown
+    assert f"run {orphan.run_id}: FINISHED" in shown
 
     assert next(d.action for d in decisions if d.run_id == orphan.run_id) == "resumed"
     assert len(drivers) == 1  # resumed once, not again while the resume was running

@@ -67,6 +67,7 @@ def group_data(**group: Any) -> dict[str, Any]:
         ],
         "events": events(3, 3),
         "events_total": 3,
+        "metrics": {"loss": {"0": [[0, 0.5, 1200.0, None, None], [1, 0.25, 1300.0, None, None]]}},
     }
 
 
@@ -111,8 +112,31 @@ def test_the_payload_is_the_data_as_json_that_cannot_end_its_script() -> None:
     payload = group_page_parts(data)["payload"]
     assert "</" not in payload
     decoded = json.loads(payload.replace("<\\/", "</"))
-    assert decoded == json.loads(json.dumps(data))
+    charts = {  # the metrics as the page's charts draw them: [x, value, epoch ms, index]
+        "loss": [
+            {
+                "attempt": 1,
+                "rank": 0,
+                "x": "report",
+                "points": [[0, 0.5, 1200, 0], [1, 0.25, 1300, 1]],
+            }
+        ]
+    }
+    assert decoded == json.loads(json.dumps({**data, "metrics": charts}))
     assert list(decoded) == sorted(data) and list(decoded["group"]) == sorted(data["group"])
+
+
+def test_a_group_pages_charts_are_drawn_at_the_steps_its_ranks_reported() -> None:
+    """A resumed attempt reports steps 13, 14 from report index 0: charted at 13, 14 (issue 41,
+    item 11), the axis named."""
+    data = group_data(attempt=2)
+    data["metrics"] = {"loss": {"0": [[0, 0.5, 1.0, 13, None], [1, 0.4, 2.0, 14, None]]}}
+    decoded = json.loads(group_page_parts(data)["payload"].replace("<\\/", "</"))
+    assert decoded["metrics"] == {
+        "loss": [
+            {"attempt": 2, "rank": 0, "x": "step", "points": [[13, 0.5, 1, 0], [14, 0.4, 2, 1]]}
+        ]
+    }
 
 
 def test_a_thinned_event_list_says_which_events_are_shown() -> None:
@@ -194,8 +218,9 @@ def test_a_run_page_has_each_attempt_with_its_decisions_against_the_budget() -> 
     assert "<code>-</code>" in second  # no checkpoint
     assert "run-r1 v1" in parts["rows"]  # every stream of the run: with the stream
     assert parts["errors"] == (
-        '<div class="error-box"><b>run errored:</b> RuntimeError: died'
-        "<br>rank 1: RuntimeError: &lt;died&gt;</div>"
+        '<div class="error-box"><b>run errored:</b> rank 1: RuntimeError: &lt;died&gt;'
+        "<details><summary>the run's whole error</summary><pre>RuntimeError: died</pre>"
+        "</details></div>"
     )
 
 
@@ -281,6 +306,19 @@ def test_every_failed_rank_of_an_errored_run_is_named() -> None:
         FailedRank(world_rank=1, type="ValueError", message="b"),
     )
     assert run_page_parts(run_data(failed_ranks=failed))["errors"] == (
-        '<div class="error-box"><b>run errored:</b> RuntimeError: died'
-        "<br>rank 0: RuntimeError: a<br>rank 1: ValueError: b</div>"
+        '<div class="error-box"><b>run errored:</b> rank 0: RuntimeError: a (and 1 more rank)'
+        "<br>rank 1: ValueError: b<details><summary>the run's whole error</summary>"
+        "<pre>RuntimeError: died</pre></details></div>"
     )
+
+
+def test_a_ray_train_run_error_is_the_users_error_with_rays_wrapper_below() -> None:
+    """Ray Train's run error wraps every rank's traceback (WorkerGroupError); the box leads
+    with the user's error, as the CLI and wgstore serve show it (issue 41, item 10)."""
+    wrapper = "WorkerGroupError: Training failed due to worker errors:\nTraceback (most recent"
+    failed = (FailedRank(world_rank=0, type="ValueError", message="bad batch"),)
+    errors = run_page_parts(run_data(error=wrapper, failed_ranks=failed))["errors"]
+    assert errors.startswith(
+        '<div class="error-box"><b>run errored:</b> rank 0: ValueError: bad batch<details>'
+    )
+    assert "<pre>WorkerGroupError: Training failed due to worker errors:\nTraceback" in errors

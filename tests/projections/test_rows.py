@@ -59,6 +59,7 @@ RUN = {
     "latest_reported_checkpoint": "/ckpt/err/1", "resumable": True,
     "not_resumable_reason": None, "orphaned": False, "lease_holder": None,
     "lease_expires_at": None, "created_at": T, "updated_at": T, "ended_at": T, "error": ERR,
+    "failed_ranks": [{"world_rank": 1, "type": "RuntimeError", "message": "rank 1 died in err-g2"}],
     "abort_reason": None,
 }  # fmt: skip
 
@@ -87,8 +88,6 @@ DETAIL = {
         **RUN,
         "num_workers": 2, "resources_per_worker": {"CPU": 0.5},
         "train_fn": "examples.train:train_fn", "final_group_id": "err-g2",
-        "failed_ranks": [{"world_rank": 1, "type": "RuntimeError",
-                          "message": "rank 1 died in err-g2"}],
         "lease_s": 60.0, "ray": {}, "version": 11,
     },
     "attempts": [
@@ -153,5 +152,5 @@ def test_an_unreadable_summary_has_every_key_none_but_its_id_status_and_error() 
     }
     assert RunSummary.unreadable("r", "why").to_json() == {
         **dict.fromkeys(RUN), "run_id": "r", "status": "UNREADABLE", "error": "why",
-        "orphaned": False,
+        "orphaned": False, "failed_ranks": [],
     }  # fmt: skip

@@ -14,6 +14,7 @@ from wgstore.projections.run_facts import (
     Tone,
     budget_text,
     failures_text,
+    run_error_text,
     run_facts,
     state_parts,
 )
@@ -121,7 +122,7 @@ def test_every_optional_fact_in_order_with_its_tone() -> None:
             resumable=False,
             not_resumable_reason="the train loop cannot be pickled",
             ended_at=T0,
-            lease_holder="c1",
+            lease_holder="c1",  # an ended run's lease row: not shown (test_a_lease_shows_...)
             lease_expires_at=T0,
             orphaned=True,
             error="WorkerGroupError: failed\nTraceback ...",
@@ -132,7 +133,7 @@ def test_every_optional_fact_in_order_with_its_tone() -> None:
     )
     assert labels(facts) == [
         "run", "source", "state", "train_fn", "workers", "failures", "attempts", "checkpoint",
-        "reported", "resumable", "created", "ended", "lease", "orphaned", "error", "", "resumed",
+        "reported", "resumable", "created", "ended", "orphaned", "error", "resumed",
         "aborted", "ray",
     ]  # fmt: skip
     by_label = {fact.label: fact for fact in facts}
@@ -147,12 +148,10 @@ def test_every_optional_fact_in_order_with_its_tone() -> None:
     assert by_label["resumable"] == Fact(
         "resumable", "no: the train loop cannot be pickled", Tone.NOTICE
     )
-    assert by_label["lease"].text == "c1 until 2026-01-01 12:00:00.000Z"
     assert by_label["orphaned"].tone is Tone.ALERT
     assert "`wgstore resume r1`" in by_label["orphaned"].text
     assert "`wgstore gc`" in by_label["orphaned"].text
-    assert by_label["error"] == Fact("error", "WorkerGroupError: failed ...", Tone.ALERT)
-    assert by_label[""] == Fact("", "rank 1: RuntimeError: died", Tone.ERROR)
+    assert by_label["error"] == Fact("error", "rank 1: RuntimeError: died", Tone.ALERT)
     assert by_label["resumed"].text == "by wgstore supervise at attempt 2 (orphaned)"
     assert by_label["aborted"] == Fact("aborted", "controller lost", Tone.NOTICE)
     assert by_label["ray"].text == '{"job_id": "02"}'
@@ -176,3 +175,34 @@ def test_a_fact_is_a_frozen_value_with_no_note_and_a_plain_tone_unless_given() -
 def test_a_tone_reads_as_its_name_in_lower_case() -> None:
     # Tone is a StrEnum: its text is what str() and a JSON encoder show of it
     assert [str(tone) for tone in Tone] == ["plain", "muted", "notice", "error", "alert", "state"]
+
+
+def test_a_lease_shows_while_the_run_goes_on_and_not_once_it_ended() -> None:
+    live = run_facts(detail(lease_holder="c1", lease_expires_at=T0))
+    assert Fact("lease", "c1 until 2026-01-01 12:00:00.000Z") in live
+    ended = run_facts(detail(lease_holder="c1", lease_expires_at=T0, ended_at=T0))
+    assert "lease" not in labels(ended)
+
+
+def test_the_error_is_the_users_of_the_lowest_failed_rank_and_the_others_follow() -> None:
+    """Ray Train's run error is its WorkerGroupError wrapper; the user's errors are the ranks'
+    (issue 41, item 10): the error line is the lowest rank's, each other rank on a line below."""
+    wrapper = "WorkerGroupError: Training failed due to worker errors:\nTraceback (most recent"
+    failed = (
+        FailedRank(world_rank=2, type="ValueError", message="bad batch\nmore"),
+        FailedRank(world_rank=0, type="ValueError", message="bad batch"),
+    )
+    run = detail(status="ERRORED", error=wrapper, failed_ranks=failed)
+    assert run_error_text(run.run) == "rank 0: ValueError: bad batch (and 1 more rank)"
+    facts = run_facts(run)
+    errors = facts[labels(facts).index("error") :]
+    assert errors[:2] == [
+        Fact("error", "rank 0: ValueError: bad batch (and 1 more rank)", Tone.ALERT),
+        Fact("", "rank 2: ValueError: bad batch ...", Tone.ERROR),
+    ]
+    assert run_error_text(detail(error=wrapper).run) == (
+        "WorkerGroupError: Training failed due to worker errors: ..."
+    )  # no failed ranks recorded: the run's error, its first line
+    controller = (FailedRank(world_rank=-1, type="TimeoutError", message="no room"),)
+    assert run_error_text(detail(error="x", failed_ranks=controller).run) == "TimeoutError: no room"
+    assert run_error_text(detail().run) is None

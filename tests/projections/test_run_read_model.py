@@ -329,3 +329,59 @@ def test_read_models_behind_at_any_point_list_what_the_log_says(
             scenario(store)
         catch_up_read_models(store, batch_size=batch_size, max_batches=batches)
         _both_listings(store)
+
+
+def test_updated_is_the_runs_latest_event_in_any_stream_reports_included(store: Any) -> None:
+    """A run that reports after its last run-stream event is updated when it last reported:
+    the column that shows a stalled run (issue 41, item 12). From the read models (a report
+    moves its group's row, not the run's), from a listing the read models lag, from the log,
+    and in the run's detail alike."""
+    from wgstore.events.streams import group_stream
+    from wgstore.events.worker_group import WorkerReported
+    from wgstore.projections.run_views import run_detail
+
+    scenarios.running(store, "live")
+    last_of_run = list(store.read_stream(run_stream("live")))[-1].recorded_at
+    catch_up_read_models(store)
+
+    def report(index: int) -> datetime:
+        (recorded,) = store.append(
+            group_stream("live-g1"), [WorkerReported(world_rank=0, index=index, metrics={})]
+        )
+        return recorded.recorded_at
+
+    report(2)
+    catch_up_read_models(store)  # the group's row moved past the run's
+    reported = report(3)  # and one report the read models have not applied
+    assert reported > last_of_run
+    now = datetime.now(UTC)
+    (lagging,) = run_summaries(store, now=now)
+    assert lagging.updated_at == reported
+    catch_up_read_models(store)
+    (current,) = run_summaries(store, now=now)
+    assert current.updated_at == reported
+    (folded,) = run_summaries(store, from_log=True, now=now)
+    assert folded.updated_at == reported
+    assert run_detail(store, "live", now=now).run.updated_at == reported
+
+
+def test_an_ended_run_shows_no_lease_though_its_row_is_left(store: Any) -> None:
+    """A finished run whose lease row its holder left behind shows no lease: not "lease c1
+    until ..." as if a driver were alive (issue 41, item 13)."""
+    from wgstore.events.leases import acquire_lease
+    from wgstore.projections.run_facts import run_facts
+    from wgstore.projections.run_views import run_detail
+
+    scenarios.finished_after_a_retry(store)
+    scenarios.running(store, "live")
+    assert acquire_lease(store, "fin", "c1", 60.0, now=datetime.now(UTC))
+    catch_up_read_models(store)
+    now = datetime.now(UTC)
+    for summaries in (run_summaries(store, now=now), run_summaries(store, from_log=True, now=now)):
+        by_id = {s.run_id: s for s in summaries}
+        assert (by_id["fin"].lease_holder, by_id["fin"].lease_expires_at) == (None, None)
+        assert by_id["live"].lease_holder == "c1"  # a live run's lease shows
+    detail = run_detail(store, "fin", now=now)
+    assert detail.run.lease_holder is None
+    assert "lease" not in [fact.label for fact in run_facts(detail)]
+    assert "lease" in [fact.label for fact in run_facts(run_detail(store, "live", now=now))]

@@ -23,6 +23,7 @@ __all__ = [
     "ray_train_run",
     "report",
     "restarting",
+    "resumed_run",
     "wgstore_run",
 ]
 
@@ -150,3 +151,26 @@ def next_attempt(store: Any, run: Run, source: str) -> str:
     group_id = restarting(run, source)
     attempt(store, run.run_id, group_id, 2)
     return group_id
+
+
+def resumed_run(store: Any, run_id: str, *, with_step: bool) -> tuple[list[int], list[int]]:
+    """A run resumed from the checkpoint of step 2: attempt 1 reports steps 1-4, attempt 2
+    steps 3-6, each from report index 0 (as Ray Train and wgstore number reports), rank 0
+    alone, ``loss`` (and ``step`` when ``with_step``). Returns each attempt's steps."""
+    run = new_run(store, run_id, "resumed").to("SCHEDULING").to("RUNNING", f"{run_id}-g1")
+    steps = ([1, 2, 3, 4], [3, 4, 5, 6])
+    for number, reported in enumerate(steps, start=1):
+        group_id = f"{run_id}-g{number}"
+        if number > 1:
+            run.to("RESTARTING", f"{run_id}-g1").to("RESCHEDULING", group_id).to(
+                "RUNNING", group_id
+            )
+        stream = Stream(
+            group_id, num_workers=1, run_id=run_id, attempt=number, start=datetime.now(UTC)
+        )
+        stream.running()
+        for index, step in enumerate(reported):
+            metrics = {"loss": 1.0 / step} | ({"step": step} if with_step else {})
+            stream.add(WorkerReported(world_rank=0, index=index, metrics=metrics))
+        append_stream(store, stream)
+    return list(steps[0]), list(steps[1])

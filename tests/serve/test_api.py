@@ -14,7 +14,7 @@ import httpx
 import pytest
 from projection_builders import Stream, append_stream
 from prometheus_client.parser import text_string_to_metric_families
-from serve_scenarios import ERROR_MESSAGE, errored_run, live_run, new_run, report
+from serve_scenarios import ERROR_MESSAGE, errored_run, live_run, new_run, report, resumed_run
 from serve_support import live_server, wait_for
 from starlette.testclient import TestClient
 
@@ -60,7 +60,9 @@ def test_runs_are_listed_newest_first_filtered_and_paged(client: Any) -> None:
     [
         ({"status": "SLEEPING"}, "unknown status SLEEPING"),
         ({"source": "mlflow"}, "unknown source 'mlflow'"),
-        ({"since": "yesterday"}, "since='yesterday' is not a time"),
+        ({"since": "yesterday"}, "since: 'yesterday' is not a time"),
+        ({"since": "99999999999h"}, "since: '99999999999h' is too long a duration"),
+        ({"since": "9999-12-31T23:00-05:00"}, "outside the years 1 to 9999"),
         ({"limit": "ten"}, "limit='ten' is not a whole number"),
     ],
 )
@@ -117,6 +119,75 @@ def test_unknown_ambiguous_or_bad_ids_answer_with_the_reason(
     response = client.get(path)
     assert response.status_code == status
     assert says in response.json()["error"]
+
+
+def test_ids_with_a_slash_are_reachable_encoded(writer: Any, store_url: str) -> None:
+    """A run or group id may hold ``/``: the pages link it encoded (``%2F``), which the server
+    decodes before routing, so the id must match across the slash (issue 41, item 9)."""
+    group = live_run(writer, "team/a")
+    with TestClient(create_app(store_url)) as client:
+        run = client.get("/api/runs/team%2Fa")
+        assert run.status_code == 200, run.text
+        assert run.json()["run"]["run_id"] == "team/a"
+        assert client.get("/api/groups/team%2Fa-g1").json()["group_id"] == group
+        page = client.get("/runs/team%2Fa")
+        assert page.status_code == 200
+        assert 'data-id="team/a"' in page.text
+        assert client.get("/groups/team%2Fa-g1").status_code == 200
+        assert client.get("/api/runs/team%2Fb").status_code == 404
+
+
+def test_a_ray_train_run_error_is_the_users_as_the_cli_shows_it(
+    writer: Any, store_url: str
+) -> None:
+    """The runs page's error cell and the run page show the failed rank's own error, as
+    ``wgstore runs RUN`` does, not Ray's WorkerGroupError wrapper with every traceback (issue
+    41, item 10); the whole error stays in ``error``."""
+    from wgstore.events.run import RankError, RunErrored
+    from wgstore.events.worker_group import ErrorInfo
+    from wgstore.projections.run_facts import run_facts
+    from wgstore.projections.run_views import run_detail
+
+    wrapper = "Training failed due to worker errors:\n[Rank 0 Error Snippet]:\nTraceback (most"
+    run = new_run(writer, "run-ray9", "failing").to("SCHEDULING").to("RUNNING", "run-ray9-g1")
+    run.to("ERRORED").add(
+        RunErrored(
+            error=ErrorInfo(type="WorkerGroupError", message=wrapper),
+            errors=(RankError(world_rank=0, error=ErrorInfo(type="ValueError", message="bad")),),
+        )
+    )
+    cli_error = next(
+        f.text for f in run_facts(run_detail(writer, "run-ray9")) if f.label == "error"
+    )
+    assert cli_error == "rank 0: ValueError: bad"
+    with TestClient(create_app(store_url)) as client:
+        (listed,) = client.get("/api/runs").json()["runs"]
+        assert listed["error_text"] == cli_error
+        assert listed["error"] == f"WorkerGroupError: {wrapper}"
+        assert client.get("/api/runs/run-ray9").json()["error_text"] == cli_error
+
+
+@pytest.mark.parametrize("with_step", [True, False], ids=["step", "no-step"])
+def test_a_resumed_runs_charts_continue_attempt_after_attempt(
+    writer: Any, store_url: str, with_step: bool
+) -> None:
+    """Attempt 2 of a resumed run reports steps 3-6 from report index 0: charted at those steps
+    (or, without a step metric, after attempt 1's last report), not from x = 0 on top of
+    attempt 1 (issue 41, item 11); from the log and from the read models alike."""
+    first, second = resumed_run(writer, "run-res1", with_step=with_step)
+    expected = (
+        ("step", [float(s) for s in first], [float(s) for s in second])
+        if with_step
+        else ("report", [0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0])
+    )
+    with TestClient(create_app(store_url)) as client:
+        for _ in ("log", "read models"):
+            lines = client.get("/api/runs/run-res1").json()["metrics"]["loss"]
+            assert [(line["attempt"], line["rank"]) for line in lines] == [(1, 0), (2, 0)]
+            assert {line["x"] for line in lines} == {expected[0]}
+            assert [[p[0] for p in line["points"]] for line in lines] == list(expected[1:])
+            assert [p[3] for p in lines[1]["points"]] == [0, 1, 2, 3]  # the report index
+            catch_up_read_models(writer)
 
 
 def test_events_after_a_position_page_through_the_log(client: Any, filled: Any) -> None:

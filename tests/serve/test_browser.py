@@ -27,6 +27,7 @@ from serve_scenarios import (
     ray_train_run,
     report,
     restarting,
+    resumed_run,
     wgstore_run,
 )
 from serve_support import live_server, wait_for
@@ -393,3 +394,36 @@ def test_without_shared_workers_a_page_opens_its_own_stream_for_what_it_shows(
         report(writer, group, 1, 2, loss=0.2)
         page.wait_for_selector("svg[data-metric='loss'][data-points='5']", timeout=WAIT_MS)
         assert _not_reloaded(page)
+
+
+def _path_xs(page: Any, attempt: int) -> list[float]:
+    """The x of each point of the loss chart's line of ``attempt`` (rank 0), as drawn."""
+    d = page.get_attribute(f"svg[data-metric='loss'] path[data-attempt='{attempt}']", "d")
+    return [float(part.split()[0]) for part in d.replace("M", "L").split("L") if part.strip()]
+
+
+@pytest.mark.parametrize("with_step", [True, False], ids=["step", "no-step"])
+def test_a_resumed_runs_chart_draws_each_attempt_where_it_reported(
+    page: Any, writer: Any, store_url: str, with_step: bool, tmp_path: Path
+) -> None:
+    """Attempt 2 reports steps 3-6 from report index 0 after a resume from step 2: its line
+    starts at attempt 1's step 3 (with a step metric) or right after attempt 1's last report
+    (without), never at x = 0 on top of attempt 1 (issue 41, item 11)."""
+    resumed_run(writer, "run-res9", with_step=with_step)
+    with live_server(create_app(store_url, follower_wait_s=0.5)) as base:
+        page.goto(base + "/runs/run-res9")
+        page.wait_for_selector("svg[data-metric='loss'][data-points='8']", timeout=WAIT_MS)
+        first, second = _path_xs(page, 1), _path_xs(page, 2)
+        axis = page.get_attribute("svg[data-metric='loss']", "data-x")
+        page.screenshot(path=str(tmp_path / "resumed.png"), full_page=True)
+    assert len(first) == len(second) == 4
+    assert first == sorted(first) and second == sorted(second)
+    if with_step:  # steps 1-4 and 3-6 on one axis: attempt 2 starts at attempt 1's step 3
+        assert second[0] == pytest.approx(first[2], abs=0.1)
+        assert second[1] == pytest.approx(first[3], abs=0.1)
+    else:  # the run-wide report index: attempt 2 continues after attempt 1
+        assert second[0] > first[-1]
+        gap = first[1] - first[0]
+        assert second[0] - first[-1] == pytest.approx(gap, abs=0.1)
+    assert axis == ("step" if with_step else "report")
+    assert page.locator("svg[data-metric='loss'] text", has_text=f"{axis} ").count() == 2

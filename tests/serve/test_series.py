@@ -41,13 +41,25 @@ def test_series_from_the_read_models_and_the_log_after_them_equal_the_folded_one
     _agree(writer, group)  # no read model: everything from the log
     catch_up_read_models(writer)
     _agree(writer, group)  # everything from wg_reports
-    report(writer, group, 1, 4, loss=0.3, acc=0.4, eval=8.5)
-    report(writer, group, 0, 5, loss=0.1)
+    stream = group_stream(group)
+    steps = {"step": 40, "epoch": 2.5}
+    writer.append(stream, [WorkerReported(world_rank=1, index=4, metrics=_m(steps, eval=8.5))])
+    writer.append(
+        stream, [WorkerReported(world_rank=0, index=5, metrics={"loss": 0.1, "step": True})]
+    )
     _agree(writer, group)  # wg_reports, then the two reports after them
+    # each point: [index, value, epoch ms, the report's step, its epoch] (no number: None)
     assert group_metric_series(writer, group)["eval"] == {
-        "0": [[4, 9.0, _t(writer, group, 0, 4)]],
-        "1": [[4, 8.5, _t(writer, group, 1, 4)]],
+        "0": [[4, 9.0, _t(writer, group, 0, 4), None, None]],
+        "1": [[4, 8.5, _t(writer, group, 1, 4), 40.0, 2.5]],
     }
+    catch_up_read_models(writer)
+    _agree(writer, group)  # the steps from wg_reports as from the log
+    assert group_metric_series(writer, group)["loss"]["1"][-1][3:] == [40.0, 2.5]
+
+
+def _m(steps: dict[str, Any], **metrics: Any) -> dict[str, Any]:
+    return {"loss": 0.3, "acc": 0.4, **metrics, **steps}
 
 
 def _t(store: Any, group_id: str, rank: int, index: int) -> float:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,9 @@ from serve_scenarios import live_run
 from typer.testing import CliRunner
 
 from tests.cli.conftest import make_reader
+from tests.waiting import wait_until
 from wgstore.cli import app
-from wgstore.cli.serve import is_loopback, served_url
+from wgstore.cli.serve import allowed_hosts, is_loopback, served_at, served_url
 from wgstore.events import EventStore
 
 TOKEN = "command-line-token-0123456789"
@@ -117,7 +119,7 @@ def test_the_command_serves_and_stops_on_ctrl_c(store_url: str) -> None:
             process.communicate()
     assert process.returncode in (0, 130), stderr
     assert "Traceback" not in stderr
-    assert f"at http://localhost:{port}/?token=..." in stderr
+    assert f"at http://127.0.0.1:{port}/?token=..." in stderr
     if store_url.startswith("postgresql"):  # it read as the reader role wgstore sql uses
         assert "read-only as role wgstore_reader_" in stderr
 
@@ -144,3 +146,75 @@ def test_on_postgres_the_server_reads_as_the_reader_role_and_cannot_write(pg_url
 
 def test_on_sqlite_the_url_is_served_as_given(sqlite_url: str) -> None:
     assert served_url(sqlite_url) == (sqlite_url, "read-only")
+
+
+@pytest.mark.parametrize(
+    ("host", "url", "hosts"),
+    [("127.0.0.1", "http://127.0.0.1:8275/", ["127.0.0.1", "[::1]", "localhost"]),
+     ("127.0.0.2", "http://127.0.0.2:8275/", ["127.0.0.1", "127.0.0.2", "[::1]", "localhost"]),
+     ("::1", "http://[::1]:8275/", ["127.0.0.1", "[::1]", "localhost"]),
+     ("localhost", "http://localhost:8275/", ["127.0.0.1", "[::1]", "localhost"]),
+     ("0.0.0.0", "http://0.0.0.0:8275/", None)],
+)  # fmt: skip
+def test_the_server_answers_the_address_it_binds_and_says_it(
+    host: str, url: str, hosts: list[str] | None
+) -> None:
+    assert served_at(host, 8275) == url
+    assert allowed_hosts(host) == hosts
+
+
+def test_a_port_in_use_is_one_line_and_nothing_claims_to_serve(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    EventStore.open(url).close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _cli("serve", "--url", url, "--port", str(port))
+    assert result.exit_code == 1
+    assert f"cannot serve on 127.0.0.1:{port}: Address already in use" in result.stderr
+    assert "serving" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_loopback_address_other_than_127_0_0_1_is_served_once_bound(sqlite_url: str) -> None:
+    """``--host 127.0.0.2``: the start line names that address, and is printed once the socket
+    listens (a request sent right after it is answered, no retry), and requests to it pass the
+    Host check (they used to get 400 "Invalid host header"; issue 41, item 9)."""
+    with EventStore.open(sqlite_url) as store:
+        live_run(store, "run-host2")
+    port = _free_port()
+    wgstore = Path(sys.executable).with_name("wgstore")
+    process = subprocess.Popen(
+        [str(wgstore), "serve", "--url", sqlite_url, "--host", "127.0.0.2", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(process.stderr.readline, "")))
+    reader.start()
+    try:
+        wait_until(
+            lambda: any("serving" in line for line in lines) or process.poll() is not None,
+            timeout_s=60,
+            what="wgstore serve's start line",
+        )
+        assert process.poll() is None, "".join(lines)
+        (start,) = [line for line in lines if "serving" in line]
+        assert f"at http://127.0.0.2:{port}/ (Ctrl-C stops)" in start
+        answer = httpx.get(f"http://127.0.0.2:{port}/api/runs", timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert [r["run_id"] for r in answer.json()["runs"]] == ["run-host2"]
+        renamed = httpx.get(
+            f"http://127.0.0.2:{port}/api/runs", headers={"Host": "evil.example"}, timeout=30
+        )
+        assert renamed.status_code == 400  # a rebound DNS name is still refused
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        reader.join(timeout=30)
+    assert "Traceback" not in "".join(lines)
