@@ -28,29 +28,15 @@ from wgstore.cli.common import (
     parse_time,
     resolve_run,
 )
-from wgstore.cli.groups import status_text
+from wgstore.cli.run_view import DECISION_STYLES, RUN_STYLES, print_run
 from wgstore.projections import ProjectionError, StreamNotFoundError
-from wgstore.projections.rows import UNREADABLE, RunDetail, RunSummary
-from wgstore.projections.run_facts import Tone, budget_text, failures_text, run_facts, state_parts
+from wgstore.projections.rows import UNREADABLE, RunSummary
+from wgstore.projections.run_facts import budget_text, failures_text, state_parts
 from wgstore.projections.run_filter import RunFilter
 from wgstore.projections.run_views import run_detail, run_summaries
 from wgstore.projections.views import first_line
 
 __all__ = ["DECISION_STYLES", "RUN_STYLES", "budget_text", "print_run", "runs_command"]
-
-RUN_STYLES = {
-    "INITIALIZING": "dim",
-    "SCHEDULING": "cyan",
-    "RUNNING": "green",
-    "RESTARTING": "yellow",
-    "RESIZING": "yellow",
-    "FINISHED": "bold",
-    "ERRORED": "bold red",
-    "ABORTED": "yellow",
-    "UNREADABLE": "bold red",
-}
-DECISION_STYLES = {"RETRY": "yellow", "RAISE": "bold red"}
-TONE_STYLES = {Tone.MUTED: "dim", Tone.NOTICE: "yellow", Tone.ERROR: "red", Tone.ALERT: "bold red"}
 
 
 def _state_text(summary: RunSummary) -> Text:
@@ -176,41 +162,3 @@ def _show_run(url: str, run: str, as_json: bool) -> None:
         typer.echo(json_line(detail.to_json()))
     else:
         print_run(detail)
-
-
-def print_run(detail: RunDetail) -> None:
-    """Print one run: its facts, then one row per attempt with its failure and decision."""
-    console = out_console()
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(style="dim")
-    facts.add_column()
-    for fact in run_facts(detail):
-        style = RUN_STYLES.get(fact.text, "") if fact.tone is Tone.STATE else ""
-        text = Text(fact.text, style=TONE_STYLES.get(fact.tone, style))
-        if fact.note:
-            text.append(fact.note, style="dim")
-        facts.add_row(fact.label, text)
-    console.print(facts)
-    if not detail.attempts:
-        console.print("no attempts yet", style="dim")
-        return
-    table = Table("#", "group", "try", "status", "requested", "failure", "decision")
-    for attempt in detail.attempts:
-        decisions = Text()
-        for decision in attempt.decisions:
-            if decisions:
-                decisions.append("; ")
-            decisions.append(decision.decision, style=DECISION_STYLES.get(decision.decision))
-            decisions.append(
-                f" {decision.failure_kind} {budget_text(decision.failures_so_far, decision.limit)}"
-            )
-        table.add_row(
-            str(attempt.number),
-            attempt.group_id,
-            "" if attempt.attempt is None else str(attempt.attempt),
-            status_text(attempt.status or "NO EVENTS", attempt.outcome),
-            format_time(attempt.requested_at),
-            Text(first_line(attempt.error or ""), style="red"),
-            decisions,
-        )
-    console.print(table)

@@ -36,6 +36,8 @@ __all__ = [
     "DecisionRow",
     "FailedRank",
     "GroupSummary",
+    "PreemptionRow",
+    "ResizeRow",
     "ResumeRow",
     "Row",
     "RunDetail",
@@ -160,6 +162,12 @@ class RunSummary(Row):
     latest_reported_checkpoint: str | None = None
     resumable: bool | None = None
     not_resumable_reason: str | None = None
+    min_workers: int | None = None
+    """An elastic run's fewest workers (``None``: a fixed run)."""
+    current_workers: int | None = None
+    """Workers of the attempt holding resources now (0: none)."""
+    desired_workers: int | None = None
+    """The size the controller last chose (``None`` once the run ended)."""
     orphaned: bool = False
     lease_holder: str | None = None
     lease_expires_at: datetime | None = None
@@ -230,6 +238,31 @@ class AttemptRow(Attempt, Row):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ResizeRow(Row):
+    """One size an elastic run's scaling policy chose (``ScalingDecisionMade``)."""
+
+    version: int
+    at: datetime
+    group_id: str | None
+    num_workers: int
+    previous_workers: int | None
+    cause: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreemptionRow(Row):
+    """One preemption notice of nodes under the run's workers (``PreemptionNoticed``)."""
+
+    version: int
+    at: datetime
+    group_id: str | None
+    nodes: Mapping[str, tuple[int, ...]]
+    ranks: tuple[int, ...]
+    deadline: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TransitionRow(Row):
     """One change of the controller's state (``ControllerStateChanged``)."""
 
@@ -272,3 +305,6 @@ class RunDetail(Row):
     transitions: tuple[TransitionRow, ...]
     controllers: tuple[ControllerRow, ...]
     resumes: tuple[ResumeRow, ...]
+    resizes: tuple[ResizeRow, ...] = ()
+    """Every size an elastic run's scaling policy chose, in order."""
+    preemptions: tuple[PreemptionRow, ...] = ()

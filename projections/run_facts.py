@@ -142,6 +142,17 @@ def _trouble_facts(detail: RunDetail) -> list[Fact]:
     return facts
 
 
+def _sizes_note(run: RunInfo) -> str:
+    """`` (now 2, wanted 3)`` for an elastic run: the workers holding resources, and the size
+    the controller chose when it differs."""
+    if run.min_workers is None:
+        return ""
+    note = f" (now {run.current_workers or 0}"
+    if run.desired_workers is not None and run.desired_workers != run.current_workers:
+        note += f", wanted {run.desired_workers}"
+    return note + ")"
+
+
 def run_facts(detail: RunDetail) -> list[Fact]:
     """The facts of one run (``detail`` from :func:`~wgstore.projections.run_views.run_detail`):
     id and name, source, state, train function, workers, failures, attempts, checkpoints,
@@ -157,7 +168,10 @@ def run_facts(detail: RunDetail) -> list[Fact]:
         facts.append(Fact("train_fn", run.train_fn))
     if run.num_workers is not None:
         resources = ", ".join(f"{k}={v:g}" for k, v in (run.resources_per_worker or {}).items())
-        facts.append(Fact("workers", f"{run.num_workers} x {{{resources}}}"))
+        size = str(run.num_workers)
+        if run.min_workers is not None:  # elastic: the range, and the size now
+            size = f"{run.min_workers}..{run.num_workers}"
+        facts.append(Fact("workers", f"{size} x {{{resources}}}", note=_sizes_note(run)))
     failures = failures_text(run) + " (worker group failures used / max_failures)"
     facts += [Fact("failures", failures), Fact("attempts", str(run.attempts))]
     facts += _checkpoint_facts(run)

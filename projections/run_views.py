@@ -39,6 +39,8 @@ from wgstore.projections.rows import (
     ControllerRow,
     DecisionRow,
     FailedRank,
+    PreemptionRow,
+    ResizeRow,
     ResumeRow,
     RunDetail,
     RunInfo,
@@ -445,5 +447,28 @@ def run_detail(
         ),
         resumes=tuple(
             ResumeRow(by=r.by, reason=r.reason, attempt=r.attempt) for r in state.resumes
+        ),
+        resizes=tuple(
+            ResizeRow(
+                version=d.version,
+                at=d.at,
+                group_id=d.group_id,
+                num_workers=d.num_workers,
+                previous_workers=d.previous_workers,
+                cause=d.cause,
+                reason=d.reason,
+            )
+            for d in state.scaling_decisions
+        ),
+        preemptions=tuple(
+            PreemptionRow(
+                version=p.version,
+                at=p.at,
+                group_id=p.group_id,
+                nodes=p.nodes,
+                ranks=p.ranks,
+                deadline=p.deadline,
+            )
+            for p in state.preemptions
         ),
     )
