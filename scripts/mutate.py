@@ -104,6 +104,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "wgstore.projections.progress": ("tests/projections/test_progress.py",),
     "wgstore.projections.report_html": ("tests/projections/test_report_html.py",),
     "wgstore.orchestration.run_outcome": ("tests/orchestration/test_run_outcome.py",),
+    "wgstore.orchestration.polling": ("tests/orchestration/test_polling.py",),
 }
 """The pure modules under mutation, each with the test files run against its mutants."""
 

@@ -93,3 +93,29 @@ def test_a_placement_group_never_ready_is_left_pending_for_the_release(
     assert runtime.release_group(group_id) == (f"placement_group:wgstore-{group_id}",)
     if not isinstance(runtime, FakeRuntime):
         assert_nothing_left(group_id)
+
+
+def test_a_release_goes_by_name_and_takes_extra_handles_dead_repeated_or_none(
+    runtime: WorkerGroupRuntime,
+) -> None:
+    """Ray's release kills every extra handle it is given and lets any of those kills fail
+    (``ray.kill(None)`` raises ``ValueError``): the names it found say what was released, and
+    no handle is refused. The fake takes the same handles the same way."""
+    group_id = _group_id()
+    pg = runtime.reserve_placement_group(group_id, [{"CPU": 0.25}] * 2, "PACK", 20.0)
+    sync = runtime.start_sync_actor(group_id, timeout_s=60.0)
+    handles = [w.handle for w in runtime.start_workers(group_id, pg, CONTEXT, timeout_s=60.0)]
+
+    first = runtime.release_group(group_id, extra_handles=[*handles, sync.handle])
+    again = runtime.release_group(group_id, extra_handles=[*handles, *handles, None])
+
+    assert first == (
+        f"actor:wgstore-{group_id}-0",
+        f"actor:wgstore-{group_id}-1",
+        f"actor:wgstore-{group_id}-sync",
+        f"placement_group:wgstore-{group_id}",
+    )
+    assert again == ()
+    assert group_id not in runtime.list_group_resources()
+    if not isinstance(runtime, FakeRuntime):
+        assert_nothing_left(group_id)
