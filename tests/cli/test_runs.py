@@ -282,3 +282,29 @@ def test_orphaned_runs_say_whether_they_can_be_resumed_and_why_not(
     everything = cli("runs", "--url", store_url, env={"COLUMNS": "220"})
     finished = next(line for line in everything.stdout.splitlines() if "│ fin " in line)
     assert finished[column:].split()[0] == "│"  # an ended run: nothing to resume
+
+
+def test_an_elastic_run_shows_its_range_its_sizes_and_why_each_changed(
+    cli: Any, store_url: str
+) -> None:
+    with EventStore.open(store_url) as store:
+        scenarios.elastic_resized(store)
+        catch_up_read_models(store)
+    result = cli("runs", "ela", "--url", store_url)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "2..4 x {CPU=1} (now 4)" in out
+    assert "2 -> 4" in out and "grew" in out and "more resources available" in out
+    detail = json.loads(cli("runs", "ela", "--url", store_url, "--json").stdout)
+    assert (detail["run"]["min_workers"], detail["run"]["current_workers"]) == (2, 4)
+    assert [a["num_workers"] for a in detail["attempts"]] == [2, 4]
+    assert [(r["previous_workers"], r["num_workers"], r["cause"]) for r in detail["resizes"]] == [
+        (None, 2, "initial"),
+        (2, 4, "grew"),
+    ]
+    listing = json.loads(cli("runs", "--url", store_url, "--json").stdout.splitlines()[0])
+    assert (listing["min_workers"], listing["current_workers"], listing["desired_workers"]) == (
+        2,
+        4,
+        4,
+    )
