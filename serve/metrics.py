@@ -224,10 +224,19 @@ def _live_run_families(
         "1 when an unended run has no controller holding a live lease",
         labels=["run_id", "name"],
     )
+    workers = GaugeMetricFamily(
+        "wgstore_run_workers",
+        "Workers of an unended run: 'current' those of the attempt holding resources now, "
+        "'desired' the size its controller last chose (an elastic run's changes)",
+        labels=["run_id", "name", "size"],
+    )
     requested = {g.group_id: g.requested_at for g in groups}
     for run in live:
         labels = [run.run_id, run.name or ""]
         orphaned.add_metric(labels, 1 if run.orphaned else 0)
+        workers.add_metric([*labels, "current"], run.current_workers or 0)
+        if run.desired_workers is not None:
+            workers.add_metric([*labels, "desired"], run.desired_workers)
         group_id = run.current_group_id
         if run.status != RunStatus.RUNNING.value or not group_id:
             continue
@@ -236,6 +245,7 @@ def _live_run_families(
             age.add_metric(labels, max(0.0, (now - last).total_seconds()))
     yield age
     yield orphaned
+    yield workers
 
 
 def _workers_from_read_models(

@@ -181,29 +181,56 @@ if (typeof document === "undefined") {
     });
     return el("figure", {}, el("figcaption", {}, name), plot, legend);
   }
+  // The run's size over time: each attempt's workers from its request to the next one's (an
+  // elastic run's resizes and restarts at what fits), a step line.
+  function sizeChart(attempts, end) {
+    const steps = attempts.filter((a) => a.requested_at && a.num_workers !== null && a.num_workers !== undefined)
+      .map((a) => [Date.parse(a.requested_at), a.num_workers]);
+    if (!steps.length) return null;
+    const W = 600, H = 120, L = 48, R = 8, T = 8, B = 22;
+    const t1 = Math.max(end, steps[steps.length - 1][0] + 1), t0 = steps[0][0];
+    const y1 = Math.max(...steps.map((p) => p[1]));
+    const X = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - R), Y = (y) => T + (1 - y / y1) * (H - T - B);
+    let d = "";
+    steps.forEach(([t, n], i) => {
+      const next = i + 1 < steps.length ? steps[i + 1][0] : t1;
+      d += (i ? "L" : "M") + X(t).toFixed(1) + " " + Y(n).toFixed(1) + " L" + X(next).toFixed(1) + " " + Y(n).toFixed(1) + " ";
+    });
+    const plot = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "data-metric": "workers", "data-points": steps.length, "data-sizes": steps.map((p) => p[1]).join(",") });
+    plot.append(svg("rect", { x: L, y: T, width: W - L - R, height: H - T - B, fill: "none", stroke: "#8886" }));
+    plot.append(svg("text", { x: L - 4, y: T + 8, "text-anchor": "end" }, y1));
+    plot.append(svg("text", { x: L - 4, y: H - B, "text-anchor": "end" }, 0));
+    plot.append(svg("text", { x: L, y: H - 6 }, when(new Date(t0).toISOString())));
+    plot.append(svg("path", { d: d.trim(), fill: "none", stroke: COLORS[0], "stroke-width": 2.5 }, svg("title", {}, "workers per attempt")));
+    return el("figure", {}, el("figcaption", {}, "workers"), plot);
+  }
   async function drawRun() {
     const d = await api("/api/runs/" + encodeURIComponent(ident) + seen());
     watching = ["run:" + d.run.run_id, ...d.attempts.map((a) => "group:" + a.group_id)];
     const r = d.run;
     const out = [el("h1", {}, "Run ", r.run_id, r.name ? el("span", { class: "dim" }, " (" + r.name + ")") : null)];
     out.push(facts([["state", state(r.status, r.controller_state)], ["source", r.source], ["train_fn", r.train_fn],
-      ["workers", r.num_workers === null ? "" : r.num_workers + " × " + JSON.stringify(r.resources_per_worker || {})],
+      ["workers", r.num_workers === null ? "" : (r.min_workers !== null && r.min_workers !== undefined ? r.min_workers + ".." : "") + r.num_workers + " × " + JSON.stringify(r.resources_per_worker || {}) + (r.min_workers !== null && r.min_workers !== undefined ? " (now " + (r.current_workers || 0) + (r.desired_workers !== null && r.desired_workers !== r.current_workers ? ", wanted " + r.desired_workers : "") + ")" : "")],
       ["failures", budget(r.worker_group_failures, r.max_failures) + " (worker group failures used / max_failures)"],
       ["attempts", r.attempts], ["checkpoint", r.latest_checkpoint ? r.latest_checkpoint + " (committed by every rank" + (r.checkpoint_committed_at ? ", " + when(r.checkpoint_committed_at) : "") + ")" : ""],
       ["reported", r.latest_reported_checkpoint && r.latest_reported_checkpoint !== r.latest_checkpoint ? r.latest_reported_checkpoint + " (the latest some ranks reported; not committed)" : ""], ["started", when(r.created_at)], ["ended", when(r.ended_at)],
       ["duration", seconds(d.duration_s)], ["driver", r.orphaned ? el("span", { class: "bad" }, "ORPHANED: no controller holds a live lease") : r.lease_holder ? r.lease_holder + " until " + when(r.lease_expires_at) : ""],
       ["error", r.error ? [el("span", { class: "bad error-text" }, d.error_text), el("details", {}, el("summary", {}, "the run's whole error"), el("pre", {}, r.error))] : ""], ["aborted", r.abort_reason]]));
     const names = Object.keys(d.metrics);
-    out.push(el("h2", {}, "Metrics"), names.length ? el("div", { class: "charts" }, names.map((n) => chart(n, d.metrics[n]))) : el("p", { class: "dim" }, "no numeric metrics reported yet"));
+    const sizes = d.resizes.length ? sizeChart(d.attempts, r.ended_at ? Date.parse(r.ended_at) : Date.now()) : null;
+    const charts = [...(sizes ? [sizes] : []), ...names.map((n) => chart(n, d.metrics[n]))];
+    out.push(el("h2", {}, "Metrics"), charts.length ? el("div", { class: "charts" }, charts) : el("p", { class: "dim" }, "no numeric metrics reported yet"));
     out.push(el("h2", {}, "Latest metrics per rank"), d.latest.length ? table(["attempt", "rank", "status", "reports", "latest metrics", "error"],
       d.latest.map((w) => [w.attempt, w.rank, state(w.status), el("td", { class: "num" }, w.reports), el("span", { class: "mono" }, metricsText(w.metrics)), el("span", { class: "bad" }, w.error)])) : el("p", { class: "dim" }, "no workers yet"));
-    out.push(el("h2", {}, "Attempts"), d.attempts.length ? table(["#", "group", "try", "status", "requested", "checkpoint", "failure", "decision"],
-      d.attempts.map((a) => [a.number, link("/groups/", a.group_id, short(a.group_id)), a.attempt ?? "", state(a.status || "NO EVENTS", a.outcome), when(a.requested_at), a.latest_checkpoint || "",
+    out.push(el("h2", {}, "Attempts"), d.attempts.length ? table(["#", "group", "try", "workers", "status", "requested", "checkpoint", "failure", "decision"],
+      d.attempts.map((a) => [a.number, link("/groups/", a.group_id, short(a.group_id)), a.attempt ?? "", el("td", { class: "num" }, a.num_workers ?? ""), state(a.status || "NO EVENTS", a.outcome), when(a.requested_at), a.latest_checkpoint || "",
         el("span", { class: "bad" }, a.error || ""), a.decisions.map((x) => x.decision + " " + x.failure_kind + " " + budget(x.failures_so_far, x.limit) + (x.reason ? ": " + x.reason : "")).join("; ")])) : el("p", { class: "dim" }, "no attempts yet"));
     const timeline = [
       ...d.transitions.map((t) => [t.at, "state", t.from_state + " → " + t.to_state, t.reason || "", t.group_id]),
       ...d.decisions.map((x) => [x.at, "decision", x.decision + " " + x.failure_kind + " " + budget(x.failures_so_far, x.limit), x.reason || "", x.group_id]),
       ...d.controllers.map((c) => [c.at, c.resumed ? "resumed" : "controller", c.controller_id, c.host + " pid " + c.pid, null]),
+      ...d.resizes.map((z) => [z.at, "size", (z.previous_workers === null ? "" : z.previous_workers + " → ") + z.num_workers + " (" + z.cause + ")", z.reason, z.group_id]),
+      ...d.preemptions.map((p) => [p.at, "preemption", "node " + Object.keys(p.nodes).join(", ") + " going, ranks " + p.ranks.join(", "), p.deadline ? "deadline " + when(p.deadline) : "no deadline given", p.group_id]),
     ].sort((a, b) => String(a[0]).localeCompare(String(b[0])));
     out.push(el("h2", {}, "Timeline"), table(["time", "what", "", "reason", "group"], timeline.map((t) => [when(t[0]), t[1], t[2], t[3], t[4] ? link("/groups/", t[4], short(t[4])) : ""])));
     out.push(el("p", {}, el("a", { href: "/log?run=" + encodeURIComponent(r.run_id) }, "this run's events")));

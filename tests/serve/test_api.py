@@ -368,7 +368,7 @@ def test_metrics_read_from_the_read_models_agree_with_the_log_folded(
     projected = _metrics(client.get("/metrics").text)
     assert projected[("wgstore_read_models_lag_events", ())] == 0
     assert projected[("wgstore_read_models_lag_seconds", ())] == 0
-    for name in ("wgstore_workers", "wgstore_runs", "wgstore_run_orphaned"):
+    for name in ("wgstore_workers", "wgstore_runs", "wgstore_run_orphaned", "wgstore_run_workers"):
         assert {k: v for k, v in projected.items() if k[0] == name} == {
             k: v for k, v in folded.items() if k[0] == name
         }, name
@@ -388,3 +388,25 @@ def test_on_loopback_only_loopback_host_names_are_answered(filled: Any) -> None:
         refused = client.get("/api/runs")
         assert refused.status_code == 400
         assert refused.text == "Invalid host header"
+
+
+def test_an_elastic_runs_current_and_desired_workers_are_metrics(client: Any, writer: Any) -> None:
+    """Issue 40: the size of each live run, now and as its controller last chose it, from the
+    read models and from the log folded alike."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
+    import run_scenarios
+
+    run_scenarios.elastic_resized(writer)
+    folded = _metrics(client.get("/metrics").text)
+    catch_up_read_models(writer)
+    projected = _metrics(client.get("/metrics").text)
+    for samples in (folded, projected):
+        sizes = {
+            dict(labels)["size"]: value
+            for (name, labels), value in samples.items()
+            if name == "wgstore_run_workers" and dict(labels)["run_id"] == "ela"
+        }
+        assert sizes == {"current": 4, "desired": 4}

@@ -427,3 +427,25 @@ def test_a_resumed_runs_chart_draws_each_attempt_where_it_reported(
         assert second[0] - first[-1] == pytest.approx(gap, abs=0.1)
     assert axis == ("step" if with_step else "report")
     assert page.locator("svg[data-metric='loss'] text", has_text=f"{axis} ").count() == 2
+
+
+def test_an_elastic_runs_page_draws_its_size_over_time(
+    page: Any, writer: Any, store_url: str
+) -> None:
+    """Issue 40: a step line of the workers of each attempt beside the metrics, the sizes in
+    the attempts table and every resize, with its reason, in the timeline."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
+    import run_scenarios
+
+    run_scenarios.elastic_resized(writer)
+    with live_server(create_app(store_url, follower_wait_s=0.5)) as base:
+        page.goto(base + "/runs/ela")
+        chart = page.wait_for_selector("svg[data-metric='workers']", timeout=WAIT_MS)
+        assert chart.get_attribute("data-sizes") == "2,4"
+        path = chart.query_selector("path").get_attribute("d")
+        assert path.count("L") == 3  # two steps: up, along, along
+        text = page.inner_text("body")
+        assert "2..4 \N{MULTIPLICATION SIGN} " in text and "(now 4)" in text
+        assert "2 → 4 (grew)" in text and "more resources available" in text
