@@ -192,6 +192,8 @@ def _run_facts(run: RunInfo) -> str:
     ]
     if run.train_fn:
         facts.append(_fact("train_fn", f"<code>{esc(run.train_fn)}</code>"))
+    if run.num_workers is not None:
+        facts.append(_fact("workers", esc(_workers_text(run))))
     if run.ended_at:
         facts.append(_fact("ended", esc(format_time(run.ended_at))))
     if run.abort_reason:
@@ -201,10 +203,18 @@ def _run_facts(run: RunInfo) -> str:
     return "".join(facts)
 
 
+def _workers_text(run: RunInfo) -> str:
+    """``4``, or an elastic run's ``2..4 (now 3)``."""
+    if run.min_workers is None:
+        return str(run.num_workers)
+    return f"{run.min_workers}..{run.num_workers} (now {run.current_workers or 0})"
+
+
 def _attempt_rows(data: Mapping[str, Any]) -> str:
     esc = html.escape
     return "".join(
         f"<tr class=attempt-row><td>{a['number']}</td><td><code>{esc(a['group_id'])}</code></td>"
+        f"<td>{'' if a.get('num_workers') is None else a['num_workers']}</td>"
         f"<td>{_badge(a['status'] or 'NO EVENTS')} {_badge(a['outcome'])}</td>"
         f"<td>{_checkpoint_of(a)}</td>"
         f"<td>{esc(a['error'] or '')}</td>"

@@ -546,6 +546,7 @@ def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
             "number": attempt.number,
             "group_id": attempt.group_id,
             "label": f"attempt {attempt.number}",
+            "num_workers": attempt.num_workers,
             "status": attempt.status,
             "outcome": attempt.outcome,
             "error": attempt.error,

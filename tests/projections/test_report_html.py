@@ -322,3 +322,10 @@ def test_a_ray_train_run_error_is_the_users_error_with_rays_wrapper_below() -> N
         '<div class="error-box"><b>run errored:</b> rank 0: ValueError: bad batch<details>'
     )
     assert "<pre>WorkerGroupError: Training failed due to worker errors:\nTraceback" in errors
+
+
+def test_a_run_page_states_an_elastic_runs_range_and_each_attempts_workers() -> None:
+    parts = run_page_parts(run_data(num_workers=4, min_workers=2, current_workers=3))
+    assert dict(facts_of(parts["facts"]))["workers"] == "2..4 (now 3)"
+    fixed = run_page_parts(run_data(num_workers=4))
+    assert dict(facts_of(fixed["facts"]))["workers"] == "4"
