@@ -37,7 +37,13 @@ if TYPE_CHECKING:
     from wgstore.orchestration.fake_runtime import FakeRuntime
     from wgstore.orchestration.ray_runtime import RayRuntime
     from wgstore.orchestration.runtime import WorkerGroupRuntime
-    from wgstore.orchestration.train_context import TrainContext, get_context, on_shutdown, report
+    from wgstore.orchestration.train_context import (
+        TrainContext,
+        get_context,
+        on_shutdown,
+        preemption_notice,
+        report,
+    )
     from wgstore.orchestration.training import RunResult, resume_run, run_training, start_run
     from wgstore.orchestration.worker_group import ActiveWorkerGroup, WorkerGroup
 
@@ -68,6 +74,7 @@ __all__ = [
     "derive_commands",
     "get_context",
     "on_shutdown",
+    "preemption_notice",
     "report",
     "resume_run",
     "run_executor",
@@ -88,6 +95,7 @@ _LAZY = {
     "TrainContext": "wgstore.orchestration.train_context",
     "get_context": "wgstore.orchestration.train_context",
     "report": "wgstore.orchestration.train_context",
+    "preemption_notice": "wgstore.orchestration.train_context",
     "on_shutdown": "wgstore.orchestration.train_context",
     "OrchestrationError": "wgstore.orchestration.errors",
     "ReportNotStoredError": "wgstore.orchestration.errors",

@@ -7,7 +7,8 @@ that fit with :func:`~wgstore.orchestration.scaling.workers_that_fit`, counting 
 the run's own group's placement group holds on each node as the run's (a resize restarts that
 group, so they are free for the next one). Ray's resource view shows a released placement group
 about 0.1 s after its removal: a look right after the run's group was released, that finds
-fewer workers fitting though none of its nodes went, reads again for up to a second. Ray Train asks its ``AutoscalingCoordinator`` (a Ray Data
+fewer workers fitting than the group had on the nodes still there, reads again for up to a
+second. Ray Train asks its ``AutoscalingCoordinator`` (a Ray Data
 actor whose reservations move on a 20 s tick); reading the GCS directly sees a node the moment
 it joins.
 
@@ -97,8 +98,8 @@ class RayClusterProbe:
 
 
 def _release_may_lag(group: WorkerGroupState | None, fits: int, nodes_left: set[str]) -> bool:
-    """True when the run's group was just released and fewer workers fit than it had though
-    every node it ran on is still there: Ray's resource view may not show the release yet."""
-    if group is None or not group.status.is_terminal or fits >= group.context.num_workers:
+    """True when the run's group was just released and fewer workers fit than it had on the
+    nodes still there (alive, not going): Ray's resource view may not show the release yet."""
+    if group is None or not group.status.is_terminal:
         return False
-    return bool(group.workers) and {w.node_id for w in group.workers} <= nodes_left
+    return fits < sum(1 for worker in group.workers if worker.node_id in nodes_left)

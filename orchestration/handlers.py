@@ -225,6 +225,7 @@ def start_worker_group(command: StartWorkerGroup, ex: HandlerServices) -> None:
                 local_world_size=info.local_world_size,
                 config=dict(context.train_fn_config),
                 resume_checkpoint=context.resume_checkpoint,
+                run_id=state.run_id,
             )
             for info in infos
         ]

@@ -109,6 +109,7 @@ class ReportWriter:
         self.retry_s = retry_s
         self._hmac_key = hmac_key
         self._store: Any = None
+        self._run_seen = 0  # the run stream's version read so far (preemption)
         self._open_error: BaseException | None = None
         self._opened = threading.Event()
         threading.Thread(target=self._open, name="wgstore-report-store", daemon=True).start()
@@ -164,6 +165,30 @@ class ReportWriter:
                 f"worker {self.world_rank} of group {self.group_id} cannot open the store its "
                 f"reports go to: {type(self._open_error).__name__}: {self._open_error}"
             ) from self._open_error
+
+    def preemption(self, run_id: str) -> Any:
+        """The latest ``PreemptionNoticed`` of this group in run ``run_id``'s stream, or
+        ``None``; the stream is read from where the last call left off. A store that cannot be
+        read now is ``None`` (the next call reads again)."""
+        self._opened.wait()  # before any import (see wait_ready)
+        if self._store is None:
+            return None
+        from wgstore.events.run import PreemptionNoticed
+        from wgstore.events.streams import run_stream
+
+        try:
+            records = list(
+                self._store.read_stream(run_stream(run_id), from_version=self._run_seen + 1)
+            )
+        except Exception:  # noqa: BLE001 - a notice read later is as good
+            return None
+        notice = None
+        for record in records:
+            self._run_seen = record.version
+            event = record.event
+            if isinstance(event, PreemptionNoticed) and event.group_id == self.group_id:
+                notice = event
+        return notice
 
     def append(self, index: int, metrics: Mapping[str, Any], checkpoint: str | None) -> None:
         """Store report ``index``; returns once it is in the log.

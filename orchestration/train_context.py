@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
+    "PREEMPTION_LOOK_S",
     "ReportSink",
     "TrainContext",
     "WorkerSession",
     "get_context",
     "on_shutdown",
+    "preemption_notice",
     "report",
 ]
+
+PREEMPTION_LOOK_S = 1.0
+"""A worker reads its run's log for a preemption notice at most this often."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +48,8 @@ class TrainContext:
     local_world_size: int
     config: Mapping[str, Any] = field(default_factory=dict)
     resume_checkpoint: str | None = None
+    run_id: str | None = None
+    """The run the group is an attempt of (``None``: a group on its own)."""
 
     @property
     def checkpoint(self) -> str | None:
@@ -56,6 +64,10 @@ class ReportSink(Protocol):
 
     def append(self, index: int, metrics: Mapping[str, Any], checkpoint: str | None) -> None:
         """Store one report or raise."""
+
+    def preemption(self, run_id: str) -> Any:
+        """The latest ``PreemptionNoticed`` of this worker's group in run ``run_id``'s log,
+        or ``None``."""
 
 
 class WorkerSession:
@@ -78,6 +90,9 @@ class WorkerSession:
         self._next_index = 0
         self._lock = threading.Lock()
         self._shutdown_hooks: list[Callable[[], object]] = []
+        self._preemption: Any = None
+        self._preemption_read_at = float("-inf")
+        self._preemption_lock = threading.Lock()
 
     def add_shutdown_hook(self, hook: Callable[[], object]) -> None:
         """Run ``hook`` when the group shuts down (see :func:`on_shutdown`)."""
@@ -121,6 +136,19 @@ class WorkerSession:
             if checkpoint is not None and self._checkpoint_guard is not None:
                 self._checkpoint_guard(index, checkpoint)  # raises: the report is refused
             self._sink.append(index, clean, checkpoint)
+
+    def preemption(self) -> Any:
+        """The group's preemption notice, if its run's controller recorded one (the log read
+        at most every :data:`PREEMPTION_LOOK_S`); ``None`` for a group on its own."""
+        run_id = self.context.run_id
+        if run_id is None:
+            return None
+        with self._preemption_lock:  # not the reports' lock: a read never holds up a report
+            now = time.monotonic()
+            if self._preemption is None and now - self._preemption_read_at >= PREEMPTION_LOOK_S:
+                self._preemption_read_at = now
+                self._preemption = self._sink.preemption(run_id)
+            return self._preemption
 
 
 _session: WorkerSession | None = None
@@ -169,6 +197,22 @@ def report(metrics: Mapping[str, Any], checkpoint: str | None = None) -> None:
             30 s) or refused the report; the report is not in the log.
     """
     _current_session().report(metrics, checkpoint)
+
+
+def preemption_notice() -> Any:
+    """Whether a node under this worker's group announced its preemption: the
+    :class:`~wgstore.events.run.PreemptionNoticed` its run's controller recorded (``nodes``,
+    ``ranks``, ``deadline``), or ``None``.
+
+    An elastic run (``ScalingConfig(min_workers=...)``) waits until the deadline before it
+    restarts without the nodes, from the committed checkpoint: a train function that reads this
+    now and then can report a checkpoint as soon as a notice comes (Ray Train's
+    ``get_preemption_info()``). Cheap to call every step: the log is read at most once a second.
+
+    Raises:
+        NotInWorkerError: called outside a train function run by wgstore.
+    """
+    return _current_session().preemption()
 
 
 def on_shutdown(hook: Callable[[], object]) -> None:

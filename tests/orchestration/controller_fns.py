@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wgstore.orchestration import get_context, report
+from wgstore.orchestration import get_context, preemption_notice, report
 
 
 def resumable_fn(config: dict[str, Any]) -> dict[str, Any]:
@@ -91,15 +91,22 @@ def _wait_for_the_others(ctx: Any, folder: Path, step: int) -> None:
 def elastic_fn(config: dict[str, Any]) -> dict[str, Any]:
     """Steps from the checkpoint it resumes from, a checkpoint every step, every
     ``step_sleep_s``, until the file ``stop`` exists and this attempt reported twice (the
-    elastic tests stop it once the cluster did what they wanted)."""
+    elastic tests stop it once the cluster did what they wanted); each report says whether the
+    group had a preemption notice (``preemption_notice()``)."""
     ctx = get_context()
     resumed = ctx.checkpoint
     step = int(resumed.rsplit("step", 1)[1]) if resumed else 0
     reports = 0
     while not (Path(config["stop"]).exists() and reports >= 2):
         step += 1
+        notice = preemption_notice()  # a node going: say so in the report it checkpoints
         report(
-            {"step": step, "world_size": ctx.world_size, "resumed_from": resumed},
+            {
+                "step": step,
+                "world_size": ctx.world_size,
+                "resumed_from": resumed,
+                "preemption_seen": notice is not None,
+            },
             checkpoint=f"memory://ckpt/step{step}",
         )
         reports += 1

@@ -106,6 +106,9 @@ def test_a_preempted_node_is_waited_out_and_the_run_restarts_without_it(cluster:
     assert ("RUNNING", "PREEMPTING") in moves and ("PREEMPTING", "RESTARTING") in moves
     preemption = [d for d in run.decisions if d.failure_kind == "preemption"]
     assert [(d.decision, d.failures_so_far, d.limit) for d in preemption] == [("RETRY", 1, 1)]
+    # the train function saw the notice during its grace window and checkpointed with it
+    seen = [m for m in groups[1].latest_metrics.values() if m.get("preemption_seen")]
+    assert seen, groups[1].latest_metrics
     after = groups[2]
     assert n3 not in {w.node_id for w in after.workers}
     sized = run.decision_for(after.group_id)
@@ -133,9 +136,10 @@ def test_a_node_lost_restarts_the_run_at_the_size_that_fits_now(cluster: Cluster
 def test_fewer_than_min_waits_then_errors_naming_the_shortfall(cluster: Cluster) -> None:
     run, groups = cluster.read("short")
     assert run.status.value == "ERRORED" and groups == []
-    assert run.deferred is not None and run.deferred.num_workers_fit == 1
+    # the head's CPU, perhaps not yet free of the run before; n3 is draining: none counts
+    assert run.deferred is not None and run.deferred.num_workers_fit in (0, 1)
     assert run.error is not None and run.error.type == "InsufficientClusterResourcesError"
-    assert "1 of the run's 3..4 workers fit" in run.error.message
-    assert cluster.result["short_error"].startswith(
-        "InsufficientClusterResourcesError('run short never started"
-    )
+    assert "of the run's 3..4 workers fit (CPU=1 each); min_workers is 3" in run.error.message
+    short_error = cluster.result["short_error"]
+    assert short_error.startswith("InsufficientClusterResourcesError(")
+    assert "run short never started: waited 3 s" in short_error
