@@ -99,6 +99,12 @@ def verify_command(
                 console.print(f"[green]ok[/]  the log extends the digest {against.strip()}")
             if key or store.has_hmac_key:
                 console.print("[green]ok[/]  every event's MAC matches the key")
+        if report.untyped_macs:
+            console.print(
+                f"[yellow]note[/] {report.untyped_macs} event(s) carry the MAC of wgstore before "
+                "2026-12-07: it covers every field, but numbers by value alone, so it does not "
+                "tell an integer from an equal float (3 from 3.0) (docs/verify.md, K6)"
+            )
         if report.legacy_macs:
             console.print(
                 f"[yellow]note[/] {report.legacy_macs} event(s) carry the MAC of an older wgstore: "

@@ -47,7 +47,7 @@ MIGRATION_LOCK_CLASS = 7263524
 """PostgreSQL: the first key of the advisory lock an upgrade holds; the second is the schema's
 ``hashtext``, so one store's migrators queue while stores in other schemas migrate at once."""
 
-HEAD_REVISION = "0011_report_points"
+HEAD_REVISION = "0012_handed_out_positions"
 """The newest revision in ``versions/``; a new migration updates it (a test checks the two agree)."""
 
 

@@ -138,3 +138,22 @@ def test_verify_says_how_many_events_carry_an_older_weaker_mac(cli: Any, store_u
         "note 6 event(s) carry the MAC of an older wgstore: it covers their content, not their "
         "time, version or position (docs/verify.md)"
     ) in result.stdout
+
+
+def test_verify_says_how_many_events_carry_a_mac_that_compares_numbers_by_value(
+    cli: Any, store_url: str
+) -> None:
+    from tests.events.test_tamper import KEY as WRITER_KEY
+    from tests.events.test_tamper_mac import _untyped_macs
+
+    with EventStore.open(store_url, hmac_key=WRITER_KEY) as store:
+        _fill(store)
+        _tamper(store, _untyped_macs(store), _rehash(store))  # as wgstore wrote them until 12-07
+    result = cli("verify", "--url", store_url, "--key", WRITER_KEY.decode())
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "ok  every event's MAC matches the key" in result.stdout
+    assert (
+        "note 6 event(s) carry the MAC of wgstore before 2026-12-07: it covers every field, but "
+        "numbers by value alone, so it does not tell an integer from an equal float (3 from 3.0) "
+        "(docs/verify.md, K6)"
+    ) in result.stdout
