@@ -23,11 +23,11 @@ it all.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import sqlalchemy as sa
 
@@ -93,7 +93,10 @@ def check_folds(store: EventStore, stream_id: str | None = None) -> FoldCheck:
     folded = decoded = 0
     for sid in streams:
         try:
-            with closing(store.read_stream(sid)) as records:
+            # read_stream is a generator: closed at once when a read stops early (on Postgres
+            # it holds a pooled connection until its page is read)
+            records = cast("Generator[RecordedEvent, None, None]", store.read_stream(sid))
+            with closing(records):
                 kind = _read(sid, records)
         except ProjectionError as error:
             unreadable.append(_refused(error))
