@@ -302,17 +302,11 @@ def canonical_bytes(
 
     Raises:
         DuplicateKeyError: an object names a key twice (with ``check_duplicates``).
-        ValueError: ``text`` is not JSON.
+        ValueError: ``text`` is not JSON (either parser's error is a ValueError).
     """
-    decode = _decoders[typed, check_duplicates]
-    if not check_duplicates:
-        try:
-            return _canonical_encoder.encode(decode(text))
-        except msgspec.DecodeError as error:
-            raise ValueError(str(error)) from None
-    if isinstance(text, bytes):
-        text = text.decode()
-    return _canonical_encoder.encode(decode(text))
+    if check_duplicates and isinstance(text, bytes):
+        text = text.decode()  # the standard library's parser reads text only
+    return _canonical_encoder.encode(_decoders[typed, check_duplicates](text))
 
 
 # Metadata repeats (one text per writing process): its canonical bytes are kept, not recomputed.
@@ -407,7 +401,7 @@ def _snapshot_message(
     event_hash: str,
     state: bytes,
     *,
-    check_duplicates: bool = True,
+    check_duplicates: bool,
     form: int = _SNAPSHOT_FORM,
 ) -> bytes:
     domain, typed = _SNAPSHOT_FORMS[form]

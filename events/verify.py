@@ -313,9 +313,9 @@ class _Checker:
             return
         self.odd_ids.append((position, read_as))
         self.problems.append(
-            f"{where} has its event id stored as {event_id!r}, not as writers store it "
-            f"({read_as}, lower-case): readers read it as {read_as}, and the unique constraint "
-            "compares the text, so it was inserted behind the writers' back"
+            f"{where} has its event id stored as {event_id!r}, not in the lower-case form "
+            f"writers store: readers read it as {read_as}, which the unique constraint (it "
+            "compares the text) does not see, so it was inserted behind the writers' back"
         )
 
     def _check_mac(self, where: str, fields: tuple[Any, ...], mac: str | None) -> None:

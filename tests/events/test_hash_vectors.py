@@ -209,10 +209,15 @@ def test_both_parsers_give_the_same_canonical_bytes(text: str) -> None:
     assert canonical_bytes(text) == canonical_bytes(text, check_duplicates=False)
 
 
-@pytest.mark.parametrize("text", ['{"a":1,"a":2}', '{"x":[{"k":1,"k":1}]}'])
-def test_canonical_bytes_refuse_a_duplicated_key(text: str) -> None:
-    with pytest.raises(DuplicateKeyError, match="appears twice"):
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [('{"a":1,"a":2}', "a"), ('{"x":[{"k":1,"k":1}]}', "k"), ('{"x":0,"y":1,"y":2}', "y")],
+)
+def test_canonical_bytes_refuse_a_duplicated_key(text: str, key: str) -> None:
+    with pytest.raises(DuplicateKeyError, match=f"^the key '{key}' appears twice in one object$"):
         canonical_bytes(text)
+    with pytest.raises(DuplicateKeyError):
+        canonical_bytes(text.encode(), typed=True)
     with pytest.raises(DuplicateKeyError):
         event_mac(b"k", 1, "s", 1, "e", "T", 1, 0, text, "{}")
 
@@ -327,6 +332,7 @@ def test_a_snapshot_whose_state_names_a_key_twice_is_not_used() -> None:
 
 
 def test_a_snapshot_row_that_is_not_sealed_or_has_no_event_is_not_used() -> None:
+    assert NOT_SEALED == "is not a sealed snapshot (written by an older wgstore, or changed)"
     assert open_snapshot(None, "n", "s", 3, "schema", "h" * 64, '{"a":1}') == (None, NOT_SEALED)
     assert open_snapshot(None, "n", "s", 3, "schema", None, _sealed("{}")) == (
         None,
@@ -344,6 +350,29 @@ _FORM_1_SEAL = (
 
 def _open(sealed: str, key: bytes | None = b"k") -> tuple[bytes | None, str]:
     return open_snapshot(key, "n", "s", 3, "schema", "h" * 64, sealed)
+
+
+# The seal this code writes (form 2) of that state, with the key b"k" and without one: a
+# changed value here means every sealed snapshot is refused (readers fold the log instead).
+_FORM_2_SEAL = (
+    '{"form":2,"mac":"m2:DRrbfepKzwiz0oln7twfKo7d15qziwXwn-lKP0CjVuI","seal":"e48ce1c87d0f7d58c88'
+    '2e9ea40bbe7212d811df7fb1afc90d3d77d469899c074","state":{"a":3,"b":[2.0]}}'
+)
+
+
+def test_a_snapshot_is_sealed_as_pinned_with_and_without_the_key() -> None:
+    assert _sealed('{"a":3,"b":[2.0]}') == _FORM_2_SEAL
+    keyless = seal_snapshot(None, "n", "s", 3, "schema", "h" * 64, '{"a":3,"b":[2.0]}')
+    assert keyless == _FORM_2_SEAL.replace(
+        '"m2:DRrbfepKzwiz0oln7twfKo7d15qziwXwn-lKP0CjVuI"', "null"
+    )
+    assert _open(keyless, None) == (b'{"a":3,"b":[2.0]}', "")
+    assert _open(keyless) == (None, "does not match its MAC (or was not written with this key)")
+
+
+def test_a_state_that_names_a_key_twice_is_not_sealed() -> None:
+    with pytest.raises(DuplicateKeyError, match="the key 'a' appears twice"):
+        _sealed('{"a":1,"a":2}')
 
 
 def test_a_snapshot_seal_tells_an_integer_from_an_equal_float() -> None:
