@@ -135,6 +135,28 @@ def test_a_forged_event_below_position_1_is_named_with_the_key_and_against_a_dig
         assert _problems_naming(report, where, "a position no writer hands out")
 
 
+def test_a_forged_event_in_a_gap_of_positions_is_named_by_verify(store_url: str) -> None:
+    """Postgres leaves a gap where an append that took a position rolled back; the trigger
+    does not refuse a plain INSERT there (a query per row would), verify names it: the log
+    chain breaks at the row after it, and the row has no MAC."""
+    with EventStore.open(store_url, hmac_key=KEY) as store:
+        if not store.is_postgres:
+            pytest.skip("SQLite has no gaps: test_a_row_inserted_ahead_of_the_log_is_refused")
+        _fill(store)
+        with store.engine.begin() as connection:  # what a rolled-back append leaves behind
+            gap = connection.exec_driver_sql(
+                "SELECT nextval(pg_get_serial_sequence('wg_events', 'position'))"
+            ).scalar_one()
+        store.append("s-3", [_event("after the gap")])
+        _insert(store, _forged_event(store, gap, stream="s-2"))  # the trigger lets it in
+        assert _reasons(store, "s-2") == ["x", "y", "forged"]
+        keyed = store.verify()
+    assert _problems_naming(keyed, f"position {gap} ", "has no MAC")
+    with EventStore.open(store_url) as keyless:
+        report = keyless.verify()
+    assert _problems_naming(report, f"position {gap + 1} ", "breaks the log chain")
+
+
 def test_against_the_digest_of_an_empty_log_a_row_below_position_1_is_named(
     store: EventStore,
 ) -> None:
