@@ -12,10 +12,12 @@ hyphens) passed SQLite's unique constraint, which compares text, while every rea
 to the UUID already stored. A trigger now refuses, for each new row:
 
 - SQLite: a position other than the log's last plus one (the writer computes exactly that under
-  its write lock, so positions stay gapless), and an ``event_id`` that is not a UUID in the
-  lower-case, hyphenated form writers store (``str(uuid.UUID)``). ``INSERT OR REPLACE`` is
-  refused with it (its position is the existing row's): the delete trigger, which REPLACE does
-  not fire, is no longer the only guard.
+  its write lock, so positions stay gapless), an ``event_id`` that is not a UUID in the
+  lower-case, hyphenated form writers store (``str(uuid.UUID)``), and a row whose id, or stream
+  and version, is already stored. The unique constraints refuse those too, except to
+  ``INSERT OR REPLACE``, which deletes the stored row to make room without firing the delete
+  trigger (SQLite fires delete triggers for REPLACE only with ``recursive_triggers`` on): a
+  plain INSERT could delete history.
 - PostgreSQL: a position below 1 or beyond the last value the ``position`` sequence handed out
   (``wg_append`` and the keyed append take their positions from it under the table lock): no row
   ahead of the log, none at 0 or below. ``uuid`` already keeps one form of each id. A row put in
@@ -45,23 +47,35 @@ POSITION_MESSAGE = (
     "wg_events positions are handed out by the log: a new event goes right after the last "
     "one. Append through wgstore (EventStore.append)."
 )
+# The store reads "event_id" in SQLite's error as a duplicate id (DuplicateEventError, as the
+# unique constraint's "UNIQUE constraint failed: wg_events.event_id"): only STORED_MESSAGE names it.
 ID_MESSAGE = (
-    "wg_events.event_id must be a UUID in lower-case hyphenated form, as str(uuid.UUID) "
-    "writes it: other forms read as the same id as a stored one."
+    "wg_events ids are UUIDs in lower-case hyphenated form, as str(uuid.UUID) writes them: "
+    "another form reads as the same id as a stored one."
+)
+STORED_MESSAGE = (
+    "wg_events already holds this event_id, or this version of the stream: each event is "
+    "stored once (INSERT OR REPLACE would delete the stored one)."
 )
 # 8-4-4-4-12 lower-case hex digits: the form writers store (uuid7() and str(uuid.UUID) alike).
 _ID_GLOB = "-".join("[0-9a-f]" * n for n in (8, 4, 4, 4, 12))
 _SQLITE_BAD_POSITION = "NEW.position IS NOT (SELECT coalesce(max(position), 0) + 1 FROM wg_events)"
 _SQLITE_BAD_ID = f"NEW.event_id NOT GLOB '{_ID_GLOB}'"
+_SQLITE_STORED = (
+    "EXISTS (SELECT 1 FROM wg_events WHERE event_id = NEW.event_id) OR EXISTS (SELECT 1 FROM "
+    "wg_events WHERE stream_id = NEW.stream_id AND stream_version = NEW.stream_version)"
+)
 
-# One trigger, one WHEN: the common row pays for one evaluation of both conditions; the body
-# (which says which one failed) runs only for a refused row.
+# One trigger, one WHEN: the common row pays for one evaluation of the conditions (a probe of
+# the position's index and one of each unique index); the body, which says which one failed,
+# runs only for a refused row.
 SQLITE_TRIGGER = f"""
 CREATE TRIGGER {TRIGGER} BEFORE INSERT ON wg_events
-WHEN {_SQLITE_BAD_POSITION} OR {_SQLITE_BAD_ID}
+WHEN {_SQLITE_BAD_POSITION} OR {_SQLITE_BAD_ID} OR {_SQLITE_STORED}
 BEGIN
     SELECT RAISE(ABORT, '{POSITION_MESSAGE}') WHERE {_SQLITE_BAD_POSITION};
-    SELECT RAISE(ABORT, '{ID_MESSAGE}');
+    SELECT RAISE(ABORT, '{ID_MESSAGE}') WHERE {_SQLITE_BAD_ID};
+    SELECT RAISE(ABORT, '{STORED_MESSAGE}');
 END
 """
 

@@ -168,6 +168,46 @@ def test_against_the_digest_of_an_empty_log_a_row_below_position_1_is_named(
     assert _problems_naming(report, "no longer extends the digest wgs1:0:-", "position 0")
 
 
+def _replace(store: EventStore, conflict: str) -> str:
+    """A copy of the event at position 2 put at the end of the log, keeping its id or its
+    stream version: INSERT OR REPLACE on SQLite, INSERT ... ON CONFLICT DO UPDATE on Postgres."""
+    new_id = "event_id" if conflict == "event_id" else f"'{uuid.uuid4()}'"
+    version = "stream_version" if conflict == "version" else "99"
+    next_position = (
+        "nextval(pg_get_serial_sequence('wg_events', 'position'))"
+        if store.is_postgres
+        else "(SELECT max(position) + 1 FROM wg_events)"
+    )
+    columns = (
+        "position, event_id, stream_id, stream_version, event_type, schema_version, data, "
+        "metadata, recorded_at, hash, log_hash"
+    )
+    select = (
+        f"SELECT {next_position}, {new_id}, stream_id, {version}, event_type, schema_version, "
+        "data, metadata, recorded_at, hash, log_hash FROM wg_events WHERE position = 2"
+    )
+    if store.is_postgres:
+        target = "(event_id)" if conflict == "event_id" else "(stream_id, stream_version)"
+        return (
+            f"INSERT INTO wg_events ({columns}) {select} "
+            f"ON CONFLICT {target} DO UPDATE SET data = EXCLUDED.data"
+        )
+    return f"INSERT OR REPLACE INTO wg_events ({columns}) {select}"
+
+
+@pytest.mark.parametrize("conflict", ["event_id", "version"])
+def test_a_plain_insert_cannot_replace_a_stored_event(store: EventStore, conflict: str) -> None:
+    """SQLite's INSERT OR REPLACE deletes the stored row it conflicts with, without firing the
+    delete trigger: the INSERT trigger refuses a stored id or stream version. On Postgres the
+    same is an UPDATE, which the immutability trigger refuses."""
+    _fill(store)
+    match = "append-only" if store.is_postgres else "already holds this event_id"
+    with pytest.raises(sa.exc.DBAPIError, match=match):
+        _insert(store, lambda connection: connection.exec_driver_sql(_replace(store, conflict)))
+    assert _reasons(store) == ["a", "b", "c"]
+    assert store.verify().ok
+
+
 # ---------------------------------------------------------------------- 3: event ids
 
 
