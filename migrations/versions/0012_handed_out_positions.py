@@ -22,12 +22,14 @@ to the UUID already stored. A trigger now refuses, for each new row:
   (``wg_append`` and the keyed append take their positions from it under the table lock): no row
   ahead of the log, none at 0 or below. ``uuid`` already keeps one form of each id. A row put in
   a gap the sequence left (a position handed out to an append that rolled back) is not refused
-  here, which would take a query per row (+8 to +18 us an event, measured, bench/README.md):
+  here, which would take a query per row (+8 to +18 us a row, measured, bench/README.md):
   ``verify`` names it (the log chain breaks at the row after it, with or without the key).
 
 Existing rows are not checked (``wgstore verify`` does). The trigger's SQL is literal here
 (migrations are history). On SQLite a later migration that rebuilds ``wg_events`` (as 0008 does)
-must create the trigger again.
+must create the trigger again. A whole dump restores as before (``pg_dump`` and SQLite's
+``.dump`` create triggers after the rows); loading rows alone into a migrated schema needs the
+triggers disabled for the load (``pg_restore --data-only --disable-triggers``).
 """
 
 from __future__ import annotations
