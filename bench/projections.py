@@ -265,9 +265,14 @@ def _bulk_load(backend: Backend, stream_id: str, rows: list[tuple[Any, datetime]
     if backend.name == "sqlite":
         fmt = "%Y-%m-%d %H:%M:%S.%f"
         backend.plain.execute("BEGIN IMMEDIATE")
+        # Positions given, each the last plus one, as the writer does (migration 0012's trigger
+        # refuses any other, and an INSERT without one).
+        (last,) = backend.plain.execute(
+            "SELECT coalesce(max(position), 0) FROM wg_events"
+        ).fetchone()
         backend.plain.executemany(
-            f"INSERT INTO wg_events ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(*r[:7], r[7].strftime(fmt), *r[8:]) for r in records],
+            f"INSERT INTO wg_events (position, {columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(last + i, *r[:7], r[7].strftime(fmt), *r[8:]) for i, r in enumerate(records, 1)],
         )
         backend.plain.execute("COMMIT")
         return

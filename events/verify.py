@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from wgstore.events.hashing import (
     event_mac,
     format_digest,
     is_legacy_mac,
+    is_untyped_mac,
     log_hash,
     open_snapshot,
 )
@@ -38,6 +40,10 @@ __all__ = ["VerifyReport", "head_digest", "parse_digest", "verify_log"]
 
 _PAGE = 1000
 _DIGEST = re.compile(rf"{DIGEST_PREFIX}:(\d+):([0-9a-f]{{64}}|-)")
+# An event id as writers store it: str(uuid.UUID), lower-case and hyphenated (PostgreSQL's uuid
+# column renders every id so; SQLite keeps the text it was given).
+_CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_read_id = msgspec.json.Decoder(uuid.UUID).decode  # an id as the readers parse it (decoding.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +53,9 @@ class VerifyReport:
     ``digest`` is the digest of the last event checked, when the whole log was checked and
     found ok (None otherwise): a value proven consistent, to keep elsewhere. ``legacy_macs``
     counts the events checked with a key whose MAC predates the MAC over every field: it covers
-    their content only, not their position, version or time (see docs/verify.md).
+    their content only, not their position, version or time. ``untyped_macs`` counts those whose
+    MAC covers every field with numbers by value alone (``m2:``, written before 2026-12-07): an
+    integer and an equal float (``3``, ``3.0``) are one number to it (see docs/verify.md).
     """
 
     ok: bool
@@ -55,6 +63,7 @@ class VerifyReport:
     checked: int = 0
     digest: str | None = None
     legacy_macs: int = 0
+    untyped_macs: int = 0
 
 
 def parse_digest(text: str) -> tuple[int, str]:
@@ -99,27 +108,12 @@ def verify_log(
         # SQLite stores the text as given: a key named twice is looked for; jsonb keeps one.
         check_json=not store.is_postgres,
     )
-    p = store.recorder.param
-    columns = (
-        f"{store.recorder.columns}, log_hash, mac"  # a record's columns, as its backend reads them
-    )
-    where = f"stream_id = {p} AND " if stream_id is not None else ""
-    params: tuple[Any, ...] = (stream_id,) if stream_id is not None else ()
-    after = 0
-    while True:
-        rows = store._fetch(
-            f"SELECT {columns} FROM wg_events WHERE {where}position > {p} "
-            f"ORDER BY position LIMIT {_PAGE}",
-            (*params, after),
-        )
-        for row in rows:
-            checker.check(row)
-        if len(rows) < _PAGE:
-            break
-        after = rows[-1][0]
+    for row in _rows(store, stream_id):
+        checker.check(row)
     if target is not None:
         checker.finish_digest(store, stream_id)
     checker.problems += _repeated_ids(store, stream_id)
+    checker.problems += _repeated_odd_ids(store, checker.odd_ids)
     checker.problems += _snapshot_problems(store, stream_id, hmac_key)
     ok = not checker.problems
     digest = None
@@ -131,7 +125,34 @@ def verify_log(
         checked=checker.checked,
         digest=digest,
         legacy_macs=checker.legacy_macs,
+        untyped_macs=checker.untyped_macs,
     )
+
+
+def _rows(store: EventStore, stream_id: str | None) -> Iterator[Sequence[Any]]:
+    """Every stored row of the log (or of one stream) in position order, a page at a time.
+
+    Every row, whatever its position: ``read_stream`` reads a stream by version, so a row at a
+    position no writer hands out (0, or below) is read like any other and must be checked too.
+    """
+    p = store.recorder.param
+    columns = (
+        f"{store.recorder.columns}, log_hash, mac"  # a record's columns, as its backend reads them
+    )
+    where = [f"stream_id = {p}"] if stream_id is not None else []
+    params: tuple[Any, ...] = (stream_id,) if stream_id is not None else ()
+    after: tuple[Any, ...] = ()
+    while True:
+        conditions = " AND ".join([*where, f"position > {p}"] if after else where)
+        rows = store._fetch(
+            f"SELECT {columns} FROM wg_events {'WHERE ' if conditions else ''}{conditions} "
+            f"ORDER BY position LIMIT {_PAGE}",
+            (*params, *after),
+        )
+        yield from rows
+        if len(rows) < _PAGE:
+            return
+        after = (rows[-1][0],)
 
 
 def _snapshot_problems(store: EventStore, stream_id: str | None, key: bytes | None) -> list[str]:
@@ -188,6 +209,29 @@ def _repeated_ids(store: EventStore, stream_id: str | None) -> list[str]:
     ]
 
 
+def _repeated_odd_ids(store: EventStore, odd: list[tuple[int, uuid.UUID]]) -> list[str]:
+    """A problem per event id stored more than once, counting the ids not stored in the form
+    writers store (``odd``: position and the UUID readers read): ``0190...`` and ``0190...``
+    upper-cased are two texts to the unique constraint and one id to every reader."""
+    p = store.recorder.param
+    found: dict[uuid.UUID, list[int]] = {}
+    for position, event_id in odd:
+        found.setdefault(event_id, []).append(position)
+    problems = []
+    for event_id, positions in found.items():
+        rows = store._fetch(
+            f"SELECT position FROM wg_events WHERE event_id = {p}", (str(event_id),)
+        )
+        every = sorted({*positions, *(int(row[0]) for row in rows)})
+        if len(every) > 1:
+            problems.append(
+                f"event id {event_id} is stored {len(every)} times (positions "
+                f"{', '.join(map(str, every))}; readers read each as this id): an event was "
+                "copied (replayed); each event is stored once"
+            )
+    return problems
+
+
 class _Checker:
     """Walks the rows in position order and collects every problem."""
 
@@ -203,6 +247,9 @@ class _Checker:
         self.time_of = time_of
         self.check_json = check_json
         self.legacy_macs = 0
+        self.untyped_macs = 0
+        self.odd_ids: list[tuple[int, uuid.UUID]] = []  # ids not in the form writers store them
+        self.first_position: int | None = None
         self.whole_log = whole_log
         self.key = key
         self.target = target
@@ -218,6 +265,16 @@ class _Checker:
         position, sid, version, event_id, type_, schema, data, meta, at, stored, logged, mac = row
         self.checked += 1
         where = f"stream {sid!r}: the event at position {position} (version {version}, {type_})"
+        if self.first_position is None:
+            self.first_position = position
+        if position < 1:
+            self.problems.append(
+                f"{where} is at a position no writer hands out (they start at 1), yet readers "
+                "read it as the stream's event at that version: it was inserted behind the "
+                "writers' back"
+            )
+        if not _CANONICAL_ID.fullmatch(event_id):
+            self._check_odd_id(where, position, event_id)
         previous_version, previous_hash = self.streams.get(sid, (0, ""))
         if version != previous_version + 1:
             self.problems.append(
@@ -244,6 +301,23 @@ class _Checker:
         if self.whole_log:
             self._check_log(where, position, stored, logged, mac)
 
+    def _check_odd_id(self, where: str, position: int, event_id: str) -> None:
+        """An event id stored in another form than writers store (only SQLite can hold one)."""
+        try:
+            read_as = _read_id(msgspec.json.encode(event_id))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            self.problems.append(
+                f"{where} has the event id {event_id!r}, which is not a UUID: no writer stored "
+                "it, and readers cannot read it"
+            )
+            return
+        self.odd_ids.append((position, read_as))
+        self.problems.append(
+            f"{where} has its event id stored as {event_id!r}, not in the lower-case form "
+            f"writers store: readers read it as {read_as}, which the unique constraint (it "
+            "compares the text) does not see, so it was inserted behind the writers' back"
+        )
+
     def _check_mac(self, where: str, fields: tuple[Any, ...], mac: str | None) -> None:
         assert self.key is not None
         position, sid, version, event_id, type_, schema, us, data, meta = fields
@@ -263,9 +337,11 @@ class _Checker:
             elif us is None:
                 return  # its time is malformed: already a problem
             else:
+                if is_untyped_mac(mac):
+                    self.untyped_macs += 1
                 expected = event_mac(
                     self.key, position, sid, version, event_id, type_, schema, us, data, meta,
-                    check_duplicates=self.check_json,
+                    check_duplicates=self.check_json, form=mac[:3],
                 )  # fmt: skip
         except DuplicateKeyError as error:
             self.problems.append(
@@ -287,7 +363,7 @@ class _Checker:
     ) -> None:
         mine = log_hash(self.stored_log, position, stored, mac)
         if mine != logged:
-            after = f"position {self.previous_position}" if self.previous_position else "the start"
+            after = f"position {self.previous_position}" if self.checked > 1 else "the start"
             self.problems.append(
                 f"{where} breaks the log chain: events between {after} and it were removed, "
                 "moved or swapped, or it was changed"
@@ -295,18 +371,27 @@ class _Checker:
         self.stored_log = logged or ""
         self.previous_position = position
         self.recomputed_log = log_hash(self.recomputed_log, position, stored, mac)
-        if self.target is not None and position == self.target[0]:
+        if self.target is not None and position == self.target[0] != 0:
             self.digest_seen = True
             if self.recomputed_log != self.target[1]:
                 self.problems.append(
                     f"the log no longer extends the digest {format_digest(*self.target)}: "
-                    f"events at or before position {position} were removed, moved or rewritten"
+                    f"events at or before position {position} were removed, inserted, moved or "
+                    "rewritten"
                 )
 
     def finish_digest(self, store: EventStore, stream_id: str | None) -> None:
         assert self.target is not None
         position, _ = self.target
-        if position == 0 or self.digest_seen:
+        if position == 0:
+            if self.first_position is not None and self.first_position <= 0:
+                self.problems.append(
+                    f"the log no longer extends the digest {format_digest(*self.target)} (an "
+                    f"empty log): it has events at or before position 0 "
+                    f"(from {self.first_position}), which were inserted"
+                )
+            return
+        if self.digest_seen:
             return
         if stream_id is not None:
             self.problems.append("a digest covers the whole log: check it without a stream")

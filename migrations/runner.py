@@ -48,7 +48,7 @@ MIGRATION_LOCK_CLASS = 7263524
 """PostgreSQL: the first key of the advisory lock an upgrade holds; the second is the schema's
 ``hashtext``, so one store's migrators queue while stores in other schemas migrate at once."""
 
-HEAD_REVISION = "0012_elastic_read_models"
+HEAD_REVISION = "0013_elastic_read_models"
 """The newest revision in ``versions/``; a new migration updates it (a test checks the two agree)."""
 
 

@@ -33,6 +33,10 @@ def test_an_untouched_log_verifies_and_exits_0(cli: Any, recorded: Any) -> None:
     result = cli("verify", "--url", recorded.url)
     assert result.exit_code == 0, result.stdout + result.stderr
     assert "hash chains: 28 events in 3 stream(s)" in result.stdout
+    assert (
+        "ok  every stream reads as its readers read it: 3 worker group and run stream(s) "
+        "folded, 0 other stream(s) decoded"
+    ) in result.stdout
 
 
 def test_a_changed_event_fails_verify_naming_stream_and_position(cli: Any, recorded: Any) -> None:

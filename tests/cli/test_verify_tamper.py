@@ -138,3 +138,51 @@ def test_verify_says_how_many_events_carry_an_older_weaker_mac(cli: Any, store_u
         "note 6 event(s) carry the MAC of an older wgstore: it covers their content, not their "
         "time, version or position (docs/verify.md)"
     ) in result.stdout
+
+
+def test_verify_says_how_many_events_carry_a_mac_that_compares_numbers_by_value(
+    cli: Any, store_url: str
+) -> None:
+    from tests.events.test_tamper import KEY as WRITER_KEY
+    from tests.events.test_tamper_mac import _untyped_macs
+
+    with EventStore.open(store_url, hmac_key=WRITER_KEY) as store:
+        _fill(store)
+        _tamper(store, _untyped_macs(store), _rehash(store))  # as wgstore wrote them until 12-07
+    result = cli("verify", "--url", store_url, "--key", WRITER_KEY.decode())
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "ok  every event's MAC matches the key" in result.stdout
+    assert (
+        "note 6 event(s) carry the MAC of wgstore before 2026-12-07: it covers every field, but "
+        "numbers by value alone, so it does not tell an integer from an equal float (3 from 3.0) "
+        "(docs/verify.md, K6)"
+    ) in result.stdout
+
+
+def test_verify_names_a_stream_its_readers_cannot_read(cli: Any, store_url: str) -> None:
+    """Issue 41, item 4: an elastic Ray Train run recorded a run stream beginning with
+    ControllerStateChanged; `runs`, `report` and serve refuse it, and verify said ok."""
+    from wgstore.events.run import ControllerStateChanged
+
+    with EventStore.open(store_url) as store:
+        _fill(store)
+        store.append(
+            "run-elastic",
+            [ControllerStateChanged(from_state="INITIALIZING", to_state="SCHEDULING")],
+        )
+    result = cli("verify", "--url", store_url)
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert "ok  hash chains: 7 events in 4 stream(s)" in result.stdout  # the hashes are fine
+    assert (
+        "FAIL  stream 'run-elastic' cannot be read: its ControllerStateChanged at version 1 "
+        "(position 7): a run stream must begin with RunCreated at version 1"
+    ) in result.stdout
+    assert "verify found 1 problem(s)" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert cli("verify", "--url", store_url, "--stream", "run-elastic").exit_code == 1
+    other = cli("verify", "--url", store_url, "--stream", "s-1")
+    assert other.exit_code == 0, other.stdout + other.stderr
+    assert (
+        "ok  every stream reads as its readers read it: 0 worker group and run stream(s) "
+        "folded, 1 other stream(s) decoded"
+    ) in other.stdout

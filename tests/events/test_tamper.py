@@ -42,9 +42,9 @@ def _tamper(store: EventStore, change: Callable[[sa.Connection], None] | str, *m
     with store.engine.begin() as connection:
         if store.is_postgres:
             connection.exec_driver_sql("ALTER TABLE wg_events DISABLE TRIGGER USER")
-        else:
-            connection.exec_driver_sql("DROP TRIGGER IF EXISTS wg_events_no_update")
-            connection.exec_driver_sql("DROP TRIGGER IF EXISTS wg_events_no_delete")
+        else:  # the immutability triggers and the INSERT trigger (0012)
+            for trigger in ("wg_events_no_update", "wg_events_no_delete", "wg_events_handed_out"):
+                connection.exec_driver_sql(f"DROP TRIGGER IF EXISTS {trigger}")
         for step in (change, *more):
             if isinstance(step, str):
                 connection.exec_driver_sql(step)
@@ -285,19 +285,23 @@ _VECTORS = {
         '{"pid": 1, "host": "h", "wgstore": "0"}',  # jsonb: shorter keys first
     ),
 }
+# (stream hash, log hash); the log hash covers the MAC, so it changed with the MAC's form (m3).
 _PINNED = {
     "sqlite": (
         "4ce8cd429d8ab8ee02892021398b520be87d3bade3599c79eaa0db7b1b370c6e",
-        "d34514df2814ef691c7cb0205888fc3f221234f92788222460a1df5f4dcefe30",
+        "0c348796dc42f4bedcda4a1297a3470f2f3d9be2d5ddbbf25be9ad5695b9471f",
     ),
     "postgresql": (
         "76297d8ea81518e3b1434c3bceaaeb73cd2d8b1c6e11f763d022f7499c8681f4",
-        "5c12f0c200706e92e03f0cb4e9b9ca500c1cc70c25e5af55c01c5345c701dcf7",
+        "d8bfe02bbde9c26b5a58067444bbd0554cb66659eb9e55ce211ca933aeedb4ae",
     ),
 }
 # The MAC over every field (hashing.event_mac): one value on both backends, although the keyed
-# Postgres append builds its rows in Python and wg_append is not called.
-_PINNED_MAC = "m2:8uD-QLLNdb_UwxxoG4fWSMvla_-HVXkhlWQ5qhv4HIw"
+# Postgres append builds its rows in Python and wg_append is not called. The form written before
+# 2026-12-07 (m2, numbers by value alone) gave the second value for the same event: an old
+# store's rows still verify with it.
+_PINNED_MAC = "m3:syXvuCDFFWNtS34xisGcpfq3nUJlW0J89GOKvNJKk_U"
+_PINNED_UNTYPED_MAC = "m2:8uD-QLLNdb_UwxxoG4fWSMvla_-HVXkhlWQ5qhv4HIw"
 
 
 @pytest.fixture
@@ -350,6 +354,11 @@ def test_a_fixed_event_gets_the_pinned_hashes_from_either_backends_append(
         KEY, 1, "vector-1", 1, str(_VECTOR_ID), "WorkerGroupShutdownRequested", 1,
         epoch_us(_VECTOR_TIME), data, metadata,
     )  # fmt: skip
+    untyped = event_mac(
+        KEY, 1, "vector-1", 1, str(_VECTOR_ID), "WorkerGroupShutdownRequested", 1,
+        epoch_us(_VECTOR_TIME), data, metadata, form="m2:",
+    )  # fmt: skip
+    assert untyped == _PINNED_UNTYPED_MAC
     expected_log = log_hash("", 1, expected_hash, mac)
     with store.engine.connect() as connection:
         stored = connection.exec_driver_sql("SELECT hash, log_hash, mac FROM wg_events").one()
@@ -384,25 +393,47 @@ def test_migration_0004_backfills_the_log_hashes_an_append_would_have_given(
         assert store.verify(against=digest).ok
 
 
+def _macs(data: str) -> tuple[str, str, str]:
+    """The MAC of an event with ``data`` in each form: m3, m2 and the legacy content MAC."""
+    return (
+        event_mac(KEY, 1, "s", 1, str(_VECTOR_ID), "T", 1, 0, data, "{}"),
+        event_mac(KEY, 1, "s", 1, str(_VECTOR_ID), "T", 1, 0, data, "{}", form="m2:"),
+        content_mac(KEY, "s", str(_VECTOR_ID), "T", 1, data, "{}"),
+    )
+
+
 @pytest.mark.parametrize(
     ("written", "rendered"),
     [
         ('{"v":1,"a":"x"}', '{"a": "x", "v": 1}'),  # jsonb's key order and spacing
-        ('{"v":1e16}', '{"v": 10000000000000000}'),  # jsonb writes big floats as integers
-        ('{"v":-0.0}', '{"v": 0.0}'),  # numeric has no negative zero
-        ('{"v":1.5e300}', '{"v": 15' + "0" * 299 + "}"),
         ('{"v":[0.1,2.50]}', '{"v": [0.1, 2.5]}'),
+        ('{"v":1e-7}', '{"v": 0.0000001}'),
         ('{"v":"caf\\u00e9"}', '{"v": "café"}'),
     ],
 )
 def test_the_mac_is_the_same_for_json_as_written_and_as_postgres_renders_it(
     written: str, rendered: str
 ) -> None:
-    def mac(data: str) -> tuple[str, str]:
-        return (
-            event_mac(KEY, 1, "s", 1, str(_VECTOR_ID), "T", 1, 0, data, "{}"),
-            content_mac(KEY, "s", str(_VECTOR_ID), "T", 1, data, "{}"),  # the legacy MAC
-        )
+    assert _macs(written) == _macs(rendered)
+    changed = _macs(written.replace("v", "w"))
+    assert all(mine != theirs for mine, theirs in zip(_macs(written), changed, strict=True))
 
-    assert mac(written) == mac(rendered)
-    assert mac(written) != mac(written.replace("v", "w"))
+
+@pytest.mark.parametrize(
+    ("written", "rendered"),
+    [
+        ('{"v":1e16}', '{"v": 10000000000000000}'),  # jsonb writes big floats as integers
+        ('{"v":1.5e300}', '{"v": 15' + "0" * 299 + "}"),
+        ('{"v":-0.0}', '{"v": 0.0}'),  # numeric has no negative zero
+    ],
+)
+def test_a_number_jsonb_renders_as_another_kind_has_another_mac(
+    written: str, rendered: str
+) -> None:
+    """Readers of the two texts get an int and a float (or 0.0 and -0.0): the MAC tells them
+    apart, the older forms took them for one number. No writer stores such a float (the store
+    refuses -0.0 and floats >= 1e16, events/storable.py), and a keyed append on Postgres MACs
+    jsonb's rendering, which is what its readers read."""
+    m3, m2, legacy = _macs(written)
+    assert (m2, legacy) == _macs(rendered)[1:]
+    assert m3 != _macs(rendered)[0]

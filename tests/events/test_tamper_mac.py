@@ -17,8 +17,9 @@ import pytest
 import sqlalchemy as sa
 
 from tests.events.test_tamper import KEY, _fill, _problems_naming, _rehash, _tamper
-from wgstore.events import ConcurrencyError, EventStore, NewEvent
-from wgstore.events.hashing import MAC_PREFIX, content_mac, epoch_us
+from wgstore.events import ConcurrencyError, EventStore, EventStoreError, NewEvent
+from wgstore.events.hashing import MAC_PREFIX, UNTYPED_MAC_PREFIX, content_mac, epoch_us, event_mac
+from wgstore.events.sqlite_recorder import parse_time
 from wgstore.events.worker_group import WorkerReported
 
 BIG = 2**60
@@ -122,14 +123,16 @@ def test_a_signed_event_replayed_at_the_end_of_its_stream_is_caught(store_url: s
 # ---------------------------------------------------------------------- 6: exact numbers
 
 
-def _set_metric(store: EventStore, position: int, value: int) -> str:
+def _set_metric(
+    store: EventStore, position: int, value: int | float, path: str = "metrics.step"
+) -> str:
     if store.is_postgres:
         return (
-            f"UPDATE wg_events SET data = jsonb_set(data, '{{metrics,step}}', '{value}') "
-            f"WHERE position = {position}"
+            f"UPDATE wg_events SET data = jsonb_set(data, '{{{path.replace('.', ',')}}}', "
+            f"'{value}') WHERE position = {position}"
         )
     return (
-        f"UPDATE wg_events SET data = json_set(data, '$.metrics.step', {value}) "
+        f"UPDATE wg_events SET data = json_set(data, '$.{path}', {value}) "
         f"WHERE position = {position}"
     )
 
@@ -146,6 +149,44 @@ def test_an_integer_beyond_2_53_changed_by_100_is_caught_with_the_key(store_url:
         report = store.verify()
     assert _mac_problems(report, 7)
     assert len(report.problems) == 1
+
+
+def test_an_integer_changed_to_an_equal_float_is_caught_with_the_key(store_url: str) -> None:
+    """Claim K1, issue 41: 3 -> 3.0 passed the MAC (numbers were compared by value alone), and
+    readers then got a float where an int was written: silently in an untyped field (metrics),
+    as an error in a typed one (every read of the stream fails)."""
+    with EventStore.open(store_url, hmac_key=KEY) as store:
+        _fill(store)
+        store.append("g", [WorkerReported(world_rank=0, index=3, metrics={"step": 3})])
+        _tamper(store, _set_metric(store, 7, 3.0), _rehash(store))
+        [event] = list(store.read_stream("g"))
+        assert type(event.event.metrics["step"]) is float  # what readers now get
+        report = store.verify()
+        assert _mac_problems(report, 7)
+        assert len(report.problems) == 1
+        _tamper(store, _set_metric(store, 7, 3.0, "index"), _rehash(store))
+        with pytest.raises(EventStoreError, match="Expected `int`, got `float`"):
+            list(store.read_stream("g"))
+        assert _mac_problems(store.verify(), 7)
+    with EventStore.open(store_url) as keyless:
+        assert keyless.verify().ok  # consistent with itself: no key, no proof of who wrote it
+
+
+def test_numbers_of_every_kind_written_with_the_key_verify_and_read_back_as_written(
+    store_url: str,
+) -> None:
+    """The MAC keeps each number's kind, and what a writer stores reads back of the same kind on
+    both backends (a keyed append on Postgres MACs jsonb's rendering; the store refuses -0.0
+    and floats >= 1e16, which jsonb would render as another number)."""
+    metrics = {"int": 3, "float": 3.0, "zero": 0.0, "tiny": 1e-7, "big": 1e15, "huge": 2**60}
+    with EventStore.open(store_url, hmac_key=KEY) as store:
+        store.append("g", [WorkerReported(world_rank=0, index=1, metrics=metrics)])
+        [event] = list(store.read_stream("g"))
+        report = store.verify()
+    assert report.ok, report.problems
+    read = dict(event.event.metrics)
+    assert read == metrics
+    assert {k: type(v) for k, v in read.items()} == {k: type(v) for k, v in metrics.items()}
 
 
 def test_a_duplicated_json_key_is_caught_and_postgres_cannot_store_one(store_url: str) -> None:
@@ -220,6 +261,52 @@ def test_events_with_an_older_mac_still_verify_and_are_counted_as_weaker(store_u
             _rehash(store),
         )
         assert _mac_problems(store.verify(), 3)
+
+
+def _untyped_macs(store: EventStore) -> Callable[[sa.Connection], None]:
+    """Rewrite every MAC as wgstore wrote it before 2026-12-07 (``m2:``, numbers by value)."""
+
+    def rewrite(connection: sa.Connection) -> None:
+        casts = "::text" if store.is_postgres else ""
+        rows = connection.exec_driver_sql(
+            f"SELECT position, stream_id, stream_version, event_id{casts}, event_type, "
+            f"schema_version, recorded_at, data{casts}, metadata{casts} FROM wg_events"
+        ).all()
+        for position, sid, version, event_id, type_, schema, at, data, meta in rows:
+            moment = parse_time(at) if isinstance(at, str) else at
+            mac = event_mac(
+                KEY, position, sid, version, event_id, type_, schema, epoch_us(moment), data,
+                meta, form=UNTYPED_MAC_PREFIX,
+            )  # fmt: skip
+            connection.execute(
+                sa.text("UPDATE wg_events SET mac = :m WHERE position = :p"),
+                {"m": mac, "p": position},
+            )
+
+    return rewrite
+
+
+def test_events_with_an_untyped_mac_still_verify_and_are_counted(store_url: str) -> None:
+    """Claim K6: a store's MACs of before 2026-12-07 keep verifying, with what they cover: every
+    field, numbers by value alone (3 and 3.0 are one number to them)."""
+    with EventStore.open(store_url, hmac_key=KEY) as store:
+        _fill(store)
+        store.append("g", [WorkerReported(world_rank=0, index=3, metrics={"step": 3})])
+        _tamper(store, _untyped_macs(store), _rehash(store))
+    with EventStore.open(store_url, hmac_key=KEY) as store:  # a newer wgstore appends
+        store.append("s-1", [WorkerReported(world_rank=0, index=1)])
+        report = store.verify()
+        assert report.ok, report.problems
+        assert (report.checked, report.untyped_macs, report.legacy_macs) == (8, 7, 0)
+        with store.engine.connect() as connection:
+            macs = [m for (m,) in connection.exec_driver_sql("SELECT mac FROM wg_events")]
+        assert sorted(m[:3] for m in macs) == [UNTYPED_MAC_PREFIX] * 7 + [MAC_PREFIX]
+        # What an untyped MAC does not tell: an integer from an equal float...
+        _tamper(store, _set_metric(store, 7, 3.0), _rehash(store))
+        assert store.verify().ok
+        # ...but a changed value it does, and every other field.
+        _tamper(store, _set_metric(store, 7, 4), _rehash(store))
+        assert _mac_problems(store.verify(), 7)
 
 
 def test_the_time_a_mac_covers_is_the_one_readers_get(store_url: str) -> None:

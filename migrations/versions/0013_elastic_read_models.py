@@ -1,7 +1,7 @@
 """Elastic runs in the read models: each run's size range and sizes, and every resize.
 
-Revision ID: 0012_elastic_read_models
-Revises: 0011_report_points
+Revision ID: 0013_elastic_read_models
+Revises: 0012_handed_out_positions
 Create Date: 2026-12-07
 
 An elastic run (``ScalingConfig(min_workers=...)``: Ray Train's ``num_workers=(min, max)``)
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012_elastic_read_models"
-down_revision: str | Sequence[str] | None = "0011_report_points"
+revision: str = "0013_elastic_read_models"
+down_revision: str | Sequence[str] | None = "0012_handed_out_positions"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
