@@ -701,6 +701,8 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         self._attempt_starts[ray_attempt] = starts
         self._group_id = ray_attempt if starts == 1 else f"{ray_attempt}-{starts}"
         stream = group_stream(self._group_id)
+        run = run_stream(self._run_id)  # groups are written one at a time: keep the current's
+        self._guards = {k: v for k, v in self._guards.items() if k == run}
         self._guards[stream] = StreamGuard(stream, evolve)
         self._group_started = False
         self._recorder = PollRecorder()

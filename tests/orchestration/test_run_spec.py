@@ -194,3 +194,16 @@ def test_the_trainer_is_built_again_with_the_resume_s_callbacks() -> None:
     assert rebuilt.train_loop_config == {"steps": 7, "lr": 0.1}
     assert rebuilt.run_config.name == "nightly" and rebuilt.run_config.callbacks == [mine]
     assert rebuilt.scaling_config.num_workers == 2
+
+
+def test_an_elastic_run_is_rebuilt_with_its_range_so_a_resume_starts_at_what_fits() -> None:
+    """Issue 40: ``wgstore resume`` of an orphaned elastic Ray Train run builds the trainer with
+    its ``num_workers=(min, max)`` again, so Ray's elastic policy starts it at what fits now."""
+    elastic = ScalingConfig(
+        num_workers=(1, 4), resources_per_worker={"CPU": 1}, elastic_resize_monitor_interval_s=5
+    )
+    event, blobs = _encode(Trainer(train_loop), scaling_config=elastic)
+    spec = decode_run_spec(event, blobs.__getitem__)
+    assert spec.scaling_config.num_workers == (1, 4)
+    assert spec.scaling_config.elasticity_enabled
+    assert spec.scaling_config.elastic_resize_monitor_interval_s == 5
