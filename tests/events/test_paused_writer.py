@@ -111,6 +111,26 @@ def _take(store: EventStore, lease: Lease) -> tuple[Lease, float]:
     return taken, time.monotonic() - started
 
 
+def _stop_at_random_moments(store: EventStore, child: subprocess.Popen[str], idle_s: float) -> None:
+    """Stop the looping writer eight times; each time another run appends within the bound."""
+    for pause in range(8):
+        # A moment of its loop that nothing here picks: after a random number of its
+        # appends, as this process happens to see them (every 50 ms).
+        target = store.stream_version("run-a") + random.randint(1, 10)
+        wait_until(
+            lambda: store.stream_version("run-a") >= target,  # noqa: B023
+            timeout_s=60,
+            what="the writer to append again",
+        )
+        os.kill(child.pid, signal.SIGSTOP)
+        wait_until(lambda: _state(child.pid) == "T", timeout_s=60, what="the stop")
+        try:
+            waited_s = _timed_append(store, f"run-b{pause}")
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+        assert waited_s < idle_s + 10
+
+
 @pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
 @pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
 def test_a_holder_paused_inside_its_append_holds_the_store_no_longer_than_the_idle_bound(
@@ -163,22 +183,10 @@ def test_a_writer_paused_at_any_moment_holds_the_store_no_longer_than_the_idle_b
         assert lease is not None
         args = (store_url, "a", "looping", lease.epoch, int(keyed), "loop", until, idle_s)
         with _writer(*args) as child:
-            for pause in range(8):
-                written = store.stream_version("run-a")
-                wait_until(
-                    lambda: store.stream_version("run-a") >= written + 5,  # noqa: B023
-                    timeout_s=60,
-                    what="the writer to append again",
-                )
-                time.sleep(random.uniform(0, 0.02))  # a random moment of its loop
-                os.kill(child.pid, signal.SIGSTOP)
-                wait_until(lambda: _state(child.pid) == "T", timeout_s=60, what="the stop")
-                try:
-                    waited_s = _timed_append(store, f"run-b{pause}")
-                finally:
-                    os.kill(child.pid, signal.SIGCONT)
-                assert waited_s < idle_s + 10
-            until.touch()
+            try:
+                _stop_at_random_moments(store, child, idle_s)
+            finally:
+                until.touch()  # the writer's loop ends at its next append
             _, err = child.communicate(timeout=120)
             assert child.returncode == 0, err
         lines = ids.read_text().splitlines()
