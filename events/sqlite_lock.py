@@ -2,21 +2,20 @@
 
 In WAL mode (every writable store) SQLite's write lock is a POSIX record lock on one byte of the
 database's ``-shm`` file: ``WAL_WRITE_LOCK``, byte 120 (``UNIX_SHM_BASE``, SQLite's os_unix.c).
-``fcntl(F_GETLK)`` names the process that holds it, and ``/proc/<pid>/stat`` says whether that
+``/proc/locks`` names the process that holds it, and ``/proc/<pid>/stat`` says whether that
 process is stopped (SIGSTOP, Ctrl-Z, a debugger). A stopped process keeps its locks: every
 writer of the database waits until it is continued or ends, and nothing can take the lock from
 it. Used only to say so in the error of a write that waited out its busy timeout.
 
-Linux only (the ``flock`` layout and ``/proc``); elsewhere nothing is known. A lock held by this
-process (another of its connections) is not reported: POSIX locks do not conflict with their
-own process.
+The ``-shm`` file is never opened here (only ``stat``-ed, to match its inode): closing any
+descriptor of a file drops every POSIX lock this process holds on it, SQLite's own among them
+(which is why ``fcntl(F_GETLK)`` on a descriptor of our own is not used). Linux only
+(``/proc``); elsewhere nothing is known.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ __all__ = ["WAL_WRITE_LOCK_BYTE", "LockHolder", "write_lock_holder"]
 
 WAL_WRITE_LOCK_BYTE = 120
 """The byte of the ``-shm`` file whose lock is SQLite's WAL write lock."""
-_FLOCK = "hhqqi"  # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +45,8 @@ class LockHolder:
     def describe(self) -> str:
         """One clause for an error message: who holds the lock, and what that means."""
         who = f"process {self.pid}" + (f" ({self.command})" if self.command else "")
+        if self.pid == os.getpid():
+            who += ", this one (another of its connections)"
         if self.stopped:
             return (
                 f"its write lock is held by {who}, which is stopped (SIGSTOP, Ctrl-Z or a "
@@ -58,24 +58,31 @@ class LockHolder:
 
 def write_lock_holder(database: str | Path) -> LockHolder | None:
     """The process that holds the write lock of the WAL database at ``database``, or None when
-    no other process holds it, or it cannot be known (not Linux, no ``-shm`` file)."""
+    none does, or it cannot be known (not Linux, no ``-shm`` file)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        fd = os.open(f"{database}-shm", os.O_RDONLY)
+        shm = os.stat(f"{database}-shm")
+        table = Path("/proc/locks").read_text()
     except OSError:
         return None
-    try:
-        query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, WAL_WRITE_LOCK_BYTE, 1, 0)
-        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    kind, _, _, _, pid = struct.unpack(_FLOCK, answer)
-    if kind == fcntl.F_UNLCK or pid <= 0:
-        return None
-    return LockHolder(pid, _state(pid), _command(pid))
+    for line in table.splitlines():
+        # "1: POSIX  ADVISORY  WRITE 4242 08:01:1234 120 120"; a waiter's line has "->"
+        fields = line.split()
+        if len(fields) != 8 or fields[1] != "POSIX" or fields[3] != "WRITE":
+            continue
+        pid, device, start, end = fields[4], fields[5], fields[6], fields[7]
+        last = float("inf") if end == "EOF" else int(end)
+        if not int(start) <= WAL_WRITE_LOCK_BYTE <= last:
+            continue
+        major, minor, inode = device.split(":")
+        if (int(major, 16), int(minor, 16), int(inode)) == (
+            os.major(shm.st_dev),
+            os.minor(shm.st_dev),
+            shm.st_ino,
+        ):
+            return LockHolder(int(pid), _state(int(pid)), _command(int(pid)))
+    return None
 
 
 def _state(pid: int) -> str:
