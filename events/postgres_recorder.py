@@ -8,9 +8,9 @@ arrays in binary form and gets back one row per event.
 
 With an HMAC key, each row's MAC must cover its position, version and time, which ``wg_append``
 hands out, and the key must never reach the database: such an append builds its rows in Python
-instead (:meth:`PostgresRecorder._keyed_transaction`, one transaction that takes the same table lock,
-the same chain bytes and the same positions from the same sequence). Appends without a key
-still make their one ``wg_append`` call.
+instead (:meth:`PostgresRecorder._keyed_transaction`, one transaction that takes the same table
+lock, the same chain bytes and the same positions from the same sequence). Appends without a
+key still make their one ``wg_append`` call.
 
 A paused writer (SIGSTOP, a VM pause) must not hold the table lock, or a lease row, for as long
 as it is paused. So no append transaction ever waits for this client while the server would not
