@@ -12,7 +12,9 @@ Each round: 300 single-event appends over 50 streams (W1's shape) and 30 batches
 1,000 streams (W2's shape), after 20 untimed appends. ``--event`` picks the event type:
 ``shutdown`` (``WorkerGroupShutdownRequested``, a rare type: the type index holds it) or
 ``reported`` (``WorkerReported``, the bulk of a real log, which migration 0008 leaves out of the
-type index). Numbers, not pass/fail.
+type index). ``--fenced`` makes every append carry a lease's fence (the appends of controllers,
+executors and the Ray Train recorder); ``--keyed`` opens the stores with an HMAC key (each row's
+MAC computed in the client). Numbers, not pass/fail.
 """
 
 from __future__ import annotations
@@ -40,21 +42,30 @@ def _event(kind: str, n: int) -> Any:
     return WorkerGroupShutdownRequested(reason=f"event {n}")
 
 
-def child(url: str, singles: int, batches: int, offset: int, kind: str) -> None:
+def child(
+    url: str, singles: int, batches: int, offset: int, kind: str, fenced: bool, keyed: bool
+) -> None:
     """Run one round in this process (the install under test) and print its rates as JSON."""
     from wgstore.events import EventStore
+    from wgstore.events.leases import acquire_lease
 
-    with EventStore.open(url) as store:
+    with EventStore.open(url, hmac_key=b"bench key" if keyed else None) as store:
+        fence = None
+        if fenced:
+            lease = acquire_lease(store, f"bench-{offset}", "bench", 600)
+            assert lease is not None
+            fence = lease.fence
         for i in range(20):
-            store.append(f"warm-{offset}-{i}", [_event(kind, i)])
+            store.append(f"warm-{offset}-{i}", [_event(kind, i)], fence=fence)
         start = time.perf_counter()
         for i in range(singles):
-            store.append(f"w1-{i % 50}", [_event(kind, offset + i)])
+            store.append(f"w1-{i % 50}", [_event(kind, offset + i)], fence=fence)
         single_s = time.perf_counter() - start
         start = time.perf_counter()
         for i in range(batches):
             sid = f"w2-{(offset + i) % 1000}"
-            store.append(sid, [_event(kind, offset + i * 100 + j) for j in range(100)])
+            events = [_event(kind, offset + i * 100 + j) for j in range(100)]
+            store.append(sid, events, fence=fence)
         batch_s = time.perf_counter() - start
     print(json.dumps({"w1": singles / single_s, "w2": batches * 100 / batch_s}))
 
@@ -70,6 +81,8 @@ def _round(python: str, url: str, args: argparse.Namespace, offset: int) -> dict
             str(args.batches),
             str(offset),
             args.event,
+            str(int(args.fenced)),
+            str(int(args.keyed)),
         ],
         check=True,
         capture_output=True,
@@ -81,7 +94,8 @@ def _round(python: str, url: str, args: argparse.Namespace, offset: int) -> dict
 def main() -> int:
     """Run the rounds and print the medians."""
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+        count_args = (int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        child(sys.argv[2], *count_args, sys.argv[6], sys.argv[7] == "1", sys.argv[8] == "1")
         return 0
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--before", required=True, help="python of the install before")
@@ -92,6 +106,8 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--synchronous", default="normal", help="SQLite only (default normal)")
     parser.add_argument("--event", choices=("shutdown", "reported"), default="shutdown")
+    parser.add_argument("--fenced", action="store_true", help="every append carries a fence")
+    parser.add_argument("--keyed", action="store_true", help="open the stores with an HMAC key")
     args = parser.parse_args()
     import psycopg
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 from typing import Any
 
 import sqlalchemy.exc as sa_exc
+from sqlalchemy.engine import make_url
 
 from wgstore.events.engine import mask_url
 from wgstore.events.errors import (
@@ -17,6 +19,7 @@ from wgstore.events.errors import (
     StoreFullError,
     StoreUnavailableError,
 )
+from wgstore.events.sqlite_lock import write_lock_holder
 
 
 def _psycopg() -> Any:
@@ -89,7 +92,8 @@ def _translate(error: BaseException | None, url: str) -> Exception:
         if "database is locked" in text or "database is busy" in text:
             return StoreUnavailableError(
                 f"{masked}: the SQLite database stayed locked by another writer longer than the "
-                "busy timeout; retry, or raise it with ?busy_timeout=SECONDS in the URL"
+                f"busy timeout; {_lock_holder(url)}retry, or raise it with ?busy_timeout=SECONDS "
+                "in the URL"
             )
         if "unable to open" in text or "readonly" in text or "read-only" in text:
             return StoreUnavailableError(f"{masked}: {text}; check the path and its permissions")
@@ -116,8 +120,14 @@ def _translate(error: BaseException | None, url: str) -> Exception:
             return SchemaVersionError(_NOT_MIGRATED.format(url=masked))
         if isinstance(error, pg_errors.LockNotAvailable):
             return StoreUnavailableError(
-                f"{masked}: waited too long for the append lock on wg_events ({_first_line(text)}); "
-                "another long transaction holds it"
+                f"{masked}: waited too long for {_waited_for(error.diag.context or '')} "
+                f"({_first_line(text)}); another long transaction holds it"
+            )
+        if isinstance(error, pg_errors.IdleInTransactionSessionTimeout):
+            return StoreUnavailableError(
+                f"{masked}: the server ended the session of this write: its transaction waited "
+                "for this process longer than the writer's idle bound (was the process paused, "
+                "or stalled?); it was rolled back, nothing of it was written: retry"
             )
         if isinstance(error, pg_errors.ReadOnlySqlTransaction):
             return StoreUnavailableError(f"{masked}: this store was opened read-only")
@@ -135,6 +145,35 @@ def _translate(error: BaseException | None, url: str) -> Exception:
             )
         return StoreUnavailableError(f"{masked}: database error: {_first_line(text)}")
     return StoreUnavailableError(f"{masked}: {text}")
+
+
+def _lock_holder(url: str) -> str:
+    """Who holds the SQLite database's write lock, as a clause ending in "; " ("" unknown)."""
+    try:
+        database = make_url(url).database
+    except Exception:  # noqa: BLE001 - an error message must not fail on its URL
+        return ""
+    holder = write_lock_holder(database) if database else None
+    return f"{holder.describe()}; " if holder is not None else ""
+
+
+_ROW_LOCK = re.compile(r'tuple \S+ in relation "([^"]+)"')
+
+
+def _waited_for(context: str) -> str:
+    """What a statement that ran out of ``lock_timeout`` waited for, from the error's context:
+    a row (the relation named), the append lock (``wg_append``'s ``LOCK TABLE``) or a lock."""
+    row = _ROW_LOCK.search(context)
+    if row is not None:
+        if row.group(1) == "wg_run_leases":
+            return (
+                "a lease's row in wg_run_leases (a fenced append, a renewal or a takeover of "
+                "that lease not yet committed)"
+            )
+        return f"a row of {row.group(1)}"
+    if "LOCK TABLE wg_events" in context:
+        return "the append lock on wg_events"
+    return "a lock"
 
 
 def _first_line(text: str) -> str:

@@ -11,6 +11,12 @@ hands (a renewal keeps it), and a holder's appends carry ``Lease.fence``; the da
 them once the row names another holder or epoch (migration ``0009_fencing``). Expiry decides who
 may *take* a lease; the epoch decides whose writes count, so a holder that paused past its
 lease cannot write after someone else took over, whatever its clock says.
+
+On PostgreSQL every statement here commits on its own (autocommit): none leaves a transaction
+open that waits for this process, so a process paused between two of them holds no lease row
+(a renewal that did would keep every fenced append of its runs, and their takeover, waiting
+for as long as it is paused). SQLite runs them in one ``BEGIN IMMEDIATE`` transaction, which
+holds the database's write lock like an append's.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import os
 import socket
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -123,6 +130,14 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _writing(store: EventStore) -> AbstractContextManager[sa.Connection]:
+    """A connection for this module's writes: on PostgreSQL each statement commits by itself
+    (see the module docstring); on SQLite one transaction, committed at the end."""
+    if store.engine.dialect.name == "postgresql":
+        return store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    return store.engine.begin()
+
+
 def _aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
@@ -170,7 +185,7 @@ def acquire_lease(
             sa.and_(leases_.holder == take_from.holder, leases_.epoch == take_from.epoch),
         )
     owner = {"host": process.host, "pid": process.pid, "process_start": process.start}
-    with translate_errors(store.url), store.engine.begin() as connection:
+    with translate_errors(store.url), _writing(store) as connection:
         row = connection.execute(
             wg_run_leases.update()
             .where(leases_.run_id == run_id, takeable)
@@ -284,7 +299,7 @@ def renew_held(
         if postgres
         else {"pairs": json.dumps(wanted)}
     )
-    with translate_errors(store.url), store.engine.begin() as connection:
+    with translate_errors(store.url), _writing(store) as connection:
         rows = connection.execute(
             _RENEW_POSTGRES if postgres else _RENEW_SQLITE,
             {"now": now, "expires_at": now + timedelta(seconds=lease_s), **pairs},
@@ -326,7 +341,7 @@ _RENEW_SQLITE = sa.text(
 
 def release_lease(store: EventStore, run_id: str, holder: str) -> bool:
     """Give up ``holder``'s lease of ``run_id`` (e.g. the run ended); False if it held none."""
-    with translate_errors(store.url), store.engine.begin() as connection:
+    with translate_errors(store.url), _writing(store) as connection:
         deleted = connection.execute(
             wg_run_leases.delete().where(
                 wg_run_leases.c.run_id == run_id, wg_run_leases.c.holder == holder

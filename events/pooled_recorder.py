@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import DBAPICursor
     from sqlalchemy.pool import PoolProxiedConnection
 
-__all__ = ["PAGE", "GroupedWrite", "PooledRecorder", "StreamRows"]
+__all__ = ["PAGE", "GroupedWrite", "PooledRecorder", "StreamRows", "at_append_commit"]
 
 PAGE = 1000
 """Rows per page of a read."""
@@ -46,6 +46,19 @@ _T = TypeVar("_T")
 
 StreamRows = Callable[["DBAPICursor", str, Sequence[Any]], Generator[tuple[Any, ...], None, None]]
 """``stream_rows(cursor, sql, params)``: a SELECT's rows as they arrive."""
+
+before_append_commit: Callable[[], None] | None = None
+"""A failpoint for tests, None otherwise: called (by :func:`at_append_commit`) where an append's
+writes wait for nothing but this process: just before the ``COMMIT`` of an append transaction,
+holding what it holds; for an append that is one statement the server commits by itself (most
+on Postgres), just before it is sent. tests/events/test_paused_writer.py stops its writer
+process there."""
+
+
+def at_append_commit() -> None:
+    """Call :data:`before_append_commit`, if a test set it."""
+    if before_append_commit is not None:
+        before_append_commit()
 
 
 class GroupedWrite(NamedTuple):

@@ -8,18 +8,32 @@ arrays in binary form and gets back one row per event.
 
 With an HMAC key, each row's MAC must cover its position, version and time, which ``wg_append``
 hands out, and the key must never reach the database: such an append builds its rows in Python
-instead (:meth:`PostgresRecorder._append_keyed`, one transaction that takes the same table lock,
-the same chain bytes and the same positions from the same sequence). Appends without a key
-still make their one ``wg_append`` call.
+instead (:meth:`PostgresRecorder._keyed_transaction`, one transaction that takes the same table
+lock, the same chain bytes and the same positions from the same sequence). Appends without a
+key still make their one ``wg_append`` call.
+
+A paused writer (SIGSTOP, a VM pause) must not hold the table lock, or a lease row, for as long
+as it is paused. So no append transaction ever waits for this client while the server would not
+end it on its own: an unkeyed append, fenced, of several streams or a group, is **one
+statement** (:func:`_group_statement`: the fence checks, then one ``wg_append`` per batch) that
+the server runs to its commit without the client; a transaction that must come back to the
+client (a keyed append, which computes its MACs between its statements; a retry of several
+streams, read before its commit) waits for it only between statements it has fully received,
+where the writer session's ``idle_in_transaction_session_timeout``
+(:attr:`PostgresRecorder.writer_idle_s`) ends it. Never a pipeline there: between two pipelined
+statements the server waits for the next one as "active", which no timeout ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from inspect import signature
 from typing import TYPE_CHECKING, Any, cast
 
+from wgstore.events import pooled_recorder
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, chain_hash, epoch_us, event_mac, log_hash
 from wgstore.events.pooled_recorder import GroupedWrite, PooledRecorder
@@ -186,9 +200,24 @@ _CALL = (
     "SELECT * FROM wg_append(%s, %s, %b::uuid[], %b::text[], %b::smallint[], "
     "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %s)"
 )
-_CHECK_FENCE = "SELECT wg_check_fence(%s, %s, %s)"  # migration 0009_fencing
+_CHECK_FENCE = "SELECT wg_check_fence({}, {}, {}); "  # migration 0009_fencing, as literals
 
-# The keyed append (PostgresRecorder._append_keyed), under the table lock wg_append takes.
+# An unkeyed group (PostgresRecorder._in_one_transaction) as one statement: the fences checked
+# in their order (each wg_check_fence locks its lease row FOR SHARE until the commit), then one
+# wg_append per batch in request order, each after the one before (a LATERAL reference to what
+# the one before returned, or to the fences for the first, orders the calls: each call's
+# arguments name a column of it). A failure anywhere rolls back the whole statement.
+_GROUP_FENCES = (
+    "f AS MATERIALIZED (SELECT count(wg_check_fence(u.l, u.h, u.e)::text) AS n "
+    "FROM unnest(%b::text[], %b::text[], %b::bigint[]) WITH ORDINALITY AS u(l, h, e, i))"
+)
+_GROUP_BATCH = (
+    "b{k} AS MATERIALIZED (SELECT a.* FROM {after} AS p, LATERAL wg_append(%s, %s, %b::uuid[], "
+    "%b::text[], %b::smallint[], %b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], "
+    "%s OR p.n < 0) AS a)"
+)
+
+# The keyed append (PostgresRecorder._keyed_transaction), under the table lock wg_append takes.
 _KEYED_LOCK = "LOCK TABLE wg_events IN EXCLUSIVE MODE"
 _KEYED_STORED = (
     "SELECT e.event_id::text, e.stream_id, e.stream_version, e.position, e.recorded_at, e.hash "
@@ -219,7 +248,20 @@ _KEYED_INSERT = (
     "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %b::text[], %b::text[]) "
     "AS u(p, id, v, t, s, d, m, h, l, mac)"
 )
-_KEYED_NOTIFY = "SELECT pg_notify('wg_events', '')"
+_KEYED_COMMIT = "SELECT pg_notify('wg_events', ''); COMMIT"  # one round trip
+_COMMIT = "COMMIT"
+
+
+@lru_cache(maxsize=256)
+def _group_statement(batches: int) -> str:
+    """The one statement of an unkeyed group of ``batches`` batches (see ``_GROUP_FENCES``);
+    its rows: the batch's index, then ``wg_append``'s columns."""
+    ctes = [_GROUP_FENCES]
+    for k in range(batches):
+        after = "f" if k == 0 else f"(SELECT count(*) AS n FROM b{k - 1})"
+        ctes.append(_GROUP_BATCH.format(k=k, after=after))
+    rows = " UNION ALL ".join(f"SELECT {k}, b{k}.* FROM b{k}" for k in range(batches))
+    return f"WITH {', '.join(ctes)} {rows}"
 
 
 def chunked_mode_available() -> bool:
@@ -254,6 +296,14 @@ class PostgresRecorder(PooledRecorder):
     columns = _COLUMNS
     stream_columns = _STREAM_COLUMNS
     param = "%s"
+    writer_idle_s = 5.0
+    """How long the server lets the writer's transaction wait for this client between two
+    statements (``idle_in_transaction_session_timeout`` of the writer's session, not of the
+    server's other sessions): then it ends the session, which rolls the transaction back and
+    frees its locks. A paused writer holds the append lock and its lease rows no longer than
+    this; another's append or a takeover waits for it up to its ``lock_timeout`` (30 s). When
+    the writer goes on, its next statement fails, and the append is sent once more on a new
+    connection, as after a dropped connection: its fence decides whether it is written."""
 
     def time_of(self, stored: StoredTime) -> datetime:
         """``recorded_at`` read as microseconds since the epoch, as an aware UTC datetime."""
@@ -265,8 +315,14 @@ class PostgresRecorder(PooledRecorder):
             self.stream_rows = _stream_rows  # see _stream_rows; None without libpq 17
 
     def _prepare_writer(self, connection: PoolProxiedConnection) -> None:
-        """Autocommit: ``wg_append`` is one statement, so one round trip."""
-        _driver(connection).autocommit = True
+        """Autocommit: ``wg_append`` is one statement, so one round trip. The session's idle
+        bound (:attr:`writer_idle_s`), set once: the writer is this recorder's alone until
+        ``close``, after which the engine is disposed."""
+        driver = _driver(connection)
+        driver.autocommit = True
+        driver.execute(
+            f"SET idle_in_transaction_session_timeout = {int(self.writer_idle_s * 1000)}"
+        )
 
     def _prepare_read(self, connection: PoolProxiedConnection) -> None:
         """Autocommit: one round trip, no BEGIN/COMMIT around a single SELECT."""
@@ -280,11 +336,13 @@ class PostgresRecorder(PooledRecorder):
         connection.close()
 
     def _connection_died(self, connection: PoolProxiedConnection, error: BaseException) -> bool:
-        """True when ``error`` came from a connection the server closed (a restart, say)."""
+        """True when ``error`` came from a connection the server closed: a restart, say, or the
+        writer's idle bound (``IdleInTransactionSessionTimeout``, which psycopg counts as an
+        ``InternalError``, not an ``OperationalError``)."""
         import psycopg
 
         driver = connection.driver_connection
-        return isinstance(error, psycopg.OperationalError) and bool(driver is None or driver.closed)
+        return isinstance(error, psycopg.Error) and bool(driver is None or driver.closed)
 
     def _append(
         self,
@@ -296,10 +354,16 @@ class PostgresRecorder(PooledRecorder):
     ) -> list[AppendResult]:
         import psycopg
 
+        connection = _driver(writer)
         if self.hmac_key is not None:
-            return self._append_keyed(_driver(writer), stream_id, expected, pending, check_ids)
-        cursor = _driver(writer).cursor()
+            write = GroupedWrite([Batch(stream_id, expected, pending)], check_ids, None)
+            try:
+                return self._keyed_transaction(connection, [], [write])[0][0]
+            except psycopg.Error as error:
+                raise _translated(error, stream_id) from None
+        cursor = connection.cursor()
         try:
+            pooled_recorder.at_append_commit()
             cursor.execute(_CALL, _arguments(stream_id, expected, pending, check_ids))
             return list(as_results(cursor.fetchall()))
         except psycopg.Error as error:
@@ -307,32 +371,50 @@ class PostgresRecorder(PooledRecorder):
         finally:
             cursor.close()
 
-    def _append_keyed(
+    def _keyed_transaction(
         self,
         connection: psycopg.Connection[tuple[Any, ...]],
-        stream_id: str,
-        expected: int,
-        pending: list[Pending],
-        check_ids: bool,
-    ) -> list[AppendResult]:
+        fences: list[Fence],
+        group: list[GroupedWrite],
+    ) -> list[list[list[AppendResult]]]:
         """``wg_append``'s work in one client transaction, so each MAC covers every field.
 
-        The same table lock, expected-version check, idempotent retry, positions (``nextval``
-        under the lock, after the check), time (``clock_timestamp()``), chain bytes (data and
-        metadata as jsonb renders them) and notification; the MACs are computed here, with the
-        key that never leaves the client. Pipelined: two round trips (BEGIN, the lock and the
-        heads; the insert, the notification and COMMIT), three with ``check_ids``.
+        The same fences, table lock, expected-version check, idempotent retry, positions
+        (``nextval`` under the lock, after the check), time (``clock_timestamp()``), chain bytes
+        (data and metadata as jsonb renders them) and notification; the MACs are computed here,
+        with the key that never leaves the client. Not pipelined (see the module docstring):
+        ``BEGIN``, the fence checks and the lock in one message; per batch the heads (and the
+        stored ids of a retry), then the insert; the notification and ``COMMIT`` in one: four
+        round trips for one batch. The server waits for the client only between statements it
+        has received whole, which the writer's idle bound limits.
         """
-        with (
-            connection.pipeline(),
-            connection.transaction(),
-            connection.cursor() as cursor,
-        ):
-            cursor.execute(_KEYED_LOCK)
-            results = self._keyed_batch(cursor, stream_id, expected, pending, check_ids)
-            if not results[0].existed:
-                cursor.execute(_KEYED_NOTIFY)
-        return results
+        from psycopg.sql import Literal
+
+        checks = "".join(
+            _CHECK_FENCE.format(
+                *(Literal(v).as_string(connection) for v in (f.lease, f.holder, f.epoch))
+            )
+            for f in fences
+        )
+        cursor = connection.cursor()
+        try:
+            cursor.execute(f"BEGIN; {checks}{_KEYED_LOCK}", prepare=False)
+            keyed: list[list[list[AppendResult]]] = []
+            for write in group:
+                rows = [
+                    self._keyed_batch(cursor, b.stream_id, b.expected, b.pending, write.check_ids)
+                    for b in write.batches
+                ]
+                keyed.append(_whole(rows))
+            pooled_recorder.at_append_commit()
+            stored = all(rows[0][0].existed for rows in keyed)
+            cursor.execute(_COMMIT if stored else _KEYED_COMMIT, prepare=False)
+            return keyed
+        except BaseException:
+            _roll_back(connection)
+            raise
+        finally:
+            cursor.close()
 
     def _keyed_batch(
         self,
@@ -416,67 +498,72 @@ class PostgresRecorder(PooledRecorder):
     def _in_one_transaction(
         self, writer: PoolProxiedConnection, group: list[GroupedWrite]
     ) -> list[list[list[AppendResult]]]:
-        """Appends in one transaction: the fences first, each ``wg_check_fence`` once,
-        in the leases' order (a lease renewal locks its rows in that order too, so neither
-        waits for the other in a circle), then one ``wg_append`` call per batch (the first
-        takes the table lock; their notifications are one at the commit). Pipelined: BEGIN,
-        the calls and COMMIT in one round trip, results read after it; a write of several
-        batches checked by its ids is read before the COMMIT (all stored or none). With a key,
-        the keyed append's work for each batch under one table lock."""
+        """Appends in one transaction: the fences first, each ``wg_check_fence`` once, in the
+        leases' order (a lease renewal locks its rows in that order too, so neither waits for
+        the other in a circle), then one ``wg_append`` call per batch (the first takes the
+        table lock; their notifications are one at the commit). One statement, which the
+        server commits by itself (:func:`_group_statement`): one round trip, and nothing held
+        while the client is away. A write of several batches checked by its ids is read before
+        the commit (all stored or none): then the statement runs in a transaction of its own
+        (``BEGIN``, the statement, ``COMMIT``: three round trips, only for such retries). With
+        a key, :meth:`_keyed_transaction`."""
         connection = _driver(writer)
         fences = sorted(
             {write.fence for write in group if write.fence is not None},
             key=lambda fence: (fence.lease, fence.holder, fence.epoch),
         )
         if self.hmac_key is not None:
-            with connection.transaction(), connection.cursor() as cursor:
-                for fence in fences:
-                    cursor.execute(_CHECK_FENCE, (fence.lease, fence.holder, fence.epoch))
-                cursor.execute(_KEYED_LOCK)
-                keyed: list[list[list[AppendResult]]] = []
-                for write in group:
-                    rows = [
-                        self._keyed_batch(
-                            cursor, b.stream_id, b.expected, b.pending, write.check_ids
-                        )
-                        for b in write.batches
-                    ]
-                    keyed.append(_whole(rows))
-                if not all(rows[0][0].existed for rows in keyed):
-                    cursor.execute(_KEYED_NOTIFY)
-                return keyed
-        # Pipelined: 1.2-1.5x the appends a second of a transaction that waits for each reply.
-        checks = connection.cursor()
-        cursors = [[connection.cursor() for _ in write.batches] for write in group]
-        results: list[list[list[AppendResult]] | None] = [None] * len(group)
-        try:
-            with connection.pipeline(), connection.transaction():
-                for fence in fences:
-                    checks.execute(_CHECK_FENCE, (fence.lease, fence.holder, fence.epoch))
-                for write, write_cursors in zip(group, cursors, strict=True):
-                    for cursor, batch in zip(write_cursors, write.batches, strict=True):
-                        cursor.execute(
-                            _CALL,
-                            _arguments(
-                                batch.stream_id, batch.expected, batch.pending, write.check_ids
-                            ),
-                        )
-                for index, (write, write_cursors) in enumerate(zip(group, cursors, strict=True)):
-                    if write.check_ids and len(write.batches) > 1:  # read before the COMMIT
-                        results[index] = _whole([_fetched(c) for c in write_cursors])
-            return [
-                rows if rows is not None else [_fetched(c) for c in write_cursors]
-                for rows, write_cursors in zip(results, cursors, strict=True)
-            ]
-        finally:
-            checks.close()
-            for write_cursors in cursors:
-                for cursor in write_cursors:
-                    cursor.close()
+            return self._keyed_transaction(connection, fences, group)
+        batches = [(batch, write.check_ids) for write in group for batch in write.batches]
+        params: list[Any] = [
+            [fence.lease for fence in fences],
+            [fence.holder for fence in fences],
+            [fence.epoch for fence in fences],
+        ]
+        for batch, check_ids in batches:
+            params.extend(_arguments(batch.stream_id, batch.expected, batch.pending, check_ids))
+        statement = _group_statement(len(batches))
+        read_first = any(write.check_ids and len(write.batches) > 1 for write in group)
+        with connection.cursor() as cursor:
+            if not read_first:
+                pooled_recorder.at_append_commit()
+                return _split(group, cursor.execute(statement, params).fetchall())
+            with connection.transaction():
+                results = _split(group, cursor.execute(statement, params).fetchall())
+                for write, rows in zip(group, results, strict=True):
+                    if write.check_ids and len(rows) > 1:
+                        _whole(rows)
+                pooled_recorder.at_append_commit()
+            return results
 
 
-def _fetched(cursor: psycopg.Cursor[tuple[Any, ...]]) -> list[AppendResult]:
-    return list(as_results(cursor.fetchall()))
+def _split(
+    group: list[GroupedWrite], rows: list[tuple[Any, ...]]
+) -> list[list[list[AppendResult]]]:
+    """A group statement's rows (the batch's index first) as each write's results per batch."""
+    per_batch: list[list[AppendResult]] = [[] for write in group for _ in write.batches]
+    for row in rows:
+        per_batch[row[0]].append(AppendResult(*row[1:]))
+    results: list[list[list[AppendResult]]] = []
+    start = 0
+    for write in group:
+        results.append(per_batch[start : start + len(write.batches)])
+        start += len(write.batches)
+    return results
+
+
+def _roll_back(connection: psycopg.Connection[tuple[Any, ...]]) -> None:
+    """End a transaction this recorder began, if the connection still has one open."""
+    import psycopg
+
+    if connection.closed:
+        return
+    if connection.info.transaction_status in (
+        psycopg.pq.TransactionStatus.INTRANS,
+        psycopg.pq.TransactionStatus.INERROR,
+    ):
+        with contextlib.suppress(psycopg.Error):  # the error that brought us here counts
+            connection.execute("ROLLBACK", prepare=False)
 
 
 def _whole(results: list[list[AppendResult]]) -> list[list[AppendResult]]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, cast
 from wgstore.events.engine import SHORT_LOCK_WAITS_OPTION, begin_immediate
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, epoch_us, event_mac
-from wgstore.events.pooled_recorder import GroupedWrite, PooledRecorder
+from wgstore.events.pooled_recorder import GroupedWrite, PooledRecorder, at_append_commit
 from wgstore.events.recorder import (
     AppendResult,
     Batch,
@@ -235,6 +235,7 @@ class SqliteRecorder(PooledRecorder):
         self, cursor: sqlite3.Cursor, batches: list[Batch], written: list[_Written]
     ) -> None:
         """Commit, then cache the heads the ``batches`` (``written`` in this order) left."""
+        at_append_commit()
         cursor.execute("COMMIT")
         for batch, (_, last_row) in zip(batches, written, strict=True):
             self._remember_heads(batch.stream_id, last_row)
@@ -291,6 +292,7 @@ class SqliteRecorder(PooledRecorder):
                 self._log_head = None
                 self._stream_heads.pop(stream_id, None)
                 return None
+            at_append_commit()
             cursor.execute("COMMIT")
         except BaseException:
             if connection.in_transaction:

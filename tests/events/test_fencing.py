@@ -296,3 +296,34 @@ def test_a_deadlock_is_told_as_a_rolled_back_transaction_not_an_unreachable_serv
     assert "rolled the transaction back (deadlock detected" in str(error)
     assert "nothing of it was written: retry" in str(error)
     assert "cannot reach" not in str(error)
+
+
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_a_lock_wait_that_runs_out_names_what_it_waited_for(store):
+    """A takeover that waits out its lock_timeout on a lease row (a fenced append of its holder
+    not yet committed) is told it waited for the lease's row, not for "the append lock on
+    wg_events"; an append that waited for the table lock is told that. The statements are the
+    takeover's UPDATE and the append's wg_append, with a short lock_timeout of their own."""
+    acquire_lease(store, "r1", "a", 60)
+    wg_append = (
+        "SELECT * FROM wg_append('s', -1, ARRAY[gen_random_uuid()], ARRAY['T'], "
+        "ARRAY[1::smallint], ARRAY['{}'::jsonb], ARRAY['{}'::jsonb], ARRAY[NULL::text], false)"
+    )
+    errors: dict[str, str] = {}
+    with store.engine.connect() as holder, store.engine.connect() as waiter:
+        holding = holder.begin()
+        holder.exec_driver_sql("SELECT wg_check_fence('r1', 'a', 1)")  # the lease row, FOR SHARE
+        holder.exec_driver_sql("LOCK TABLE wg_events IN EXCLUSIVE MODE")  # the append lock
+        waiter.exec_driver_sql("SET lock_timeout = 200")
+        for name, statement in (
+            ("takeover", "UPDATE wg_run_leases SET epoch = epoch + 1 WHERE run_id = 'r1'"),
+            ("append", wg_append),
+        ):
+            with pytest.raises(StoreUnavailableError) as waited, translate_errors(store.url):
+                waiter.exec_driver_sql(statement)
+            errors[name] = str(waited.value)
+            waiter.rollback()
+        holding.rollback()
+    assert "waited too long for a lease's row in wg_run_leases" in errors["takeover"]
+    assert "append lock" not in errors["takeover"]
+    assert "waited too long for the append lock on wg_events" in errors["append"]

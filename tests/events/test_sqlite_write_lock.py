@@ -4,7 +4,10 @@ timeout, and then says so; the writer stays usable. So does every other write tr
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -79,9 +82,19 @@ def test_an_append_gives_up_after_the_busy_timeout_with_the_reason_and_writes_no
         other.execute("BEGIN IMMEDIATE")
         try:
             started = time.monotonic()
-            with pytest.raises(StoreUnavailableError, match=r"busy_timeout=SECONDS"):
+            with pytest.raises(StoreUnavailableError, match=r"busy_timeout=SECONDS") as waited:
                 store.append("s-1", [_event("refused")])
             assert time.monotonic() - started >= 0.3  # it waited its busy timeout
+            # The holder is named (this process, here), and naming it took no lock from it:
+            # a descriptor of the -shm file opened and closed here would have dropped them all.
+            assert f"held by process {os.getpid()}" in str(waited.value)
+            assert "stopped" not in str(waited.value)
+            # (Asked of another process: this one's SQLite keeps its own books of its locks.)
+            try_lock = "import sqlite3, sys; sqlite3.connect(sys.argv[1], timeout=0).execute('BEGIN IMMEDIATE')"
+            tried = subprocess.run(
+                [sys.executable, "-c", try_lock, str(path)], capture_output=True, text=True
+            )
+            assert tried.returncode != 0 and "database is locked" in tried.stderr, tried
         finally:
             other.execute("ROLLBACK")
             other.close()
