@@ -17,6 +17,10 @@ Not adapted, and why:
   (``cluster_probe.py``), every ``WAIT_LOOK_S`` while a start waits, as Ray reads its
   reservations every ``GET_RESERVED_RESOURCES_INTERVAL_S``.
 - ``test_count_possible_workers_tpu_slice_rounding``: TPU slices; wgstore places no TPU groups.
+- ``test_preemption_unit.py`` (read at 0f28583, newer than 2.60, whose ``PreemptionInfo`` has
+  other fields): its budget tests are adapted below; its "leave PREEMPTING when every rank
+  exited cleanly" path is not 2.60's (which, as wgstore, finishes a run whose every worker
+  returned without error) and is left out, as are its TPU failure domains and watcher defaults.
 - The installed Ray 2.60 divides with a plain ``//``; the fetched tests
   (``test_count_possible_workers_fractional_resources``,
   ``..._ignores_partial_worker``) are of the later fix for float drift, which wgstore follows.
@@ -245,3 +249,66 @@ def test_worker_group_start_failure() -> None:
     assert decision.to_state == "RESCHEDULING" and _size(decision) == 2
     _drive_to_running(log, world)
     assert [d.failure_kind for d in log.run().decisions] == ["start"]
+
+
+def _preempt_once(log: SimLog, world: World, now: Any) -> Any:
+    """RUNNING -> PREEMPTING (node-1 going, no deadline) -> past Ray's default wait: the
+    failure decision; returns it."""
+    step(log, cluster=ClusterView(fits=4, draining={"node-1": None}), now=now)
+    decision = step(log, now=now + timedelta(seconds=121))
+    return decision.run_events[0].event
+
+
+def _restart(log: SimLog, world: World) -> None:
+    world.shut_down(log.group(log.run().current_group_id))  # type: ignore[arg-type]
+    step(log, cluster=ClusterView(fits=4))
+    _drive_to_running(log, world)
+
+
+@pytest.mark.parametrize(("budget", "retries"), [(3, 3), (0, 0), (-1, 6)])
+def test_the_preemption_budget_is_its_own(budget: int, retries: int) -> None:
+    """Ray's ``test_preemption_unit.py``: ``test_preemption_budget_is_independent_of_max_failures``
+    (max_failures=0, 3 preemptions retried, the 4th raises), ``..._zero_budget_raises_immediately``
+    and ``..._unlimited_budget``."""
+    log = SimLog()
+    log.create(
+        FailureConfig(max_failures=0, max_preemption_failures=budget),
+        scaling=ScalingConfig(num_workers=4, min_workers=1),
+    )
+    world = World(log)
+    step(log, cluster=ClusterView(fits=4))
+    _drive_to_running(log, world)
+    for n in range(retries):
+        decided = _preempt_once(log, world, T0 + timedelta(hours=n))
+        assert (decided.decision, decided.failure_kind, decided.failures_so_far) == (
+            "RETRY",
+            "preemption",
+            n + 1,
+        )
+        _restart(log, world)
+    if budget == -1:
+        return
+    decided = _preempt_once(log, world, T0 + timedelta(hours=retries))
+    assert decided.decision == "RAISE" and decided.failure_kind == "preemption"
+
+
+def test_a_worker_group_error_budget_is_independent_from_preemption() -> None:
+    """Ray's ``test_worker_group_error_budget_independent_from_preemption``: worker failures
+    spend ``max_failures`` (2), and preemptions after them are still retried."""
+    log = SimLog()
+    log.create(
+        FailureConfig(max_failures=2, max_preemption_failures=5),
+        scaling=ScalingConfig(num_workers=4, min_workers=1),
+    )
+    world = World(log)
+    step(log, cluster=ClusterView(fits=4))
+    _drive_to_running(log, world)
+    for _ in range(2):
+        world.fail(log.group(log.run().current_group_id), [0])  # type: ignore[arg-type]
+        assert step(log).run_events[0].event.decision == "RETRY"
+        _restart(log, world)
+    for n in range(3):
+        decided = _preempt_once(log, world, T0 + timedelta(hours=n))
+        assert (decided.decision, decided.failures_so_far) == ("RETRY", n + 1)
+        _restart(log, world)
+    assert log.run().failures_of("worker_group") == 2
