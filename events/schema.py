@@ -341,7 +341,7 @@ wg_runs = sa.Table(
     sa.Column("not_resumable_reason", sa.Text()),
     sa.Column("num_workers", sa.Integer()),
     sa.Column("min_workers", sa.Integer()),
-    sa.Column("current_workers", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("current_workers", sa.Integer()),
     sa.Column("desired_workers", sa.Integer()),
     sa.Column("resources_per_worker", _Json),
     sa.Column("train_fn", sa.Text()),

@@ -46,9 +46,7 @@ def upgrade() -> None:
     """Add the size columns to wg_runs, create wg_run_resizes, make the projector fold again."""
     with op.batch_alter_table("wg_runs") as batch:
         batch.add_column(sa.Column("min_workers", sa.Integer(), nullable=True))
-        batch.add_column(
-            sa.Column("current_workers", sa.Integer(), nullable=False, server_default="0")
-        )
+        batch.add_column(sa.Column("current_workers", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("desired_workers", sa.Integer(), nullable=True))
     op.create_table(
         "wg_run_resizes",

@@ -274,34 +274,36 @@ _VECTOR_METADATA = {"host": "h", "pid": 1, "wgstore": "0"}
 # Postgres hashes jsonb's rendering (its own key order and spacing), so the stream and log hashes
 # are pinned per backend; the MAC, over a canonical form of the JSON, is one value on both.
 # The event carries WorkerGroupShutdownRequested's `abort` field (added with its default for
-# Ray's abort()), so its stored text and every pinned value include it.
+# Ray's abort()) and `resized_to` (added 2026-12-07 for elastic runs' resizes, default null), so
+# its stored text and every pinned value include them: a field added with a default changes the
+# text of events written after it, never of those before (their hashes cover what is stored).
 _VECTORS = {
     "sqlite": (
-        '{"abort":false,"reason":"pinned"}',
+        '{"abort":false,"reason":"pinned","resized_to":null}',
         '{"host":"h","pid":1,"wgstore":"0"}',
     ),
     "postgresql": (
-        '{"abort": false, "reason": "pinned"}',
+        '{"abort": false, "reason": "pinned", "resized_to": null}',
         '{"pid": 1, "host": "h", "wgstore": "0"}',  # jsonb: shorter keys first
     ),
 }
 # (stream hash, log hash); the log hash covers the MAC, so it changed with the MAC's form (m3).
 _PINNED = {
     "sqlite": (
-        "4ce8cd429d8ab8ee02892021398b520be87d3bade3599c79eaa0db7b1b370c6e",
-        "0c348796dc42f4bedcda4a1297a3470f2f3d9be2d5ddbbf25be9ad5695b9471f",
+        "ebad5e7e108f1b86a38f4ebeb79e8c9a8ef115654e23de85fd9e11b816260d68",
+        "4ccb61dd70da2ff946ed1f9781d236de14be016cf85d45659daa315770c269cc",
     ),
     "postgresql": (
-        "76297d8ea81518e3b1434c3bceaaeb73cd2d8b1c6e11f763d022f7499c8681f4",
-        "d8bfe02bbde9c26b5a58067444bbd0554cb66659eb9e55ce211ca933aeedb4ae",
+        "ec452e00dc75690cf2328a7e1ce2ae6c99d351d1ba83b2beae4776b8d3e16ea2",
+        "4aa7b8e518e6651afd4fe4ee44289dc7a9abefa0863f16a04153c149ac04ab8a",
     ),
 }
 # The MAC over every field (hashing.event_mac): one value on both backends, although the keyed
 # Postgres append builds its rows in Python and wg_append is not called. The form written before
 # 2026-12-07 (m2, numbers by value alone) gave the second value for the same event: an old
 # store's rows still verify with it.
-_PINNED_MAC = "m3:syXvuCDFFWNtS34xisGcpfq3nUJlW0J89GOKvNJKk_U"
-_PINNED_UNTYPED_MAC = "m2:8uD-QLLNdb_UwxxoG4fWSMvla_-HVXkhlWQ5qhv4HIw"
+_PINNED_MAC = "m3:b2GVvNs-RIBw9Drz34mksbX0ZxSI0PwRkm24y5iIM9o"
+_PINNED_UNTYPED_MAC = "m2:p8sFV1b85TCRM9w-IPrpxcfF_NHnh0wigfwyKIpw358"
 
 
 @pytest.fixture

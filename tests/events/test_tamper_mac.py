@@ -192,7 +192,7 @@ def test_numbers_of_every_kind_written_with_the_key_verify_and_read_back_as_writ
 def test_a_duplicated_json_key_is_caught_and_postgres_cannot_store_one(store_url: str) -> None:
     """Claim K1 (one value per key). SQLite keeps the text as given: json_extract (and
     `wgstore sql`) reads the first value, msgspec the last. jsonb keeps one."""
-    forged = '{"abort":false,"reason":"forged","reason":"b"}'
+    forged = '{"abort":false,"reason":"forged","reason":"b","resized_to":null}'
     with EventStore.open(store_url, hmac_key=KEY) as store:
         _fill(store)
         _tamper(store, f"UPDATE wg_events SET data = '{forged}' WHERE position = 2", _rehash(store))
@@ -203,7 +203,7 @@ def test_a_duplicated_json_key_is_caught_and_postgres_cannot_store_one(store_url
                 seen = connection.exec_driver_sql(
                     "SELECT data->>'reason', data::text FROM wg_events WHERE position = 2"
                 ).one()
-                assert seen == ("b", '{"abort": false, "reason": "b"}')  # nothing forged
+                assert seen == ("b", '{"abort": false, "reason": "b", "resized_to": null}')
                 assert store.verify().ok
                 return
             seen = connection.exec_driver_sql(

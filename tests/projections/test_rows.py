@@ -2,7 +2,7 @@
 printed when the views returned dicts: one example per row type, from a real store.
 
 The expected values below were printed by the dict-returning views (commit 384e487) for the
-same scenarios; times are pinned by their form (``<T+00:00>``: ``datetime.isoformat``, as
+same scenarios, with the keys added since (an elastic run's sizes, 2026-12-07); times are pinned by their form (``<T+00:00>``: ``datetime.isoformat``, as
 ``json_default`` writes it; ``<TZ>``: msgspec's form, which an attempt's
 ``checkpoint_committed_at`` has always had), not by their value (the scenarios use the wall
 clock).
@@ -57,7 +57,8 @@ RUN = {
     "controller_failure_limit": -1, "preemption_failures": 0, "max_preemption_failures": -1,
     "latest_checkpoint": "/ckpt/err/1", "checkpoint_committed_at": T,
     "latest_reported_checkpoint": "/ckpt/err/1", "resumable": True,
-    "not_resumable_reason": None, "orphaned": False, "lease_holder": None,
+    "not_resumable_reason": None, "min_workers": None, "current_workers": 0,
+    "desired_workers": None, "orphaned": False, "lease_holder": None,
     "lease_expires_at": None, "created_at": T, "updated_at": T, "ended_at": T, "error": ERR,
     "failed_ranks": [{"world_rank": 1, "type": "RuntimeError", "message": "rank 1 died in err-g2"}],
     "abort_reason": None,
@@ -93,11 +94,12 @@ DETAIL = {
     "attempts": [
         {"group_id": "err-g1", "attempt": 1, "status": "SHUT_DOWN", "outcome": "errored",
          "requested_at": T, "latest_checkpoint": "/ckpt/err/1", "checkpoint_committed_at": "<TZ>",
-         "latest_reported_checkpoint": "/ckpt/err/1", "error": ERR_G1, "number": 1,
-         "decisions": [RETRY]},
+         "latest_reported_checkpoint": "/ckpt/err/1", "error": ERR_G1, "num_workers": 2,
+         "number": 1, "decisions": [RETRY]},
         {"group_id": "err-g2", "attempt": 2, "status": "SHUT_DOWN", "outcome": "errored",
          "requested_at": T, "latest_checkpoint": None, "checkpoint_committed_at": None,
-         "latest_reported_checkpoint": None, "error": ERR, "number": 2, "decisions": [RAISE]},
+         "latest_reported_checkpoint": None, "error": ERR, "num_workers": 2, "number": 2,
+         "decisions": [RAISE]},
     ],
     "decisions": [RETRY, RAISE],
     "transitions": [
@@ -112,6 +114,8 @@ DETAIL = {
         {"version": 2, "at": T, "controller_id": "c1", "host": "h", "pid": 7, "resumed": False}
     ],
     "resumes": [],
+    "resizes": [],  # an elastic run's sizes (issue 40): none for a fixed run
+    "preemptions": [],
 }  # fmt: skip
 
 
