@@ -70,8 +70,11 @@ def by_value(ray_session: None) -> Iterator[None]:
 
 
 def test_a_preempted_run_records_the_nodes_ranks_deadline_and_its_own_budget(
-    by_value: None, store_url: str, tmp_path: Any
+    by_value: None, sqlite_url: str, tmp_path: Any
 ) -> None:
+    """On SQLite only (a Ray Train run is half a minute): the recorder writes the same events to
+    either backend, and test_ray_train_elastic.py records one run into both at once."""
+    store_url = sqlite_url
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.v2._internal.state.state_actor import get_or_create_state_actor
