@@ -314,11 +314,12 @@ def test_a_lock_wait_that_runs_out_names_what_it_waited_for(store):
         holding = holder.begin()
         holder.exec_driver_sql("SELECT wg_check_fence('r1', 'a', 1)")  # the lease row, FOR SHARE
         holder.exec_driver_sql("LOCK TABLE wg_events IN EXCLUSIVE MODE")  # the append lock
-        waiter.exec_driver_sql("SET lock_timeout = 200")
         for name, statement in (
             ("takeover", "UPDATE wg_run_leases SET epoch = epoch + 1 WHERE run_id = 'r1'"),
             ("append", wg_append),
         ):
+            # in each statement's transaction: the rollback below undoes a SET made before it
+            waiter.exec_driver_sql("SET lock_timeout = 200")
             with pytest.raises(StoreUnavailableError) as waited, translate_errors(store.url):
                 waiter.exec_driver_sql(statement)
             errors[name] = str(waited.value)
