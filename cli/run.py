@@ -10,7 +10,7 @@ What the train function prints shows too, as Ray shows it: each line prefixed by
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 
@@ -24,6 +24,7 @@ from wgstore.cli.common import (
     store_label,
 )
 from wgstore.cli.live_run import drive
+from wgstore.cli.run_resume import refuse_new_run_options, resume_watched
 
 __all__ = ["run_command"]
 
@@ -150,11 +151,11 @@ def run_command(
             "missing TRAIN_FN, e.g. `wgstore run examples.train:train_fn` (or --resume RUN_ID)"
         )
     if resume is not None:
-        _refuse_new_run_options(ctx, resume)
+        refuse_new_run_options(ctx, resume)
         check_url(url)
         with opened(url) as store:  # a run id may be shortened, as everywhere
             resume = resolve_run(store, resume)
-        _resume(url, resume, quiet_workers, external_executor)
+        resume_watched(url, resume, quiet_workers, external_executor)
         return
     assert train_fn is not None
     from wgstore.events import InvalidArgumentError
@@ -191,42 +192,4 @@ def run_command(
         start_ray=not external_executor,  # with one, its job starts the workers and gets output
         quiet_workers=quiet_workers,
         message=f"starting {workers} worker(s) of {train_fn}, recording into {store_label(url)}",
-    )
-
-
-_KEPT_ON_RESUME = {"train_fn", "url", "resume", "external_executor", "quiet_workers"}
-"""The options a resumed run takes; the others (``--workers`` ...) would shape a new run."""
-
-
-def _refuse_new_run_options(ctx: typer.Context, resume: str) -> None:
-    """A resumed run goes on as its log says (RunCreated): options that would shape a new run
-    are refused, never silently ignored."""
-    given = [
-        "--" + name.replace("_", "-")
-        for name in (param.name or "" for param in ctx.command.params)  # in declared order
-        if name not in _KEPT_ON_RESUME
-        and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
-    ]
-    if given:
-        raise UsageProblem(
-            f"{', '.join(given)} cannot change run {resume}: a resumed run keeps the workers, "
-            "config and failure policy its log recorded (RunCreated); drop "
-            + ("it" if len(given) == 1 else "them")
-        )
-
-
-def _resume(url: str, run_id: str, quiet_workers: bool, external_executor: bool) -> None:
-    """Continue ``run_id`` (its controller died), watched as a new run is."""
-    from wgstore.orchestration import resume_run
-    from wgstore.orchestration.controller import read_run
-
-    with opened(url) as store:
-        ended = read_run(store, run_id).ended  # RunNotFoundError: one line, exit 1
-    executor: Literal["external"] | None = "external" if external_executor else None
-    drive(
-        url,
-        lambda on_update: resume_run(url, run_id, executor=executor, on_update=on_update),
-        start_ray=not ended and not external_executor,  # an ended run is shown from the log
-        quiet_workers=quiet_workers,
-        message=f"resuming run {run_id} from {store_label(url)}",
     )
