@@ -87,3 +87,29 @@ def executor(store: Any, ray_up: None) -> Iterator[Any]:
     yield ex
     ex.stop()
     assert ex.errors == []
+
+
+def run_cluster_driver(module: str, *args: str, timeout_s: float = 600) -> Any:
+    """Run ``python -m module args...`` from the repo root with a Ray temp folder of its own (a
+    ``ray.cluster_utils.Cluster`` needs a Ray of its own: a process has one, and this session's
+    is the local one of ``ray_session``; its own ``RAY_TMPDIR`` keeps the cluster's address file
+    from making another process's ``ray.init()`` join it). Returns the finished process."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    ray_tmp = tempfile.mkdtemp(prefix="wgcd", dir="/tmp")  # short: Ray's socket paths
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
+    env.pop("RAY_ADDRESS", None)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -13,18 +13,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from tests.orchestration.conftest import REPO
+from tests.orchestration.conftest import run_cluster_driver
 from wgstore.events import EventStore
 from wgstore.events.streams import group_stream
 from wgstore.orchestration.controller import read_run
@@ -55,27 +50,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     work = tmp_path_factory.mktemp("elastic-own")
     url = f"sqlite:///{work / 'runs.db'}"
     out = work / "out.json"
-    ray_tmp = tempfile.mkdtemp(prefix="wgeo", dir="/tmp")  # short: Ray's socket paths
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
-    env.pop("RAY_ADDRESS", None)
-    try:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tests.orchestration.elastic_own_driver",
-                url,
-                str(out),
-                str(work),
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    proc = run_cluster_driver("tests.orchestration.elastic_own_driver", url, str(out), str(work))
     assert proc.returncode == 0 and out.exists(), proc.stdout[-4000:] + proc.stderr[-8000:]
     result = json.loads(out.read_text())
     assert "driver_error" not in result and "error" not in result, (result, proc.stderr[-6000:])

@@ -14,18 +14,13 @@ One cluster start for both cases (most of this file's time; ~17-40 s on a busy m
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from tests.orchestration.conftest import REPO
+from tests.orchestration.conftest import run_cluster_driver
 from wgstore.events import EventStore
 from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import WorkerInfo
@@ -60,27 +55,9 @@ def cluster_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterRu
     work = tmp_path_factory.mktemp("multinode")
     url = f"sqlite:///{work / 'runs.db'}"
     out = work / "out.json"
-    ray_tmp = tempfile.mkdtemp(prefix="wgmn", dir="/tmp")  # short: Ray's socket paths
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
-    env.pop("RAY_ADDRESS", None)
-    try:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tests.orchestration.multinode_driver",
-                url,
-                str(out),
-                str(work),
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    proc = run_cluster_driver(
+        "tests.orchestration.multinode_driver", url, str(out), str(work), timeout_s=300
+    )
     assert proc.returncode == 0 and out.exists(), proc.stdout[-4000:] + proc.stderr[-8000:]
     data: dict[str, Any] = json.loads(out.read_text())
     yield ClusterRuns(url=url, **data)

@@ -12,11 +12,6 @@ reason for every change.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +21,7 @@ import pytest
 
 from tests import templates
 from tests.conftest import PG_URL, _drop_schema, make_pg_schema_url, require_postgres
-from tests.orchestration.conftest import REPO
+from tests.orchestration.conftest import run_cluster_driver
 from wgstore.events import EventStore
 from wgstore.events.run import ResizeCause
 from wgstore.events.streams import group_stream
@@ -57,30 +52,17 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     templates.restore_postgres(PG_URL, schema)
     urls = {"sqlite": f"sqlite:///{work / 'runs.db'}", "postgres": make_pg_schema_url(schema)}
     out = work / "out.json"
-    ray_tmp = tempfile.mkdtemp(prefix="wgel", dir="/tmp")  # short: Ray's socket paths
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
-    env.pop("RAY_ADDRESS", None)
     try:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "tests.orchestration.elastic_ray_train_driver",
-                urls["sqlite"],
-                urls["postgres"],
-                str(out),
-                str(work),
-            ],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
+        proc = run_cluster_driver(
+            "tests.orchestration.elastic_ray_train_driver",
+            urls["sqlite"],
+            urls["postgres"],
+            str(out),
+            str(work),
         )
         assert proc.returncode == 0 and out.exists(), proc.stdout[-4000:] + proc.stderr[-8000:]
         yield Recorded(urls=urls, **json.loads(out.read_text()))
     finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
         _drop_schema(schema)
 
 
