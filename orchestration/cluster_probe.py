@@ -46,9 +46,13 @@ class RayClusterProbe:
     """:class:`ClusterProbe` over the Ray this process is connected to."""
 
     def look(self, run: RunState, group: WorkerGroupState | None, *, size: bool) -> ClusterView:
-        """See :meth:`ClusterProbe.look`."""
+        """See :meth:`ClusterProbe.look` (connects to Ray first if this process is not: a
+        controller whose executor runs elsewhere, ``--external-executor``)."""
         from ray._private import state as ray_state
 
+        from wgstore.orchestration.ray_resources import ensure_ray
+
+        ensure_ray()
         draining = {node: (ms or None) for node, ms in ray_state.state.get_draining_nodes().items()}
         if not size:
             return ClusterView(fits=None, draining=draining)
