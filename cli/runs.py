@@ -19,6 +19,7 @@ from rich.text import Text
 
 from wgstore.cli.common import (
     DEFAULT_URL,
+    CliError,
     UrlOption,
     UsageProblem,
     format_time,
@@ -156,8 +157,8 @@ def _show_run(url: str, run: str, as_json: bool) -> None:
         run_id = resolve_run(store, run)
         try:
             detail = run_detail(store, run_id)
-        except (StreamNotFoundError, ProjectionError) as error:
-            raise UsageProblem(f"run {run_id}: {error}") from None
+        except (StreamNotFoundError, ProjectionError) as error:  # the log, not the command (1)
+            raise CliError(f"run {run_id}: {error}") from None
     if as_json:
         typer.echo(json_line(detail.to_json()))
     else:

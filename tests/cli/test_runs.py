@@ -308,3 +308,16 @@ def test_an_elastic_run_shows_its_range_its_sizes_and_why_each_changed(
         4,
         4,
     )
+
+
+def test_a_run_whose_log_cannot_be_read_is_a_data_problem_exit_1(cli: Any, store_url: str) -> None:
+    """As ``report --run`` (issue 41, item 15): exit 2 is kept for a wrong command line."""
+    from wgstore.events.run import RunErrored
+    from wgstore.events.worker_group import ErrorInfo
+
+    with EventStore.open(store_url) as store:  # no RunCreated first: the fold refuses it
+        store.append("run-b0rken", [RunErrored(error=ErrorInfo(type="X", message="lost"))])
+    result = cli("runs", "b0rken", "--url", store_url)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "run b0rken" in lines[0], result.stderr
