@@ -18,7 +18,7 @@ from typing import Any
 
 from wgstore.projections.metric_series import chart_series
 from wgstore.projections.rows import RunInfo
-from wgstore.projections.run_facts import run_error_text
+from wgstore.projections.run_facts import run_error_text, sizes_note, workers_size
 from wgstore.projections.text import format_time, json_default
 
 __all__ = ["fill", "group_page_parts", "run_page_parts"]
@@ -193,7 +193,7 @@ def _run_facts(run: RunInfo) -> str:
     if run.train_fn:
         facts.append(_fact("train_fn", f"<code>{esc(run.train_fn)}</code>"))
     if run.num_workers is not None:
-        facts.append(_fact("workers", esc(_workers_text(run))))
+        facts.append(_fact("workers", esc(workers_size(run) + sizes_note(run))))
     if run.ended_at:
         facts.append(_fact("ended", esc(format_time(run.ended_at))))
     if run.abort_reason:
@@ -201,13 +201,6 @@ def _run_facts(run: RunInfo) -> str:
     if run.ray:
         facts.append(_fact("ray", f"<code>{esc(json.dumps(run.ray, sort_keys=True))}</code>"))
     return "".join(facts)
-
-
-def _workers_text(run: RunInfo) -> str:
-    """``4``, or an elastic run's ``2..4 (now 3)``."""
-    if run.min_workers is None:
-        return str(run.num_workers)
-    return f"{run.min_workers}..{run.num_workers} (now {run.current_workers or 0})"
 
 
 def _attempt_rows(data: Mapping[str, Any]) -> str:

@@ -22,7 +22,9 @@ __all__ = [
     "failures_text",
     "run_error_text",
     "run_facts",
+    "sizes_note",
     "state_parts",
+    "workers_size",
 ]
 
 
@@ -142,7 +144,14 @@ def _trouble_facts(detail: RunDetail) -> list[Fact]:
     return facts
 
 
-def _sizes_note(run: RunInfo) -> str:
+def workers_size(run: RunInfo) -> str:
+    """A run's size: ``4``, or an elastic run's range ``2..4``."""
+    if run.min_workers is None:
+        return str(run.num_workers)
+    return f"{run.min_workers}..{run.num_workers}"
+
+
+def sizes_note(run: RunInfo) -> str:
     """`` (now 2, wanted 3)`` for an elastic run: the workers holding resources, and the size
     the controller chose when it differs."""
     if run.min_workers is None:
@@ -168,10 +177,8 @@ def run_facts(detail: RunDetail) -> list[Fact]:
         facts.append(Fact("train_fn", run.train_fn))
     if run.num_workers is not None:
         resources = ", ".join(f"{k}={v:g}" for k, v in (run.resources_per_worker or {}).items())
-        size = str(run.num_workers)
-        if run.min_workers is not None:  # elastic: the range, and the size now
-            size = f"{run.min_workers}..{run.num_workers}"
-        facts.append(Fact("workers", f"{size} x {{{resources}}}", note=_sizes_note(run)))
+        size = f"{workers_size(run)} x {{{resources}}}"
+        facts.append(Fact("workers", size, note=sizes_note(run)))
     failures = failures_text(run) + " (worker group failures used / max_failures)"
     facts += [Fact("failures", failures), Fact("attempts", str(run.attempts))]
     facts += _checkpoint_facts(run)
