@@ -13,7 +13,8 @@ STAMP := $(VENV)/.installed
 # empty namespace package, as it did with the default mode's import hook. Edits to a file show
 # at once (symlinks); a file added, removed or renamed in the package needs a reinstall, so the
 # stamp depends on the list of package files (rewritten only when that list changes).
-PACKAGE_DIRS := _wgstore events projections orchestration orchestration/ray_train \
+PACKAGE_DIRS := _wgstore events projections orchestration $(addprefix orchestration/,executor leases orphans \
+	polling ray_train run runtimes train_fn) \
 	migrations migrations/versions cli cli/templates serve serve/static
 PACKAGE_FILES := $(sort $(foreach d,$(PACKAGE_DIRS),$(wildcard $(d)/*.py $(d)/*.typed \
 	$(d)/*.html $(d)/*.css $(d)/*.js)))

@@ -2,7 +2,7 @@
 
 Numbers, not pass/fail. Each configuration creates ``--runs`` runs (``RunCreated``, ``FailureConfig
 (max_failures=1)``) of ``--workers`` workers polled every ``--interval`` seconds, and drives them
-with the real code on :class:`~wgstore.orchestration.fake_runtime.FakeRuntime` (no Ray): in each
+with the real code on :class:`~wgstore.orchestration.runtimes.fake_runtime.FakeRuntime` (no Ray): in each
 of ``--procs`` processes one :class:`RayExecutor` (``runtime=FakeRuntime(...)``, scoped to that
 process's runs) and one :class:`RunController` per run in a thread (``controller.run()``).
 FakeRuntime's scripted workers make one report per poll, appended by the worker itself through
@@ -175,8 +175,8 @@ def _patch_reports(
     from wgstore.events import NewEvent
     from wgstore.events.streams import group_stream
     from wgstore.events.worker_group import WorkerReported
-    from wgstore.orchestration import fake_runtime
-    from wgstore.orchestration.report_writer import report_event_id
+    from wgstore.orchestration.runtimes import fake_runtime
+    from wgstore.orchestration.train_fn.report_writer import report_event_id
 
     names = [f"metric_{k}" for k in range(max(0, metrics - 1))]
 
@@ -252,10 +252,10 @@ def worker_process(spec: dict[str, Any], out_path: str) -> None:
         profiler = cProfile.Profile()
         profiler.enable()
     from wgstore.events import EventStore
-    from wgstore.orchestration.controller import RunController
-    from wgstore.orchestration.decide import attempt_group_id
-    from wgstore.orchestration.executor import RayExecutor
-    from wgstore.orchestration.fake_runtime import FakeFaults, FakeRuntime, FakeScript
+    from wgstore.orchestration.executor.ray_executor import RayExecutor
+    from wgstore.orchestration.run.controller import RunController
+    from wgstore.orchestration.run.decide import attempt_group_id
+    from wgstore.orchestration.runtimes.fake_runtime import FakeFaults, FakeRuntime, FakeScript
 
     report_ms: list[float] = []
     report_at: list[float] = []
@@ -627,7 +627,7 @@ def _check(store: Any, run_ids: list[str], made: Counter[str]) -> dict[str, Any]
     import sqlalchemy as sa
 
     from wgstore.events.streams import group_stream
-    from wgstore.orchestration.controller import read_run
+    from wgstore.orchestration.run.controller import read_run
     from wgstore.projections.state import project_worker_group
 
     logged: Counter[str] = Counter()
@@ -678,7 +678,7 @@ def _grow(store: Any, run_ids: list[str], target: int, metrics: int) -> dict[str
     from wgstore.events import AppendRequest, NewEvent
     from wgstore.events.streams import group_stream
     from wgstore.events.worker_group import WorkerReported
-    from wgstore.orchestration.controller import read_run
+    from wgstore.orchestration.run.controller import read_run
     from wgstore.projections.state import project_worker_group
 
     groups: list[tuple[str, int, dict[int, int]]] = []

@@ -63,7 +63,7 @@ from wgstore.events.worker_group import (  # noqa: E402
     WorkerGroupPolled,
     WorkerStatusChange,
 )
-from wgstore.orchestration.poll_recorder import PollRecorder, WorkerObservation  # noqa: E402
+from wgstore.orchestration.polling.recorder import PollRecorder, WorkerObservation  # noqa: E402
 
 PG_URL = os.environ.get("WGSTORE_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -201,7 +201,7 @@ def bench_start(repeat: int, num_workers: int) -> dict[str, Any]:
     import ray
 
     from wgstore.orchestration import RayExecutor, WorkerGroup
-    from wgstore.orchestration.ray_resources import _WorkerActor
+    from wgstore.orchestration.runtimes.ray_resources import _WorkerActor
 
     resources = {"CPU": 0.25}
     context = WorkerGroupContext(
@@ -317,7 +317,7 @@ with EventStore.open(url) as store:
 
 def bench_latency(backend: str, count: int, gap_s: float) -> dict[str, Any]:
     """L2: append in another process -> RayExecutor's loop sees it (no Ray work)."""
-    from wgstore.orchestration.executor import RayExecutor
+    from wgstore.orchestration.executor.ray_executor import RayExecutor
 
     seen: list[float] = []
     with open_backend(backend) as (store, url):
@@ -436,8 +436,8 @@ def bench_controller(backend: str, repeat: int) -> dict[str, Any]:
     from wgstore.events.leases import lease_of
     from wgstore.events.streams import group_stream, run_stream
     from wgstore.orchestration import FailureConfig, ScalingConfig, WorkerGroup, start_run
-    from wgstore.orchestration.controller import RunController
-    from wgstore.orchestration.training import NO_RETRY
+    from wgstore.orchestration.run.controller import RunController
+    from wgstore.orchestration.run.training import NO_RETRY
 
     scaling = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.25})
     fast = {"poll_interval_s": 0.2, "placement_timeout_s": 30.0}

@@ -142,8 +142,8 @@ def with_wgstore(
 ) -> dict[str, float]:
     """The phases of a supervisor's resume, in seconds."""
     from wgstore.events import EventStore
-    from wgstore.orchestration.gc import orphaned_runs
-    from wgstore.orchestration.supervise import start_resume, supervise
+    from wgstore.orchestration.orphans.gc import orphaned_runs
+    from wgstore.orchestration.orphans.supervise import start_resume, supervise
 
     steps = work / "wg-steps.txt"
     killed_at = _kill_after_three_steps(

@@ -21,7 +21,7 @@ from wgstore.cli.common import (
     parse_duration,
     store_label,
 )
-from wgstore.orchestration.quiet_ray import quiet_ray
+from wgstore.orchestration.runtimes.quiet_ray import quiet_ray
 
 __all__ = ["executor_command"]
 
@@ -48,7 +48,7 @@ def executor_command(
 ) -> None:
     """Run a standalone executor: carry out the commands the log asks for, on Ray, until stopped."""
     from wgstore.orchestration import run_executor
-    from wgstore.orchestration.ray_resources import ensure_ray
+    from wgstore.orchestration.runtimes.ray_resources import ensure_ray
 
     check_url(url)
     quiet_ray()

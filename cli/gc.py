@@ -1,6 +1,6 @@
 """``wgstore gc``: end runs whose controller is gone and release their Ray resources.
 
-Calls :func:`wgstore.orchestration.gc.collect_garbage` and shows what it found and did.
+Calls :func:`wgstore.orchestration.orphans.gc.collect_garbage` and shows what it found and did.
 """
 
 from __future__ import annotations
@@ -56,11 +56,11 @@ def gc_command(
     aborted (reason "controller lost"). A run a live controller holds is never touched.
     """
     check_url(url)
-    from wgstore.orchestration.gc import collect_garbage
+    from wgstore.orchestration.orphans.gc import collect_garbage
 
     with opened(url, read_only=dry_run) as store:
         if not dry_run:
-            from wgstore.orchestration.quiet_ray import quiet_ray
+            from wgstore.orchestration.runtimes.quiet_ray import quiet_ray
 
             quiet_ray()
         outcomes = collect_garbage(

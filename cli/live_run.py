@@ -4,7 +4,7 @@ table, how it ended.
 On a terminal the table of the current worker group is live (Rich); in a pipe or a log file a
 progress line (:func:`wgstore.projections.progress.progress_line`) is printed every few seconds
 instead, when it changed. At the end: how the group and the run ended
-(:mod:`wgstore.orchestration.run_outcome`), and the exit code that says it.
+(:mod:`wgstore.orchestration.run.outcome`), and the exit code that says it.
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ from wgstore.cli.common import DEFAULT_URL, CliError, err_console, out_console
 from wgstore.cli.group_view import inspect_hint
 from wgstore.cli.progress_view import Progress
 from wgstore.events import EventStore
-from wgstore.orchestration.quiet_ray import quiet_ray
-from wgstore.orchestration.run_outcome import (
+from wgstore.orchestration.run.outcome import (
     group_outcome_text,
     run_outcome_text,
     training_error_text,
 )
+from wgstore.orchestration.runtimes.quiet_ray import quiet_ray
 from wgstore.projections import WorkerGroupState
 from wgstore.projections.follow import follow_run
 
 if TYPE_CHECKING:
-    from wgstore.orchestration.training import RunResult
+    from wgstore.orchestration.run.training import RunResult
 
 __all__ = ["drive", "join_ray", "show_result", "watch", "watch_run"]
 
@@ -110,8 +110,8 @@ def join_ray(store: EventStore, run_id: str, *, show_workers: bool) -> None:
     """Join Ray now, so what the resumed run's workers print reaches this terminal (as
     :func:`drive` does for ``wgstore run``) unless ``show_workers`` is off; not for a run that
     has ended or cannot be resumed (its refusal needs no cluster)."""
-    from wgstore.orchestration.controller import read_run
-    from wgstore.orchestration.ray_resources import ensure_ray
+    from wgstore.orchestration.run.controller import read_run
+    from wgstore.orchestration.runtimes.ray_resources import ensure_ray
     from wgstore.projections.run_state import resume_problem
 
     run = read_run(store, run_id)
@@ -135,7 +135,7 @@ def drive(
         WorkerGroupStartError: as ``call`` raised it, after printing the commands that show why.
     """
     from wgstore.orchestration import WorkerGroupStartError
-    from wgstore.orchestration.ray_resources import ensure_ray
+    from wgstore.orchestration.runtimes.ray_resources import ensure_ray
 
     quiet_ray()
     if start_ray:

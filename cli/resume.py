@@ -1,6 +1,6 @@
 """``wgstore resume RUN``: continue a run whose driver or controller is gone.
 
-Calls :func:`wgstore.orchestration.resume.resume_orphan` under ``wgstore run``'s live table
+Calls :func:`wgstore.orchestration.orphans.resume.resume_orphan` under ``wgstore run``'s live table
 (:func:`~wgstore.cli.live_run.watch_run`) and prints how the run ended.
 """
 
@@ -82,8 +82,8 @@ def resume_command(
     """
     check_url(url)
     from wgstore.orchestration.errors import RunNotResumableError
-    from wgstore.orchestration.quiet_ray import quiet_ray
-    from wgstore.orchestration.resume import resume_orphan
+    from wgstore.orchestration.orphans.resume import resume_orphan
+    from wgstore.orchestration.runtimes.quiet_ray import quiet_ray
 
     with opened(url, read_only=False) as store:
         run_id = resolve_run(store, run)

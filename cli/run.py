@@ -2,7 +2,7 @@
 
 Calls :func:`wgstore.orchestration.run_training` (or, with ``--resume``,
 :func:`~wgstore.orchestration.resume_run`) after the checks of
-:mod:`wgstore.orchestration.run_inputs`, and draws its live table from the states that function
+:mod:`wgstore.orchestration.run.inputs`, and draws its live table from the states that function
 hands back (:mod:`wgstore.cli.live_run`; ``wgstore executor`` is in :mod:`wgstore.cli.executor`).
 What the train function prints shows too, as Ray shows it: each line prefixed by its rank.
 """
@@ -35,7 +35,7 @@ def _check_run_inputs(
     """Everything ``run`` can check before Ray starts: URL, train_fn (its form, then that it
     imports), config, the store, a new run's id; returns the train function's config."""
     from wgstore.orchestration.errors import TrainFnError
-    from wgstore.orchestration.run_inputs import check_new_run_id, check_run_inputs
+    from wgstore.orchestration.run.inputs import check_new_run_id, check_run_inputs
 
     check_url(url)
     try:
@@ -159,7 +159,7 @@ def run_command(
         return
     assert train_fn is not None
     from wgstore.events import InvalidArgumentError
-    from wgstore.orchestration.run_inputs import parse_workers
+    from wgstore.orchestration.run.inputs import parse_workers
 
     try:
         sizes = parse_workers(workers)
@@ -169,7 +169,7 @@ def run_command(
         url, train_fn, config, run_id, external_executor=external_executor
     )
     from wgstore.orchestration import FailureConfig, run_training
-    from wgstore.orchestration.training import worker_resources
+    from wgstore.orchestration.run.training import worker_resources
 
     resources = worker_resources(cpus_per_worker, gpus_per_worker)
     failure_config = None if max_failures is None else FailureConfig(max_failures=max_failures)

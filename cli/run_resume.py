@@ -39,7 +39,7 @@ def refuse_new_run_options(ctx: typer.Context, resume: str) -> None:
 def resume_watched(url: str, run_id: str, quiet_workers: bool, external_executor: bool) -> None:
     """Continue ``run_id`` (its controller died), watched as a new run is."""
     from wgstore.orchestration import resume_run
-    from wgstore.orchestration.controller import read_run
+    from wgstore.orchestration.run.controller import read_run
 
     with opened(url) as store:
         ended = read_run(store, run_id).ended  # RunNotFoundError: one line, exit 1

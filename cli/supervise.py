@@ -1,6 +1,6 @@
 """``wgstore supervise``: resume orphaned runs by themselves, until stopped.
 
-Calls :func:`wgstore.orchestration.supervise.supervise` and prints each decision.
+Calls :func:`wgstore.orchestration.orphans.supervise.supervise` and prints each decision.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def supervise_command(
     or Ctrl-C stops it cleanly; the resumed runs go on.
     """
     check_url(url)
-    from wgstore.orchestration.supervise import Decision, supervise
+    from wgstore.orchestration.orphans.supervise import Decision, supervise
 
     stop = threading.Event()
 
@@ -68,7 +68,7 @@ def supervise_command(
     signal.signal(signal.SIGTERM, stop_on_signal)
     with opened(url, read_only=dry_run) as store:
         if once:
-            from wgstore.orchestration.supervise import plan
+            from wgstore.orchestration.orphans.supervise import plan
 
             decisions = plan(store, max_resumes=max_resumes, runs=runs)
             if dry_run or not decisions:

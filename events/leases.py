@@ -285,7 +285,7 @@ def renew_held(
     """Extend every lease of ``held`` (``(run_id, holder)`` pairs, holders may differ) that its
     holder still holds, in one statement; returns the pairs renewed (the others were lost).
 
-    What a process's lease keepers share (:mod:`wgstore.orchestration.lease_keeper`): one
+    What a process's lease keepers share (:mod:`wgstore.orchestration.leases.keeper`): one
     transaction renews the leases of all its controllers instead of one each.
     """
     _check(lease_s)

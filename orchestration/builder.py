@@ -27,7 +27,7 @@ from wgstore.events.worker_group import (
     WorkersStarted,
 )
 from wgstore.orchestration.errors import OrchestrationError
-from wgstore.orchestration.runtime import (
+from wgstore.orchestration.runtimes.protocol import (
     ReservedPlacementGroup,
     StartedActor,
     WorkerGroupRuntime,

@@ -1,6 +1,6 @@
 """Hooks for library users: :class:`WorkerGroupCallback`, Ray Train's interface of the same name.
 
-Pass callbacks to :class:`~wgstore.orchestration.executor.RayExecutor` (``callbacks=[...]``); the
+Pass callbacks to :class:`~wgstore.orchestration.executor.ray_executor.RayExecutor` (``callbacks=[...]``); the
 executor calls them in Ray Train 2.60's order as it carries out a group's commands:
 
 - start: ``before_worker_group_start(context)`` before the placement group is asked for;

@@ -158,7 +158,7 @@ class RunNotResumableError(OrchestrationError):
 
 
 class UndecidableRunError(OrchestrationError, ValueError):
-    """:func:`~wgstore.orchestration.decide.decide` cannot step this run: it was not made by a
+    """:func:`~wgstore.orchestration.run.decide.decide` cannot step this run: it was not made by a
     wgstore controller (recorded from Ray Train: no worker-group context), the group handed in
     is not the run's current one, or the log puts the controller in a state that names no group
     or that the controller never acts in. A ``ValueError`` too, as it was before."""

@@ -4,7 +4,7 @@ Kept light (no ``wgstore.events`` import until a report is stored or an error is
 Ray worker process imports it. Each worker actor runs one train function in a thread and holds
 one :class:`WorkerSession`. ``report()`` is durable: it numbers the report (0, 1, ... per worker)
 and hands it to the session's writer, which appends ``WorkerReported`` to the store and returns
-once it is in the log (see :mod:`wgstore.orchestration.report_writer`).
+once it is in the log (see :mod:`wgstore.orchestration.train_fn.report_writer`).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from wgstore.projections.state import (
 )
 
 if TYPE_CHECKING:
-    from wgstore.orchestration.executor import RayExecutor
+    from wgstore.orchestration.executor.ray_executor import RayExecutor
 
 __all__ = ["ActiveWorkerGroup", "WorkerGroup", "follow_group"]
 
@@ -267,7 +267,7 @@ class WorkerGroup:
         context = _with_propagated_env(context)
         owned: RayExecutor | None = None
         if executor is None:
-            from wgstore.orchestration.executor import RayExecutor
+            from wgstore.orchestration.executor.ray_executor import RayExecutor
 
             owned = RayExecutor(store, group_ids={group_id}, from_position=store.head()).start()
         elif executor != "external":
@@ -322,7 +322,7 @@ def _with_propagated_env(context: WorkerGroupContext) -> WorkerGroupContext:
     """``context`` with this process's Ray Train variables merged into its ``runtime_env``."""
     import dataclasses
 
-    from wgstore.orchestration.environment import worker_runtime_env
+    from wgstore.orchestration.runtimes.environment import worker_runtime_env
 
     runtime_env = worker_runtime_env(context.runtime_env)
     if runtime_env == dict(context.runtime_env):

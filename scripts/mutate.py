@@ -18,7 +18,7 @@ Usage::
 
     python scripts/mutate.py                      # every module (make mutate)
     python scripts/mutate.py wgstore.events.codec # some modules
-    python scripts/mutate.py --list wgstore.orchestration.ranks   # the mutants, not run
+    python scripts/mutate.py --list wgstore.orchestration.runtimes.ranks   # the mutants, not run
     python scripts/mutate.py --fail-under 95      # exit 1 if a module scores below 95%
 
 To add a module: one row in MODULES, the module and the fast test files that cover it.
@@ -75,21 +75,21 @@ MODULES: dict[str, tuple[str, ...]] = {
         "tests/projections/test_state_mutants.py",
         "tests/projections/test_event_time.py",
     ),
-    "wgstore.orchestration.ranks": ("tests/orchestration/test_ranks.py",),
-    "wgstore.orchestration.poll_recorder": (
+    "wgstore.orchestration.runtimes.ranks": ("tests/orchestration/test_ranks.py",),
+    "wgstore.orchestration.polling.recorder": (
         "tests/orchestration/test_poll_recorder.py",
         "tests/orchestration/test_poll_recorder_errors.py",
     ),
-    "wgstore.orchestration.commands": ("tests/orchestration/test_commands.py",),
-    "wgstore.orchestration.decide": (
+    "wgstore.orchestration.executor.commands": ("tests/orchestration/test_commands.py",),
+    "wgstore.orchestration.run.decide": (
         "tests/orchestration/test_decide_mutants.py",
         "tests/orchestration/test_decide.py",
     ),
-    "wgstore.orchestration.executor_step": (
+    "wgstore.orchestration.executor.step": (
         "tests/orchestration/test_executor_step.py",
         "tests/orchestration/test_executor_step_mutants.py",
     ),
-    "wgstore.orchestration.poll_times": ("tests/orchestration/test_poll_times.py",),
+    "wgstore.orchestration.executor.poll_times": ("tests/orchestration/test_poll_times.py",),
     "wgstore.projections.run_rows": (
         "tests/projections/test_run_rows_mutants.py",
         "tests/projections/test_run_read_model.py",
@@ -103,8 +103,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "wgstore.projections.run_facts": ("tests/projections/test_run_facts.py",),
     "wgstore.projections.progress": ("tests/projections/test_progress.py",),
     "wgstore.projections.report_html": ("tests/projections/test_report_html.py",),
-    "wgstore.orchestration.run_outcome": ("tests/orchestration/test_run_outcome.py",),
-    "wgstore.orchestration.polling": ("tests/orchestration/test_polling.py",),
+    "wgstore.orchestration.run.outcome": ("tests/orchestration/test_run_outcome.py",),
+    "wgstore.orchestration.executor.group_polls": ("tests/orchestration/test_polling.py",),
 }
 """The pure modules under mutation, each with the test files run against its mutants."""
 

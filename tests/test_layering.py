@@ -35,6 +35,21 @@ def test_every_subpackage_is_named_by_a_contract() -> None:
     assert packages - named == set()
 
 
+def test_every_room_and_module_of_orchestration_is_a_layer_of_its_rooms_contract() -> None:
+    """A new room (subpackage) or top-level module of orchestration takes a place in the rooms'
+    layers, so its dependencies are checked one way like the others'."""
+    contract = next(
+        c
+        for c in PYPROJECT["tool"]["importlinter"]["contracts"]
+        if c.get("containers") == ["wgstore.orchestration"]
+    )
+    layered = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    folder = REPO / "orchestration"
+    members = {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+    members |= {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    assert members == layered
+
+
 def test_table_metadata_imports_nothing_from_wgstore() -> None:
     tree = ast.parse((REPO / "events" / "schema.py").read_text())
     imported = {

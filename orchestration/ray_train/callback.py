@@ -74,11 +74,11 @@ from wgstore.events.worker_group import (
     WorkerReported,
     WorkersStarted,
 )
-from wgstore.orchestration.poll_recorder import PollRecorder
+from wgstore.orchestration.polling.recorder import PollRecorder
 from wgstore.orchestration.ray_train import run_spec, translate
 from wgstore.orchestration.ray_train.stream_guard import StreamGuard
 from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
-from wgstore.orchestration.scaling import failure_summary, resize_reason
+from wgstore.orchestration.run.scaling import failure_summary, resize_reason
 from wgstore.projections.run_state import evolve_run
 from wgstore.projections.state import WorkerStatus, evolve
 
@@ -317,7 +317,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         """Take the run's lease (once the store is open, in the writer's thread) and keep it
         renewed while this controller lives; after a reopen, renew it on the new store."""
         from wgstore.events.leases import take_lease
-        from wgstore.orchestration.lease_keeper import LeaseKeeper
+        from wgstore.orchestration.leases.keeper import LeaseKeeper
 
         holder = self._metadata.get("ray_controller_actor_id") or f"ray-train-{os.getpid()}"
         handed = self.continue_run.lease if self.continue_run is not None else None

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wgstore.events.run import Pickled, TrainerRecorded
-from wgstore.orchestration.loading import IMPORT_PATH
+from wgstore.orchestration.train_fn.loading import IMPORT_PATH
 
 __all__ = [
     "INLINE_LIMIT",

@@ -23,7 +23,7 @@ from wgstore.events.run import (
     ScalingConfig,
 )
 from wgstore.events.worker_group import ErrorInfo, StartStage, WorkerInfo
-from wgstore.orchestration.loading import IMPORT_PATH
+from wgstore.orchestration.train_fn.loading import IMPORT_PATH
 
 __all__ = [
     "error_info",

@@ -25,7 +25,7 @@ from tests.orchestration.conftest import REPO, assert_nothing_left
 from tests.waiting import wait_until
 from wgstore.events import EventStore
 from wgstore.events.leases import lease_of
-from wgstore.orchestration.controller import read_run
+from wgstore.orchestration.run.controller import read_run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -32,7 +32,7 @@ def ray_in_repo(ray_session: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     """Ray is up and the current folder is the repository root (so workers import examples)."""
     monkeypatch.chdir(REPO)
     yield
-    from wgstore.orchestration import ray_resources
+    from wgstore.orchestration.runtimes import ray_resources
 
     for group_id in ray_resources.list_group_resources():
         ray_resources.release_group(group_id)

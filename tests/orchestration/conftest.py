@@ -72,7 +72,7 @@ def make_context(
 def ray_up(ray_session: None) -> Iterator[None]:
     """Ray is up; after the test, whatever wgstore resources a failing test left are released."""
     yield
-    from wgstore.orchestration import ray_resources
+    from wgstore.orchestration.runtimes import ray_resources
 
     for group_id in ray_resources.list_group_resources():
         ray_resources.release_group(group_id)

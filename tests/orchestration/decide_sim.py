@@ -36,7 +36,8 @@ from wgstore.events.worker_group import (
     WorkersStarted,
     WorkerStatusChange,
 )
-from wgstore.orchestration.decide import PREEMPTED_NOTE, Decision, decide
+from wgstore.orchestration.polling.recorder import PREEMPTED_NOTE
+from wgstore.orchestration.run.decide import Decision, decide
 from wgstore.projections.run_state import RunState, project_run
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 

@@ -38,8 +38,8 @@ def _groups(url: str, run_id: str) -> list[tuple[int, int, tuple[str, ...]]]:
     """(size, reports, nodes) of each group of ``run_id``, in order."""
     from wgstore.events import EventStore
     from wgstore.events.streams import group_stream
-    from wgstore.orchestration.controller import read_run
     from wgstore.orchestration.errors import RunNotFoundError
+    from wgstore.orchestration.run.controller import read_run
     from wgstore.projections.state import project_worker_group
 
     with EventStore.open(url) as store:

@@ -94,7 +94,7 @@ def remove_a_worker_node(
     workers that is not the head (the driver's) node; then touch ``release``."""
     from wgstore.events import EventStore
     from wgstore.events.streams import group_stream
-    from wgstore.orchestration.decide import attempt_group_id
+    from wgstore.orchestration.run.decide import attempt_group_id
     from wgstore.projections.state import project_worker_group
 
     group_id = attempt_group_id("node-lost", 1)

@@ -18,7 +18,7 @@ from typing import Any
 
 from wgstore.events import NewEvent
 from wgstore.orchestration import RayExecutor
-from wgstore.orchestration.commands import Command
+from wgstore.orchestration.executor.commands import Command
 from wgstore.projections.state import WorkerGroupState
 
 

@@ -1,7 +1,7 @@
 """Whole runs without Ray, for the randomized test (test_run_fuzz.py): scenario, driver, checks.
 
 A :class:`Scenario` is one run: its failure budget, what every worker does (a
-:class:`~wgstore.orchestration.fake_runtime.FakeScript`), one :class:`Fault` per attempt, the
+:class:`~wgstore.orchestration.runtimes.fake_runtime.FakeScript`), one :class:`Fault` per attempt, the
 controller appends before which the controller is "killed" (abandoned without cleanup, its
 lease taken over by the next one through the lease API), those before which the executor is
 restarted, and those before which the last killed controller, only paused, steps once more
@@ -28,15 +28,15 @@ from wgstore.events.leases import acquire_lease
 from wgstore.events.run import FailureConfig, RunCreated, ScalingConfig
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import StartStage, WorkerGroupContext
-from wgstore.orchestration.controller import RunController
-from wgstore.orchestration.decide import (
+from wgstore.orchestration.executor.ray_executor import RayExecutor
+from wgstore.orchestration.run.controller import RunController
+from wgstore.orchestration.run.decide import (
     attempt_group_id,
     decide,
     is_preemption,
     is_retryable_start_failure,
 )
-from wgstore.orchestration.executor import RayExecutor
-from wgstore.orchestration.fake_runtime import FakeFaults, FakeRuntime, FakeScript
+from wgstore.orchestration.runtimes.fake_runtime import FakeFaults, FakeRuntime, FakeScript
 from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.state import WorkerGroupState, evolve
 

@@ -23,7 +23,7 @@ from wgstore.events.worker_group import (
     stream_id_for_group,
 )
 from wgstore.orchestration import TrainFnError, WorkerGroup, get_context
-from wgstore.orchestration.loading import load_pickled_train_fn
+from wgstore.orchestration.train_fn.loading import load_pickled_train_fn
 
 
 def make_closure(secret: str) -> Callable[[dict[str, Any]], dict[str, Any]]:

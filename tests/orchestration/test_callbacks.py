@@ -15,7 +15,7 @@ import pytest
 from wgstore.events.worker_group import WorkerGroupContext
 from wgstore.orchestration import RayExecutor, WorkerGroup, WorkerGroupCallback
 from wgstore.orchestration.callbacks import invoke_callbacks
-from wgstore.orchestration.fake_runtime import FakeRuntime, FakeScript
+from wgstore.orchestration.runtimes.fake_runtime import FakeRuntime, FakeScript
 from wgstore.projections.state import TrainingOutcome, WorkerGroupStatus
 
 

@@ -12,7 +12,7 @@ import pytest
 from wgstore.events.records import RecordedEvent
 from wgstore.events.run import RunCreated, ScalingConfig
 from wgstore.events.worker_group import WorkerGroupContext
-from wgstore.orchestration.cluster_probe import RayClusterProbe
+from wgstore.orchestration.run.cluster_probe import RayClusterProbe
 from wgstore.projections.run_state import RunState, project_run
 
 pytestmark = [pytest.mark.ray]

@@ -26,7 +26,7 @@ from wgstore.events.worker_group import (
     WorkerInfo,
     WorkersStarted,
 )
-from wgstore.orchestration.commands import (
+from wgstore.orchestration.executor.commands import (
     COMMAND_NAMESPACE,
     Command,
     ReleaseResources,

@@ -21,9 +21,9 @@ from wgstore.events.leases import acquire_lease, lease_of
 from wgstore.events.run import FailureConfig, RunCreated, ScalingConfig
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupContext
-from wgstore.orchestration.controller import RunController, read_run
-from wgstore.orchestration.decide import attempt_group_id, decide
 from wgstore.orchestration.errors import RunLeaseHeldError, RunLeaseLostError, RunNotFoundError
+from wgstore.orchestration.run.controller import RunController, read_run
+from wgstore.orchestration.run.decide import attempt_group_id, decide
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 
 
@@ -269,7 +269,7 @@ def test_the_lease_stays_live_while_the_executor_is_still_connecting(store: Any)
     while ``start()`` is blocked in the executor's connect, so a second controller is refused."""
     from wgstore.orchestration import RayExecutor
     from wgstore.orchestration.errors import RunLeaseHeldError
-    from wgstore.orchestration.fake_runtime import FakeRuntime
+    from wgstore.orchestration.runtimes.fake_runtime import FakeRuntime
 
     connecting = threading.Event()
     reachable = threading.Event()

@@ -30,7 +30,7 @@ def test_resume_of_an_unknown_run_says_so_in_one_line(sqlite_url: str) -> None:
 
 def test_resume_of_a_run_a_live_controller_holds_names_the_holder(sqlite_url: str) -> None:
     from wgstore.events import EventStore
-    from wgstore.orchestration.controller import RunController
+    from wgstore.orchestration.run.controller import RunController
 
     with EventStore.open(sqlite_url) as store:
         _create(store, "held")

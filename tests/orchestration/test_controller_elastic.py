@@ -19,8 +19,8 @@ from wgstore.events import NO_STREAM
 from wgstore.events.run import FailureConfig, RunCreated, ScalingConfig
 from wgstore.events.streams import run_stream
 from wgstore.events.worker_group import WorkerGroupContext
-from wgstore.orchestration.controller import RunController, read_run
-from wgstore.orchestration.scaling import ClusterView
+from wgstore.orchestration.run.controller import RunController, read_run
+from wgstore.orchestration.run.scaling import ClusterView
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import WorkerGroupState
 

@@ -29,9 +29,9 @@ from wgstore.events import EventStore
 from wgstore.events.leases import lease_of
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.orchestration import FailureConfig, ScalingConfig, resume_run, start_run
-from wgstore.orchestration.controller import read_run
-from wgstore.orchestration.decide import attempt_group_id
-from wgstore.orchestration.gc import collect_garbage
+from wgstore.orchestration.orphans.gc import collect_garbage
+from wgstore.orchestration.run.controller import read_run
+from wgstore.orchestration.run.decide import attempt_group_id
 from wgstore.projections.state import project_worker_group
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -171,7 +171,7 @@ _CONTROLLER_SCRIPT = """
 import json, sys
 from wgstore.events import EventStore
 from wgstore.orchestration import FailureConfig, ScalingConfig, start_run
-from wgstore.orchestration.ray_resources import ensure_ray
+from wgstore.orchestration.runtimes.ray_resources import ensure_ray
 from tests.orchestration.pausing_executor import PausingExecutor
 url, address, run_id, config, pause_s, repo = sys.argv[1:7]
 ensure_ray(address)

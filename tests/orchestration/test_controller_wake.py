@@ -26,9 +26,9 @@ from wgstore.events.leases import acquire_lease
 from wgstore.events.run import FailureConfig, RunCreated, ScalingConfig
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupContext, WorkerGroupShutdownRequested
-from wgstore.orchestration.controller import RunController, read_run
-from wgstore.orchestration.decide import Decision, attempt_group_id
 from wgstore.orchestration.errors import RunLeaseLostError
+from wgstore.orchestration.run.controller import RunController, read_run
+from wgstore.orchestration.run.decide import Decision, attempt_group_id
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 
 LONG_LEASE_S = 900.0  # re-checks every 300 s: far beyond every wait below

@@ -27,13 +27,13 @@ from wgstore.events.worker_group import (
     WorkerGroupShutdownRequested,
     WorkerGroupStartRequested,
 )
-from wgstore.orchestration.decide import (
+from wgstore.orchestration.errors import UndecidableRunError
+from wgstore.orchestration.run.decide import (
     attempt_group_id,
     decide,
     is_preemption,
     is_retryable_start_failure,
 )
-from wgstore.orchestration.errors import UndecidableRunError
 
 
 def _types(decision: Any) -> list[str]:

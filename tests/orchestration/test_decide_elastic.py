@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 
 from tests.orchestration.decide_sim import T0, SimLog, World, step
 from wgstore.events.run import FailureConfig, ResizeCause, ScalingConfig
-from wgstore.orchestration.decide import (
+from wgstore.orchestration.run.decide import (
     PREEMPTION_DEADLINE_S,
     PREEMPTION_POLL_S,
     WAIT_LOOK_S,
     decide,
     looks_due,
 )
-from wgstore.orchestration.scaling import ClusterView, workers_that_fit
+from wgstore.orchestration.run.scaling import ClusterView, workers_that_fit
 
 ELASTIC = ScalingConfig(
     num_workers=4, min_workers=2, elastic_resize_monitor_interval_s=10, min_workers_timeout_s=60

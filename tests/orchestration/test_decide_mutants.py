@@ -27,7 +27,8 @@ from wgstore.events.worker_group import (
     WorkerGroupStarted,
     WorkersStarted,
 )
-from wgstore.orchestration.decide import (
+from wgstore.orchestration.errors import UndecidableRunError
+from wgstore.orchestration.run.decide import (
     Decision,
     FailureVerdict,
     attempt_group_id,
@@ -35,7 +36,6 @@ from wgstore.orchestration.decide import (
     is_preemption,
     is_retryable_start_failure,
 )
-from wgstore.orchestration.errors import UndecidableRunError
 from wgstore.projections.errors import StreamNotFoundError
 
 G1 = attempt_group_id("r1", 1)

@@ -22,7 +22,7 @@ import pytest
 from tests.orchestration.conftest import run_cluster_driver
 from wgstore.events import EventStore
 from wgstore.events.streams import group_stream
-from wgstore.orchestration.controller import read_run
+from wgstore.orchestration.run.controller import read_run
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import TrainingOutcome, WorkerGroupState, project_worker_group
 

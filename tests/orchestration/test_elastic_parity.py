@@ -3,10 +3,10 @@
 Each test below is one of ``python/ray/train/v2/tests/test_elastic_scaling_policy.py`` in Ray's
 repository (read at commit 0718d5b, newer than the installed 2.60), with the same numbers:
 Ray's reserved resources per node become the free resources per node wgstore counts
-(:func:`~wgstore.orchestration.scaling.workers_that_fit`), Ray's ``ResizeDecision`` the size of
-the group :func:`~wgstore.orchestration.decide.decide` starts or resizes to, its
+(:func:`~wgstore.orchestration.run.scaling.workers_that_fit`), Ray's ``ResizeDecision`` the size of
+the group :func:`~wgstore.orchestration.run.decide.decide` starts or resizes to, its
 ``NoopDecision`` an empty decision (or, for a group not running, a wait), and its monitor
-interval :func:`~wgstore.orchestration.decide.looks_due`. Pure: no Ray, no database.
+interval :func:`~wgstore.orchestration.run.decide.looks_due`. Pure: no Ray, no database.
 
 Not adapted, and why:
 
@@ -35,8 +35,8 @@ import pytest
 
 from tests.orchestration.decide_sim import T0, SimLog, World, step
 from wgstore.events.run import FailureConfig, ScalingConfig
-from wgstore.orchestration.decide import looks_due
-from wgstore.orchestration.scaling import ClusterView, workers_that_fit
+from wgstore.orchestration.run.decide import looks_due
+from wgstore.orchestration.run.scaling import ClusterView, workers_that_fit
 
 PER_WORKER = {"CPU": 8.0, "GPU": 1.0}
 

@@ -14,7 +14,7 @@ import pytest
 from tests.orchestration.conftest import assert_nothing_left, make_context
 from wgstore.events.worker_group import WorkerGroupContext, stream_id_for_group
 from wgstore.orchestration import WorkerGroup
-from wgstore.orchestration.environment import (
+from wgstore.orchestration.runtimes.environment import (
     PROPAGATED_ENV_VARS,
     env_vars_to_propagate,
     worker_runtime_env,

@@ -28,8 +28,8 @@ from wgstore.events.worker_group import (
     WorkerGroupStartRequested,
 )
 from wgstore.orchestration import RayExecutor, WorkerGroup, WorkerGroupStartError
-from wgstore.orchestration.commands import command_id_for
-from wgstore.orchestration.fake_runtime import FakeFaults, FakeRuntime, FakeScript
+from wgstore.orchestration.executor.commands import command_id_for
+from wgstore.orchestration.runtimes.fake_runtime import FakeFaults, FakeRuntime, FakeScript
 from wgstore.orchestration.worker_group import follow_group
 from wgstore.projections import TrainingOutcome, WorkerGroupStatus
 from wgstore.projections.state import project_worker_group
@@ -445,7 +445,7 @@ class TestScope:
 
 
 def test_failpoints_are_the_runtimes_and_scopes_need_collections(store: Any) -> None:
-    from wgstore.orchestration.ray_runtime import RayRuntime
+    from wgstore.orchestration.runtimes.ray_runtime import RayRuntime
 
     with pytest.raises(TypeError, match="failpoints"):
         RayExecutor(store, runtime=FakeRuntime(), failpoints={"poll_hang": 1})  # type: ignore[call-arg]
@@ -458,7 +458,7 @@ def test_failpoints_are_the_runtimes_and_scopes_need_collections(store: Any) -> 
 
 
 def test_a_standalone_executor_takes_a_ray_address_or_a_runtime_not_both(tmp_path: Path) -> None:
-    from wgstore.orchestration.executor import run_executor
+    from wgstore.orchestration.executor.ray_executor import run_executor
 
     stop = threading.Event()
     stop.set()  # were the refusal missing, the executor would stop at once

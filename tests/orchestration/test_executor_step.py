@@ -16,8 +16,8 @@ import pytest
 from tests.projections.projection_builders import Stream, stopped
 from wgstore.events import RecordedEvent
 from wgstore.events.worker_group import StartStage, WorkerGroupStarted
-from wgstore.orchestration import executor_step as step
-from wgstore.orchestration.commands import (
+from wgstore.orchestration.executor import step
+from wgstore.orchestration.executor.commands import (
     ReleaseResources,
     ShutdownWorkerGroup,
     StartWorkerGroup,

@@ -16,8 +16,8 @@ import pytest
 
 from tests.projections.projection_builders import RunStream, Stream
 from wgstore.events import RecordedEvent
-from wgstore.orchestration import executor_step as step
-from wgstore.orchestration.commands import StartWorkerGroup, command_id_for
+from wgstore.orchestration.executor import step
+from wgstore.orchestration.executor.commands import StartWorkerGroup, command_id_for
 
 EVERYTHING = step.Scope()
 

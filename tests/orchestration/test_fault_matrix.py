@@ -28,7 +28,7 @@ from wgstore.events.worker_group import (
     stream_id_for_group,
 )
 from wgstore.orchestration import RayExecutor, WorkerGroup, WorkerGroupStartError
-from wgstore.orchestration.ray_runtime import RayRuntime
+from wgstore.orchestration.runtimes.ray_runtime import RayRuntime
 from wgstore.orchestration.worker_group import follow_group
 from wgstore.projections import TrainingOutcome, WorkerGroupStatus
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from wgstore.orchestration.feasibility import insufficient_resources
+from wgstore.orchestration.runtimes.feasibility import insufficient_resources
 
 ray_wg = pytest.importorskip("ray.train.v2._internal.execution.worker_group.worker_group")
 ray_exc = pytest.importorskip("ray.train.v2._internal.exceptions")

@@ -22,9 +22,9 @@ from wgstore.cli.app import app
 from wgstore.events.leases import acquire_lease, lease_of
 from wgstore.events.run import RunCreated
 from wgstore.events.streams import group_stream, run_stream
-from wgstore.orchestration.controller import RunController, read_run
-from wgstore.orchestration.decide import attempt_group_id, decide
-from wgstore.orchestration.gc import collect_garbage, orphaned_runs
+from wgstore.orchestration.orphans.gc import collect_garbage, orphaned_runs
+from wgstore.orchestration.run.controller import RunController, read_run
+from wgstore.orchestration.run.decide import attempt_group_id, decide
 from wgstore.projections.state import project_worker_group
 
 

@@ -27,9 +27,9 @@ from wgstore.events.worker_group import (
     WorkerGroupStartRequested,
 )
 from wgstore.orchestration import RayExecutor
-from wgstore.orchestration.controller import read_run
-from wgstore.orchestration.fake_runtime import FakeRuntime
-from wgstore.orchestration.gc import DRIVER_LOST_REASON, collect_garbage, orphaned_runs
+from wgstore.orchestration.orphans.gc import DRIVER_LOST_REASON, collect_garbage, orphaned_runs
+from wgstore.orchestration.run.controller import read_run
+from wgstore.orchestration.runtimes.fake_runtime import FakeRuntime
 from wgstore.projections.state import project_worker_group
 
 

@@ -14,7 +14,7 @@ from tests.relay import Relay
 from tests.waiting import wait_until
 from wgstore.events import EventStore
 from wgstore.events.leases import acquire_lease, lease_of, renew_held
-from wgstore.orchestration.lease_keeper import LeaseKeeper
+from wgstore.orchestration.leases.keeper import LeaseKeeper
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ import pytest
 from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
 from wgstore.events.worker_group import stream_id_for_group
 from wgstore.orchestration import WorkerGroup
-from wgstore.orchestration.commands import command_id_for
+from wgstore.orchestration.executor.commands import command_id_for
 from wgstore.orchestration.worker_group import follow_group
 from wgstore.projections import TrainingOutcome, WorkerGroupStatus, iter_poll_history
 
@@ -175,7 +175,7 @@ def test_a_poll_hanging_past_the_health_check_timeout_marks_the_worker_failed(
 ) -> None:
     from wgstore.events import EventStore
     from wgstore.orchestration import RayExecutor
-    from wgstore.orchestration.ray_runtime import RayRuntime
+    from wgstore.orchestration.runtimes.ray_runtime import RayRuntime
 
     context = make_context(
         2, train_fn="examples.train:sleepy_fn", config={"seconds": 60}, health_check_timeout_s=1.0

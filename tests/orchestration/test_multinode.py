@@ -24,7 +24,7 @@ from tests.orchestration.conftest import run_cluster_driver
 from wgstore.events import EventStore
 from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import WorkerInfo
-from wgstore.orchestration.controller import read_run
+from wgstore.orchestration.run.controller import read_run
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 
 pytestmark = [

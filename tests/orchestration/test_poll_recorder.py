@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from wgstore.events.worker_group import ErrorInfo
-from wgstore.orchestration.poll_recorder import PollRecorder, WorkerObservation, WorkerPoll
+from wgstore.orchestration.polling.recorder import PollRecorder, WorkerObservation, WorkerPoll
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 RUN = WorkerObservation(running=True)
@@ -92,7 +92,7 @@ def test_unchanged_polls_after_a_flush_are_counted_afresh() -> None:
 
 
 def test_worker_observation_is_the_projections_worker_status_and_other_names_raise() -> None:
-    from wgstore.orchestration import poll_recorder
+    from wgstore.orchestration.executor.group_polls import recorder as poll_recorder
     from wgstore.projections.state import WorkerStatus
 
     assert poll_recorder.WorkerObservation is WorkerStatus

@@ -7,7 +7,7 @@ read back by ``decide`` (health-check errors, preemption), so they are part of t
 from __future__ import annotations
 
 from wgstore.events.worker_group import ErrorInfo
-from wgstore.orchestration.poll_recorder import health_check_failed, health_check_timed_out
+from wgstore.orchestration.polling.recorder import health_check_failed, health_check_timed_out
 
 
 def test_a_failed_health_check_is_ray_s_error_with_the_detail_and_no_traceback_by_default() -> None:

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from tests.orchestration.test_executor_step import _feed, _running_book
 from tests.projections.projection_builders import Stream
-from wgstore.orchestration import executor_step as step
-from wgstore.orchestration.poll_times import PollTimes
+from wgstore.orchestration.executor import step
+from wgstore.orchestration.executor.poll_times import PollTimes
 
 GROUPS = ["g0", "g1", "g2"]
 
@@ -100,7 +100,7 @@ def test_a_turn_looks_only_at_what_changed_or_fell_due(monkeypatch: pytest.Monke
         looked.append(len(subset))
         return real(subset, now)
 
-    monkeypatch.setattr("wgstore.orchestration.poll_times.schedule_polls", counting)
+    monkeypatch.setattr("wgstore.orchestration.executor.poll_times.schedule_polls", counting)
     quiet = times.schedule(books, now=0.001)
     due = times.schedule(books, now=0.01)  # g1 and g2 fell due (at 0.004 and 0.008)
     assert quiet.due == () and looked[0] == 0

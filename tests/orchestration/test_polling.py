@@ -24,11 +24,11 @@ from wgstore.events.worker_group import (
     WorkerGroupStartRequested,
 )
 from wgstore.orchestration.builder import WorkerGroupStateBuilder
-from wgstore.orchestration.commands import COMMAND_NAMESPACE
-from wgstore.orchestration.fake_runtime import FakeFaults, FakeRuntime, FakeScript
-from wgstore.orchestration.polling import GroupPolls, poll_event_id
-from wgstore.orchestration.ranks import assign_ranks
-from wgstore.orchestration.runtime import TrainSetup
+from wgstore.orchestration.executor.commands import COMMAND_NAMESPACE
+from wgstore.orchestration.executor.group_polls import GroupPolls, poll_event_id
+from wgstore.orchestration.runtimes.fake_runtime import FakeFaults, FakeRuntime, FakeScript
+from wgstore.orchestration.runtimes.protocol import TrainSetup
+from wgstore.orchestration.runtimes.ranks import assign_ranks
 from wgstore.orchestration.train_context import TrainContext
 from wgstore.projections.state import WorkerGroupPollStatus, WorkerGroupState, project_worker_group
 

@@ -10,8 +10,8 @@ from typing import Any
 from tests.waiting import wait_until
 from wgstore.events.run import PreemptionNoticed, RunCreated
 from wgstore.events.streams import run_stream
-from wgstore.orchestration.report_writer import ReportWriter
 from wgstore.orchestration.train_context import TrainContext, WorkerSession
+from wgstore.orchestration.train_fn.report_writer import ReportWriter
 
 
 def _session(store: Any, run_id: str | None) -> WorkerSession:

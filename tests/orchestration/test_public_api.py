@@ -31,7 +31,7 @@ def test_all_is_sorted_and_every_name_resolves() -> None:
 def test_a_ray_worker_imports_the_worker_class_and_train_api_without_the_store() -> None:
     code = (
         "import sys\n"
-        "import wgstore.orchestration.worker\n"
+        "import wgstore.orchestration.runtimes.actors\n"
         "from wgstore.orchestration import get_context, report\n"
         "heavy = [m for m in sys.modules if m.startswith(('sqlalchemy', 'wgstore.events', 'ray'))]\n"
         "print(heavy)"

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from wgstore.orchestration.ranks import ActorMetadata, assign_ranks, sort_workers
+from wgstore.orchestration.runtimes.ranks import ActorMetadata, assign_ranks, sort_workers
 
 
 def meta(name: str, node: str, ip: str, gpus: tuple[str, ...] = ()) -> ActorMetadata:

@@ -26,9 +26,9 @@ from tests.orchestration import resume_fns
 from tests.waiting import wait_until
 from wgstore.events import EventStore
 from wgstore.events.streams import group_stream
-from wgstore.orchestration.controller import read_run
-from wgstore.orchestration.gc import orphaned_runs
-from wgstore.orchestration.supervise import start_resume, supervise
+from wgstore.orchestration.orphans.gc import orphaned_runs
+from wgstore.orchestration.orphans.supervise import start_resume, supervise
+from wgstore.orchestration.run.controller import read_run
 from wgstore.projections.state import project_worker_group
 
 # Two drivers, each starting a Ray Train controller and its workers, in processes of their own:

@@ -120,7 +120,7 @@ def test_why_a_size_was_chosen_follows_the_state_ray_scheduled_from() -> None:
 def test_a_scaling_decision_says_what_fits_against_what_the_run_had() -> None:
     from wgstore.events.run import ResizeCause as C
     from wgstore.events.run import ScalingConfig
-    from wgstore.orchestration.scaling import resize_reason
+    from wgstore.orchestration.run.scaling import resize_reason
 
     elastic = ScalingConfig(num_workers=4, min_workers=1)
     assert resize_reason(C.INITIAL, None, 1, elastic) == "start: 1 worker fits (range 1..4)"
@@ -137,7 +137,7 @@ def test_a_scaling_decision_says_what_fits_against_what_the_run_had() -> None:
 def test_a_failure_whose_workers_died_with_their_node_is_a_lost_node() -> None:
     from wgstore.events.run import RankError
     from wgstore.events.worker_group import ErrorInfo
-    from wgstore.orchestration.scaling import failure_summary
+    from wgstore.orchestration.run.scaling import failure_summary
 
     died = "The actor died because its node has died. Node Id: 7b63"
     lost = (

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from tests.orchestration.conftest import REPO, make_context
 from wgstore.events.worker_group import WorkerGroupContext
 from wgstore.orchestration import RayExecutor, WorkerGroup
-from wgstore.orchestration.fake_runtime import FakeRuntime, FakeScript
+from wgstore.orchestration.runtimes.fake_runtime import FakeRuntime, FakeScript
 from wgstore.projections.read_models import wg_worker_groups
 
 

@@ -28,8 +28,8 @@ from wgstore.events.worker_group import (
     stream_id_for_group,
 )
 from wgstore.orchestration import RayExecutor, WorkerGroup
-from wgstore.orchestration.commands import command_id_for
-from wgstore.orchestration.ray_resources import list_group_resources
+from wgstore.orchestration.executor.commands import command_id_for
+from wgstore.orchestration.runtimes.ray_resources import list_group_resources
 from wgstore.orchestration.worker_group import follow_group
 from wgstore.projections import WorkerGroupStatus
 
@@ -48,8 +48,8 @@ LIFECYCLE = [
 
 _EXECUTOR_SCRIPT = """
 import json, sys, threading
-from wgstore.orchestration.executor import run_executor
-from wgstore.orchestration.ray_runtime import RayRuntime
+from wgstore.orchestration.executor.ray_executor import run_executor
+from wgstore.orchestration.runtimes.ray_runtime import RayRuntime
 url, address, failpoints = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 print("executor up", flush=True)
 run_executor(url, threading.Event(), runtime=RayRuntime(address=address, failpoints=failpoints))

@@ -12,10 +12,10 @@ from wgstore.events.run import FailureConfig, RunCreated, ScalingConfig
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupContext
 from wgstore.orchestration import RayExecutor
-from wgstore.orchestration.controller import RunController
-from wgstore.orchestration.decide import attempt_group_id
-from wgstore.orchestration.fake_runtime import FakeRuntime, FakeScript
-from wgstore.orchestration.resume import resume_orphan
+from wgstore.orchestration.orphans.resume import resume_orphan
+from wgstore.orchestration.run.controller import RunController
+from wgstore.orchestration.run.decide import attempt_group_id
+from wgstore.orchestration.runtimes.fake_runtime import FakeRuntime, FakeScript
 from wgstore.projections.state import project_worker_group
 
 

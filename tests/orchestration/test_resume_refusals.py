@@ -17,8 +17,8 @@ from wgstore.cli.app import app
 from wgstore.events.leases import acquire_lease, lease_of
 from wgstore.events.run import ControllerStarted, Pickled, TrainerRecorded
 from wgstore.orchestration.errors import RunNotResumableError
-from wgstore.orchestration.resume import resume_orphan
-from wgstore.orchestration.supervise import Decision, plan, supervise
+from wgstore.orchestration.orphans.resume import resume_orphan
+from wgstore.orchestration.orphans.supervise import Decision, plan, supervise
 
 
 def _recorded_running(store: Any, run_id: str, trainer: TrainerRecorded | None) -> None:
@@ -104,7 +104,7 @@ class TestSupervisorPolicy:
         self, store_url: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         from wgstore.events import EventStore
-        from wgstore.orchestration import supervise as supervise_module
+        from wgstore.orchestration.orphans import supervise as supervise_module
 
         with EventStore.open(store_url) as setup:
             run_scenarios.running(setup, "lost", lease_expired=True)

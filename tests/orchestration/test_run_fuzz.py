@@ -45,7 +45,7 @@ from wgstore.events.run import FailureConfig
 from wgstore.events.streams import group_stream
 from wgstore.events.worker_group import StartStage, WorkerGroupContext
 from wgstore.orchestration import RayExecutor, WorkerGroup
-from wgstore.orchestration.fake_runtime import FakeRuntime, FakeScript
+from wgstore.orchestration.runtimes.fake_runtime import FakeRuntime, FakeScript
 from wgstore.orchestration.worker_group import follow_group
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import project_worker_group

@@ -14,7 +14,7 @@ from wgstore.events import EventStore, InvalidArgumentError
 from wgstore.events.run import RunCreated
 from wgstore.events.streams import run_stream
 from wgstore.orchestration.errors import TrainFnError
-from wgstore.orchestration.run_inputs import (
+from wgstore.orchestration.run.inputs import (
     check_new_run_id,
     check_run_inputs,
     parse_train_config,
@@ -96,7 +96,7 @@ def test_start_run_refuses_a_run_id_of_another_form_before_writing(
     bad: str, sqlite_url: str
 ) -> None:
     from wgstore.events.run import ScalingConfig
-    from wgstore.orchestration.training import start_run
+    from wgstore.orchestration.run.training import start_run
 
     with EventStore.open(sqlite_url) as store:
         with pytest.raises(ValueError, match="run_id must be 1-128 letters"):
@@ -114,7 +114,7 @@ def test_an_elastic_range_for_wgstores_own_run_needs_a_minimum_of_one(tmp_path: 
     before anything is written."""
     from wgstore.events.run import ScalingConfig
     from wgstore.orchestration import start_run
-    from wgstore.orchestration.run_inputs import parse_workers
+    from wgstore.orchestration.run.inputs import parse_workers
 
     db = tmp_path / "never.db"
     with pytest.raises(ValueError, match="min_workers must be 1 or more for a wgstore run"):

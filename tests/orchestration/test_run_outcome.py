@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from tests.projections.projection_builders import RunStream, Stream, error, stopped
-from wgstore.orchestration.run_outcome import (
+from wgstore.orchestration.run.outcome import (
     group_outcome_text,
     run_outcome_text,
     training_error_text,
 )
-from wgstore.orchestration.training import RunResult
+from wgstore.orchestration.run.training import RunResult
 from wgstore.projections import project_run, project_worker_group
 
 

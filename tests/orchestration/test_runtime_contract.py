@@ -16,8 +16,8 @@ import pytest
 from tests.orchestration.conftest import assert_nothing_left
 from wgstore.events.worker_group import WorkerGroupContext
 from wgstore.orchestration.errors import PlacementGroupTimeoutError
-from wgstore.orchestration.fake_runtime import FakeFaults, FakeRuntime
-from wgstore.orchestration.runtime import WorkerGroupRuntime
+from wgstore.orchestration.runtimes.fake_runtime import FakeFaults, FakeRuntime
+from wgstore.orchestration.runtimes.protocol import WorkerGroupRuntime
 
 CONTEXT = WorkerGroupContext(
     num_workers=2, resources_per_worker={"CPU": 0.25}, train_fn="examples.train:train_fn"
@@ -29,7 +29,7 @@ def runtime(request: pytest.FixtureRequest) -> WorkerGroupRuntime:
     if request.param == "fake":
         return FakeRuntime()
     request.getfixturevalue("ray_up")
-    from wgstore.orchestration.ray_runtime import RayRuntime
+    from wgstore.orchestration.runtimes.ray_runtime import RayRuntime
 
     ray_runtime = RayRuntime()
     ray_runtime.connect()

@@ -21,7 +21,7 @@ import pytest
 from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
 from wgstore.events.worker_group import StartStage, stream_id_for_group
 from wgstore.orchestration import RayExecutor, WorkerGroup, WorkerGroupStartError
-from wgstore.orchestration.ray_runtime import RayRuntime
+from wgstore.orchestration.runtimes.ray_runtime import RayRuntime
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

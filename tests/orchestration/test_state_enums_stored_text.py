@@ -30,7 +30,7 @@ from wgstore.events.worker_group import (
     WorkerGroupStartFailed,
     WorkerGroupStartRequested,
 )
-from wgstore.orchestration.decide import attempt_group_id, decide
+from wgstore.orchestration.run.decide import attempt_group_id, decide
 from wgstore.projections.queries import worker_group_state
 from wgstore.projections.run_state import project_run
 

@@ -11,9 +11,13 @@ import pytest
 from examples.train import train_fn
 from wgstore.orchestration import TrainFnError, get_context, report
 from wgstore.orchestration.errors import NotInWorkerError, ReportNotStoredError
-from wgstore.orchestration.loading import import_path_of, resolve_train_fn
-from wgstore.orchestration.report_writer import ReportWriter, absolute_store_url, report_event_id
 from wgstore.orchestration.train_context import TrainContext, WorkerSession
+from wgstore.orchestration.train_fn.loading import import_path_of, resolve_train_fn
+from wgstore.orchestration.train_fn.report_writer import (
+    ReportWriter,
+    absolute_store_url,
+    report_event_id,
+)
 
 
 def test_a_module_level_function_is_named_by_its_import_path_and_resolves_back() -> None:
@@ -98,7 +102,7 @@ def test_a_worker_that_cannot_see_the_sqlite_file_fails_clearly_and_creates_noth
 def test_report_event_ids_use_the_command_namespace_and_relative_sqlite_paths_become_absolute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from wgstore.orchestration.commands import COMMAND_NAMESPACE
+    from wgstore.orchestration.executor.commands import COMMAND_NAMESPACE
 
     assert report_event_id("g", 1, 2) == uuid.uuid5(COMMAND_NAMESPACE, "g:report:1:2")
     monkeypatch.chdir(tmp_path)

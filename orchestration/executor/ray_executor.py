@@ -2,13 +2,13 @@
 
 Three parts, as Ray Train v2 splits its controller:
 
-- **the decisions**, a pure step over the log (:mod:`~wgstore.orchestration.executor_step`):
+- **the decisions**, a pure step over the log (:mod:`~wgstore.orchestration.executor.step`):
   which commands each event calls for, which are done already, which polls are due;
-- **the cluster**, behind :class:`~wgstore.orchestration.runtime.WorkerGroupRuntime`:
-  :class:`~wgstore.orchestration.ray_runtime.RayRuntime` (the default) or the in-memory
-  :class:`~wgstore.orchestration.fake_runtime.FakeRuntime`;
+- **the cluster**, behind :class:`~wgstore.orchestration.runtimes.protocol.WorkerGroupRuntime`:
+  :class:`~wgstore.orchestration.runtimes.ray_runtime.RayRuntime` (the default) or the in-memory
+  :class:`~wgstore.orchestration.runtimes.fake_runtime.FakeRuntime`;
 - **this runner**: one loop thread reads the log in order (``read_all(after=position)``, woken
-  by the store's notifier) and feeds the step; commands (:mod:`~wgstore.orchestration.handlers`)
+  by the store's notifier) and feeds the step; commands (:mod:`~wgstore.orchestration.executor.handlers`)
   and polls run on worker threads (at most ``max_threads`` busy), one at a time per group, so a
   slow start never delays another group's polls, and a poll never races its group's shutdown.
 
@@ -49,19 +49,19 @@ from wgstore.events import EventStore, Fence, FencedError, NewEvent, RecordedEve
 from wgstore.events.notifier import POSTGRES_POLL_S, SQLITE_POLL_S
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream
 from wgstore.events.worker_group import WorkerGroupStartRequested
-from wgstore.orchestration import executor_step as step
 from wgstore.orchestration.builder import BuiltGroup
 from wgstore.orchestration.callbacks import WorkerGroupCallback
-from wgstore.orchestration.claims import CLAIM_S, GroupClaims
-from wgstore.orchestration.commands import (
+from wgstore.orchestration.executor import step
+from wgstore.orchestration.executor.commands import (
     Command,
     StartWorkerGroup,
     command_id_for,
 )
-from wgstore.orchestration.handlers import COMMAND_HANDLERS
-from wgstore.orchestration.poll_times import PollTimes
-from wgstore.orchestration.polling import GroupPolls
-from wgstore.orchestration.runtime import WorkerGroupRuntime
+from wgstore.orchestration.executor.group_polls import GroupPolls
+from wgstore.orchestration.executor.handlers import COMMAND_HANDLERS
+from wgstore.orchestration.executor.poll_times import PollTimes
+from wgstore.orchestration.leases.claims import CLAIM_S, GroupClaims
+from wgstore.orchestration.runtimes.protocol import WorkerGroupRuntime
 from wgstore.projections import StreamNotFoundError
 from wgstore.projections.state import (
     WorkerGroupPollStatus,
@@ -91,8 +91,8 @@ class RayExecutor:
 
     Args:
         store: the event store to follow and append to.
-        runtime: the cluster (:class:`~wgstore.orchestration.runtime.WorkerGroupRuntime`);
-            ``None`` for :class:`~wgstore.orchestration.ray_runtime.RayRuntime` on the Ray
+        runtime: the cluster (:class:`~wgstore.orchestration.runtimes.protocol.WorkerGroupRuntime`);
+            ``None`` for :class:`~wgstore.orchestration.runtimes.ray_runtime.RayRuntime` on the Ray
             cluster of this process (``RAY_ADDRESS``, or a local instance).
         group_ids: only these groups (an in-process executor made by ``WorkerGroup.create``);
             ``None`` for every group in the store.
@@ -112,7 +112,7 @@ class RayExecutor:
             the log grows, and once more when the executor stops; ``None`` leaves them alone.
         callbacks: ``WorkerGroupCallback`` hooks, called in Ray Train's order.
         claim_s: how long this executor's claim of a group lasts unless renewed (see
-            :mod:`~wgstore.orchestration.claims`): how soon another executor takes over the
+            :mod:`~wgstore.orchestration.leases.claims`): how soon another executor takes over the
             groups of one that died.
 
     Several executors may follow one store: each group is served by the one that claims it,
@@ -142,7 +142,7 @@ class RayExecutor:
             )
         self.store = store
         if runtime is None:
-            from wgstore.orchestration.ray_runtime import RayRuntime
+            from wgstore.orchestration.runtimes.ray_runtime import RayRuntime
 
             runtime = RayRuntime()
         self.runtime: WorkerGroupRuntime = runtime
@@ -659,7 +659,7 @@ def run_executor(
     ``RayRuntime(address=ray_address)`` (e.g. one whose actors inject faults, in tests).
     """
     if runtime is None:
-        from wgstore.orchestration.ray_runtime import RayRuntime
+        from wgstore.orchestration.runtimes.ray_runtime import RayRuntime
 
         runtime = RayRuntime(address=ray_address)
     elif ray_address is not None:

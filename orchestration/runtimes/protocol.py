@@ -1,15 +1,15 @@
 """``WorkerGroupRuntime``: everything the executor asks of the cluster, as one small interface.
 
-The executor decides from the log (:mod:`~wgstore.orchestration.executor_step`) and appends what
-happened (:mod:`~wgstore.orchestration.handlers`); every call that touches the cluster goes
-through a runtime. Two implement it: :class:`~wgstore.orchestration.ray_runtime.RayRuntime`
+The executor decides from the log (:mod:`~wgstore.orchestration.executor.step`) and appends what
+happened (:mod:`~wgstore.orchestration.executor.handlers`); every call that touches the cluster goes
+through a runtime. Two implement it: :class:`~wgstore.orchestration.runtimes.ray_runtime.RayRuntime`
 (detached, named Ray actors and placement groups) and
-:class:`~wgstore.orchestration.fake_runtime.FakeRuntime` (in memory, scripted, with faults), so
+:class:`~wgstore.orchestration.runtimes.fake_runtime.FakeRuntime` (in memory, scripted, with faults), so
 the executor's logic is tested without a cluster, as Ray Train v2 tests its controller against a
 dummy worker group.
 
 Handles (placement groups, actors) are opaque to the executor: it only hands them back. A
-runtime finds a group's resources by name (:mod:`~wgstore.orchestration.resource_names`), so an
+runtime finds a group's resources by name (:mod:`~wgstore.orchestration.runtimes.resource_names`), so an
 executor that restarts re-attaches with :meth:`WorkerGroupRuntime.find_workers` and the orphan
 sweep works from :meth:`WorkerGroupRuntime.list_group_resources`.
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from wgstore.events import EventStore
     from wgstore.events.worker_group import ErrorInfo, WorkerGroupContext
-    from wgstore.orchestration.ranks import ActorMetadata
+    from wgstore.orchestration.runtimes.ranks import ActorMetadata
     from wgstore.orchestration.train_context import TrainContext
     from wgstore.projections.state import WorkerStatus
 

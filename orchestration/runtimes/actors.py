@@ -1,10 +1,10 @@
 """The actor classes: :class:`WgstoreWorker` (runs the train function) and :class:`SyncActor`.
 
-Plain classes; :mod:`wgstore.orchestration.ray_resources` turns them into detached, named Ray
+Plain classes; :mod:`wgstore.orchestration.runtimes.ray_resources` turns them into detached, named Ray
 actors. Like Ray Train's ``RayTrainWorker``, a worker runs the train function in a thread so the
 actor stays free to answer polls, and ``poll_status()`` reports whether it is still running and
 its error (with traceback). Reports do not pass through polls: ``report()`` appends them to the
-store itself (:mod:`~wgstore.orchestration.report_writer`).
+store itself (:mod:`~wgstore.orchestration.train_fn.report_writer`).
 
 Launching is two calls, so that a start failure and a worker failure are told apart by what
 happened: ``run_train_fn()`` checks that the train function can start and arms it, running no
@@ -25,11 +25,11 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wgstore.orchestration.loading import TrainFn, load_pickled_train_fn, resolve_train_fn
-from wgstore.orchestration.poll_recorder import WorkerPoll
-from wgstore.orchestration.ranks import ActorMetadata
-from wgstore.orchestration.report_writer import ReportWriter
+from wgstore.orchestration.polling.recorder import WorkerPoll
+from wgstore.orchestration.runtimes.ranks import ActorMetadata
 from wgstore.orchestration.train_context import TrainContext, WorkerSession, _set_session
+from wgstore.orchestration.train_fn.loading import TrainFn, load_pickled_train_fn, resolve_train_fn
+from wgstore.orchestration.train_fn.report_writer import ReportWriter
 
 if TYPE_CHECKING:
     from wgstore.events.worker_group import ErrorInfo
@@ -77,7 +77,7 @@ def _checkpoint_guard(context: TrainContext) -> Any:
     def guard(index: int, path: str) -> None:
         import ray
 
-        from wgstore.orchestration.ray_resources import NAMESPACE, sync_actor_name
+        from wgstore.orchestration.runtimes.ray_resources import NAMESPACE, sync_actor_name
 
         sync = ray.get_actor(sync_actor_name(context.group_id), namespace=NAMESPACE)
         claim: Any = ray.get(sync.claim_checkpoint.remote(index, path, context.world_rank))

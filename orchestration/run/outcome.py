@@ -1,7 +1,7 @@
 """How a run driven to its end (:func:`~wgstore.orchestration.run_training`,
 :func:`~wgstore.orchestration.resume_run`) ended, in words: what ``wgstore run`` prints last.
 
-Pure: each function reads a :class:`~wgstore.orchestration.training.RunResult` only.
+Pure: each function reads a :class:`~wgstore.orchestration.run.training.RunResult` only.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from wgstore.projections.views import first_line
 
 if TYPE_CHECKING:
-    from wgstore.orchestration.training import RunResult
+    from wgstore.orchestration.run.training import RunResult
 
 __all__ = ["group_outcome_text", "run_outcome_text", "training_error_text"]
 

@@ -3,7 +3,7 @@
 The executor keeps one :class:`GroupBook` per worker group it serves. For each recorded event
 it calls :func:`apply_event`, which returns the new book and the commands to carry out; for
 polls it calls :func:`schedule_polls` with a monotonic ``now`` it read itself (through
-:class:`~wgstore.orchestration.poll_times.PollTimes`, which hands it only the books that changed
+:class:`~wgstore.orchestration.executor.poll_times.PollTimes`, which hands it only the books that changed
 or fell due). The thread that
 carries a command or a poll out reports back through :func:`start_failed`,
 :func:`poll_taken` and :func:`polls_done`. Everything here is a function of its arguments, so the
@@ -17,7 +17,7 @@ Decisions worth knowing:
   event this executor did not read is never served: it cannot know what was asked.
 - **Done commands.** A command is skipped when an event names it as ``causation_id`` (done by
   an earlier executor), when this executor dispatched it already (``seen_commands``), or when
-  the latest state no longer needs it (:func:`~wgstore.orchestration.commands.command_needed`).
+  the latest state no longer needs it (:func:`~wgstore.orchestration.executor.commands.command_needed`).
 - **Start in flight.** While this executor's own start of a group runs, the builder steps it
   appends derive ``ReleaseResources`` (a half-done start); those are ignored: the start
   releases on failure itself. The flag clears when the start's own ``TrainingLaunched``,
@@ -47,7 +47,7 @@ from wgstore.events.worker_group import (
     WorkerGroupStartFailed,
     WorkerGroupStartRequested,
 )
-from wgstore.orchestration.commands import (
+from wgstore.orchestration.executor.commands import (
     Command,
     ReleaseResources,
     StartWorkerGroup,

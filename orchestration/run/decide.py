@@ -1,6 +1,6 @@
 """The run controller's decisions, as a pure function: ``decide(run, group, now) -> Decision``.
 
-No I/O, no clock of its own, no Ray. The controller loop (:mod:`wgstore.orchestration.controller`)
+No I/O, no clock of its own, no Ray. The controller loop (:mod:`wgstore.orchestration.run.controller`)
 reads the run stream and the stream of the run's current worker group, calls :func:`decide`, and
 appends what it returns; then it waits for the log to move and calls it again. One call makes
 one step (Ray Train's ``_step``); a step that finds nothing to do returns an empty decision.
@@ -49,7 +49,7 @@ Decisions worth knowing:
 
 An elastic run (its ``ScalingConfig`` has ``min_workers``) follows Ray Train 2.60's
 ``ElasticScalingPolicy`` and its controller's RESIZING and PREEMPTING states, deciding from what
-the controller saw of the cluster (``cluster``: a :class:`~wgstore.orchestration.scaling.
+the controller saw of the cluster (``cluster``: a :class:`~wgstore.orchestration.run.scaling.
 ClusterView`; :func:`looks_due` says when the controller must look)::
 
     INITIALIZING / RESTARTING ─► (RE)SCHEDULING at what fits (>= min_workers), with
@@ -98,8 +98,8 @@ from wgstore.events.worker_group import (
     WorkerGroupStartRequested,
 )
 from wgstore.orchestration.errors import UndecidableRunError
-from wgstore.orchestration.poll_recorder import CLUSTER_LOST
-from wgstore.orchestration.scaling import ClusterView, failure_summary, resize_reason
+from wgstore.orchestration.polling.recorder import CLUSTER_LOST, PREEMPTED_NOTE
+from wgstore.orchestration.run.scaling import ClusterView, failure_summary, resize_reason
 from wgstore.projections.errors import StreamNotFoundError
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus
@@ -125,9 +125,6 @@ __all__ = [
 CONTROLLER_NAMESPACE = uuid.UUID("0c7a4f0e-2d8b-4b7e-9a1f-5e3c6d2b8a40")
 """The uuid5 namespace of the controller's group ids and event ids."""
 
-PREEMPTED_NOTE = "The actor's node was preempted."
-"""The line the poller adds to a worker's health-check error when Ray says its actor died
-because its node was preempted (``RayActorError.preempted``)."""
 
 _NOT_RETRYABLE_START_ERRORS = frozenset(
     {

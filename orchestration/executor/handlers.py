@@ -1,8 +1,8 @@
 """One handler per command; routing is the :data:`COMMAND_HANDLERS` table.
 
 Handlers touch the cluster only through the executor's runtime
-(:class:`~wgstore.orchestration.runtime.WorkerGroupRuntime`), so they run the same on Ray and on
-the in-memory :class:`~wgstore.orchestration.fake_runtime.FakeRuntime`.
+(:class:`~wgstore.orchestration.runtimes.protocol.WorkerGroupRuntime`), so they run the same on Ray and on
+the in-memory :class:`~wgstore.orchestration.runtimes.fake_runtime.FakeRuntime`.
 
 Every handler first reads the group's stream afresh and returns without doing anything when the
 command is already done (an event carries its id as ``causation_id``) or no longer needed (the
@@ -28,17 +28,17 @@ from wgstore.events.worker_group import (
     WorkerShutdown,
 )
 from wgstore.orchestration.builder import BuiltGroup, StartAborted, WorkerGroupStateBuilder
-from wgstore.orchestration.commands import (
+from wgstore.orchestration.executor.commands import (
     Command,
     ReleaseResources,
     ShutdownWorkerGroup,
     StartWorkerGroup,
     command_needed,
 )
-from wgstore.orchestration.ranks import assign_ranks
-from wgstore.orchestration.report_writer import absolute_store_url
-from wgstore.orchestration.runtime import TrainSetup, WorkerGroupRuntime
+from wgstore.orchestration.runtimes.protocol import TrainSetup, WorkerGroupRuntime
+from wgstore.orchestration.runtimes.ranks import assign_ranks
 from wgstore.orchestration.train_context import TrainContext
+from wgstore.orchestration.train_fn.report_writer import absolute_store_url
 from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 

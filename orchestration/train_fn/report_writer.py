@@ -33,7 +33,7 @@ from typing import Any
 
 __all__ = ["ReportWriter", "absolute_store_url", "report_event_id"]
 
-# the same namespace as wgstore.orchestration.commands.COMMAND_NAMESPACE (checked by a test),
+# the same namespace as wgstore.orchestration.executor.commands.COMMAND_NAMESPACE (checked by a test),
 # written out so that this module does not import the event package
 _NAMESPACE = uuid.UUID("6f1d8f52-3c1e-4f4e-9a51-7f0c2b9d8e11")
 

@@ -1,6 +1,6 @@
 """``FakeRuntime``: an in-memory cluster for the executor, with scripted workers and faults.
 
-It implements :class:`~wgstore.orchestration.runtime.WorkerGroupRuntime` without Ray, so the
+It implements :class:`~wgstore.orchestration.runtimes.protocol.WorkerGroupRuntime` without Ray, so the
 executor's logic (commands from the log, restarts, polls, shutdowns, callbacks) is tested in
 milliseconds against a real store::
 
@@ -39,27 +39,30 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from wgstore.events.worker_group import ErrorInfo, StartStage
-from wgstore.orchestration.decide import PREEMPTED_NOTE
 from wgstore.orchestration.errors import (
     InsufficientClusterResourcesError,
     OrchestrationError,
     PlacementGroupTimeoutError,
 )
-from wgstore.orchestration.poll_recorder import health_check_failed, health_check_timed_out
-from wgstore.orchestration.ranks import ActorMetadata
-from wgstore.orchestration.report_writer import report_event_id
-from wgstore.orchestration.resource_names import (
-    group_id_of,
-    placement_group_name,
-    sync_actor_name,
-    worker_actor_name,
+from wgstore.orchestration.polling.recorder import (
+    PREEMPTED_NOTE,
+    health_check_failed,
+    health_check_timed_out,
 )
-from wgstore.orchestration.runtime import (
+from wgstore.orchestration.runtimes.protocol import (
     ReservedPlacementGroup,
     StartedActor,
     StartedWorker,
     TrainSetup,
 )
+from wgstore.orchestration.runtimes.ranks import ActorMetadata
+from wgstore.orchestration.runtimes.resource_names import (
+    group_id_of,
+    placement_group_name,
+    sync_actor_name,
+    worker_actor_name,
+)
+from wgstore.orchestration.train_fn.report_writer import report_event_id
 from wgstore.projections.state import WorkerStatus
 
 if TYPE_CHECKING:
@@ -257,7 +260,7 @@ class _Worker(_Actor):
 
 
 class FakePoller:
-    """:class:`~wgstore.orchestration.poller.GroupPoller`'s semantics over fake workers."""
+    """:class:`~wgstore.orchestration.polling.poller.GroupPoller`'s semantics over fake workers."""
 
     def __init__(
         self,
@@ -342,7 +345,7 @@ class FakePoller:
 
 
 class FakeRuntime:
-    """An in-memory :class:`~wgstore.orchestration.runtime.WorkerGroupRuntime` (module docs).
+    """An in-memory :class:`~wgstore.orchestration.runtimes.protocol.WorkerGroupRuntime` (module docs).
 
     Args:
         script: what every group's workers do unless :meth:`configure` says otherwise.

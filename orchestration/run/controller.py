@@ -1,4 +1,4 @@
-"""``RunController``: the thin loop around :func:`~wgstore.orchestration.decide.decide`.
+"""``RunController``: the thin loop around :func:`~wgstore.orchestration.run.decide.decide`.
 
 It takes the run's lease, records itself (``ControllerStarted``), then repeats: read the run
 stream and the stream of the run's current worker group, decide, and append the decision in one
@@ -57,22 +57,22 @@ from wgstore.events.run import (
 )
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupShutdownRequested
-from wgstore.orchestration.decide import Decision, decide, looks_due
 from wgstore.orchestration.errors import (
     RunLeaseHeldError,
     RunLeaseLostError,
     RunNotFoundError,
     WorkerGroupTimeoutError,
 )
-from wgstore.orchestration.lease_keeper import LeaseKeeper
+from wgstore.orchestration.leases.keeper import LeaseKeeper
+from wgstore.orchestration.run.decide import Decision, decide, looks_due
 from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
 if TYPE_CHECKING:
     from wgstore.events.stream_watch import StreamWatch
-    from wgstore.orchestration.cluster_probe import ClusterProbe
-    from wgstore.orchestration.executor import RayExecutor
-    from wgstore.orchestration.scaling import ClusterView
+    from wgstore.orchestration.executor.ray_executor import RayExecutor
+    from wgstore.orchestration.run.cluster_probe import ClusterProbe
+    from wgstore.orchestration.run.scaling import ClusterView
 
 __all__ = ["RunController", "abort_events", "read_run"]
 
@@ -155,7 +155,7 @@ class RunController:
             taken over at once either way.
         take_lease_from: a lease handed over to this controller (a supervisor's).
         probe: how an elastic run's controller looks at the cluster (what fits, nodes going);
-            default :class:`~wgstore.orchestration.cluster_probe.RayClusterProbe` (this
+            default :class:`~wgstore.orchestration.run.cluster_probe.RayClusterProbe` (this
             process's Ray). A fixed run never looks.
     """
 
@@ -335,7 +335,7 @@ class RunController:
         if choice == "external":
             return
         if choice is None:
-            from wgstore.orchestration.executor import RayExecutor
+            from wgstore.orchestration.executor.ray_executor import RayExecutor
 
             resumed = bool(self._run.controllers) or bool(self._run.groups)  # before ours
             self._owned = RayExecutor(
@@ -371,7 +371,7 @@ class RunController:
         if not (looks.size or looks.drain):
             return None
         if self._probe is None:
-            from wgstore.orchestration.cluster_probe import RayClusterProbe
+            from wgstore.orchestration.run.cluster_probe import RayClusterProbe
 
             self._probe = RayClusterProbe()
         view = self._probe.look(run, group, size=looks.size)

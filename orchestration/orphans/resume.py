@@ -37,9 +37,9 @@ from wgstore.events.leases import Lease, take_lease
 from wgstore.events.records import Fence
 from wgstore.events.run import ControllerState, ControllerStateChanged, RunResumed
 from wgstore.events.worker_group import WorkerGroupShutDown, WorkerGroupShutdownRequested
-from wgstore.orchestration.controller import RunController, read_run
 from wgstore.orchestration.errors import RunLeaseHeldError, RunNotResumableError
-from wgstore.orchestration.lease_keeper import LeaseKeeper
+from wgstore.orchestration.leases.keeper import LeaseKeeper
+from wgstore.orchestration.run.controller import RunController, read_run
 from wgstore.projections.run_state import RunState, resume_problem
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 
@@ -103,7 +103,7 @@ def _release(group: WorkerGroupState) -> tuple[str, ...]:
     reserved = group.placement_group
     if reserved is None:
         return ()
-    from wgstore.orchestration.ray_runtime import RayRuntime
+    from wgstore.orchestration.runtimes.ray_runtime import RayRuntime
 
     runtime = RayRuntime()
     runtime.connect()

@@ -1,7 +1,7 @@
 """``supervise``: resume every orphaned, resumable run, by itself, within a policy.
 
 A long-running loop over the log (``wgstore supervise``). Every ``interval_s`` it lists the
-orphaned runs (:func:`~wgstore.orchestration.gc.orphaned_runs`: not ended, and the process that
+orphaned runs (:func:`~wgstore.orchestration.orphans.gc.orphaned_runs`: not ended, and the process that
 must hold the lease is gone) and, for each one it may resume:
 
 1. it takes the run's lease itself (so two supervisors never resume one run twice: the second
@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 
 from wgstore.events import EventStore
 from wgstore.events.leases import acquire_lease
-from wgstore.orchestration.gc import orphaned_runs
+from wgstore.orchestration.orphans.gc import orphaned_runs
 from wgstore.projections.run_state import RunState, resume_problem
 
 __all__ = ["SUPERVISOR", "Decision", "plan", "start_resume", "supervise"]

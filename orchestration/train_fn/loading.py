@@ -231,7 +231,7 @@ def check_train_fn_imports(path: str, folder: str, *, workers_may_differ: bool =
     _fail(str(error))
 
 
-_PROBE = "from wgstore.orchestration.loading import _probe; _probe()"
+_PROBE = "from wgstore.orchestration.train_fn.loading import _probe; _probe()"
 
 
 def _probe() -> None:

@@ -17,8 +17,8 @@ from typing import Any
 import ray
 
 from wgstore.events.worker_group import ErrorInfo
-from wgstore.orchestration.decide import PREEMPTED_NOTE
-from wgstore.orchestration.poll_recorder import (
+from wgstore.orchestration.polling.recorder import (
+    PREEMPTED_NOTE,
     WorkerObservation,
     WorkerPoll,
     health_check_failed,

@@ -2,7 +2,7 @@
 
 For each group it polls, the executor keeps the workers' handles (from the start, or found
 again by name after a restart), a poller from the runtime and a
-:class:`~wgstore.orchestration.poll_recorder.PollRecorder`. A poll turns the workers' statuses
+:class:`~wgstore.orchestration.polling.recorder.PollRecorder`. A poll turns the workers' statuses
 into ``WorkerGroupPolled`` (only changes are stored; ids from group and poll sequence, so a
 retried append is idempotent) and calls the ``after_worker_group_poll_status`` hooks. Thread-safe:
 polls of different groups run on different threads; one group's polls never overlap (the
@@ -20,9 +20,9 @@ from typing import Any
 
 from wgstore.events import EventStore, Fence, NewEvent
 from wgstore.events.streams import group_stream
-from wgstore.orchestration.commands import COMMAND_NAMESPACE
-from wgstore.orchestration.poll_recorder import PollRecorder, cluster_lost
-from wgstore.orchestration.runtime import WorkerGroupRuntime, WorkerPoller
+from wgstore.orchestration.executor.commands import COMMAND_NAMESPACE
+from wgstore.orchestration.polling.recorder import PollRecorder, cluster_lost
+from wgstore.orchestration.runtimes.protocol import WorkerGroupRuntime, WorkerPoller
 from wgstore.projections.state import (
     WorkerGroupPollStatus,
     WorkerGroupState,

@@ -35,14 +35,14 @@ from wgstore.events import AppendRequest, ConcurrencyError, EventStore, Fence, F
 from wgstore.events.leases import acquire_lease, leases, release_lease
 from wgstore.events.streams import RUN_STREAM_PREFIX, group_stream
 from wgstore.events.worker_group import WorkerGroupShutDown, WorkerGroupShutdownRequested
-from wgstore.orchestration.controller import abort_events, read_run
 from wgstore.orchestration.errors import WorkerGroupTimeoutError
-from wgstore.orchestration.runtime import WorkerGroupRuntime
+from wgstore.orchestration.run.controller import abort_events, read_run
+from wgstore.orchestration.runtimes.protocol import WorkerGroupRuntime
 from wgstore.projections.run_state import RunState, is_orphaned
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, project_worker_group
 
 if TYPE_CHECKING:
-    from wgstore.orchestration.executor import RayExecutor
+    from wgstore.orchestration.executor.ray_executor import RayExecutor
 
 __all__ = ["DRIVER_LOST_REASON", "GC_REASON", "GcOutcome", "collect_garbage", "orphaned_runs"]
 
@@ -157,7 +157,7 @@ def _abort_group(
         store.append(group.stream_id, [shutdown], fence=fence)
     owned = None
     if executor is None:
-        from wgstore.orchestration.executor import RayExecutor
+        from wgstore.orchestration.executor.ray_executor import RayExecutor
 
         owned = RayExecutor(store, run_ids={run.run_id}, read_models_interval_s=None).start()
     elif executor != "external":
@@ -251,7 +251,7 @@ def _collect_recorded(
 
 
 def _ray_runtime() -> WorkerGroupRuntime:
-    from wgstore.orchestration.ray_runtime import RayRuntime
+    from wgstore.orchestration.runtimes.ray_runtime import RayRuntime
 
     runtime = RayRuntime()
     runtime.connect()

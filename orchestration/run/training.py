@@ -1,7 +1,7 @@
 """Runs from Python: ``start_run``, ``resume_run``, and ``run_training`` (what ``wgstore run`` calls).
 
 A run is attempts of a worker group under a failure policy, driven by a
-:class:`~wgstore.orchestration.controller.RunController` that records every decision in the
+:class:`~wgstore.orchestration.run.controller.RunController` that records every decision in the
 run's stream ``run-<run_id>``. These functions record into a store (an :class:`EventStore` or its
 URL) and run an executor in this process unless told one runs elsewhere.
 """
@@ -18,20 +18,20 @@ from wgstore.events import NO_STREAM, ConcurrencyError, EventStore
 from wgstore.events.run import FailureConfig, RunCreated, ScalingConfig
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupContext
-from wgstore.orchestration.controller import RunController, read_run
 from wgstore.orchestration.errors import (
     InsufficientClusterResourcesError,
     OrchestrationError,
     WorkerGroupStartError,
 )
-from wgstore.orchestration.loading import TrainFn, import_path_of
-from wgstore.orchestration.run_inputs import RUN_ID_PATTERN
+from wgstore.orchestration.run.controller import RunController, read_run
+from wgstore.orchestration.run.inputs import RUN_ID_PATTERN
+from wgstore.orchestration.train_fn.loading import TrainFn, import_path_of
 from wgstore.projections.projector import catch_up_read_models
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import TrainingOutcome, WorkerGroupState, project_worker_group
 
 if TYPE_CHECKING:
-    from wgstore.orchestration.executor import RayExecutor
+    from wgstore.orchestration.executor.ray_executor import RayExecutor
 
 __all__ = [
     "NO_RETRY",
@@ -278,7 +278,7 @@ def _default_resources(workers: int, external_executor: bool) -> dict[str, float
         return {"CPU": 1.0}  # no cluster to ask, and none to start here: the executor has it
     import ray
 
-    from wgstore.orchestration import ray_resources
+    from wgstore.orchestration.runtimes import ray_resources
 
     ray_resources.ensure_ray()
     cpus = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]

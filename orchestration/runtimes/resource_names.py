@@ -2,7 +2,7 @@
 
 Placement group ``wgstore-<group_id>``, workers ``wgstore-<group_id>-<bundle index>``, sync actor
 ``wgstore-<group_id>-sync``, actors in the namespace :data:`NAMESPACE`. Any executor (and the
-in-memory :class:`~wgstore.orchestration.fake_runtime.FakeRuntime`) finds a group's resources by
+in-memory :class:`~wgstore.orchestration.runtimes.fake_runtime.FakeRuntime`) finds a group's resources by
 these names, so one module makes and parses them.
 """
 

@@ -1,11 +1,11 @@
-"""``RayRuntime``: the :class:`~wgstore.orchestration.runtime.WorkerGroupRuntime` on a Ray cluster.
+"""``RayRuntime``: the :class:`~wgstore.orchestration.runtimes.protocol.WorkerGroupRuntime` on a Ray cluster.
 
-A thin layer over :mod:`~wgstore.orchestration.ray_resources` (named, detached placement groups
-and actors), :mod:`~wgstore.orchestration.poller` (health-check polling) and the worker actor's
-calls (:class:`~wgstore.orchestration.worker.WgstoreWorker`).
+A thin layer over :mod:`~wgstore.orchestration.runtimes.ray_resources` (named, detached placement groups
+and actors), :mod:`~wgstore.orchestration.polling.poller` (health-check polling) and the worker actor's
+calls (:class:`~wgstore.orchestration.runtimes.actors.WgstoreWorker`).
 
 Failpoints (tests of Ray's own behaviour only; executor logic is tested on
-:class:`~wgstore.orchestration.fake_runtime.FakeRuntime`): handed to the actors, which really
+:class:`~wgstore.orchestration.runtimes.fake_runtime.FakeRuntime`): handed to the actors, which really
 exit, SIGKILL themselves, raise or hang: ``sync_actor_exit_on_init``, ``worker_exit_on_init`` /
 ``worker_sigkill_on_init`` (a bundle index), ``worker_init_sleep_s``, ``launch_raise``,
 ``poll_hang`` / ``shutdown_hang`` (a bundle index).
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from wgstore.orchestration import ray_resources
-from wgstore.orchestration.poller import GroupPoller, remote_error_info
-from wgstore.orchestration.runtime import (
+from wgstore.orchestration.polling.poller import GroupPoller, remote_error_info
+from wgstore.orchestration.runtimes import ray_resources
+from wgstore.orchestration.runtimes.protocol import (
     ReservedPlacementGroup,
     StartedActor,
     StartedWorker,
@@ -177,7 +177,7 @@ class RayRuntime:
         health_check_timeout_s: float,
         known: Mapping[int, WorkerStatus],
     ) -> GroupPoller:
-        """A :class:`~wgstore.orchestration.poller.GroupPoller`."""
+        """A :class:`~wgstore.orchestration.polling.poller.GroupPoller`."""
         return GroupPoller(workers, actor_names, health_check_timeout_s, known=known)
 
     def shutdown_workers(

@@ -3,7 +3,7 @@
 :class:`RayClusterProbe` reads Ray's GCS: the nodes alive, each node's free resources, and the
 nodes announced as going (``get_draining_nodes``: a drain with a deadline, as a cloud's
 preemption notice arrives through the autoscaler, or ``ray drain-node``). It counts the workers
-that fit with :func:`~wgstore.orchestration.scaling.workers_that_fit`, counting the resources
+that fit with :func:`~wgstore.orchestration.run.scaling.workers_that_fit`, counting the resources
 the run's own group's placement group holds on each node as the run's (a resize restarts that
 group, so they are free for the next one). Ray's resource view shows a released placement group
 about 0.1 s after its removal: a look right after the run's group was released, that finds
@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-from wgstore.orchestration.resource_names import placement_group_name
-from wgstore.orchestration.scaling import ClusterView, workers_that_fit
+from wgstore.orchestration.run.scaling import ClusterView, workers_that_fit
+from wgstore.orchestration.runtimes.resource_names import placement_group_name
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import WorkerGroupState
 
@@ -50,7 +50,7 @@ class RayClusterProbe:
         controller whose executor runs elsewhere, ``--external-executor``)."""
         from ray._private import state as ray_state
 
-        from wgstore.orchestration.ray_resources import ensure_ray
+        from wgstore.orchestration.runtimes.ray_resources import ensure_ray
 
         ensure_ray()
         draining = {node: (ms or None) for node, ms in ray_state.state.get_draining_nodes().items()}

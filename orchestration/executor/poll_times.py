@@ -1,7 +1,7 @@
 """``PollTimes``: which groups a loop turn of the executor has to look at for polls.
 
-:func:`~wgstore.orchestration.executor_step.schedule_polls` and
-:func:`~wgstore.orchestration.executor_step.next_wake_s` are the rules, over every book. An
+:func:`~wgstore.orchestration.executor.step.schedule_polls` and
+:func:`~wgstore.orchestration.executor.step.next_wake_s` are the rules, over every book. An
 executor serving hundreds of groups turned its loop hundreds of times a second (a wake for each
 append), and every turn scanned every book three times (issue 25's fleet profile: ~9 % of a
 fleet process's CPU). ``PollTimes`` gives the same answers from the books that changed since the
@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 
-from wgstore.orchestration.executor_step import (
+from wgstore.orchestration.executor.step import (
     GroupBook,
     PollSchedule,
     next_wake_s,

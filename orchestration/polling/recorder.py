@@ -18,12 +18,19 @@ if TYPE_CHECKING:  # Ray worker processes import this module; keep it light
     from wgstore.projections.state import WorkerStatus as WorkerObservation
 
 __all__ = [
+    "PREEMPTED_NOTE",
     "PollRecorder",
     "WorkerObservation",
     "WorkerPoll",
     "health_check_failed",
     "health_check_timed_out",
 ]
+
+
+PREEMPTED_NOTE = "The actor's node was preempted."
+"""The line the poller adds to a worker's health-check error when Ray says its actor died
+because its node was preempted (``RayActorError.preempted``); the run's decider reads it as a
+``preemption`` failure."""
 
 
 @dataclass(frozen=True, slots=True)

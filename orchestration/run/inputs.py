@@ -15,7 +15,7 @@ from typing import Any
 
 from wgstore.events import EventStore, InvalidArgumentError
 from wgstore.events.streams import run_stream
-from wgstore.orchestration.loading import check_train_fn_imports, check_train_fn_path
+from wgstore.orchestration.train_fn.loading import check_train_fn_imports, check_train_fn_path
 
 __all__ = [
     "RUN_ID_PATTERN",

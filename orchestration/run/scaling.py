@@ -2,8 +2,8 @@
 
 An elastic run (``ScalingConfig(min_workers=...)``) starts each group at the size that fits,
 between ``min_workers`` and ``num_workers``; the controller looks at the cluster
-(:class:`ClusterView`, made by :mod:`wgstore.orchestration.cluster_probe` from Ray, or by a test)
-and :func:`~wgstore.orchestration.decide.decide` chooses from it.
+(:class:`ClusterView`, made by :mod:`wgstore.orchestration.run.cluster_probe` from Ray, or by a test)
+and :func:`~wgstore.orchestration.run.decide.decide` chooses from it.
 
 Ray Train 2.60's ``ElasticScalingPolicy`` counts, per node, how many workers the resources Ray's
 ``AutoscalingCoordinator`` reserved for the run can hold (``floor`` of each resource over the

@@ -1,6 +1,6 @@
 """Ray resources of a worker group, named from its group id so any executor can find them.
 
-Names come from :mod:`~wgstore.orchestration.resource_names` (re-exported here): placement group
+Names come from :mod:`~wgstore.orchestration.runtimes.resource_names` (re-exported here): placement group
 ``wgstore-<group_id>``, workers ``wgstore-<group_id>-<bundle index>``, sync actor
 ``wgstore-<group_id>-sync``; all ``lifetime="detached"``, actors in the namespace
 :data:`NAMESPACE`. Lookups use the GCS tables (``ray.util.list_named_actors``,
@@ -27,9 +27,10 @@ from wgstore.orchestration.errors import (
     InsufficientClusterResourcesError,
     PlacementGroupTimeoutError,
 )
-from wgstore.orchestration.feasibility import insufficient_resources
-from wgstore.orchestration.ranks import ActorMetadata
-from wgstore.orchestration.resource_names import (
+from wgstore.orchestration.runtimes.actors import SyncActor, WgstoreWorker
+from wgstore.orchestration.runtimes.feasibility import insufficient_resources
+from wgstore.orchestration.runtimes.ranks import ActorMetadata
+from wgstore.orchestration.runtimes.resource_names import (
     _PREFIX,
     NAMESPACE,
     group_id_of,
@@ -37,7 +38,6 @@ from wgstore.orchestration.resource_names import (
     sync_actor_name,
     worker_actor_name,
 )
-from wgstore.orchestration.worker import SyncActor, WgstoreWorker
 
 __all__ = [
     "NAMESPACE",
