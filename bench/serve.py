@@ -594,7 +594,7 @@ class _LivePage:
     async def _open(self) -> None:
         if self.fetching:
             self.busy = True
-            await self._fetch()
+            await self.fetch_rows()
         self.followed = self._query()
         await self._follow()
 
@@ -618,7 +618,7 @@ class _LivePage:
             self.again = True
             return
         self.busy = True
-        self._spawn(self._fetch())
+        self._spawn(self.fetch_rows())
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from wgstore.events.schema import NOTIFY_CHANNEL
 
 if TYPE_CHECKING:
-    from wgstore.events.store import EventStore
+    from wgstore.events.log_access import LogAccess
     from wgstore.events.stream_watch import StreamFollower, StreamWatch
 
 __all__ = ["Notifier"]
@@ -35,7 +35,7 @@ POSTGRES_POLL_S = 0.5
 class Notifier:
     """Lets threads wait for the log to grow past a position."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: LogAccess) -> None:
         self._store = store
         self._changed = threading.Condition()
         self._generation = 0

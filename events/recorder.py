@@ -28,7 +28,7 @@ from wgstore.events.errors import DuplicateEventError, FencedError
 from wgstore.events.records import Fence
 
 if TYPE_CHECKING:
-    import sqlalchemy as sa
+    pass
 
 __all__ = [
     "AppendResult",
@@ -42,7 +42,6 @@ __all__ = [
     "StreamVersionMismatch",
     "fenced",
     "partly_stored",
-    "recorder_for",
 ]
 
 StoredTime = str | int
@@ -254,23 +253,3 @@ class Recorder(Protocol):
     def close(self) -> None:
         """Close the writer connection (the store disposes of the engine)."""
         ...
-
-
-def recorder_for(engine: sa.Engine, hmac_key: bytes | None = None) -> Recorder:
-    """The recorder of ``engine``'s database (``sqlite`` or ``postgresql``).
-
-    With ``hmac_key``, every row it appends carries its MAC
-    (:func:`~wgstore.events.hashing.event_mac`), computed under the write lock.
-    """
-    backend = engine.dialect.name
-    if backend == "postgresql":
-        from wgstore.events.postgres_recorder import PostgresRecorder
-
-        return PostgresRecorder(engine, hmac_key)
-    if backend == "sqlite":
-        from wgstore.events.sqlite_recorder import SqliteRecorder
-
-        return SqliteRecorder(engine, hmac_key)
-    raise ValueError(
-        f"no recorder for database {backend!r}; wgstore stores to sqlite or postgresql"
-    )

@@ -43,8 +43,8 @@ from wgstore.events.recorder import (
     Recorder,
     StreamRow,
     StreamVersionMismatch,
-    recorder_for,
 )
+from wgstore.events.recorders import recorder_for
 from wgstore.events.records import (
     ANY,
     NO_STREAM,
@@ -498,7 +498,7 @@ class EventStore:
             _check_text("an event type name", name)
         return names
 
-    def _fetch(self, sql: str, params: Sequence[Any]) -> Sequence[tuple[Any, ...]]:
+    def fetch_rows(self, sql: str, params: Sequence[Any]) -> Sequence[tuple[Any, ...]]:
         """The rows of one SELECT of the caller's own (verify's), through the recorder."""
         with translate_errors(self.url):
             return self.recorder.fetch(sql, params)

@@ -37,7 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
@@ -45,10 +45,9 @@ from wgstore.events.engine import READ_ONLY_OPTION
 from wgstore.events.errors import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from wgstore.events.notifier import Notifier
-    from wgstore.events.store import EventStore
+    from wgstore.events.log_access import LogAccess
 
-__all__ = ["RowReader", "StreamFollower", "StreamWatch"]
+__all__ = ["RowReader", "StreamFollower", "StreamWatch", "Waker"]
 
 _log = logging.getLogger("wgstore.notifier")
 
@@ -161,10 +160,32 @@ class StreamWatch:
             self._blind_until = max(self._blind_until, position)
 
 
+class Waker(Protocol):
+    """What the follower needs of the store's :class:`~wgstore.events.notifier.Notifier` (which
+    makes it, so this module names a Protocol, not the class: one way, no circle)."""
+
+    @property
+    def generation(self) -> int:
+        """A counter that moves on every wake-up."""
+        ...
+
+    def wake(self) -> None:
+        """Make every waiter re-check at once."""
+        ...
+
+    def ensure_listening(self) -> None:
+        """Postgres: make sure other processes' appends wake it."""
+        ...
+
+    def wait_for_wake(self, generation: int, timeout_s: float) -> int:
+        """Block until :attr:`generation` moved past ``generation`` or ``timeout_s`` passed."""
+        ...
+
+
 class StreamFollower:
     """Follows one store's log for its :class:`StreamWatch` objects (one per store object)."""
 
-    def __init__(self, store: EventStore, notifier: Notifier) -> None:
+    def __init__(self, store: LogAccess, notifier: Waker) -> None:
         self._store = store
         self._notifier = notifier
         self._lock = threading.Lock()
@@ -309,7 +330,7 @@ class RowReader:
     pre-ping, no transaction left open); on SQLite a plain ``BEGIN``, ended after each read so
     no snapshot stays open. The stream follower's, and ``wgstore serve``'s."""
 
-    def __init__(self, store: EventStore, query: Any) -> None:
+    def __init__(self, store: LogAccess, query: Any) -> None:
         self._store = store
         self._query = query
         self._connection: sa.Connection | None = None

@@ -25,7 +25,7 @@ from wgstore.events.records import RecordedEvent
 from wgstore.events.schema import wg_subscriptions
 
 if TYPE_CHECKING:
-    from wgstore.events.store import EventStore
+    from wgstore.events.log_access import LogAccess
 
 __all__ = ["Subscription", "SubscriptionConflictError", "follow_until_stopped"]
 
@@ -48,7 +48,7 @@ class Subscription:
 
     def __init__(
         self,
-        store: EventStore,
+        store: LogAccess,
         name: str,
         *,
         types: Iterable[str | type] | None = None,
@@ -206,7 +206,7 @@ def retry_wait_s(tries: int) -> float:
 
 
 def follow_until_stopped(
-    store: EventStore, what: str, one_pass: Callable[[], Any], *, stop: threading.Event
+    store: LogAccess, what: str, one_pass: Callable[[], Any], *, stop: threading.Event
 ) -> None:
     """Call ``one_pass`` (handle what is new, then wait for more) until ``stop`` is set.
 

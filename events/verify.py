@@ -34,7 +34,7 @@ from wgstore.events.hashing import (
 )
 
 if TYPE_CHECKING:
-    from wgstore.events.store import EventStore
+    from wgstore.events.log_access import LogAccess
 
 __all__ = ["VerifyReport", "head_digest", "parse_digest", "verify_log"]
 
@@ -81,9 +81,9 @@ def parse_digest(text: str) -> tuple[int, str]:
     return int(match[1]), "" if match[2] == "-" else match[2]
 
 
-def head_digest(store: EventStore) -> str:
+def head_digest(store: LogAccess) -> str:
     """The digest of the log's last event (``wgs1:0:-`` for an empty log)."""
-    rows = store._fetch(
+    rows = store.fetch_rows(
         "SELECT position, log_hash FROM wg_events ORDER BY position DESC LIMIT 1", ()
     )
     if not rows:
@@ -92,7 +92,7 @@ def head_digest(store: EventStore) -> str:
 
 
 def verify_log(
-    store: EventStore,
+    store: LogAccess,
     stream_id: str | None = None,
     *,
     against: str | None = None,
@@ -129,7 +129,7 @@ def verify_log(
     )
 
 
-def _rows(store: EventStore, stream_id: str | None) -> Iterator[Sequence[Any]]:
+def _rows(store: LogAccess, stream_id: str | None) -> Iterator[Sequence[Any]]:
     """Every stored row of the log (or of one stream) in position order, a page at a time.
 
     Every row, whatever its position: ``read_stream`` reads a stream by version, so a row at a
@@ -144,7 +144,7 @@ def _rows(store: EventStore, stream_id: str | None) -> Iterator[Sequence[Any]]:
     after: tuple[Any, ...] = ()
     while True:
         conditions = " AND ".join([*where, f"position > {p}"] if after else where)
-        rows = store._fetch(
+        rows = store.fetch_rows(
             f"SELECT {columns} FROM wg_events {'WHERE ' if conditions else ''}{conditions} "
             f"ORDER BY position LIMIT {_PAGE}",
             (*params, *after),
@@ -155,7 +155,7 @@ def _rows(store: EventStore, stream_id: str | None) -> Iterator[Sequence[Any]]:
         after = (rows[-1][0],)
 
 
-def _snapshot_problems(store: EventStore, stream_id: str | None, key: bytes | None) -> list[str]:
+def _snapshot_problems(store: LogAccess, stream_id: str | None, key: bytes | None) -> list[str]:
     """A problem per sealed ``wg_snapshots`` row whose seal does not match the log.
 
     Readers check the same seal before they use a snapshot (and fold the log instead), so such a
@@ -167,7 +167,7 @@ def _snapshot_problems(store: EventStore, stream_id: str | None, key: bytes | No
     where, params = "", tuple[str, ...]()
     if stream_id is not None:
         where, params = f"WHERE s.stream_id = {p} ", (stream_id,)
-    rows = store._fetch(
+    rows = store.fetch_rows(
         f"SELECT s.name, s.stream_id, s.stream_version, s.schema, {state}, e.hash "
         "FROM wg_snapshots s LEFT JOIN wg_events e ON e.stream_id = s.stream_id "
         f"AND e.stream_version = s.stream_version {where}ORDER BY s.stream_id, s.name",
@@ -185,7 +185,7 @@ def _snapshot_problems(store: EventStore, stream_id: str | None, key: bytes | No
     return problems
 
 
-def _repeated_ids(store: EventStore, stream_id: str | None) -> list[str]:
+def _repeated_ids(store: LogAccess, stream_id: str | None) -> list[str]:
     """A problem per event id stored more than once (of the stream's ids, with ``stream_id``).
 
     The unique constraint prevents it; one dropped, a signed event replayed elsewhere in the
@@ -197,7 +197,7 @@ def _repeated_ids(store: EventStore, stream_id: str | None) -> list[str]:
     if stream_id is not None:
         where = f"WHERE event_id IN (SELECT event_id FROM wg_events WHERE stream_id = {p}) "
         params = (stream_id,)
-    rows = store._fetch(
+    rows = store.fetch_rows(
         f"SELECT {event_id}, count(*), min(position), max(position) FROM wg_events {where}"
         "GROUP BY event_id HAVING count(*) > 1 ORDER BY min(position)",
         params,
@@ -209,7 +209,7 @@ def _repeated_ids(store: EventStore, stream_id: str | None) -> list[str]:
     ]
 
 
-def _repeated_odd_ids(store: EventStore, odd: list[tuple[int, uuid.UUID]]) -> list[str]:
+def _repeated_odd_ids(store: LogAccess, odd: list[tuple[int, uuid.UUID]]) -> list[str]:
     """A problem per event id stored more than once, counting the ids not stored in the form
     writers store (``odd``: position and the UUID readers read): ``0190...`` and ``0190...``
     upper-cased are two texts to the unique constraint and one id to every reader."""
@@ -219,7 +219,7 @@ def _repeated_odd_ids(store: EventStore, odd: list[tuple[int, uuid.UUID]]) -> li
         found.setdefault(event_id, []).append(position)
     problems = []
     for event_id, positions in found.items():
-        rows = store._fetch(
+        rows = store.fetch_rows(
             f"SELECT position FROM wg_events WHERE event_id = {p}", (str(event_id),)
         )
         every = sorted({*positions, *(int(row[0]) for row in rows)})
@@ -380,7 +380,7 @@ class _Checker:
                     "rewritten"
                 )
 
-    def finish_digest(self, store: EventStore, stream_id: str | None) -> None:
+    def finish_digest(self, store: LogAccess, stream_id: str | None) -> None:
         assert self.target is not None
         position, _ = self.target
         if position == 0:

@@ -77,7 +77,7 @@ def _checkpoint_guard(context: TrainContext) -> Any:
     def guard(index: int, path: str) -> None:
         import ray
 
-        from wgstore.orchestration.runtimes.ray_resources import NAMESPACE, sync_actor_name
+        from wgstore.orchestration.runtimes.resource_names import NAMESPACE, sync_actor_name
 
         sync = ray.get_actor(sync_actor_name(context.group_id), namespace=NAMESPACE)
         claim: Any = ray.get(sync.claim_checkpoint.remote(index, path, context.world_rank))
