@@ -62,7 +62,9 @@ def test_no_module_of_wgstore_is_in_an_import_circle() -> None:
     for module in sorted(graph.modules):
         for imported in graph.find_modules_directly_imported_by(module):
             related = imported.startswith(module + ".") or module.startswith(imported + ".")
-            back = None if related else graph.find_shortest_chain(importer=imported, imported=module)
+            back = (
+                None if related else graph.find_shortest_chain(importer=imported, imported=module)
+            )
             if back:
                 circles.append(" -> ".join((module, *back)))
     assert len(graph.modules) > 150
