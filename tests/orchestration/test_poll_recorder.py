@@ -92,7 +92,7 @@ def test_unchanged_polls_after_a_flush_are_counted_afresh() -> None:
 
 
 def test_worker_observation_is_the_projections_worker_status_and_other_names_raise() -> None:
-    from wgstore.orchestration.executor.group_polls import recorder as poll_recorder
+    from wgstore.orchestration.polling import recorder as poll_recorder
     from wgstore.projections.state import WorkerStatus
 
     assert poll_recorder.WorkerObservation is WorkerStatus
