@@ -1,11 +1,7 @@
-"""Polling the workers of one group with Ray Train's health-check semantics (Ray module).
+"""Polling the workers of one group on Ray, by Ray Train's health-check rules (Ray module).
 
-- A poll task still running is reused by the next poll; it keeps its first start time.
-- A poll that raised (the actor died) marks the worker ``running=False`` with
-  ``WorkerHealthCheckFailedError``; the worker is not polled again.
-- A poll hanging longer than ``health_check_timeout_s`` keeps ``running=True`` but carries
-  ``WorkerHealthCheckTimeoutError`` (Ray Train's "marking the worker as dead").
-- A worker that reported ``running=False`` is not polled again.
+The rules are :mod:`wgstore.orchestration.polling.health`'s (pure, shared with the in-memory
+runtime); a poll task still running is reused by the next poll and keeps its first start time.
 """
 
 from __future__ import annotations
@@ -17,15 +13,10 @@ from typing import Any
 import ray
 
 from wgstore.events.worker_group import ErrorInfo
-from wgstore.orchestration.polling.recorder import (
-    PREEMPTED_NOTE,
-    WorkerObservation,
-    WorkerPoll,
-    health_check_failed,
-    health_check_timed_out,
-)
+from wgstore.orchestration.polling.health import HealthChecks
+from wgstore.orchestration.polling.recorder import WorkerObservation, WorkerPoll
 
-__all__ = ["GroupPoller", "health_check_failed", "remote_error_info"]
+__all__ = ["GroupPoller", "remote_error_info"]
 
 
 def remote_error_info(error: BaseException) -> ErrorInfo:
@@ -38,6 +29,9 @@ def remote_error_info(error: BaseException) -> ErrorInfo:
 
 class GroupPoller:
     """Polls every worker of one group; keeps hanging polls and stopped workers across polls.
+
+    The rules are :class:`~wgstore.orchestration.polling.health.HealthChecks`'; this class sends
+    the polls and reads their answers on Ray.
 
     Args:
         workers: world rank -> actor handle (None for an actor that could not be found).
@@ -54,57 +48,43 @@ class GroupPoller:
         known: Mapping[int, WorkerObservation] | None = None,
     ) -> None:
         self._workers = dict(workers)
-        self._names = dict(names)
-        self._timeout_s = health_check_timeout_s
-        self._last: dict[int, WorkerObservation] = {
-            rank: WorkerObservation(running=True) for rank in self._workers
-        }
-        self._last.update(known or {})
-        self._ongoing: dict[int, tuple[float, Any]] = {}
-        for rank, handle in self._workers.items():
-            if handle is None and self._last[rank].running:
-                self._last[rank] = WorkerObservation(
-                    running=False,
-                    error=health_check_failed(f"Worker actor {self._names[rank]} is gone."),
-                )
+        missing = [rank for rank, handle in self._workers.items() if handle is None]
+        self._health = HealthChecks(
+            {rank: names[rank] for rank in self._workers}, health_check_timeout_s, known, missing
+        )
+        self._ongoing: dict[int, Any] = {}  # rank -> the ref of its outstanding poll
 
     @property
     def finished(self) -> bool:
         """True when no worker is running any more."""
-        return not any(obs.running for obs in self._last.values())
+        return self._health.finished
 
     def poll(self, wait_s: float) -> dict[int, WorkerObservation]:
         """Poll every running worker; returns each worker's status."""
-        for rank, handle in self._workers.items():
-            if self._last[rank].running and rank not in self._ongoing and handle is not None:
-                self._ongoing[rank] = (
-                    time.monotonic(),
-                    handle.poll_status.remote(),
-                )
-        refs = [ref for _, ref in self._ongoing.values()]
+        for rank in self._health.to_poll():
+            self._ongoing[rank] = self._workers[rank].poll_status.remote()
+            self._health.sent(rank, time.monotonic())
+        refs = list(self._ongoing.values())
         ready: list[Any] = []
         if refs:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
         ready_set = set(ready)
-        for rank, (started, ref) in list(self._ongoing.items()):
-            if ref in ready_set:
-                del self._ongoing[rank]
-                try:
-                    result: WorkerPoll = ray.get(ref)
-                except Exception as error:  # noqa: BLE001 - the actor died or the call failed
-                    info = remote_error_info(error)
-                    detail = f"Worker: {self._names[rank]}\n{info}"
-                    if getattr(error, "preempted", False):  # Ray's RayActorError.preempted
-                        detail += f"\n{PREEMPTED_NOTE}"
-                    self._last[rank] = WorkerObservation(
-                        running=False, error=health_check_failed(detail, info.traceback)
-                    )
-                    continue
-                self._last[rank] = WorkerObservation(
+        for rank, ref in list(self._ongoing.items()):
+            if ref not in ready_set:
+                continue
+            del self._ongoing[rank]
+            try:
+                result: WorkerPoll = ray.get(ref)
+            except Exception as error:  # noqa: BLE001 - the actor died or the call failed
+                info = remote_error_info(error)
+                preempted = bool(getattr(error, "preempted", False))  # RayActorError.preempted
+                self._health.died(rank, str(info), info.traceback, preempted=preempted)
+                continue
+            self._health.answered(
+                rank,
+                WorkerObservation(
                     running=result.running, error=result.error, return_value=result.return_value
-                )
-            elif time.monotonic() - started > self._timeout_s:
-                self._last[rank] = WorkerObservation(
-                    running=True, error=health_check_timed_out(self._timeout_s, self._names[rank])
-                )
-        return dict(self._last)
+                ),
+            )
+        self._health.check_timeouts(time.monotonic())
+        return self._health.statuses()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -44,11 +45,7 @@ from wgstore.orchestration.errors import (
     OrchestrationError,
     PlacementGroupTimeoutError,
 )
-from wgstore.orchestration.polling.recorder import (
-    PREEMPTED_NOTE,
-    health_check_failed,
-    health_check_timed_out,
-)
+from wgstore.orchestration.polling.health import HealthChecks
 from wgstore.orchestration.runtimes.protocol import (
     ReservedPlacementGroup,
     StartedActor,
@@ -183,9 +180,10 @@ class _Worker(_Actor):
         self.running = False
         self.polls = 0
         self.reports = 0
-        self.report_to_make: Callable[[], object] | None = None
-        """The report this poll's step made, appended by the poll once it let go of the
-        runtime's lock (see :meth:`FakePoller.poll`)."""
+        self.unmade_reports: deque[Callable[[], object]] = deque()
+        """Reports the steps made and no poll has appended yet, in order (the appends happen
+        once the poll let go of the runtime's lock: :meth:`FakePoller.poll`)."""
+        self._report_lock = threading.Lock()
         self.error: ErrorInfo | None = None
         self.return_value: Any = None
 
@@ -222,11 +220,22 @@ class _Worker(_Actor):
             )
             return
         if self.reports < script.reports:
-            self.report_to_make = self._report(self.reports, script)
+            self.unmade_reports.append(self._report(self.reports, script))
             self.reports += 1
             return
         self.running = False
         self.return_value = script.return_value
+
+    def append_reports(self) -> None:
+        """Append the reports made and not appended yet, in order; one that fails stays first.
+
+        Under this worker's own lock, so two pollers of one group (the old and the new executor
+        in a takeover) cannot append its reports out of order, as one real worker never does.
+        """
+        with self._report_lock:
+            while self.unmade_reports:
+                self.unmade_reports[0]()
+                self.unmade_reports.popleft()
 
     def _report(self, index: int, script: FakeScript) -> Callable[[], object]:
         """Report ``index`` of this worker: the append that makes it (the worker's own append,
@@ -260,7 +269,8 @@ class _Worker(_Actor):
 
 
 class FakePoller:
-    """:class:`~wgstore.orchestration.polling.poller.GroupPoller`'s semantics over fake workers."""
+    """:class:`~wgstore.orchestration.polling.poller.GroupPoller` over fake workers: the same
+    :class:`~wgstore.orchestration.polling.health.HealthChecks`, on the fake's clock."""
 
     def __init__(
         self,
@@ -273,22 +283,15 @@ class FakePoller:
         self._runtime = runtime
         self._group_id = next((group_id_of(n) or "" for n in names.values()), "")
         self._workers: dict[int, _Worker | None] = dict(workers)
-        self._names = dict(names)
-        self._timeout_s = health_check_timeout_s
-        self._last: dict[int, WorkerStatus] = {r: WorkerStatus(running=True) for r in self._workers}
-        self._last.update(known)
-        self._hanging: dict[int, float] = {}
-        for rank, worker in self._workers.items():
-            if worker is None and self._last[rank].running:
-                self._last[rank] = WorkerStatus(
-                    running=False,
-                    error=health_check_failed(f"Worker actor {self._names[rank]} is gone."),
-                )
+        missing = [rank for rank, worker in self._workers.items() if worker is None]
+        self._health = HealthChecks(
+            {rank: names[rank] for rank in self._workers}, health_check_timeout_s, known, missing
+        )
 
     @property
     def finished(self) -> bool:
         """True when no worker is running any more."""
-        return not any(s.running for s in self._last.values())
+        return self._health.finished
 
     def poll(self, wait_s: float) -> dict[int, WorkerStatus]:
         """Poll every running worker once (``wait_s`` is not waited: answers are immediate).
@@ -298,49 +301,32 @@ class FakePoller:
         that says its worker went on). Real workers append their reports in their own
         processes, concurrently: a lock held across the appends made every poll and start of
         every group of a runtime wait for one another's database round trips (the fleet
-        benchmark made a process's reports one at a time). An append that fails fails the poll,
-        and the reports not made are made again at the next one (same event ids).
+        benchmark made a process's reports one at a time). A worker's reports are appended in
+        the order it made them, whichever poller (two executors poll one group during a
+        takeover) appends them (:meth:`_Worker.append_reports`). An append that fails fails the
+        poll, and the reports not appended are appended by the next poll (same event ids).
         """
-        reports: list[tuple[_Worker, Callable[[], object]]] = []
+        polled: list[_Worker] = []
         with self._runtime._lock:
-            for rank, worker in self._workers.items():
-                if worker is None or not self._last[rank].running:
-                    continue
-                if rank in self._hanging:
-                    if self._runtime.clock - self._hanging[rank] > self._timeout_s:
-                        self._last[rank] = WorkerStatus(
-                            running=True,
-                            error=health_check_timed_out(self._timeout_s, self._names[rank]),
-                        )
-                    continue
+            for rank in self._health.to_poll():
+                worker = self._workers[rank]
+                assert worker is not None  # a missing worker is not running
+                polled.append(worker)
                 try:
                     answer = worker.answer_poll()
                 except FakeActorDiedError as error:
-                    detail = f"Worker: {self._names[rank]}\n{error}"
-                    if worker.preempted:  # as GroupPoller does for RayActorError.preempted
-                        detail += f"\n{PREEMPTED_NOTE}"
-                    self._last[rank] = WorkerStatus(
-                        running=False, error=health_check_failed(detail)
-                    )
+                    self._health.died(rank, str(error), preempted=worker.preempted)
                     continue
-                if worker.report_to_make is not None:
-                    reports.append((worker, worker.report_to_make))
-                    worker.report_to_make = None
                 if answer is _HANG:
-                    self._hanging[rank] = self._runtime.clock
+                    self._health.sent(rank, self._runtime.clock)  # never answered
                     continue
                 assert isinstance(answer, WorkerStatus)
-                self._last[rank] = answer
+                self._health.answered(rank, answer)
+            self._health.check_timeouts(self._runtime.clock)
             self._runtime._polls[self._group_id] = self._runtime._polls.get(self._group_id, 0) + 1
-            answers = dict(self._last)
-        for made, (_, report) in enumerate(reports):
-            try:
-                report()
-            except BaseException:
-                with self._runtime._lock:
-                    for unmade, _ in reports[made:]:
-                        unmade.reports -= 1
-                raise
+            answers = self._health.statuses()
+        for worker in polled:
+            worker.append_reports()
         return answers
 
 
