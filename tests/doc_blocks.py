@@ -103,7 +103,9 @@ def wgstore_lines(path: Path) -> list[str]:
     lines = []
     for block in blocks(path):
         if block.kind == "bash":
-            lines += [c for _, c in map(env_prefix, command_lines(block.code)) if c.startswith("wgstore ")]
+            lines += [
+                c for _, c in map(env_prefix, command_lines(block.code)) if c.startswith("wgstore ")
+            ]
     prose = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.DOTALL | re.MULTILINE)
     lines += [" ".join(span.split()) for span in INLINE.findall(prose) if len(span.split()) >= 3]
     return lines

@@ -89,7 +89,9 @@ def _imported(tree: ast.Module, names: dict[str, Any]) -> None:
                 names[alias.asname or alias.name] = getattr(module, alias.name)
 
 
-def _call_shapes(tree: ast.Module, names: dict[str, Any]) -> list[tuple[str, Callable[..., Any], int, list[str]]]:
+def _call_shapes(
+    tree: ast.Module, names: dict[str, Any]
+) -> list[tuple[str, Callable[..., Any], int, list[str]]]:
     """Every call of an imported name (or its attribute): its name, target, positionals, keywords."""
     calls = []
     for node in ast.walk(tree):
@@ -115,12 +117,16 @@ def _call_shapes(tree: ast.Module, names: dict[str, Any]) -> list[tuple[str, Cal
 
 
 def _ray_blocks_by_page() -> list[tuple[Path, list[Block]]]:
-    pages = [(path, [b for b in blocks(path) if b.kind in ("python", "python ray")]) for path in DOCS]
+    pages = [
+        (path, [b for b in blocks(path) if b.kind in ("python", "python ray")]) for path in DOCS
+    ]
     return [(path, found) for path, found in pages if any(b.kind == "python ray" for b in found)]
 
 
 @pytest.mark.parametrize(
-    ("page", "page_blocks"), _ray_blocks_by_page(), ids=lambda v: str(v.relative_to(REPO)) if isinstance(v, Path) else ""
+    ("page", "page_blocks"),
+    _ray_blocks_by_page(),
+    ids=lambda v: str(v.relative_to(REPO)) if isinstance(v, Path) else "",
 )
 def test_every_python_ray_block_imports_and_calls_what_exists(
     page: Path, page_blocks: list[Block]
@@ -186,7 +192,9 @@ def _line_problems(line: str) -> list[str]:
     if args[:2] == ["pip", "install"]:
         extras = re.fullmatch(r"wgstore\[([\w,-]+)\]", args[2])
         assert extras, line
-        return problems + [f"no extra {e}" for e in extras.group(1).split(",") if e not in _extras()]
+        return problems + [
+            f"no extra {e}" for e in extras.group(1).split(",") if e not in _extras()
+        ]
     if args[0] == "export":
         name = args[1].split("=")[0]
         return problems + ([] if name in _environment_variables() else [f"wgstore reads no {name}"])

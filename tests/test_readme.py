@@ -75,7 +75,9 @@ def test_the_readme_snippets_the_demo_and_every_audit_command_work_on_one_databa
             text=True,
             timeout=240,
         )
-        assert done.returncode == 0, f"docs/python-api.md snippet failed:\n{code}\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, (
+            f"docs/python-api.md snippet failed:\n{code}\n{done.stderr[-3000:]}"
+        )
 
     wgstore = Path(sys.executable).with_name("wgstore")
     demo = subprocess.run(
