@@ -3,8 +3,9 @@ citation of it in the code names one of its sections.
 
 docs/architecture.md names modules by path and is cited from code comments by section
 ("docs/architecture.md, "Layers""); a file moved or a section renamed would leave them pointing
-nowhere. The Markdown links of every document (README.md, docs/, bench/README.md) are checked
-the same way, anchors included.
+nowhere. The Markdown links of every document (README.md, docs/, bench/README.md and the
+bench journal, bench/history/) are checked the same way, anchors included, and so is every
+citation of a section of README.md, a docs/ page or bench/README.md by name.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHITECTURE = REPO / "docs" / "architecture.md"
-DOCUMENTS = sorted([REPO / "README.md", REPO / "bench" / "README.md", *REPO.glob("docs/*.md")])
+DOCUMENTS = sorted(
+    [
+        REPO / "README.md",
+        REPO / "bench" / "README.md",
+        *REPO.glob("docs/*.md"),
+        *REPO.glob("bench/history/*.md"),
+    ]
+)
 
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _HEADING = re.compile(r"^#{1,6} (.+)$", re.MULTILINE)
@@ -28,9 +36,13 @@ _PATH = re.compile(
     r"projections|scripts|tests)/[\w./-]+)`"
 )
 _CITATION = re.compile(r"docs/architecture\.md\W{0,3}\"([^\"]+)\"")
+_ANY_CITATION = re.compile(
+    r"(?<![\w/.-])((?:docs/[\w-]+|bench/README|README)\.md)\W{0,3}\"([A-Za-z][^\"]*)\""
+)
 
 
 _SKIP = {".git", ".venv", "__pycache__", "node_modules", "test-artifacts", "build"}
+_JOURNAL = REPO / "bench" / "history"  # what was written then, kept verbatim: not cited from
 
 
 def _files(*suffixes: str) -> Iterator[Path]:
@@ -103,3 +115,38 @@ def test_nothing_cites_the_design_note_that_lived_outside_the_repository() -> No
         if path != Path(__file__).resolve() and "DESIGN.md" in path.read_text(errors="replace")
     ]
     assert not stale, f"cite docs/architecture.md instead of DESIGN.md in: {stale}"
+
+
+def _link_texts(path: Path) -> list[str]:
+    return re.findall(r"\[([^\]]*)\]\(", _FENCE.sub("", path.read_text()))
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def test_every_citation_of_a_document_section_names_one_of_its_sections() -> None:
+    """``docs/verify.md, "Against a digest"``: a heading of that page. bench/README.md's are
+    entries of its journal: a heading there, or the title of an entry it links to."""
+    cited = []
+    for path in _files(".py", ".toml", ".md"):
+        if _JOURNAL in path.parents or path == Path(__file__).resolve():
+            continue
+        for document, section in _ANY_CITATION.findall(path.read_text(errors="replace")):
+            cited.append((str(path.relative_to(REPO)), document, _words(section)))
+    assert {document for _, document, _ in cited} >= {"bench/README.md", "docs/python-api.md"}
+    wrong = []
+    for path, document, section in cited:
+        target = REPO / document
+        if not target.exists():
+            wrong.append(f"{path}: {document} does not exist")
+            continue
+        names = [_words(h) for h in _headings(target)]
+        if document == "bench/README.md":
+            names += [_words(text) for text in _link_texts(target)]
+            found = any(section in name for name in names)
+        else:
+            found = section in names
+        if not found:
+            wrong.append(f'{path}: {document}, "{section}"')
+    assert not wrong, f"cited sections that do not exist: {wrong}"

@@ -1,7 +1,7 @@
-"""The README, followed as a new user would: its snippets, then ``make demo``, then every audit command.
+"""The docs, followed as a new user would: the Python snippets, then ``make demo``, then every audit command.
 
-The Python snippets of "Using it" are taken from README.md itself (so the test follows the
-README as it changes) and run in order, in fresh processes, against one database: the first
+The Python snippets of docs/python-api.md "Using it" are taken from the page itself (so the test
+follows it as it changes) and run in order, in fresh processes, against one database: the first
 runs a real worker group on the session's Ray, the second appends a custom event type
 (``CheckpointPinned``) that the ``wgstore`` command has never heard of. Then the demo command
 from the Makefile runs against the same database, and every audit command must exit 0, with the
@@ -26,10 +26,10 @@ README_URL = "sqlite:///wgstore.db"
 
 
 def readme_snippets() -> list[str]:
-    """The Python code blocks of the README's "Using it" section, in order."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Using it", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    """The Python code blocks of docs/python-api.md "Using it", in order (``python ray`` too)."""
+    text = (REPO / "docs" / "python-api.md").read_text()
+    section = text.split("\n## Using it\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^```python(?: ray)?\n(.*?)^```", section, flags=re.DOTALL | re.MULTILINE)
 
 
 def demo_command() -> list[str]:
@@ -75,7 +75,9 @@ def test_the_readme_snippets_the_demo_and_every_audit_command_work_on_one_databa
             text=True,
             timeout=240,
         )
-        assert done.returncode == 0, f"README snippet failed:\n{code}\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, (
+            f"docs/python-api.md snippet failed:\n{code}\n{done.stderr[-3000:]}"
+        )
 
     wgstore = Path(sys.executable).with_name("wgstore")
     demo = subprocess.run(

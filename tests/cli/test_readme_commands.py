@@ -1,13 +1,16 @@
-"""Every ``wgstore`` command line the README and the examples print works as printed.
+"""Every ``wgstore`` command line the documents and the examples print works as printed.
 
 The lines are taken from the files themselves (so the test follows them as they change): the
-README's ``bash`` blocks and inline spans of a command with arguments, and the examples' literal
-blocks and quoted spans. Each runs against a real recorded store whose group and run ids start
-with the README's placeholders (``3f2a``, ``7c1e``), with the URL the line names (or
-``WGSTORE_URL`` when it names none), and must exit 0. Commands that start Ray or never end
-(``run``, ``executor``, ``resume``, ``serve``, ``gc`` and ``supervise`` without ``--dry-run``,
-``events --follow``, ``projections catch-up --follow``) are parsed only: no usage error. ``wgstore --url URL groups`` is what users write (issue 24), so the root accepts
-``--url`` before the command too.
+``bash`` blocks and inline spans of a command with arguments of README.md, every page of docs/
+and bench/README.md (tests/doc_blocks.py reads them), and the examples' literal blocks and quoted
+spans. Each runs against a real recorded store whose group and run ids start with the
+placeholders the documents use (``3f2a``, ``7c1e``, ``GROUP``, ``RUN``), with the URL the line
+names (or ``WGSTORE_URL`` when it names none), and must exit 0. Commands that start Ray or never
+end (``run``, ``executor``, ``resume``, ``serve``, ``gc`` and ``supervise`` without
+``--dry-run``, ``events --follow``, ``projections catch-up --follow``), synopses with elided
+parts (``"SELECT ..."``) and spans that name an option rather than use it (``wgstore runs
+--since``: the option must exist) are parsed only: no usage error. ``wgstore --url URL groups``
+is what users write (issue 24), so the root accepts ``--url`` before the command too.
 """
 
 from __future__ import annotations
@@ -21,26 +24,24 @@ from typing import Any
 import pytest
 import typer
 
+from tests.doc_blocks import DOCS, INLINE, REPO, wgstore_lines
 from wgstore.cli import app
 from wgstore.events import EventStore
 
-REPO = Path(__file__).resolve().parents[2]
 GROUP = "3f2a9c0e5b7d41a8"
 FAILED_GROUP = "b4d2e6f8a0c21357"
 RUN = "7c1e5a3b9d0f2468"
-INLINE = re.compile(r"`+(wgstore [^`]+)`+")
 RUN_ONLY_PARSED = {"run", "executor", "resume", "serve"}  # start Ray, a server or a run
 
 
 def readme_lines() -> list[str]:
-    """The ``wgstore`` command lines of README.md: bash blocks, and inline commands with arguments."""
-    text = (REPO / "README.md").read_text()
-    lines = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
-        lines += [line for line in block.splitlines() if line.startswith("wgstore ")]
-    prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
-    lines += [span for span in INLINE.findall(prose) if len(span.split()) >= 3]
-    return lines
+    """The ``wgstore`` command lines of README.md."""
+    return wgstore_lines(REPO / "README.md")
+
+
+def doc_lines() -> list[str]:
+    """The ``wgstore`` command lines of every document: README.md, docs/*.md, bench/README.md."""
+    return [line for path in DOCS for line in wgstore_lines(path)]
 
 
 def example_lines() -> list[str]:
@@ -61,7 +62,10 @@ def _argv(line: str, url: str, digest: str = "") -> list[str]:
     """
     line = line.replace("<group id>", GROUP[:6]).replace("{url}", url)
     line = line.replace("RUN_ID", RUN[:4]).replace("sqlite:///ray-train.db", url)
-    line = line.replace("--url URL", f"--url {url}")
+    line = re.sub(r"\bRUN\b", RUN[:4], re.sub(r"\bGROUP\b", GROUP[:6], line))
+    line = re.sub(r"\[(--[^\]]+)\]", r"\1", line)  # a synopsis's optional parts: given
+    line = re.sub(r"--url (URL|<[^>]*URL>)", f"--url {url}", line)
+    line = line.replace("DIGEST", digest or "wgs1:0:0")
     line = re.sub(r"--at \S+", "--at 0s", line)
     line = re.sub(r"wgs1:\S+", digest or "wgs1:0:0", line)
     args = shlex.split(line, comments=True)
@@ -94,9 +98,21 @@ def _parse_only(args: list[str]) -> None:
         ctx = command.make_context(name, rest, parent=ctx)
 
 
+def _names_an_option(args: list[str]) -> bool:
+    """A span like ``wgstore runs --since``: the last word is an option that takes a value."""
+    if not args or not args[-1].startswith("--"):
+        return False
+    command: Any = typer.main.get_command(app)
+    for name in _command_path(args):
+        command = command.commands[name]
+    options = {o: p for p in command.params for o in p.opts}
+    assert args[-1] in options, f"{args[-1]} is not an option of wgstore {' '.join(args)}"
+    return not options[args[-1]].is_flag
+
+
 def _only_parsed(path: list[str], args: list[str]) -> bool:
-    if path[0] in RUN_ONLY_PARSED:
-        return True
+    if path[0] in RUN_ONLY_PARSED or any("..." in arg for arg in args):
+        return True  # a synopsis: `wgstore sql "SELECT ..."`
     if path[0] in ("gc", "supervise") and "--dry-run" not in args:
         return True  # they act (abort, resume) or never end
     # they never end by themselves
@@ -128,10 +144,13 @@ def readme_store(store_url: str, history: Any) -> str:
     return store_url
 
 
-def test_the_readme_and_examples_print_the_command_lines_this_test_runs() -> None:
-    readme, examples = readme_lines(), example_lines()
-    assert len(readme) >= 30, readme
+def test_the_documents_and_examples_print_the_command_lines_this_test_runs() -> None:
+    readme, docs, examples = readme_lines(), doc_lines(), example_lines()
+    assert len(readme) >= 15, readme
+    assert len(docs) >= 90, docs
     assert "wgstore --url sqlite:///ray-train.db groups" in readme
+    after_a_variable = [line for line in docs if line.startswith("wgstore serve --host 0.0.0.0")]
+    assert after_a_variable, "the line after an environment variable and a continuation"
     assert any(line.startswith("wgstore --url") for line in examples), examples
     assert any("report <group id>" in line for line in examples), examples
 
@@ -152,7 +171,7 @@ def test_the_root_takes_url_before_the_command_and_refuses_two_different_ones(
     assert cli("--url", readme_store, "groups", "--url", readme_store).exit_code == 0
 
 
-@pytest.mark.parametrize("source", ["README.md", "examples"])
+@pytest.mark.parametrize("source", [*(str(path.relative_to(REPO)) for path in DOCS), "examples"])
 def test_every_printed_command_line_works_against_a_recorded_store(
     source: str,
     readme_store: str,
@@ -161,7 +180,7 @@ def test_every_printed_command_line_works_against_a_recorded_store(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)  # `-o timeline.html` and the like land here
-    lines = readme_lines() if source == "README.md" else example_lines()
+    lines = example_lines() if source == "examples" else wgstore_lines(REPO / source)
     postgres = readme_store.startswith("postgresql")
     with EventStore.open(readme_store, read_only=True) as store:
         digest = store.digest()
@@ -169,6 +188,8 @@ def test_every_printed_command_line_works_against_a_recorded_store(
     for line in lines:
         args = _argv(line, readme_store, digest)
         path = _command_path(args)
+        if _names_an_option(args):
+            continue  # the option exists (checked above); its value is the prose's
         if _only_parsed(path, args):
             _parse_only(args)
             continue

@@ -259,7 +259,7 @@ def test_orphaned_runs_say_whether_they_can_be_resumed_and_why_not(
     cli: Any, store_url: str
 ) -> None:
     """``runs --orphaned``: each orphan's resumable column, and why not on the row below
-    (README: "ORPHANED, resumable or why not"; issue 41, item 16)."""
+    (docs/runs-and-resume.md says "ORPHANED, resumable or why not"; issue 41, item 16)."""
     from datetime import UTC, datetime, timedelta
 
     from wgstore.events.leases import acquire_lease

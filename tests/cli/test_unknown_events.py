@@ -1,6 +1,6 @@
 """Events of a type the ``wgstore`` command does not know never break an audit command.
 
-The README invites custom event types (its ``CheckpointPinned`` snippet). Here a program with
+docs/python-api.md invites custom event types (its ``CheckpointPinned`` snippet). Here a program with
 its own registry appends them into a store that also holds real recorded groups, in streams of
 its own (``pins-42``); and a type a newer wgstore defines, under the same name, lands inside
 worker-group streams (the one way a type a reader does not know gets there now that ``append``
@@ -102,7 +102,7 @@ def mixed(recorded: Any, history: Any) -> Mixed:
     with EventStore.open(recorded.url) as store:
         now = history.record_started_group(store, RUNNING_GROUP)
         catch_up_read_models(store)
-    # The README's own snippet: a stream of its own.
+    # docs/python-api.md's own snippet: a stream of its own.
     _append_unknown(recorded.url, "pins-42", "/ckpt/3", expected_version=NO_STREAM)
     # Inside worker-group streams: after a terminal state, and in the middle of a running group.
     _append_unknown(recorded.url, stream_id_for_group(recorded.errored_group), "/ckpt/after-end")
