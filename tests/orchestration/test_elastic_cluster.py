@@ -4,8 +4,8 @@
 workers on a ``ray.cluster_utils.Cluster`` while the cluster changes: a node joins (the run
 grows from its committed checkpoint, no failure charged), a node announces its preemption (a
 GCS drain with a deadline: PREEMPTING, a restart without it, the preemption budget charged), a
-node is removed (a worker failure as Ray counts it, and a restart at the size that fits now
-instead of a wait for the lost node); then a second run asks for more than fits and errors
+node is removed (a worker failure as Ray counts it, or a shrink when the resize monitor sees
+it first, and a restart at the size that fits now instead of a wait for the lost node); then a second run asks for more than fits and errors
 after its wait, naming the shortfall. One cluster start for all of it.
 """
 
@@ -96,10 +96,17 @@ def test_a_node_lost_restarts_the_run_at_the_size_that_fits_now(cluster: Cluster
     last = groups[-1]
     assert last.context.num_workers == 1
     assert {w.node_id for w in last.workers} == {cluster.result["nodes"]["head"]}
+    # Who sees the lost node first is a race, as in Ray 2.60: the poll finds the worker on it
+    # dead (a worker failure, retried at the size that fits now) or the resize monitor finds
+    # fewer workers fit (a shrink, no failure charged). Under load the monitor won once.
     lost = [d for d in run.decisions if d.failure_kind == "worker_group"]
-    assert len(lost) == 1 and lost[0].decision == "RETRY"
     sized = run.decision_for(last.group_id)
-    assert sized is not None and sized.cause in ("failure", "start_retry")
+    assert sized is not None
+    if lost:
+        assert len(lost) == 1 and lost[0].decision == "RETRY"
+        assert sized.cause in ("failure", "start_retry")
+    else:
+        assert sized.cause == "shrank"
     # every attempt started from the committed checkpoint of the one before: no step of a
     # committed checkpoint was run twice
     for before, after in itertools.pairwise(groups):
