@@ -66,11 +66,12 @@ class HealthChecks:
         return dict(self._last)
 
     def to_poll(self) -> list[int]:
-        """The ranks to send a poll to: running, with no poll outstanding."""
+        """The ranks to send a poll to: of this group's workers, running, no poll outstanding
+        (a rank the log knows and the poller was not given is reported as known, never polled)."""
         return [
             rank
             for rank, status in self._last.items()
-            if status.running and rank not in self._outstanding
+            if status.running and rank in self._names and rank not in self._outstanding
         ]
 
     def sent(self, rank: int, at: float) -> None:

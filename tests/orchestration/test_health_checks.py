@@ -86,3 +86,9 @@ def test_statuses_are_a_copy_and_a_train_error_is_kept_as_answered() -> None:
     statuses[0] = WorkerStatus(running=False)
     assert health.statuses()[0].running
     assert health.statuses()[1].error == error
+
+
+def test_a_rank_only_the_log_knows_is_reported_as_known_and_never_polled() -> None:
+    health = HealthChecks({0: "w-0"}, 5.0, known={3: WorkerStatus(running=True)})
+    assert health.to_poll() == [0]
+    assert health.statuses()[3] == WorkerStatus(running=True)
