@@ -16,12 +16,16 @@ field's own name (no renaming), which is what makes the field's name its key.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any
 
 from wgstore.events.errors import InvalidArgumentError
 from wgstore.events.registry import REGISTRY
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+# SQLAlchemy loads when json_field is called, not at import: the folds import this module, and
+# a process that only folds events (a Ray Train controller) must not pay for SQLAlchemy.
 
 __all__ = ["field_name", "json_field", "type_name"]
 
@@ -62,6 +66,8 @@ def json_field(cls: type, name: str, *, postgres: bool) -> sa.ColumnElement[Any]
         UnknownEventTypeError: ``cls`` is not a registered event type.
         InvalidArgumentError: ``cls`` has no field ``name``.
     """
+    import sqlalchemy as sa
+
     key = field_name(cls, name)
     if postgres:
         return sa.literal_column(f"data->>'{key}'")

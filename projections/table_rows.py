@@ -17,20 +17,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypedDict
 
-import sqlalchemy as sa
-
-from wgstore.events.schema import (
-    wg_poll_history,
-    wg_report_points,
-    wg_report_series,
-    wg_reports,
-    wg_run_decisions,
-    wg_run_resizes,
-    wg_runs,
-    wg_worker_groups,
-    wg_workers,
-)
-
 __all__ = [
     "PARTIAL_ROW_TYPES",
     "ROW_TYPES",
@@ -285,18 +271,20 @@ class RunResizesRow(TypedDict):
     decided_at: datetime
 
 
-ROW_TYPES: Mapping[sa.Table, type] = {
-    wg_worker_groups: WorkerGroupsRow,
-    wg_workers: WorkersRow,
-    wg_poll_history: PollHistoryRow,
-    wg_reports: ReportsRow,
-    wg_report_series: ReportSeriesRow,
-    wg_report_points: ReportPointsRow,
-    wg_runs: RunsRow,
-    wg_run_decisions: RunDecisionsRow,
-    wg_run_resizes: RunResizesRow,
+# By table name: this module imports neither SQLAlchemy nor the tables (the folds import it
+# through run_rows, and a process that only folds events must not load SQLAlchemy).
+ROW_TYPES: Mapping[str, type] = {
+    "wg_worker_groups": WorkerGroupsRow,
+    "wg_workers": WorkersRow,
+    "wg_poll_history": PollHistoryRow,
+    "wg_reports": ReportsRow,
+    "wg_report_series": ReportSeriesRow,
+    "wg_report_points": ReportPointsRow,
+    "wg_runs": RunsRow,
+    "wg_run_decisions": RunDecisionsRow,
+    "wg_run_resizes": RunResizesRow,
 }
-"""Each read-model table and the type of its full rows (keys: every column)."""
+"""Each read-model table's name and the type of its full rows (keys: every column)."""
 
-PARTIAL_ROW_TYPES: Mapping[type, sa.Table] = {RefusedGroupRow: wg_worker_groups}
+PARTIAL_ROW_TYPES: Mapping[type, str] = {RefusedGroupRow: "wg_worker_groups"}
 """Row types that write some columns of a table (keys: a subset of its columns, its key in)."""

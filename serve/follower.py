@@ -453,19 +453,22 @@ def _bounded(counts: Counter[str], event_type: str) -> str:
     return "other"
 
 
+_REPORTED = type_name(WorkerReported)
+# The stored fields the follower reads, named at import for each backend (PostgreSQL: True).
+_RUN_ID = {pg: json_field(WorkerGroupStartRequested, "run_id", postgres=pg) for pg in (True, False)}
+_CHECKPOINT = {pg: json_field(WorkerReported, "checkpoint", postgres=pg) for pg in (True, False)}
+
+
 def _names_a_run(store: EventStore) -> sa.ColumnElement[Any]:
     """The ``run_id`` field of a ``WorkerGroupStartRequested``'s ``data`` (the JSON column of
     each backend)."""
-    return json_field(WorkerGroupStartRequested, "run_id", postgres=store.is_postgres)
-
-
-_REPORTED = type_name(WorkerReported)
+    return _RUN_ID[store.is_postgres]
 
 
 def _reports_a_checkpoint(store: EventStore) -> sa.ColumnElement[bool]:
     """The event is a ``WorkerReported`` whose ``data`` holds a non-null ``checkpoint`` (the
     JSON column of each backend): what ``/metrics`` counts as committed checkpoints."""
-    checkpoint = json_field(WorkerReported, "checkpoint", postgres=store.is_postgres)
+    checkpoint = _CHECKPOINT[store.is_postgres]
     return sa.and_(wg_events.c.event_type == _REPORTED, sa.Grouping(checkpoint).is_not(None))
 
 

@@ -14,8 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from tests.projections.projection_builders import Stream, stopped
-from wgstore.events.schema import READ_MODEL_TABLES
-from wgstore.projections import table_rows
+from wgstore.events.schema import READ_MODEL_TABLES, wg_runs
 from wgstore.projections.run_state import RunChanges, RunState
 from wgstore.projections.state import (
     WorkerGroupChanges,
@@ -24,6 +23,8 @@ from wgstore.projections.state import (
     project_worker_group,
 )
 from wgstore.projections.table_rows import PARTIAL_ROW_TYPES, ROW_TYPES, RunsRow, RunSummaryRow
+
+_TABLES = {table.name: table for table in READ_MODEL_TABLES}
 
 
 def _column_types(table: sa.Table) -> dict[str, tuple[type | None, bool]]:
@@ -64,18 +65,18 @@ def _check_row_type(row_type: type, table: sa.Table, *, keys: set[str]) -> None:
 def test_each_read_model_table_has_a_row_type_with_its_columns_and_their_types(
     table: sa.Table,
 ) -> None:
-    row_type = ROW_TYPES[table]
+    row_type = ROW_TYPES[table.name]
     assert row_type.__required_keys__ == frozenset(table.columns.keys())  # type: ignore[attr-defined]
     _check_row_type(row_type, table, keys=set(table.columns.keys()))
 
 
 def test_every_row_type_is_of_a_read_model_table() -> None:
-    assert set(ROW_TYPES) == set(READ_MODEL_TABLES)
+    assert set(ROW_TYPES) == {table.name for table in READ_MODEL_TABLES}
 
 
 @pytest.mark.parametrize("row_type", list(PARTIAL_ROW_TYPES), ids=lambda t: t.__name__)
 def test_a_partial_row_type_names_columns_of_its_table_its_key_included(row_type: type) -> None:
-    table = PARTIAL_ROW_TYPES[row_type]
+    table = _TABLES[PARTIAL_ROW_TYPES[row_type]]
     keys = set(get_type_hints(row_type))
     assert keys <= set(table.columns.keys())
     assert {c.name for c in table.primary_key.columns} <= keys
@@ -85,16 +86,16 @@ def test_a_partial_row_type_names_columns_of_its_table_its_key_included(row_type
 def test_a_run_summary_row_is_a_runs_row_and_what_is_read_beside_it() -> None:
     extra = set(get_type_hints(RunSummaryRow)) - set(get_type_hints(RunsRow))
     assert extra == {"lease_holder", "lease_expires_at", "groups_updated_at"}
-    assert not extra & set(table_rows.wg_runs.columns.keys())
+    assert not extra & set(wg_runs.columns.keys())
 
 
 def test_the_comparison_refuses_a_row_type_missing_a_column_or_of_another_type() -> None:
     Short = typing.TypedDict("Short", {"run_id": str})  # noqa: UP013
     with pytest.raises(AssertionError):
-        _check_row_type(Short, table_rows.wg_runs, keys=set(table_rows.wg_runs.columns.keys()))
+        _check_row_type(Short, wg_runs, keys=set(wg_runs.columns.keys()))
     Wrong = typing.TypedDict("Wrong", {"run_id": int})  # noqa: UP013
     with pytest.raises(AssertionError, match="run_id"):
-        _check_row_type(Wrong, table_rows.wg_runs, keys={"run_id"})
+        _check_row_type(Wrong, wg_runs, keys={"run_id"})
 
 
 @pytest.mark.parametrize(
