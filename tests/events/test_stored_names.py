@@ -131,3 +131,13 @@ def test_the_scan_finds_a_raw_field_and_a_raw_type_name() -> None:
     assert _TYPE_COMPARED.search("""wg_events.c.event_type == "WorkerReported\"""")
     assert _TYPE_COMPARED.search("""if record.type == "WorkerReported":""")
     assert _TYPES_LISTED.search("""store.read_all(types=["WorkerGroupStartRequested"])""")
+
+
+def test_the_type_index_leaves_out_the_stored_names_of_reports_and_polls() -> None:
+    """``events/schema.py`` spells them out (the migrations' index predicate is written against
+    it and depends on nothing in wgstore): they must stay the names those classes are stored
+    under, or the index would start holding the bulk of the log."""
+    from wgstore.events.schema import FREQUENT_TYPES
+    from wgstore.events.worker_group import WorkerGroupPolled
+
+    assert FREQUENT_TYPES == (type_name(WorkerReported), type_name(WorkerGroupPolled))
