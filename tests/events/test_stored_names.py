@@ -140,4 +140,4 @@ def test_the_type_index_leaves_out_the_stored_names_of_reports_and_polls() -> No
     from wgstore.events.schema import FREQUENT_TYPES
     from wgstore.events.worker_group import WorkerGroupPolled
 
-    assert FREQUENT_TYPES == (type_name(WorkerReported), type_name(WorkerGroupPolled))
+    assert (type_name(WorkerReported), type_name(WorkerGroupPolled)) == FREQUENT_TYPES
