@@ -7,9 +7,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic
 
 import msgspec
+from typing_extensions import TypeIs, TypeVar
 
 __all__ = [
     "ANY",
@@ -21,6 +22,7 @@ __all__ = [
     "NewEvent",
     "RecordedEvent",
     "UnknownEvent",
+    "is_record_of",
 ]
 
 
@@ -110,11 +112,21 @@ class UnknownEvent:
         return f"{self.type} (not registered here)"
 
 
-class RecordedEvent(msgspec.Struct, frozen=True, kw_only=True):
+E = TypeVar("E", covariant=True, default=object)
+"""The event type a :class:`RecordedEvent` holds: ``object`` when not named, so a reader names
+the type (``isinstance`` on ``.event``, or :func:`is_record_of`) before it reads a field."""
+_T = TypeVar("_T")
+
+
+class RecordedEvent(msgspec.Struct, Generic[E], frozen=True, kw_only=True):
     """An event as stored: the typed event plus its place in the log.
 
     ``event`` is an instance of the registered class of ``type``, or an :class:`UnknownEvent`
-    when no class is registered under that name in the reading process.
+    when no class is registered under that name in the reading process. The record is generic
+    in its event: ``RecordedEvent[WorkerReported]`` is what a reader holds once it knows the
+    type (:func:`is_record_of`); a bare ``RecordedEvent`` is ``RecordedEvent[object]``, what the
+    store's reads return, and is constructed as such (the parameter exists for the checker only;
+    covariant: a ``RecordedEvent[WorkerReported]`` is a ``RecordedEvent``).
 
     A frozen ``msgspec.Struct`` (built in C: a fifth of a frozen dataclass's cost, which every
     append and every read pays per event); construct it with keywords.
@@ -126,7 +138,13 @@ class RecordedEvent(msgspec.Struct, frozen=True, kw_only=True):
     event_id: uuid.UUID
     type: str
     schema_version: int
-    event: Any
+    event: E
     metadata: Mapping[str, Any]
     recorded_at: datetime
     hash: str
+
+
+def is_record_of(record: RecordedEvent, cls: type[_T]) -> TypeIs[RecordedEvent[_T]]:
+    """Whether ``record`` holds an event of class ``cls``; for the checker, narrows the record to
+    ``RecordedEvent[cls]`` (``isinstance(record.event, cls)`` narrows the event only)."""
+    return isinstance(record.event, cls)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -33,11 +33,12 @@ _encode_json = msgspec.json.Encoder().encode
 def insert_rows(
     connection: sa.Connection,
     table: sa.Table,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
     *,
     upsert: bool = False,
 ) -> None:
-    """Insert ``rows`` (dicts with the same keys) into ``table`` in one statement.
+    """Insert ``rows`` (mappings with the same keys: a row type of
+    :mod:`~wgstore.projections.table_rows`) into ``table`` in one statement.
 
     With ``upsert``, a row whose primary key is already there replaces that row's other columns
     given in ``rows``; rows of one call that share a key count as their last one (as they would
@@ -76,7 +77,7 @@ def _json_columns(table: sa.Table) -> frozenset[str]:
     )
 
 
-def _json_as_text(row: dict[str, Any], names: frozenset[str]) -> dict[str, Any]:
+def _json_as_text(row: Mapping[str, Any], names: frozenset[str]) -> dict[str, Any]:
     """``row`` with the values of its JSON columns ``names`` as JSON text (``None`` kept)."""
     encoded = dict(row)
     for name in names:
@@ -85,13 +86,15 @@ def _json_as_text(row: dict[str, Any], names: frozenset[str]) -> dict[str, Any]:
     return encoded
 
 
-def _last_of_each_key(table: sa.Table, rows: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+def _last_of_each_key(
+    table: sa.Table, rows: Sequence[Mapping[str, Any]]
+) -> Sequence[Mapping[str, Any]]:
     """``rows`` with only the last of rows sharing a primary key (``ON CONFLICT DO UPDATE``
     refuses to touch one row twice in a statement)."""
     key_of = operator.itemgetter(*[c.name for c in table.primary_key.columns])
     if len({key_of(row) for row in rows}) == len(rows):
         return rows
-    last: dict[Any, dict[str, Any]] = {}
+    last: dict[Any, Mapping[str, Any]] = {}
     for row in rows:
         key = key_of(row)
         last.pop(key, None)  # keep the order of the last occurrences

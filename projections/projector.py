@@ -42,7 +42,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 import sqlalchemy as sa
@@ -86,11 +86,24 @@ from wgstore.projections.run_rows import (
 from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.snapshots import (
     READ_MODELS_SNAPSHOT,
+    SnapshotRow,
     insert_snapshot_rows,
     load_snapshots,
     snapshot_rows,
 )
 from wgstore.projections.state import WorkerGroupFold, WorkerGroupState, project_worker_group
+from wgstore.projections.table_rows import (
+    PollHistoryRow,
+    RefusedGroupRow,
+    ReportPointsRow,
+    ReportSeriesRow,
+    ReportsRow,
+    RunDecisionsRow,
+    RunResizesRow,
+    RunsRow,
+    WorkerGroupsRow,
+    WorkersRow,
+)
 from wgstore.projections.values import is_number, plain, to_utc
 
 if TYPE_CHECKING:
@@ -302,14 +315,14 @@ class _GroupBatch:
     """What one batch does to one group: the rows to write."""
 
     state: WorkerGroupState | None
-    workers: dict[int, dict[str, Any]]
+    workers: dict[int, WorkersRow]
     changed_workers: set[int] = field(default_factory=set)
-    polls: list[dict[str, Any]] = field(default_factory=list)
-    reports: list[dict[str, Any]] = field(default_factory=list)
+    polls: list[PollHistoryRow] = field(default_factory=list)
+    reports: list[ReportsRow] = field(default_factory=list)
     series: dict[tuple[str, int], int] = field(default_factory=dict)
     """Points of each (metric, rank) series so far (the group's ``wg_report_series`` rows)."""
     changed_series: set[tuple[str, int]] = field(default_factory=set)
-    points: list[dict[str, Any]] = field(default_factory=list)
+    points: list[ReportPointsRow] = field(default_factory=list)
     error: str | None = None
     last_event: RecordedEvent | None = None
     """The last event this batch looked at (the refused one, when the fold stopped)."""
@@ -521,7 +534,7 @@ class _Folded:
     """A group as this process's projector last folded it: what its next batch starts from."""
 
     state: WorkerGroupState
-    workers: dict[int, dict[str, Any]]
+    workers: dict[int, WorkersRow]
     series: dict[tuple[str, int], int]
     sealed: int | None
     """The version of the group's last snapshot (None: not known to be saved)."""
@@ -575,17 +588,18 @@ def _attempt_changed(before: WorkerGroupState | None, work: _GroupBatch) -> bool
 
 def _known_workers(
     connection: sa.Connection, group_ids: list[str]
-) -> dict[str, dict[int, dict[str, Any]]]:
+) -> dict[str, dict[int, WorkersRow]]:
     """The ``wg_workers`` rows of ``group_ids``, by group and rank (one query)."""
-    found: dict[str, dict[int, dict[str, Any]]] = {}
+    found: dict[str, dict[int, WorkersRow]] = {}
     if not group_ids:
         return found
     sqlite = connection.dialect.name != "postgresql"
     query = sa.select(wg_workers).where(wg_workers.c.group_id.in_(group_ids))
     for mapping in connection.execute(query).mappings():
-        row = dict(mapping)
-        if sqlite and row["last_metrics"] is not None:
-            row["last_metrics"] = msgspec.json.decode(row["last_metrics"])
+        values = dict(mapping)
+        if sqlite and values["last_metrics"] is not None:
+            values["last_metrics"] = msgspec.json.decode(values["last_metrics"])
+        row = cast(WorkersRow, values)  # every column of wg_workers, by name
         found.setdefault(row["group_id"], {})[row["world_rank"]] = row
     return found
 
@@ -631,7 +645,7 @@ def _lock_checkpoint(connection: sa.Connection, first_position: int) -> int:
 def _fold_group(
     state: WorkerGroupState | None,
     events: list[RecordedEvent],
-    workers: dict[int, dict[str, Any]],
+    workers: dict[int, WorkersRow],
     series: dict[tuple[str, int], int],
 ) -> _GroupBatch:
     """Fold one group's events of a batch onto ``state`` (pure): the rows they write."""
@@ -644,13 +658,15 @@ def _fold_group(
             work.error = str(error)
             work.last_event = event
             break
-        _rows_of(work, fold.view, event)
+        view = fold.view
+        assert view is not None  # an event was folded
+        _rows_of(work, view, event)
         work.last_event = work.last_applied = event
     work.state = fold.state()
     return work
 
 
-def _rows_of(work: _GroupBatch, state: Any, event: RecordedEvent) -> None:
+def _rows_of(work: _GroupBatch, state: WorkerGroupState, event: RecordedEvent) -> None:
     """The rows ``event`` adds or changes; ``state`` is the fold right after it."""
     payload = event.event
     at = to_utc(event_time(event))
@@ -751,7 +767,7 @@ def _points_of(
     work: _GroupBatch,
     group_id: str,
     report: WorkerReported,
-    metrics: dict[str, Any],
+    metrics: Mapping[str, Any],
     at: datetime,
 ) -> None:
     """The ``wg_report_points`` rows of one report: each numeric metric (not a bool) is the next
@@ -777,7 +793,7 @@ def _points_of(
         )
 
 
-def _group_row(state: WorkerGroupState) -> dict[str, Any]:
+def _group_row(state: WorkerGroupState) -> WorkerGroupsRow:
     status = state.poll_status
     error = state.error
     outcome = state.outcome
@@ -837,14 +853,14 @@ class _GroupRows:
     """Every table's rows of a batch's groups, built (:func:`_group_rows`) before they are
     written (:func:`_insert_group_rows`)."""
 
-    groups: list[dict[str, Any]] = field(default_factory=list)
-    refused: list[dict[str, Any]] = field(default_factory=list)
-    snapshots: list[dict[str, Any]] = field(default_factory=list)
-    workers: list[dict[str, Any]] = field(default_factory=list)
-    polls: list[dict[str, Any]] = field(default_factory=list)
-    reports: list[dict[str, Any]] = field(default_factory=list)
-    points: list[dict[str, Any]] = field(default_factory=list)
-    series: list[dict[str, Any]] = field(default_factory=list)
+    groups: list[WorkerGroupsRow] = field(default_factory=list)
+    refused: list[RefusedGroupRow] = field(default_factory=list)
+    snapshots: list[SnapshotRow] = field(default_factory=list)
+    workers: list[WorkersRow] = field(default_factory=list)
+    polls: list[PollHistoryRow] = field(default_factory=list)
+    reports: list[ReportsRow] = field(default_factory=list)
+    points: list[ReportPointsRow] = field(default_factory=list)
+    series: list[ReportSeriesRow] = field(default_factory=list)
 
 
 def _group_rows(works: dict[str, _GroupBatch], store: EventStore) -> _GroupRows:
@@ -871,7 +887,7 @@ def _group_rows(works: dict[str, _GroupBatch], store: EventStore) -> _GroupRows:
                     "projection_error": work.error,
                 }
             )
-        rows.workers += [dict(work.workers[rank]) for rank in sorted(work.changed_workers)]
+        rows.workers += [work.workers[rank].copy() for rank in sorted(work.changed_workers)]
         rows.polls += work.polls
         rows.reports += work.reports
         rows.points += work.points
@@ -939,9 +955,9 @@ def _apply_runs(
     if not folded:
         return
     attempts = _attempts(connection, [state for state, _ in folded.values()])
-    rows = []
-    decisions = []
-    resizes = []
+    rows: list[RunsRow] = []
+    decisions: list[RunDecisionsRow] = []
+    resizes: list[RunResizesRow] = []
     for run_id, (state, error) in folded.items():
         row = run_row(state, attempts[run_id])
         row["projection_error"] = error
@@ -949,6 +965,7 @@ def _apply_runs(
         decisions += decision_rows(state)
         resizes += resize_rows(state)
     insert_rows(connection, wg_runs, rows, upsert=True)
+    table_rows: list[RunDecisionsRow] | list[RunResizesRow]
     for table, table_rows in ((wg_run_decisions, decisions), (wg_run_resizes, resizes)):
         connection.execute(table.delete().where(table.c.run_id.in_(folded)))
         insert_rows(connection, table, table_rows)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from wgstore.events.records import RecordedEvent
+from wgstore.events.stored_names import field_name, type_name
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import (
     WorkerGroupPolled,
@@ -250,6 +251,11 @@ def _first_version_at(store: EventStore, stream_id: str, cutoff: Any, head: int)
     return low
 
 
+_STARTED = type_name(WorkersStarted)
+_POLLED = type_name(WorkerGroupPolled)
+_CHANGES = field_name(WorkerGroupPolled, "changes")
+
+
 def _poll_window(
     store: EventStore,
     group_id: str,
@@ -264,7 +270,9 @@ def _poll_window(
     data = "data::text" if postgres else "data"
     # Polls that changed something; a false positive only costs a row, never a wrong status.
     has_changes = (
-        "data->'changes' <> '[]'::jsonb" if postgres else "instr(data, '\"changes\":[]') = 0"
+        f"data->'{_CHANGES}' <> '[]'::jsonb"
+        if postgres
+        else f"instr(data, '\"{_CHANGES}\":[]') = 0"
     )
     columns = f"position, stream_version, event_type, schema_version, {data}"
     head = store.stream_version(stream_id)
@@ -277,7 +285,7 @@ def _poll_window(
             store,
             f"SELECT {columns} FROM wg_events WHERE stream_id = {p} AND event_type = {p} "
             "ORDER BY stream_version LIMIT 1",
-            (stream_id, "WorkersStarted"),
+            (stream_id, _STARTED),
         )
         if not workers:
             return []
@@ -294,7 +302,7 @@ def _poll_window(
         f"SELECT {columns} FROM wg_events WHERE stream_id = {p} AND stream_version > {p} "
         f"AND stream_version < {p} AND event_type = {p} AND {has_changes} "
         "ORDER BY stream_version",
-        (stream_id, base.version, start, "WorkerGroupPolled"),
+        (stream_id, base.version, start, _POLLED),
     ):
         poll: WorkerGroupPolled = _decode(store, stream_id, row)
         status = _apply(status, ranks, poll.changes, stream_id, row)
@@ -314,7 +322,7 @@ def _poll_window(
         store,
         f"SELECT {columns} FROM wg_events WHERE stream_id = {p} AND stream_version >= {p} "
         f"AND event_type = {p} ORDER BY stream_version",
-        (stream_id, start, "WorkerGroupPolled"),
+        (stream_id, start, _POLLED),
     ):
         poll = _decode(store, stream_id, row)
         if poll.poll_seq <= last_seq:

@@ -16,7 +16,6 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from wgstore.events.run import FailureKind
 from wgstore.projections.run_state import (
@@ -26,6 +25,7 @@ from wgstore.projections.run_state import (
     resume_problem,
 )
 from wgstore.projections.state import WorkerGroupState
+from wgstore.projections.table_rows import RunDecisionsRow, RunResizesRow, RunsRow
 from wgstore.projections.values import plain, to_utc
 
 __all__ = [
@@ -145,11 +145,11 @@ def orphaned(needs: bool, lease_expires_at: datetime | None, now: datetime) -> b
     return needs and lease_lapsed(lease_expires_at, now)
 
 
-def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
+def run_row(run: RunState, attempts: Sequence[Attempt]) -> RunsRow:
     """The ``wg_runs`` row of ``run`` (JSON columns as plain data), given its ordered attempts.
 
-    ``attempts`` come from :func:`order_attempts`. The row has every column but
-    ``projection_error``.
+    ``attempts`` come from :func:`order_attempts`. ``projection_error`` is ``None``: the caller
+    sets it when the fold stopped early.
     """
     scaling = run.scaling_config
     context = run.context
@@ -211,6 +211,7 @@ def run_row(run: RunState, attempts: Sequence[Attempt]) -> dict[str, Any]:
         "stream_version": run.version,
         "last_position": run.position,
         "updated_at": to_utc(run.updated_at),
+        "projection_error": None,
     }
 
 
@@ -232,7 +233,7 @@ def _sizes(
     return current, decided
 
 
-def resize_rows(run: RunState) -> list[dict[str, Any]]:
+def resize_rows(run: RunState) -> list[RunResizesRow]:
     """The ``wg_run_resizes`` rows of ``run``: one per ``ScalingDecisionMade``, in order."""
     return [
         {
@@ -249,7 +250,7 @@ def resize_rows(run: RunState) -> list[dict[str, Any]]:
     ]
 
 
-def decision_rows(run: RunState) -> list[dict[str, Any]]:
+def decision_rows(run: RunState) -> list[RunDecisionsRow]:
     """The ``wg_run_decisions`` rows of ``run``: one per ``FailureDecisionMade``, in order."""
     return [
         {

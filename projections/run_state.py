@@ -15,7 +15,7 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from wgstore.events.records import RecordedEvent, UnknownEvent
 from wgstore.events.run import (
@@ -48,6 +48,7 @@ __all__ = [
     "ControllerTransition",
     "FailureDecision",
     "Preemption",
+    "RunChanges",
     "RunState",
     "RunStatus",
     "ScalingDecision",
@@ -261,6 +262,43 @@ class RunState:
         return None
 
 
+class RunChanges(TypedDict, total=False):
+    """The fields of a :class:`RunState` one event changes: what each handler of the fold returns
+    (a test keeps its keys and types those of the state's fields)."""
+
+    stream_id: str
+    run_id: str
+    name: str
+    status: RunStatus
+    controller_state: ControllerState
+    version: int
+    position: int
+    created_at: datetime
+    updated_at: datetime
+    scaling_config: ScalingConfig | None
+    failure_config: FailureConfig
+    context: WorkerGroupContext | None
+    lease_s: float
+    ray: Mapping[str, Any]
+    controllers: tuple[ControllerSession, ...]
+    resumes: tuple[RunResumed, ...]
+    groups: tuple[str, ...]
+    transitions: tuple[ControllerTransition, ...]
+    decisions: tuple[FailureDecision, ...]
+    ended: bool
+    ended_at: datetime | None
+    error: ErrorInfo | None
+    errors: tuple[RankError, ...]
+    abort_reason: str | None
+    final_group_id: str | None
+    trainer: TrainerRecorded | None
+    scaling_decisions: tuple[ScalingDecision, ...]
+    preemptions: tuple[Preemption, ...]
+    recording_errors: tuple[RecordingFailed, ...]
+    deferred_since: datetime | None
+    deferred: StartDeferred | None
+
+
 def _with_group(groups: tuple[str, ...], group_id: str | None) -> tuple[str, ...]:
     if group_id is None or group_id in groups:
         return groups
@@ -268,25 +306,28 @@ def _with_group(groups: tuple[str, ...], group_id: str | None) -> tuple[str, ...
 
 
 def _end(
-    state: RunState, record: RecordedEvent, status: RunStatus, **changes: Any
-) -> dict[str, Any]:
+    state: RunState, record: RecordedEvent, status: RunStatus, changes: RunChanges
+) -> RunChanges:
     if state.status.is_terminal and state.status is not status:
         raise ProjectionError.at(
             record,
             f"run {state.run_id!r} is already {state.status.value}; it cannot end as {status.value}",
         )
     group_id = changes.get("final_group_id")
-    return {
+    ended: RunChanges = {
         "status": status,
         "ended": True,
         "ended_at": event_time(record),
         "groups": _with_group(state.groups, group_id),
-        **changes,
     }
+    ended.update(changes)
+    return ended
 
 
-def _controller_state_changed(state: RunState, record: RecordedEvent) -> dict[str, Any]:
-    event: ControllerStateChanged = record.event
+def _controller_state_changed(
+    state: RunState, record: RecordedEvent[ControllerStateChanged]
+) -> RunChanges:
+    event = record.event
     if event.from_state != state.controller_state:
         raise ProjectionError.at(
             record,
@@ -318,8 +359,10 @@ def _controller_state_changed(state: RunState, record: RecordedEvent) -> dict[st
     }
 
 
-def _failure_decision_made(state: RunState, record: RecordedEvent) -> dict[str, Any]:
-    event: FailureDecisionMade = record.event
+def _failure_decision_made(
+    state: RunState, record: RecordedEvent[FailureDecisionMade]
+) -> RunChanges:
+    event = record.event
     decision = FailureDecision(
         decision=event.decision,
         group_id=event.group_id,
@@ -337,30 +380,28 @@ def _failure_decision_made(state: RunState, record: RecordedEvent) -> dict[str, 
     }
 
 
-def _finished(state: RunState, record: RecordedEvent) -> dict[str, Any]:
-    event: RunFinished = record.event
-    return _end(state, record, RunStatus.FINISHED, final_group_id=event.group_id)
+def _finished(state: RunState, record: RecordedEvent[RunFinished]) -> RunChanges:
+    event = record.event
+    return _end(state, record, RunStatus.FINISHED, {"final_group_id": event.group_id})
 
 
-def _errored(state: RunState, record: RecordedEvent) -> dict[str, Any]:
-    event: RunErrored = record.event
+def _errored(state: RunState, record: RecordedEvent[RunErrored]) -> RunChanges:
+    event = record.event
     return _end(
         state,
         record,
         RunStatus.ERRORED,
-        error=event.error,
-        errors=event.errors,
-        final_group_id=event.group_id,
+        {"error": event.error, "errors": event.errors, "final_group_id": event.group_id},
     )
 
 
-def _aborted(state: RunState, record: RecordedEvent) -> dict[str, Any]:
-    event: RunAborted = record.event
-    return _end(state, record, RunStatus.ABORTED, abort_reason=event.reason)
+def _aborted(state: RunState, record: RecordedEvent[RunAborted]) -> RunChanges:
+    event = record.event
+    return _end(state, record, RunStatus.ABORTED, {"abort_reason": event.reason})
 
 
-def _controller_started(state: RunState, record: RecordedEvent) -> dict[str, Any]:
-    event: ControllerStarted = record.event
+def _controller_started(state: RunState, record: RecordedEvent[ControllerStarted]) -> RunChanges:
+    event = record.event
     session = ControllerSession(
         controller_id=event.controller_id,
         host=event.host,
@@ -373,8 +414,10 @@ def _controller_started(state: RunState, record: RecordedEvent) -> dict[str, Any
     return {"controllers": (*state.controllers, session)}
 
 
-def _scaling_decision_made(state: RunState, record: RecordedEvent) -> dict[str, Any]:
-    event: ScalingDecisionMade = record.event
+def _scaling_decision_made(
+    state: RunState, record: RecordedEvent[ScalingDecisionMade]
+) -> RunChanges:
+    event = record.event
     decision = ScalingDecision(
         num_workers=event.num_workers,
         previous_workers=event.previous_workers,
@@ -391,15 +434,15 @@ def _scaling_decision_made(state: RunState, record: RecordedEvent) -> dict[str, 
     }
 
 
-def _start_deferred(state: RunState, record: RecordedEvent) -> dict[str, Any]:
+def _start_deferred(state: RunState, record: RecordedEvent[StartDeferred]) -> RunChanges:
     if state.deferred_since is not None:
         return {"deferred": record.event}  # the wait goes on: it began then
-    event: StartDeferred = record.event
+    event = record.event
     return {"deferred_since": event.since or event_time(record), "deferred": event}
 
 
-def _preemption_noticed(state: RunState, record: RecordedEvent) -> dict[str, Any]:
-    event: PreemptionNoticed = record.event
+def _preemption_noticed(state: RunState, record: RecordedEvent[PreemptionNoticed]) -> RunChanges:
+    event = record.event
     preemption = Preemption(
         group_id=event.group_id,
         nodes=event.nodes,
@@ -411,30 +454,47 @@ def _preemption_noticed(state: RunState, record: RecordedEvent) -> dict[str, Any
     return {"preemptions": (*state.preemptions, preemption)}
 
 
-def _trainer_recorded(state: RunState, record: RecordedEvent) -> dict[str, Any]:
+def _trainer_recorded(state: RunState, record: RecordedEvent[TrainerRecorded]) -> RunChanges:
     if state.trainer is not None:
         raise ProjectionError.at(record, f"run {state.run_id!r} already recorded its trainer")
     return {"trainer": record.event}
 
 
-_Handler = Callable[[RunState, RecordedEvent], dict[str, Any]]
+def _resumed(state: RunState, record: RecordedEvent[RunResumed]) -> RunChanges:
+    return {"resumes": (*state.resumes, record.event)}
 
-_HANDLERS: dict[type, _Handler] = {
-    ControllerStarted: _controller_started,
-    ControllerStateChanged: _controller_state_changed,
-    FailureDecisionMade: _failure_decision_made,
-    RunFinished: _finished,
-    RunErrored: _errored,
-    RunAborted: _aborted,
-    TrainerRecorded: _trainer_recorded,
-    RunResumed: lambda state, record: {"resumes": (*state.resumes, record.event)},
-    ScalingDecisionMade: _scaling_decision_made,
-    PreemptionNoticed: _preemption_noticed,
-    StartDeferred: _start_deferred,
-    RecordingFailed: lambda state, record: {
-        "recording_errors": (*state.recording_errors, record.event)
-    },
-}
+
+def _recording_failed(state: RunState, record: RecordedEvent[RecordingFailed]) -> RunChanges:
+    return {"recording_errors": (*state.recording_errors, record.event)}
+
+
+_Handler = Callable[[RunState, RecordedEvent[Any]], RunChanges]
+_E = TypeVar("_E")
+
+
+def _rule(
+    cls: type[_E], handler: Callable[[RunState, RecordedEvent[_E]], RunChanges]
+) -> tuple[type, _Handler]:
+    """One entry of :data:`_HANDLERS`: the checker sees that ``handler`` takes ``cls``'s events."""
+    return cls, handler
+
+
+_HANDLERS: dict[type, _Handler] = dict(
+    [
+        _rule(ControllerStarted, _controller_started),
+        _rule(ControllerStateChanged, _controller_state_changed),
+        _rule(FailureDecisionMade, _failure_decision_made),
+        _rule(RunFinished, _finished),
+        _rule(RunErrored, _errored),
+        _rule(RunAborted, _aborted),
+        _rule(TrainerRecorded, _trainer_recorded),
+        _rule(RunResumed, _resumed),
+        _rule(ScalingDecisionMade, _scaling_decision_made),
+        _rule(PreemptionNoticed, _preemption_noticed),
+        _rule(StartDeferred, _start_deferred),
+        _rule(RecordingFailed, _recording_failed),
+    ]
+)
 """Each run event type and its handler: it reads the state and returns the fields it changes
 (the same style as the worker-group fold's table in :mod:`wgstore.projections.state`)."""
 
@@ -475,7 +535,7 @@ def evolve_run(state: RunState | None, record: RecordedEvent) -> RunState:
     ProjectionError.check_follows(record, state.stream_id, state.version)
     handler = _HANDLERS.get(type(event))
     if handler is None and isinstance(event, UnknownEvent):
-        changes: dict[str, Any] = {}  # not ours to interpret: step over it
+        changes: RunChanges = {}  # not ours to interpret: step over it
     elif state.ended and not isinstance(event, RecordingFailed):  # (a recording note may follow)
         raise ProjectionError.at(
             record, f"run {state.run_id!r} already ended as {state.status.value}"
@@ -492,13 +552,10 @@ def evolve_run(state: RunState | None, record: RecordedEvent) -> RunState:
         )
     else:
         changes = handler(state, record)
-    return replace(
-        state,
-        version=record.version,
-        position=record.position,
-        updated_at=event_time(record),
-        **changes,
-    )
+    changes["version"] = record.version
+    changes["position"] = record.position
+    changes["updated_at"] = event_time(record)
+    return replace(state, **changes)
 
 
 def project_run(events: Iterable[RecordedEvent], state: RunState | None = None) -> RunState:

@@ -50,6 +50,7 @@ from wgstore.projections.rows import (
 from wgstore.projections.run_rows import Attempt, attempt_of, order_attempts, orphaned, run_row
 from wgstore.projections.run_state import RunState, project_run
 from wgstore.projections.state import WorkerGroupState
+from wgstore.projections.table_rows import RunsRow, RunSummaryRow
 from wgstore.projections.values import to_utc
 from wgstore.projections.views import (
     current_summaries,
@@ -109,7 +110,18 @@ def _latest(*moments: datetime | str | None) -> datetime | None:
     return max(known, default=None)
 
 
-def _with_lease(row: dict[str, Any], lease: Lease | None) -> dict[str, Any]:
+def _summary_row(row: RunsRow, groups_updated_at: datetime | None) -> RunSummaryRow:
+    """``row`` with its groups' latest ``groups_updated_at`` (and no lease until
+    :func:`_with_lease`)."""
+    return {
+        **row,
+        "groups_updated_at": groups_updated_at,
+        "lease_holder": None,
+        "lease_expires_at": None,
+    }
+
+
+def _with_lease(row: RunSummaryRow, lease: Lease | None) -> RunSummaryRow:
     """``row`` with the holder and expiry of ``lease`` (the run's, or None)."""
     row["lease_holder"] = None if lease is None else lease.holder
     row["lease_expires_at"] = None if lease is None else lease.expires_at
@@ -163,8 +175,10 @@ def summaries_from_log(store: EventStore, now: datetime) -> list[RunSummary]:
             result.append(RunSummary.unreadable(run_id, str(state)))
             continue
         groups = attempts.get(run_id, [])
-        row = run_row(state, order_attempts(state, [attempt for attempt, _ in groups]))
-        row["groups_updated_at"] = _latest(*(at for _, at in groups))
+        row = _summary_row(
+            run_row(state, order_attempts(state, [attempt for attempt, _ in groups])),
+            _latest(*(at for _, at in groups)),
+        )
         result.append(_summary(_with_lease(row, held.get(run_id)), now))
     return result
 
@@ -188,7 +202,7 @@ def summaries_from_read_models(
     if behind is None:
         return None
     keys = _runs_query().selected_columns.keys()
-    rows = {
+    rows: dict[str, Mapping[str, Any]] = {
         row["run_id"]: row for row in (dict(zip(keys, values, strict=True)) for values in found)
     }
     if not behind.current:
@@ -237,7 +251,7 @@ def _runs_with_lag() -> sa.Select[Any]:
 
 def _moved_run_rows(
     store: EventStore, behind: Behind, rows: Mapping[str, Mapping[str, Any]]
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, RunSummaryRow]:
     """The ``wg_runs`` rows of the runs the read models have not caught up on (their stream or
     one of their groups moved), computed as the projector computes them: the run's stream
     folded, its attempts from ``wg_worker_groups`` and the moved groups folded again."""
@@ -283,15 +297,17 @@ def _moved_run_rows(
         ]
         row = run_row(state, order_attempts(state, attempts))
         row["projection_error"] = error
-        row["groups_updated_at"] = _latest(
-            *(
-                r.updated_at
-                for r in group_rows
-                if r.run_id == run_id and r.group_id not in behind.group_ids
+        result[run_id] = _summary_row(
+            row,
+            _latest(
+                *(
+                    r.updated_at
+                    for r in group_rows
+                    if r.run_id == run_id and r.group_id not in behind.group_ids
+                ),
+                *(g.updated_at for g in moved_groups.values() if g.run_id == run_id),
             ),
-            *(g.updated_at for g in moved_groups.values() if g.run_id == run_id),
         )
-        result[run_id] = row
     return result
 
 
@@ -378,8 +394,7 @@ def run_detail(
             groups_updated_at.append(group.updated_at)
     ordered = order_attempts(state, attempts)
     lease = lease_of(store, run_id)
-    row = run_row(state, ordered)
-    row["groups_updated_at"] = _latest(*groups_updated_at)
+    row = _summary_row(run_row(state, ordered), _latest(*groups_updated_at))
     decisions = tuple(
         DecisionRow(
             version=d.version,
@@ -416,7 +431,7 @@ def run_detail(
         train_fn=row["train_fn"],
         final_group_id=row["final_group_id"],
         lease_s=row["lease_s"],
-        ray=row["ray"],
+        ray=row["ray"] or {},  # run_row always has it
         version=state.version,
     )
     return RunDetail(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import msgspec
 
@@ -42,6 +42,7 @@ __all__ = [
     "SNAPSHOT_FORMAT",
     "STATE_SCHEMA",
     "WORKER_GROUP_SNAPSHOT",
+    "SnapshotRow",
     "decode_state",
     "encode_state",
     "fingerprint",
@@ -52,6 +53,19 @@ __all__ = [
     "save_row",
     "save_snapshot",
 ]
+
+
+class SnapshotRow(TypedDict):
+    """A ``wg_snapshots`` row to upsert (:func:`insert_snapshot_rows`): its columns, the state
+    as sealed JSON text (``state_text``, bound to the ``state`` column)."""
+
+    name: str
+    stream_id: str
+    stream_version: int
+    schema: str
+    state_text: str
+    created_at: datetime
+
 
 SNAPSHOT_FORMAT = 2
 """Bump when the meaning of a state field changes without its type changing (2: sealed to the
@@ -193,7 +207,7 @@ def _save(
     event_hash = _event_hash(log or connection, stream_id, version)
     if event_hash is None:
         raise ValueError(f"stream {stream_id!r} has no event at version {version} to snapshot")
-    row = {
+    row: SnapshotRow = {
         "name": name,
         "stream_id": stream_id,
         "stream_version": version,
@@ -206,7 +220,7 @@ def _save(
 
 def snapshot_rows(
     states: list[tuple[WorkerGroupState, str]], *, name: str, hmac_key: bytes | None
-) -> list[dict[str, Any]]:
+) -> list[SnapshotRow]:
     """The ``wg_snapshots`` rows of many states as snapshots ``name``, each encoded and sealed
     to the given stream hash of the event at its version (the caller folded that event and has
     its hash), as :func:`save_snapshot` seals one. No I/O: a caller can build them before it
@@ -228,7 +242,7 @@ def snapshot_rows(
     ]  # fmt: skip
 
 
-def insert_snapshot_rows(connection: sa.Connection, rows: list[dict[str, Any]]) -> None:
+def insert_snapshot_rows(connection: sa.Connection, rows: list[SnapshotRow]) -> None:
     """Upsert ``wg_snapshots`` rows (:func:`snapshot_rows`) in one statement: a stored row is
     kept if it is newer and of the same schema."""
     if not rows:

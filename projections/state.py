@@ -42,13 +42,14 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import enum
+import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, TypeVar, cast
 
-from wgstore.events.records import RecordedEvent, UnknownEvent
+from wgstore.events.records import RecordedEvent, UnknownEvent, is_record_of
 from wgstore.events.worker_group import (
     CallbackFailed,
     ErrorInfo,
@@ -75,6 +76,7 @@ __all__ = [
     "TRANSITIONS",
     "ReportRound",
     "TrainingOutcome",
+    "WorkerGroupChanges",
     "WorkerGroupFold",
     "WorkerGroupPollStatus",
     "WorkerGroupState",
@@ -403,6 +405,52 @@ class WorkerGroupState:
         raise KeyError(f"group {self.group_id!r} has no worker with world rank {world_rank}")
 
 
+class WorkerGroupChanges(TypedDict, total=False):
+    """The fields of a :class:`WorkerGroupState` one event changes: what each handler of the fold
+    returns (a test keeps its keys and types those of the state's fields)."""
+
+    stream_id: str
+    group_id: str
+    run_id: str
+    attempt: int
+    context: WorkerGroupContext
+    status: WorkerGroupStatus
+    version: int
+    position: int
+    requested_at: datetime
+    updated_at: datetime
+    placement_group: PlacementGroupReserved | None
+    sync_actor: SyncActorStarted | None
+    workers: tuple[WorkerInfo, ...]
+    started_at: datetime | None
+    startup_s: float | None
+    training_launched: bool
+    training_launched_at: datetime | None
+    poll_status: WorkerGroupPollStatus | None
+    last_poll_seq: int
+    last_polled_at: datetime | None
+    polls_total: int
+    recorded_polls: int
+    latest_metrics: Mapping[int, Mapping[str, Any]]
+    report_counts: Mapping[int, int]
+    last_report_index: Mapping[int, int]
+    latest_checkpoint: str | None
+    checkpoint_index: int | None
+    checkpoint_committed_at: datetime | None
+    latest_reported_checkpoint: str | None
+    report_rounds: Mapping[int, ReportRound]
+    start_failure: WorkerGroupStartFailed | None
+    shutdown_reason: str | None
+    shutdown_requested_at: datetime | None
+    shut_down_at: datetime | None
+    shutdown_duration_s: float | None
+    worker_endings: tuple[WorkerShutdown, ...]
+    aborted: bool
+    resized_to: int | None
+    callback_failures: tuple[CallbackFailed, ...]
+    released: tuple[str, ...]
+
+
 def apply_poll_changes(
     previous: WorkerGroupPollStatus | None,
     ranks: Iterable[int],
@@ -451,8 +499,10 @@ def _move(state: WorkerGroupState, record: RecordedEvent, to: WorkerGroupStatus)
         )
 
 
-def _start_requested(state: WorkerGroupState | None, record: RecordedEvent) -> WorkerGroupState:
-    event: WorkerGroupStartRequested = record.event
+def _start_requested(
+    state: WorkerGroupState | None, record: RecordedEvent[WorkerGroupStartRequested]
+) -> WorkerGroupState:
+    event = record.event
     if state is not None:
         raise ProjectionError.at(
             record, f"group {state.group_id!r} was already requested at version 1"
@@ -471,7 +521,7 @@ def _start_requested(state: WorkerGroupState | None, record: RecordedEvent) -> W
     )
 
 
-def _builder_step(state: WorkerGroupState, record: RecordedEvent, attr: str) -> dict[str, Any]:
+def _builder_step(state: WorkerGroupState, record: RecordedEvent, attr: str) -> WorkerGroupChanges:
     if state.status not in (WorkerGroupStatus.REQUESTED, WorkerGroupStatus.STARTING):
         raise ProjectionError.at(
             record, f"a builder step cannot happen while the group is {state.status.value}"
@@ -483,20 +533,26 @@ def _builder_step(state: WorkerGroupState, record: RecordedEvent, attr: str) -> 
     return {"status": WorkerGroupStatus.STARTING}
 
 
-def _placement_group(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+def _placement_group(
+    state: WorkerGroupState, record: RecordedEvent[PlacementGroupReserved]
+) -> WorkerGroupChanges:
     changes = _builder_step(state, record, "placement_group")
     changes["placement_group"] = record.event
     return changes
 
 
-def _sync_actor(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+def _sync_actor(
+    state: WorkerGroupState, record: RecordedEvent[SyncActorStarted]
+) -> WorkerGroupChanges:
     changes = _builder_step(state, record, "sync_actor")
     changes["sync_actor"] = record.event
     return changes
 
 
-def _workers_started(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
-    event: WorkersStarted = record.event
+def _workers_started(
+    state: WorkerGroupState, record: RecordedEvent[WorkersStarted]
+) -> WorkerGroupChanges:
+    event = record.event
     changes = _builder_step(state, record, "workers")
     workers = tuple(sorted(event.workers, key=lambda w: w.world_rank))
     ranks = [w.world_rank for w in workers]
@@ -508,8 +564,10 @@ def _workers_started(state: WorkerGroupState, record: RecordedEvent) -> dict[str
     return changes
 
 
-def _started(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
-    event: WorkerGroupStarted = record.event
+def _started(
+    state: WorkerGroupState, record: RecordedEvent[WorkerGroupStarted]
+) -> WorkerGroupChanges:
+    event = record.event
     _move(state, record, WorkerGroupStatus.RUNNING)
     missing = [
         name
@@ -531,7 +589,9 @@ def _started(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     }
 
 
-def _training_launched(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+def _training_launched(
+    state: WorkerGroupState, record: RecordedEvent[TrainingLaunched]
+) -> WorkerGroupChanges:
     if state.status is not WorkerGroupStatus.RUNNING:
         raise ProjectionError.at(
             record, f"training cannot launch while the group is {state.status.value}"
@@ -541,8 +601,10 @@ def _training_launched(state: WorkerGroupState, record: RecordedEvent) -> dict[s
     return {"training_launched": True, "training_launched_at": event_time(record)}
 
 
-def _start_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
-    event: WorkerGroupStartFailed = record.event
+def _start_failed(
+    state: WorkerGroupState, record: RecordedEvent[WorkerGroupStartFailed]
+) -> WorkerGroupChanges:
+    event = record.event
     _move(state, record, WorkerGroupStatus.START_FAILED)
     if state.training_launched:
         raise ProjectionError.at(record, "the start cannot fail after training was launched")
@@ -553,8 +615,10 @@ def _start_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, A
     }
 
 
-def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
-    event: WorkerGroupPolled = record.event
+def _polled(
+    state: WorkerGroupState, record: RecordedEvent[WorkerGroupPolled]
+) -> WorkerGroupChanges:
+    event = record.event
     status = state.status
     if status is not _GROUP_RUNNING and status is not _SHUTTING_DOWN:
         raise ProjectionError.at(record, f"a group cannot be polled while {status.value}")
@@ -583,8 +647,8 @@ def _polled(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     }
 
 
-def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
-    event: WorkerReported = record.event
+def _reported(state: WorkerGroupState, record: RecordedEvent[WorkerReported]) -> WorkerGroupChanges:
+    event = record.event
     status = state.status
     if status is not _GROUP_RUNNING and status is not _SHUTTING_DOWN and status is not _SHUT_DOWN:
         raise ProjectionError.at(
@@ -602,9 +666,9 @@ def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     counts: dict[int, int]
     indexes: dict[int, int]
     rounds: dict[int, ReportRound]
-    draft: Any = state  # a _Draft while folding (its fields are plain attributes)
-    changes: dict[str, Any]
-    if isinstance(state, _Draft) and state.owns_reports:
+    changes: WorkerGroupChanges
+    draft = state if isinstance(state, _Draft) else None  # a _Draft while folding
+    if draft is not None and draft.owns_reports:
         # this fold's own copies, which no frozen state shares yet: update them in place
         metrics, counts, indexes, rounds = (
             draft.latest_metrics,
@@ -618,8 +682,8 @@ def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
         counts = dict(state.report_counts)
         indexes = dict(state.last_report_index)
         rounds = dict(state.report_rounds)
-        if isinstance(state, _Draft):
-            state.owns_reports = True
+        if draft is not None:
+            draft.owns_reports = True
         changes = {
             "latest_metrics": metrics,
             "report_counts": counts,
@@ -648,8 +712,10 @@ def _reported(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
     return changes
 
 
-def _shutdown_requested(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
-    event: WorkerGroupShutdownRequested = record.event
+def _shutdown_requested(
+    state: WorkerGroupState, record: RecordedEvent[WorkerGroupShutdownRequested]
+) -> WorkerGroupChanges:
+    event = record.event
     _move(state, record, WorkerGroupStatus.SHUTTING_DOWN)
     if state.status is WorkerGroupStatus.SHUTTING_DOWN:
         return {}  # asked again: the first reason and time stand
@@ -662,8 +728,10 @@ def _shutdown_requested(state: WorkerGroupState, record: RecordedEvent) -> dict[
     }
 
 
-def _shut_down(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
-    event: WorkerGroupShutDown = record.event
+def _shut_down(
+    state: WorkerGroupState, record: RecordedEvent[WorkerGroupShutDown]
+) -> WorkerGroupChanges:
+    event = record.event
     _move(state, record, WorkerGroupStatus.SHUT_DOWN)
     return {
         "status": WorkerGroupStatus.SHUT_DOWN,
@@ -674,41 +742,66 @@ def _shut_down(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]
     }
 
 
-def _callback_failed(state: WorkerGroupState, record: RecordedEvent) -> dict[str, Any]:
+def _callback_failed(
+    state: WorkerGroupState, record: RecordedEvent[CallbackFailed]
+) -> WorkerGroupChanges:
     return {"callback_failures": (*state.callback_failures, record.event)}
 
 
-_Handler = Callable[[WorkerGroupState, RecordedEvent], dict[str, Any]]
+_Handler = Callable[[WorkerGroupState, RecordedEvent[Any]], WorkerGroupChanges]
+_E = TypeVar("_E")
 
-_HANDLERS: dict[type, _Handler] = {
-    PlacementGroupReserved: _placement_group,
-    SyncActorStarted: _sync_actor,
-    WorkersStarted: _workers_started,
-    WorkerGroupStarted: _started,
-    TrainingLaunched: _training_launched,
-    WorkerGroupStartFailed: _start_failed,
-    WorkerGroupPolled: _polled,
-    WorkerReported: _reported,
-    WorkerGroupShutdownRequested: _shutdown_requested,
-    WorkerGroupShutDown: _shut_down,
-    CallbackFailed: _callback_failed,
-}
+
+def _rule(
+    cls: type[_E], handler: Callable[[WorkerGroupState, RecordedEvent[_E]], WorkerGroupChanges]
+) -> tuple[type, _Handler]:
+    """One entry of :data:`_HANDLERS`: the checker sees that ``handler`` takes ``cls``'s events."""
+    return cls, handler
+
+
+_HANDLERS: dict[type, _Handler] = dict(
+    [
+        _rule(PlacementGroupReserved, _placement_group),
+        _rule(SyncActorStarted, _sync_actor),
+        _rule(WorkersStarted, _workers_started),
+        _rule(WorkerGroupStarted, _started),
+        _rule(TrainingLaunched, _training_launched),
+        _rule(WorkerGroupStartFailed, _start_failed),
+        _rule(WorkerGroupPolled, _polled),
+        _rule(WorkerReported, _reported),
+        _rule(WorkerGroupShutdownRequested, _shutdown_requested),
+        _rule(WorkerGroupShutDown, _shut_down),
+        _rule(CallbackFailed, _callback_failed),
+    ]
+)
 
 
 class _Draft:
     """A mutable copy of a state's fields, so a fold of many events builds one frozen state.
 
     Handlers only read attributes and return the fields they change, so they work on a draft
-    exactly as on a :class:`WorkerGroupState`. One exception saves three dict copies per
-    report: while ``owns_reports`` is set, the report mappings are the draft's own copies, shared
-    with no frozen state, and ``_reported`` updates them in place.
+    exactly as on a :class:`WorkerGroupState`: it has the state's fields as attributes and its
+    properties and methods (copied below), which is what lets :meth:`as_state` hand it to them
+    typed as one. One exception saves three dict copies per report: while ``owns_reports`` is
+    set, the report mappings are the draft's own copies, shared with no frozen state, and
+    ``_reported`` updates them in place.
     """
 
     __slots__ = ("__dict__", "owns_reports")
 
+    # the report mappings as the draft holds them once it owns them (``owns_reports``)
+    latest_metrics: dict[int, Mapping[str, Any]]
+    report_counts: dict[int, int]
+    last_report_index: dict[int, int]
+    report_rounds: dict[int, ReportRound]
+
     def __init__(self, state: WorkerGroupState) -> None:
         self.__dict__.update({name: getattr(state, name) for name in _FIELDS})
         self.owns_reports = False
+
+    def as_state(self) -> WorkerGroupState:
+        """The draft as the checker should see it: a state (fields, properties and methods)."""
+        return cast(WorkerGroupState, self)
 
     def freeze(self) -> WorkerGroupState:
         self.owns_reports = False  # the frozen state shares the mappings from here on
@@ -717,9 +810,13 @@ class _Draft:
 
 _FIELDS = tuple(f.name for f in fields(WorkerGroupState))
 
+for _name, _member in vars(WorkerGroupState).items():
+    if isinstance(_member, property) or (inspect.isfunction(_member) and _name[0] != "_"):
+        setattr(_Draft, _name, _member)  # a draft answers num_workers, outcome, worker(), ...
+
 
 def _first(event: RecordedEvent) -> WorkerGroupState:
-    if not isinstance(event.event, WorkerGroupStartRequested):
+    if not is_record_of(event, WorkerGroupStartRequested):
         raise ProjectionError.at(
             event,
             "a worker-group stream must begin with WorkerGroupStartRequested; fold the "
@@ -730,9 +827,10 @@ def _first(event: RecordedEvent) -> WorkerGroupState:
     return _start_requested(None, event)
 
 
-def _apply(draft: Any, events: Iterable[RecordedEvent]) -> None:
+def _apply(draft: _Draft, events: Iterable[RecordedEvent]) -> None:
     """Fold ``events`` into ``draft`` (the loop is here: one call per fold, not per event)."""
     values = draft.__dict__  # the draft's fields: reading them here skips attribute lookups
+    state = draft.as_state()  # what the handlers read
     handlers = _HANDLERS
     for event in events:
         payload = event.event
@@ -743,9 +841,9 @@ def _apply(draft: Any, events: Iterable[RecordedEvent]) -> None:
         status = values["status"]
         # identity, not a set: an enum member's hash is a Python-level call
         if handler is not None and status is not _SHUT_DOWN and status is not _START_FAILED:
-            changes = handler(draft, event)
+            changes = handler(state, event)
         else:
-            changes = _unusual(draft, event, handler, status)
+            changes = _unusual(state, event, handler, status)
         values.update(changes)
         values["version"] = version
         values["position"] = event.position
@@ -756,8 +854,11 @@ def _apply(draft: Any, events: Iterable[RecordedEvent]) -> None:
 
 
 def _unusual(
-    draft: Any, event: RecordedEvent, handler: _Handler | None, status: WorkerGroupStatus
-) -> dict[str, Any]:
+    draft: WorkerGroupState,
+    event: RecordedEvent,
+    handler: _Handler | None,
+    status: WorkerGroupStatus,
+) -> WorkerGroupChanges:
     """The changes of an event of no known type, or one that follows a terminal state."""
     payload = event.event
     if handler is None and isinstance(payload, UnknownEvent):
@@ -772,7 +873,7 @@ def _unusual(
     ):
         raise ProjectionError.at(event, f"group {draft.group_id!r} is already {status.value}")
     if handler is None:
-        if isinstance(payload, WorkerGroupStartRequested):
+        if is_record_of(event, WorkerGroupStartRequested):
             _start_requested(draft, event)  # raises
         raise ProjectionError.at(
             event,
@@ -815,7 +916,7 @@ class WorkerGroupFold:
     """
 
     def __init__(self, state: WorkerGroupState | None = None) -> None:
-        self._draft: Any = None if state is None else _Draft(state)
+        self._draft: _Draft | None = None if state is None else _Draft(state)
 
     def apply(self, event: RecordedEvent) -> None:
         """Fold in one event (see :func:`evolve` for what raises)."""
@@ -825,20 +926,21 @@ class WorkerGroupFold:
             _apply(self._draft, (event,))
 
     @property
-    def view(self) -> Any:
-        """The fields folded so far, read-only by convention (``None`` before any event).
+    def view(self) -> WorkerGroupState | None:
+        """The state folded so far, read-only by convention (``None`` before any event).
 
-        Has the attributes of :class:`WorkerGroupState` (not its properties); cheaper than
+        Not frozen: the fold's draft, with the fields, properties and methods of
+        :class:`WorkerGroupState`; cheaper than
         :meth:`state` when only a few fields are needed after each event. Its report mappings
         (``latest_metrics``, ``report_counts``, ``last_report_index``, ``report_rounds``) are
         updated in place by later reports: copy one to keep it as it is now (:meth:`state`'s are never changed).
         """
-        return self._draft
+        return None if self._draft is None else self._draft.as_state()
 
     @property
     def poll_status(self) -> WorkerGroupPollStatus | None:
         """The poll status folded so far."""
-        return None if self._draft is None else self._draft.poll_status
+        return None if self._draft is None else self._draft.as_state().poll_status
 
     def state(self) -> WorkerGroupState | None:
         """The state folded so far (``None`` before any event)."""

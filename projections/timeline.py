@@ -16,7 +16,17 @@ from typing import Any
 import msgspec
 
 from wgstore.events import EventStore, RecordedEvent
+from wgstore.events.records import is_record_of
+from wgstore.events.stored_names import type_name
 from wgstore.events.streams import group_stream, run_stream
+from wgstore.events.worker_group import (
+    TrainingLaunched,
+    WorkerGroupPolled,
+    WorkerGroupShutDown,
+    WorkerGroupStartFailed,
+    WorkerReported,
+    WorkersStarted,
+)
 from wgstore.projections._db import fetch, is_postgres, param
 from wgstore.projections.errors import StreamNotFoundError
 from wgstore.projections.event_time import event_time
@@ -25,7 +35,7 @@ from wgstore.projections.queries import SNAPSHOT_EVERY
 from wgstore.projections.rows import UNREADABLE
 from wgstore.projections.run_views import run_detail
 from wgstore.projections.snapshots import load_latest_snapshot, save_snapshot
-from wgstore.projections.state import WorkerGroupFold, WorkerGroupState
+from wgstore.projections.state import WorkerGroupFold, WorkerGroupState, WorkerGroupStatus
 from wgstore.projections.text import describe, format_time
 from wgstore.projections.values import is_number
 
@@ -155,28 +165,29 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
     times: list[float] = []
     lanes = _Lanes()
     metrics: dict[str, dict[str, list[list[Any]]]] = {}
-    status: Any = None
+    status: WorkerGroupStatus | None = None
     for record in records:
         t = _ms(record)
         times.append(t)
         fold.apply(record)
-        if fold.view.status != status:
-            status = fold.view.status
+        view = fold.view
+        assert view is not None  # an event was folded
+        if view.status != status:
+            status = view.status
             if phases:
                 phases[-1]["end"] = t
             phases.append({"name": status.value, "start": t, "end": t})
         event = record.event
-        kind = record.type
-        if kind == "WorkerReported":
+        if isinstance(event, WorkerReported):
             _add_points(metrics, event, t)
-        elif kind == "WorkersStarted":
+        elif isinstance(event, WorkersStarted):
             for worker in event.workers:
                 lanes.switch(worker.world_rank, "starting", t)
-        elif kind == "TrainingLaunched":
+        elif isinstance(event, TrainingLaunched):
             for rank in list(lanes.open):
                 if lanes.open[rank]["status"] == "starting":
                     lanes.switch(rank, "running", t)
-        elif kind == "WorkerGroupPolled":
+        elif isinstance(event, WorkerGroupPolled):
             for change in event.changes:
                 if change.error is not None:
                     lanes.switch(change.world_rank, "error", t)
@@ -191,7 +202,7 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
                     )
                 else:
                     lanes.switch(change.world_rank, "running" if change.running else "finished", t)
-        elif kind == "WorkerGroupShutDown":
+        elif isinstance(event, WorkerGroupShutDown):
             lanes.close_all(t)
     state = fold.state()
     if state is None:
@@ -251,7 +262,9 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
         if failure is None
         else {
             "t": next(
-                times[i] for i, r in enumerate(records) if r.type == "WorkerGroupStartFailed"
+                times[i]
+                for i, r in enumerate(records)
+                if isinstance(r.event, WorkerGroupStartFailed)
             ),
             "stage": str(failure.stage),
             "type": failure.error.type,
@@ -284,7 +297,7 @@ def group_metric_series(store: EventStore, group_id: str) -> dict[str, dict[str,
     last = projected
     for record in store.read_stream(group_stream(group_id), from_version=projected + 1):
         last = record.version
-        if record.type == "WorkerReported":
+        if record.type == _REPORTED:
             _add_report(tail, record)
     if last == 0:
         raise StreamNotFoundError(f"worker group {group_id!r} has no events")
@@ -315,7 +328,7 @@ def state_and_series(
         if record.version > snapshot_version:
             fold.apply(record)
             folded += 1
-        if record.version > projected and record.type == "WorkerReported":
+        if record.version > projected and record.type == _REPORTED:
             _add_report(tail, record)
     state = fold.state()
     if state is None:
@@ -330,11 +343,15 @@ def state_and_series(
 _Series = dict[str, dict[str, list[list[Any]]]]
 
 
+_REPORTED = type_name(WorkerReported)
+
+
 def _add_report(series: _Series, record: RecordedEvent) -> None:
-    _add_points(series, record.event, _ms(record))
+    if is_record_of(record, WorkerReported):  # as its type says (read without decoding)
+        _add_points(series, record.event, _ms(record))
 
 
-def _add_points(series: _Series, event: Any, t: float) -> None:
+def _add_points(series: _Series, event: WorkerReported, t: float) -> None:
     """Each numeric metric of a ``WorkerReported`` as the next point of its series:
     ``[index, value, epoch ms, step, epoch]`` (the report's own ``step`` and ``epoch`` metrics,
     None where it has none: :func:`~wgstore.projections.metric_series.report_steps`)."""

@@ -33,6 +33,7 @@ from wgstore.events import REGISTRY, EventStore, InvalidArgumentError, RecordedE
 from wgstore.events._translate import translate_errors
 from wgstore.events.engine import mask_url
 from wgstore.events.schema import READ_MODEL_TABLES, wg_events, wg_runs, wg_worker_groups
+from wgstore.events.stored_names import type_name
 from wgstore.events.streams import (
     GROUP_STREAM_PREFIX,
     RUN_STREAM_PREFIX,
@@ -40,6 +41,7 @@ from wgstore.events.streams import (
     group_stream,
     run_stream,
 )
+from wgstore.events.worker_group import WorkerGroupStartRequested
 from wgstore.projections.behind import Behind, read_models_behind
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.projector import (
@@ -405,9 +407,10 @@ def _stored_type(store: EventStore, name: str) -> bool:
 def run_streams(store: EventStore, run_id: str) -> set[str]:
     """The streams of run ``run_id``: ``run-<id>`` and every worker group started for it."""
     streams = {run_stream(run_id)}
-    for record in store.read_all(types=["WorkerGroupStartRequested"]):
-        if record.event.run_id == run_id:
-            streams.add(group_stream(record.event.group_id))
+    for record in store.read_all(types=[type_name(WorkerGroupStartRequested)]):
+        event = record.event
+        if isinstance(event, WorkerGroupStartRequested) and event.run_id == run_id:
+            streams.add(group_stream(event.group_id))
     if len(streams) == 1 and store.stream_version(run_stream(run_id)) == 0:
         raise StreamNotFoundError(
             f"no run {run_id!r} in the log (no run stream, no worker group of it)"

@@ -42,7 +42,9 @@ import sqlalchemy as sa
 from wgstore.events import EventStore
 from wgstore.events.notifier import POSTGRES_POLL_S, SQLITE_POLL_S
 from wgstore.events.schema import wg_events
+from wgstore.events.stored_names import json_field, type_name
 from wgstore.events.stream_watch import RowReader
+from wgstore.events.worker_group import WorkerGroupStartRequested, WorkerReported
 from wgstore.serve.interest import EVERYTHING, NEW_ATTEMPT, Interest
 
 __all__ = ["HEAD_INTERVAL_S", "MAX_EVENT_TYPES", "MESSAGE_INTERVAL_S", "Follower", "Message"]
@@ -451,21 +453,23 @@ def _bounded(counts: Counter[str], event_type: str) -> str:
     return "other"
 
 
+_REPORTED = type_name(WorkerReported)
+# The stored fields the follower reads, named at import for each backend (PostgreSQL: True).
+_RUN_ID = {pg: json_field(WorkerGroupStartRequested, "run_id", postgres=pg) for pg in (True, False)}
+_CHECKPOINT = {pg: json_field(WorkerReported, "checkpoint", postgres=pg) for pg in (True, False)}
+
+
 def _names_a_run(store: EventStore) -> sa.ColumnElement[Any]:
-    """The ``run_id`` field of the event's ``data`` (the JSON column of each backend)."""
-    if store.is_postgres:
-        return sa.literal_column("data->>'run_id'")
-    return sa.literal_column("json_extract(data, '$.run_id')")
+    """The ``run_id`` field of a ``WorkerGroupStartRequested``'s ``data`` (the JSON column of
+    each backend)."""
+    return _RUN_ID[store.is_postgres]
 
 
 def _reports_a_checkpoint(store: EventStore) -> sa.ColumnElement[bool]:
     """The event is a ``WorkerReported`` whose ``data`` holds a non-null ``checkpoint`` (the
     JSON column of each backend): what ``/metrics`` counts as committed checkpoints."""
-    if store.is_postgres:
-        has_checkpoint = sa.text("(data->>'checkpoint') IS NOT NULL")
-    else:
-        has_checkpoint = sa.text("json_extract(data, '$.checkpoint') IS NOT NULL")
-    return sa.and_(wg_events.c.event_type == "WorkerReported", has_checkpoint)
+    checkpoint = _CHECKPOINT[store.is_postgres]
+    return sa.and_(wg_events.c.event_type == _REPORTED, sa.Grouping(checkpoint).is_not(None))
 
 
 def _first_line(error: BaseException) -> str:

@@ -21,11 +21,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from wgstore.events import InvalidArgumentError
+from wgstore.events.stored_names import type_name
 from wgstore.events.streams import RESERVED_PREFIXES, group_stream, run_stream
+from wgstore.events.worker_group import WorkerGroupStartRequested
 
 __all__ = ["EVERYTHING", "MAX_WATCHED", "NEW_ATTEMPT", "Interest"]
 
-NEW_ATTEMPT = "WorkerGroupStartRequested"
+NEW_ATTEMPT = type_name(WorkerGroupStartRequested)
 """The event that starts a run's attempt; it names its run (``run_id``)."""
 MAX_WATCHED = 500
 """At most this many ``watch`` values a stream (a browser's pages together ask for far fewer; a

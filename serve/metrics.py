@@ -25,7 +25,9 @@ from prometheus_client.registry import Collector
 
 from wgstore.events import EventStore
 from wgstore.events.schema import wg_events, wg_worker_groups, wg_workers
+from wgstore.events.stored_names import type_name
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream
+from wgstore.events.worker_group import WorkerReported
 from wgstore.projections import RunStatus, WorkerGroupStatus
 from wgstore.projections.behind import Behind, read_models_behind
 from wgstore.projections.projector import READ_MODELS_SUBSCRIPTION
@@ -303,7 +305,7 @@ def _workers_from_log(
         return counted, reported
     query = (
         sa.select(wg_events.c.stream_id, sa.func.max(wg_events.c.recorded_at))
-        .where(wg_events.c.stream_id.in_(streams), wg_events.c.event_type == "WorkerReported")
+        .where(wg_events.c.stream_id.in_(streams), wg_events.c.event_type == _REPORTED)
         .group_by(wg_events.c.stream_id)
     )
     with store.engine.connect() as connection:
@@ -314,6 +316,9 @@ def _workers_from_log(
         if at is not None:
             reported[stream_id[len(GROUP_STREAM_PREFIX) :]] = at
     return counted, reported
+
+
+_REPORTED = type_name(WorkerReported)
 
 
 def _utc(value: Any) -> datetime | None:

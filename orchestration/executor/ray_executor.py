@@ -47,8 +47,13 @@ from typing import Any
 import wgstore
 from wgstore.events import EventStore, Fence, FencedError, NewEvent, RecordedEvent
 from wgstore.events.notifier import POSTGRES_POLL_S, SQLITE_POLL_S
+from wgstore.events.stored_names import type_name
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_id_of, group_stream
-from wgstore.events.worker_group import WorkerGroupStartRequested
+from wgstore.events.worker_group import (
+    WorkerGroupShutDown,
+    WorkerGroupStartFailed,
+    WorkerGroupStartRequested,
+)
 from wgstore.orchestration.builder import BuiltGroup
 from wgstore.orchestration.callbacks import WorkerGroupCallback
 from wgstore.orchestration.executor import step
@@ -74,8 +79,8 @@ __all__ = ["RayExecutor", "run_executor"]
 log = logging.getLogger("wgstore.executor")
 
 _POLL = object()
-_ENDED = frozenset({"WorkerGroupShutDown", "WorkerGroupStartFailed"})
-_REQUESTED = "WorkerGroupStartRequested"  # the event that opens a group's book
+_ENDED = frozenset({type_name(WorkerGroupShutDown), type_name(WorkerGroupStartFailed)})
+_REQUESTED = type_name(WorkerGroupStartRequested)  # the event that opens a group's book
 
 
 @dataclass
@@ -633,9 +638,8 @@ class RayExecutor:
         if self._scope.run_ids is None:
             return True
         first = next(iter(self.store.read_stream(group_stream(group_id), 1, 1)), None)
-        return isinstance(getattr(first, "event", None), WorkerGroupStartRequested) and (
-            self._scope.admits(first.event)  # type: ignore[union-attr]
-        )
+        event = None if first is None else first.event
+        return isinstance(event, WorkerGroupStartRequested) and self._scope.admits(event)
 
     def _record_error(self, what: str, *, tb: bool = True) -> None:
         text = f"{what}: {traceback.format_exc()}" if tb else what
