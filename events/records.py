@@ -91,7 +91,7 @@ class AppendRequest:
 class UnknownEvent:
     """A stored event whose type this process does not know (no class is registered for it).
 
-    The store is general: any process may append its own event types (the README's
+    The store is general: any process may append its own event types (docs/python-api.md's
     ``CheckpointPinned``), and a reader that never imported them still reads the log. Such an
     event comes back as ``RecordedEvent(event=UnknownEvent(...))`` instead of raising; readers
     show it raw or skip it, and the folds of the built-in streams step over it. Register the type

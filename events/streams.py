@@ -62,7 +62,7 @@ def check_reserved_append(stream_id: str, events: Any) -> Any:
     event types may be appended.
 
     wgstore's types are the classes of its own modules (``wgstore.*``), so a newer wgstore's
-    types pass; another program's (the README's ``CheckpointPinned``, an
+    types pass; another program's (docs/python-api.md's ``CheckpointPinned``, an
     :class:`~wgstore.events.UnknownEvent` copied from a log) do not. Returns ``events`` (as a
     list when it was an iterator that had to be read), for the append to encode.
 
