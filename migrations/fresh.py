@@ -55,14 +55,15 @@ def create_fresh_store(connection: sa.Connection) -> None:
     :data:`HEAD_REVISION`, in the caller's transaction (which holds the lock migrators take)."""
     dialect = connection.dialect.name
     metadata.create_all(connection, checkfirst=False)
-    connection.exec_driver_sql(EVENT_LOG_VIEW_SQL[dialect])
+    # As text() (Alembic's op.execute does the same): the driver sees LIKE 'run-%' as written.
+    connection.execute(sa.text(EVENT_LOG_VIEW_SQL[dialect]))
     if dialect == "postgresql":
         sequence = connection.exec_driver_sql(postgres_functions.POSITION_SEQUENCE_QUERY)
-        for statement in postgres_functions.create_statements(sequence.scalar_one()):
-            connection.exec_driver_sql(statement)
+        statements = postgres_functions.create_statements(sequence.scalar_one())
     else:
-        for statement in sqlite_triggers.TRIGGERS:
-            connection.exec_driver_sql(statement)
+        statements = sqlite_triggers.TRIGGERS
+    for statement in statements:
+        connection.execute(sa.text(statement))
     versions = version_table()
     versions.create(connection)
     connection.execute(versions.insert().values(version_num=HEAD_REVISION))

@@ -53,6 +53,7 @@ MIGRATION_LOCK_CLASS = 7263524
 """PostgreSQL: the first key of the advisory lock an upgrade holds; the second is the schema's
 ``hashtext``, so one store's migrators queue while stores in other schemas migrate at once."""
 
+
 def alembic_config(connection: sa.Connection | None = None) -> Config:
     """An Alembic ``Config`` for wgstore's migrations, optionally bound to ``connection``."""
     from alembic.config import Config
