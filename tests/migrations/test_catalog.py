@@ -171,13 +171,15 @@ def test_a_fresh_store_refuses_what_a_migrated_one_refuses(empty_store_url: str)
     EventStore.open(empty_store_url).close()
     engine = create_store_engine(empty_store_url)
     try:
-        with pytest.raises(sa.exc.DBAPIError, match="handed out by the log"):
-            with engine.begin() as connection:
-                connection.exec_driver_sql(
-                    "INSERT INTO wg_events (position, event_id, stream_id, stream_version, "
-                    "event_type, schema_version, data, metadata, recorded_at, hash, log_hash) "
-                    "VALUES (7, '00000000-0000-0000-0000-000000000001', 's', 1, 'T', 1, '{}', "
-                    "'{}', CURRENT_TIMESTAMP, '', '')"
-                )
+        with (
+            pytest.raises(sa.exc.DBAPIError, match="handed out by the log"),
+            engine.begin() as connection,
+        ):
+            connection.exec_driver_sql(
+                "INSERT INTO wg_events (position, event_id, stream_id, stream_version, "
+                "event_type, schema_version, data, metadata, recorded_at, hash, log_hash) "
+                "VALUES (7, '00000000-0000-0000-0000-000000000001', 's', 1, 'T', 1, '{}', "
+                "'{}', CURRENT_TIMESTAMP, '', '')"
+            )
     finally:
         engine.dispose()
