@@ -1,12 +1,11 @@
-"""An empty database is built in one step, under the lock migrators take, without Alembic.
+"""An empty database is built in one step, under the lock migrators take.
 
-(That the result is the migrated schema: tests/migrations/test_catalog.py.)
+(That the result is the migrated schema: tests/migrations/test_catalog.py; that no Alembic
+module is imported for it: test_migrations.py.)
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from typing import Any
 
@@ -17,25 +16,6 @@ from wgstore.migrations import runner
 from wgstore.migrations.fresh import create_fresh_store, is_empty
 
 _DEADLINE_S = 60.0
-
-
-def test_opening_an_empty_database_does_not_import_alembic(empty_store_url: str) -> None:
-    code = (
-        "import sys; from wgstore.events import EventStore; "
-        "EventStore.open(sys.argv[1]).close(); "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code, empty_store_url], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
-    engine = create_store_engine(empty_store_url)
-    try:
-        with engine.connect() as connection:
-            assert runner.current_revision(connection) == runner.head_revision()
-    finally:
-        engine.dispose()
 
 
 def test_a_database_with_an_empty_version_table_is_migrated_by_alembic(
