@@ -47,9 +47,21 @@ def is_empty(connection: sa.Connection) -> bool:
     """True when the database (Postgres: the schema the search path leads to) holds none of
     wgstore's tables and no revision: a store with no history, which :func:`create_fresh_store`
     may build. An empty version table (all revisions downgraded) is not empty: Alembic then
-    upgrades it as before."""
-    tables = set(sa.inspect(connection).get_table_names())
-    return not tables.intersection(metadata.tables) and ALEMBIC_VERSION_TABLE not in tables
+    upgrades it as before.
+
+    One query by name (SQLAlchemy's ``get_table_names`` on Postgres tests every relation of
+    the database for visibility: 15 ms where a server holds many schemas)."""
+    names = [*metadata.tables, ALEMBIC_VERSION_TABLE]
+    if connection.dialect.name == "postgresql":
+        query = sa.text(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relname = ANY(:names) LIMIT 1"
+        )
+        return connection.execute(query, {"names": names}).first() is None
+    query = sa.text("SELECT 1 FROM sqlite_master WHERE name IN :names LIMIT 1").bindparams(
+        sa.bindparam("names", expanding=True)
+    )
+    return connection.execute(query, {"names": names}).first() is None
 
 
 def create_fresh_store(connection: sa.Connection) -> None:
