@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 PG_URL = os.environ.get("WGSTORE_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-TRIGGER = "wg_events_handed_out"  # migrations/versions/0012_handed_out_positions.py
+TRIGGER = "wg_events_handed_out"  # HANDED_OUT of events/postgres_functions.py, sqlite_triggers.py
 
 
 def _event(n: int) -> Any:

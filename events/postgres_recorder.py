@@ -1,10 +1,10 @@
 """The PostgreSQL recorder: one call of the ``wg_append`` function per append (one round trip).
 
-``wg_append`` (its SQL is :data:`APPEND_FUNCTION`, installed by migration ``0004_log_chain``)
-locks the table, checks the expected version, hands out positions with ``nextval`` (in
-visibility order), computes both hash chains, inserts the batch with one set-based INSERT and
-notifies followers (``pg_notify('wg_events', '')``). The client sends the encoded events as
-arrays in binary form and gets back one row per event.
+``wg_append`` (its SQL and name are in :mod:`wgstore.events.postgres_functions`, with every
+other function and trigger a Postgres store has) locks the table, checks the expected version,
+hands out positions with ``nextval`` (in visibility order), computes both hash chains, inserts
+the batch with one set-based INSERT and notifies followers (``pg_notify('wg_events', '')``).
+The client sends the encoded events as arrays in binary form and gets back one row per event.
 
 With an HMAC key, each row's MAC must cover its position, version and time, which ``wg_append``
 hands out, and the key must never reach the database: such an append builds its rows in Python
@@ -37,6 +37,7 @@ from wgstore.events import pooled_recorder
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, chain_hash, epoch_us, event_mac, log_hash
 from wgstore.events.pooled_recorder import GroupedWrite, PooledRecorder
+from wgstore.events.postgres_functions import APPEND, CHECK_FENCE
 from wgstore.events.recorder import (
     AppendResult,
     Batch,
@@ -55,134 +56,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import DBAPICursor
     from sqlalchemy.pool import PoolProxiedConnection
 
-__all__ = ["APPEND_FUNCTION", "APPEND_SIGNATURE", "PostgresRecorder", "chunked_mode_available"]
-
-APPEND_SIGNATURE = (
-    "wg_append(text, bigint, uuid[], text[], smallint[], jsonb[], jsonb[], text[], boolean)"
-)
-"""The argument types of the live ``wg_append`` (for ``DROP FUNCTION``)."""
-
-# Both hash inputs must match wgstore.events.hashing (chain_hash, log_hash) byte for byte.
-# concat_ws skips NULLs, hence coalesce(mac, ''): Python joins an empty string there too.
-APPEND_FUNCTION = """
-CREATE FUNCTION wg_append(
-    p_stream_id text,
-    p_expected bigint,
-    p_event_ids uuid[],
-    p_types text[],
-    p_schema_versions smallint[],
-    p_data jsonb[],
-    p_metadata jsonb[],
-    p_macs text[],
-    p_check_ids boolean
-) RETURNS TABLE (
-    o_position bigint, o_version integer, o_recorded_at timestamptz, o_hash text, o_existed boolean
-) LANGUAGE plpgsql AS $$
-DECLARE
-    v_n integer := cardinality(p_event_ids);
-    v_version integer;
-    v_hash text;
-    v_log text;
-    v_hashes text[] := array_fill(NULL::text, ARRAY[cardinality(p_event_ids)]);
-    v_logs text[] := array_fill(NULL::text, ARRAY[cardinality(p_event_ids)]);
-    v_positions bigint[] := array_fill(NULL::bigint, ARRAY[cardinality(p_event_ids)]);
-    v_sequence text := pg_get_serial_sequence('wg_events', 'position');
-    v_found integer;
-    v_min integer;
-    v_max integer;
-    v_same boolean;
-    v_now timestamptz;
-    v_us text;
-BEGIN
-    -- lock_timeout is set per connection (wgstore.events.engine), not per call: cheaper.
-    LOCK TABLE wg_events IN EXCLUSIVE MODE;
-
-    IF p_check_ids THEN
-        SELECT count(e.position), min(e.stream_version - x.i::integer),
-               max(e.stream_version - x.i::integer), bool_and(e.stream_id = p_stream_id)
-          INTO v_found, v_min, v_max, v_same
-          FROM unnest(p_event_ids) WITH ORDINALITY AS x(id, i)
-          JOIN wg_events e ON e.event_id = x.id;
-        IF v_found > 0 THEN
-            IF v_found = v_n AND v_same AND v_min = v_max THEN
-                RETURN QUERY
-                    SELECT e.position, e.stream_version, e.recorded_at, e.hash::text, true
-                      FROM unnest(p_event_ids) WITH ORDINALITY AS x(id, i)
-                      JOIN wg_events e ON e.event_id = x.id
-                     ORDER BY x.i;
-                RETURN;
-            END IF;
-            RAISE EXCEPTION 'wgstore: % of % event ids are already stored elsewhere', v_found, v_n
-                USING ERRCODE = 'WG002';
-        END IF;
-    END IF;
-
-    -- The stream's chain continues from its last event...
-    SELECT e.stream_version, e.hash INTO v_version, v_hash
-      FROM wg_events e WHERE e.stream_id = p_stream_id
-     ORDER BY e.stream_version DESC LIMIT 1;
-    IF NOT FOUND THEN
-        v_version := 0;
-        v_hash := '';
-    END IF;
-    IF (p_expected >= 0 AND v_version <> p_expected)
-       OR (p_expected = -2 AND v_version <> 0)
-       OR (p_expected = -3 AND v_version = 0) THEN
-        RAISE EXCEPTION 'wgstore: stream % is at version %', p_stream_id, v_version
-            USING ERRCODE = 'WG001', DETAIL = v_version::text;
-    END IF;
-
-    -- ...and the log's chain from the log's last event, whatever its stream.
-    SELECT e.log_hash INTO v_log FROM wg_events e ORDER BY e.position DESC LIMIT 1;
-    IF NOT FOUND THEN
-        v_log := '';
-    END IF;
-
-    v_now := date_trunc('microseconds', clock_timestamp());
-    v_us := floor(extract(epoch FROM v_now) * 1000000)::bigint::text;
-    FOR i IN 1 .. v_n LOOP
-        v_hash := encode(sha256(convert_to(concat_ws(E'\\n',
-            v_hash, p_stream_id, (v_version + i)::text, p_event_ids[i]::text, p_types[i],
-            p_schema_versions[i]::text, v_us, p_data[i]::text, p_metadata[i]::text), 'UTF8')),
-            'hex');
-        -- The table lock makes these positions consecutive and visible in this order.
-        v_positions[i] := nextval(v_sequence);
-        v_log := encode(sha256(convert_to(concat_ws(E'\\n',
-            v_log, v_positions[i]::text, v_hash, coalesce(p_macs[i], '')), 'UTF8')), 'hex');
-        v_hashes[i] := v_hash;  -- in place: appending with || would copy the array each time
-        v_logs[i] := v_log;
-    END LOOP;
-
-    IF v_n = 1 THEN  -- the common single append: a plain INSERT is cheaper than the CTE
-        INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type,
-                               schema_version, data, metadata, recorded_at, hash, log_hash, mac)
-        VALUES (v_positions[1], p_event_ids[1], p_stream_id, v_version + 1, p_types[1],
-                p_schema_versions[1], p_data[1], p_metadata[1], v_now, v_hash, v_log, p_macs[1]);
-        o_position := v_positions[1];
-        o_version := v_version + 1;
-        o_recorded_at := v_now;
-        o_hash := v_hash;
-        o_existed := false;
-        RETURN NEXT;
-        PERFORM pg_notify('wg_events', '');
-        RETURN;
-    END IF;
-
-    RETURN QUERY
-    WITH inserted AS (
-        INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type,
-                               schema_version, data, metadata, recorded_at, hash, log_hash, mac)
-        SELECT v_positions[x.i], p_event_ids[x.i], p_stream_id, v_version + x.i::integer,
-               p_types[x.i], p_schema_versions[x.i], p_data[x.i], p_metadata[x.i], v_now,
-               v_hashes[x.i], v_logs[x.i], p_macs[x.i]
-          FROM generate_series(1, v_n) AS x(i)
-        RETURNING position, stream_version, hash
-    )
-    SELECT ins.position, ins.stream_version, v_now, ins.hash::text, false
-      FROM inserted ins ORDER BY ins.stream_version;
-    PERFORM pg_notify('wg_events', '');
-END $$
-"""
+__all__ = ["PostgresRecorder", "chunked_mode_available"]
 
 # recorded_at as microseconds since the epoch: a reader makes one datetime per batch (a batch
 # shares a time) instead of psycopg one per row.
@@ -197,10 +71,12 @@ _CHUNK = 100  # rows per chunk of a streamed SELECT
 _CALL = (
     # The arrays go in binary (%b): psycopg's text format escapes every quote of the JSON with a
     # regex callback, which cost more than the append itself.
-    "SELECT * FROM wg_append(%s, %s, %b::uuid[], %b::text[], %b::smallint[], "
+    f"SELECT * FROM {APPEND}(%s, %s, %b::uuid[], %b::text[], %b::smallint[], "
     "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %s)"
 )
-_CHECK_FENCE = "SELECT wg_check_fence({}, {}, {}); "  # migration 0009_fencing, as literals
+_CHECK_FENCE = (
+    f"SELECT {CHECK_FENCE}({{}}, {{}}, {{}}); "  # the lease, holder and epoch as literals
+)
 
 # An unkeyed group (PostgresRecorder._in_one_transaction) as one statement: the fences checked
 # in their order (each wg_check_fence locks its lease row FOR SHARE until the commit), then one
@@ -208,12 +84,12 @@ _CHECK_FENCE = "SELECT wg_check_fence({}, {}, {}); "  # migration 0009_fencing, 
 # the one before returned, or to the fences for the first, orders the calls: each call's
 # arguments name a column of it). A failure anywhere rolls back the whole statement.
 _GROUP_FENCES = (
-    "f AS MATERIALIZED (SELECT count(wg_check_fence(u.l, u.h, u.e)::text) AS n "
+    f"f AS MATERIALIZED (SELECT count({CHECK_FENCE}(u.l, u.h, u.e)::text) AS n "
     "FROM unnest(%b::text[], %b::text[], %b::bigint[]) WITH ORDINALITY AS u(l, h, e, i))"
 )
 _GROUP_BATCH = (
-    "b{k} AS MATERIALIZED (SELECT a.* FROM {after} AS p, LATERAL wg_append(%s, %s, %b::uuid[], "
-    "%b::text[], %b::smallint[], %b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], "
+    f"b{{k}} AS MATERIALIZED (SELECT a.* FROM {{after}} AS p, LATERAL {APPEND}(%s, %s, "
+    "%b::uuid[], %b::text[], %b::smallint[], %b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], "
     "%s OR p.n < 0) AS a)"
 )
 

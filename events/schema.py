@@ -1,15 +1,19 @@
 """All table metadata: the log's tables and the read models'. Depends on nothing in wgstore.
 
-The Alembic migrations are written against this one ``metadata`` (``migrations/env.py`` imports
-only this module) and a test checks drift. Every table carries the prefix ``wg_`` so the store
+A fresh store is this ``metadata`` created at once, with the view below, the backend's triggers
+and functions (``postgres_functions``, ``sqlite_triggers``), stamped at the newest revision
+(``wgstore.migrations.fresh``). The Alembic revisions bring an existing store to the same
+schema; tests check both ways agree (Alembic's drift check, and a comparison of the catalogs).
+Columns a later revision added come last in their table, where ``ADD COLUMN`` put them, so a
+fresh store's column order is a migrated one's. Every table carries the prefix ``wg_`` so the store
 can share a database with other software.
 
 The read models (``wg_worker_groups``, ``wg_workers``, ``wg_poll_history``, ``wg_reports``,
 ``wg_report_series``, ``wg_report_points``, ``wg_runs``, ``wg_run_decisions``,
 ``wg_run_resizes``) are
 kept from the log by the projector (``wgstore.projections.projector``), for people who query with
-SQL; ``docs/sql.md`` explains every column. The view ``wg_event_log`` is created by the migration
-(its SQL differs per backend), not declared here. Times are UTC (``timestamptz`` on Postgres;
+SQL; ``docs/sql.md`` explains every column. The view ``wg_event_log`` is not a table: its SQL
+differs per backend (:data:`EVENT_LOG_VIEW_SQL`). Times are UTC (``timestamptz`` on Postgres;
 ``YYYY-MM-DD HH:MM:SS.ffffff`` text on SQLite, the same form as ``wg_events.recorded_at``). JSON
 columns are ``jsonb`` on Postgres and JSON text on SQLite.
 """
@@ -22,6 +26,7 @@ from sqlalchemy.dialects import postgresql
 __all__ = [
     "ALEMBIC_VERSION_TABLE",
     "EVENT_LOG_VIEW",
+    "EVENT_LOG_VIEW_SQL",
     "FREQUENT_TYPES",
     "NOTIFY_CHANNEL",
     "READ_MODEL_TABLES",
@@ -186,6 +191,41 @@ per content and named by their SHA-256 from the event (:mod:`wgstore.events.blob
 # ---------------------------------------------------------------- read models
 
 EVENT_LOG_VIEW = "wg_event_log"
+"""The log with readable columns, for SQL readers (docs/sql.md); its SQL differs per backend."""
+_KIND = (
+    "CASE WHEN stream_id LIKE 'worker-group-%' THEN 'worker-group' "
+    "WHEN stream_id LIKE 'run-%' THEN 'run' ELSE 'other' END"
+)
+_GROUP = "CASE WHEN stream_id LIKE 'worker-group-%' THEN substr(stream_id, 14) END"
+_RUN = "CASE WHEN stream_id LIKE 'run-%' THEN substr(stream_id, 5) END"
+EVENT_LOG_VIEW_SQL = {
+    "sqlite": f"""
+CREATE VIEW wg_event_log AS
+SELECT position, recorded_at, stream_id, {_KIND} AS stream_kind, {_GROUP} AS group_id,
+       {_RUN} AS run_id, stream_version, event_type, schema_version,
+       json_extract(metadata, '$.causation_id') AS causation_id,
+       json_extract(metadata, '$.correlation_id') AS correlation_id,
+       json_extract(metadata, '$.command_id') AS command_id,
+       json_extract(metadata, '$.host') AS host,
+       json_extract(metadata, '$.pid') AS pid,
+       data, metadata, event_id, hash
+FROM wg_events
+""",
+    "postgresql": f"""
+CREATE VIEW wg_event_log AS
+SELECT position, recorded_at, stream_id, {_KIND} AS stream_kind, {_GROUP} AS group_id,
+       {_RUN} AS run_id, stream_version, event_type, schema_version,
+       metadata->>'causation_id' AS causation_id,
+       metadata->>'correlation_id' AS correlation_id,
+       metadata->>'command_id' AS command_id,
+       metadata->>'host' AS host,
+       (metadata->>'pid')::integer AS pid,
+       data, metadata, event_id, hash
+FROM wg_events
+""",
+}
+"""``CREATE VIEW`` of :data:`EVENT_LOG_VIEW` per dialect name (a fresh store runs it; revision
+``0002_read_models`` keeps its own copy)."""
 
 _Time = sa.DateTime(timezone=True)
 
@@ -215,9 +255,6 @@ wg_worker_groups = sa.Table(
     sa.Column("last_polled_at", _Time),
     sa.Column("reports_total", sa.Integer(), nullable=False, server_default="0"),
     sa.Column("latest_checkpoint", sa.Text()),
-    sa.Column("checkpoint_index", sa.Integer()),
-    sa.Column("checkpoint_committed_at", _Time),
-    sa.Column("latest_reported_checkpoint", sa.Text()),
     sa.Column("start_failed_stage", sa.Text()),
     sa.Column("error_type", sa.Text()),
     sa.Column("error_message", sa.Text()),
@@ -229,6 +266,9 @@ wg_worker_groups = sa.Table(
     sa.Column("last_position", sa.BigInteger(), nullable=False),
     sa.Column("updated_at", _Time, nullable=False),
     sa.Column("projection_error", sa.Text()),
+    sa.Column("checkpoint_index", sa.Integer()),
+    sa.Column("checkpoint_committed_at", _Time),
+    sa.Column("latest_reported_checkpoint", sa.Text()),
 )
 sa.Index("ix_wg_worker_groups_status", wg_worker_groups.c.status, wg_worker_groups.c.updated_at)
 sa.Index("ix_wg_worker_groups_run_id", wg_worker_groups.c.run_id, wg_worker_groups.c.attempt)
@@ -335,14 +375,7 @@ wg_runs = sa.Table(
     sa.Column("max_preemption_failures", sa.Integer()),
     sa.Column("last_decision", sa.Text()),
     sa.Column("latest_checkpoint", sa.Text()),
-    sa.Column("checkpoint_committed_at", _Time),
-    sa.Column("latest_reported_checkpoint", sa.Text()),
-    sa.Column("resumable", sa.Boolean()),
-    sa.Column("not_resumable_reason", sa.Text()),
     sa.Column("num_workers", sa.Integer()),
-    sa.Column("min_workers", sa.Integer()),
-    sa.Column("current_workers", sa.Integer()),
-    sa.Column("desired_workers", sa.Integer()),
     sa.Column("resources_per_worker", _Json),
     sa.Column("train_fn", sa.Text()),
     sa.Column("controllers", sa.Integer(), nullable=False, server_default="0"),
@@ -359,6 +392,13 @@ wg_runs = sa.Table(
     sa.Column("last_position", sa.BigInteger(), nullable=False),
     sa.Column("updated_at", _Time, nullable=False),
     sa.Column("projection_error", sa.Text()),
+    sa.Column("checkpoint_committed_at", _Time),
+    sa.Column("latest_reported_checkpoint", sa.Text()),
+    sa.Column("resumable", sa.Boolean()),
+    sa.Column("not_resumable_reason", sa.Text()),
+    sa.Column("min_workers", sa.Integer()),
+    sa.Column("current_workers", sa.Integer()),
+    sa.Column("desired_workers", sa.Integer()),
 )
 sa.Index("ix_wg_runs_status", wg_runs.c.status, wg_runs.c.updated_at)
 

@@ -1,18 +1,21 @@
-"""Fresh databases already migrated to the latest revision, copied from a template.
+"""Fresh databases already at the latest revision, copied from a template.
 
-Running every migration for each test's fresh database was a third of the suite's setup time
-(``EventStore.open`` of an empty SQLite file ~110 ms, of an empty Postgres schema ~290 ms on
-the 2-core machine). Each test process migrates one template per backend, on first use, and
+Building each test's fresh database was a third of the suite's setup time when ``EventStore.open``
+ran every migration (an empty SQLite file ~110 ms, an empty Postgres schema ~290 ms on the
+2-core machine); it now builds an empty database in one step (``migrations/fresh.py``), and a
+copy is cheaper still. Each test process opens one template per backend, on first use, and
 hands out copies:
 
-- **SQLite**: the template file, copied (~3 ms). It holds what a migration leaves and nothing
-  else (the schema, WAL mode in its header, the revision row).
+- **SQLite**: the template file, copied (~3 ms). It holds what opening an empty file leaves and
+  nothing else (the schema, WAL mode in its header, the revision row).
 - **Postgres**: the template schema's ``pg_dump`` (DDL and its one data row, the revision), the
   template's name replaced, run as one script (~80 ms). The template schema is dropped as soon
   as it is dumped. Without a usable ``pg_dump`` (none on the PATH, or older than the server) a
-  copy is made by migrating, as before: slower, never different.
+  copy is made by ``EventStore.open`` of the empty schema: slower, never different.
 
-tests/test_templates.py checks that a copy is the schema a migration makes, on both backends.
+tests/test_templates.py checks that a copy is the store ``EventStore.open`` makes of an empty
+database, on both backends; tests/migrations/test_catalog.py that this equals a store built by
+running every migration.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ def admin_execute(pg_url: str, sql: str) -> None:
 
 
 def copy_sqlite(path: Path) -> None:
-    """Put a migrated, empty wgstore database at ``path`` (a file that must not exist yet)."""
+    """Put an empty wgstore database at head at ``path`` (a file that must not exist yet)."""
     global _sqlite_template
     with _lock:
         if _sqlite_template is None:
@@ -89,7 +92,7 @@ def copy_sqlite(path: Path) -> None:
 
 
 def postgres_script(pg_url: str) -> str:
-    """The SQL that makes a migrated, empty schema named :data:`_PLACEHOLDER`; "" if none."""
+    """The SQL that makes an empty schema at head named :data:`_PLACEHOLDER`; "" if none."""
     global _pg_script
     with _lock:
         if _pg_script is None:
@@ -123,7 +126,7 @@ def _dump_template(pg_url: str) -> str:
 
 
 def restore_postgres(pg_url: str, schema: str) -> None:
-    """Create ``schema``, migrated and empty, in the database of ``pg_url``."""
+    """Create ``schema``, at head and empty, in the database of ``pg_url``."""
     script = postgres_script(pg_url)
     if script:
         admin_execute(pg_url, script.replace(_PLACEHOLDER, schema))

@@ -1,5 +1,6 @@
-"""The suite's fresh stores are copies of a migrated template (tests/templates.py): a copy must
-be exactly the database a migration makes, or every test that uses one tests something else."""
+"""The suite's fresh stores are copies of a template (tests/templates.py): a copy must be exactly
+the database ``EventStore.open`` makes of an empty one, or every test that uses one tests
+something else. (That store equals one every migration made: tests/migrations/test_catalog.py.)"""
 
 from __future__ import annotations
 

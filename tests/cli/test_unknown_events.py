@@ -35,6 +35,7 @@ from wgstore.events import (
 from wgstore.events.worker_group import WorkerGroupPolled, stream_id_for_group
 from wgstore.projections import READ_MODELS_SUBSCRIPTION, catch_up_read_models
 from wgstore.projections.projector import read_model_rows
+from wgstore.projections.read_models import wg_worker_groups
 
 OTHER_PROGRAM = EventRegistry()
 """The registry of "another program": the ``wgstore`` command under test never sees it."""
@@ -212,7 +213,8 @@ def test_catch_up_applies_the_groups_and_the_read_models_equal_a_rebuild(
             caught_up = read_model_rows(connection)
     groups = {row[0]: row for row in caught_up["wg_worker_groups"]}
     assert set(groups) == {mixed.errored_group, mixed.failed_group, mixed.running_group}
-    assert all(row[-1] is None for row in groups.values())  # no projection_error
+    error_at = list(wg_worker_groups.c.keys()).index("projection_error")
+    assert all(row[error_at] is None for row in groups.values())
     assert len(caught_up["wg_poll_history"]) == 4  # 3 of the errored group, 1 after the unknown
     assert cli("projections", "rebuild", "--url", mixed.url).exit_code == 0
     with EventStore.open(mixed.url) as store, store.engine.connect() as connection:

@@ -9,6 +9,7 @@ claim they check.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -82,7 +83,9 @@ def _drop_unique_event_id(store: EventStore) -> list[str]:
     assert "uq_wg_events_event_id" not in loose, loose
     return [
         "PRAGMA legacy_alter_table = ON",
-        loose.replace('CREATE TABLE "wg_events"', "CREATE TABLE wg_events_loose", 1),
+        # "wg_events" quoted where a migration renamed the table to it (0008), bare in a
+        # store built in one step
+        re.sub(r'^CREATE TABLE "?wg_events"?', "CREATE TABLE wg_events_loose", loose),
         "INSERT INTO wg_events_loose SELECT * FROM wg_events",
         "DROP TABLE wg_events",
         "ALTER TABLE wg_events_loose RENAME TO wg_events",

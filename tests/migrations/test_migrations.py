@@ -102,18 +102,34 @@ def test_the_head_constant_is_alembics_head() -> None:
     assert head_revision() == HEAD_REVISION
 
 
-def test_opening_a_store_at_head_does_not_import_alembic(store_url: str) -> None:
-    EventStore.open(store_url).close()  # migrated to head here
+def _alembic_modules_an_open_imports(url: str) -> str:
+    """The Alembic modules a new process has imported after ``EventStore.open(url).close()``."""
     code = (
         "import sys; from wgstore.events import EventStore; "
         "EventStore.open(sys.argv[1]).close(); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code, store_url], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code, url], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    return result.stdout.strip()
+
+
+def test_opening_a_store_at_head_does_not_import_alembic(store_url: str) -> None:
+    EventStore.open(store_url).close()  # built at head here
+    assert _alembic_modules_an_open_imports(store_url) == "[]"
+
+
+def test_opening_an_empty_database_does_not_import_alembic(store_url: str) -> None:
+    """An empty database is built in one step (migrations/fresh.py): no revision runs."""
+    assert _alembic_modules_an_open_imports(store_url) == "[]"
+    engine = create_store_engine(store_url)
+    try:
+        with engine.connect() as connection:
+            assert current_revision(connection) == head_revision()
+    finally:
+        engine.dispose()
 
 
 def test_a_database_behind_head_is_still_migrated_on_open(
