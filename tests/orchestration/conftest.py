@@ -16,6 +16,13 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+# A test on real Ray whose Ray side is the same on both backends runs on one of them, the
+# scenarios of a module taking turns (the backends' own paths, appends, fences and the workers'
+# report writes, are tested apart in tests/events). What is about the store itself (a run's exact
+# event sequence, the workers' keyed appends, fencing) stays on both.
+ON_SQLITE = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+ON_POSTGRES = pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
 if str(REPO) not in sys.path:  # so `examples.train` imports here and in Ray workers
     sys.path.insert(0, str(REPO))
 

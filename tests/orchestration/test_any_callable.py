@@ -3,7 +3,7 @@
 A module-level function stays its readable import path. Anything else is pickled: the log holds
 its qualified name, the bytes and their digest; the real-Ray test starts a lambda and a closure
 in executor *processes* that never saw the functions (only the log), the second after the first
-was SIGKILLed.
+was SIGKILLed (on Postgres; the pickle's round trip through the log runs on both backends).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from examples.train import train_fn
-from tests.orchestration.conftest import assert_nothing_left, make_context
+from tests.orchestration.conftest import ON_POSTGRES, assert_nothing_left, make_context
 from wgstore.events.worker_group import (
     WorkerGroupContext,
     WorkerGroupStartRequested,
@@ -84,6 +84,7 @@ def test_a_callable_that_cannot_be_pickled_is_refused_with_how_to_fix_it() -> No
 
 @pytest.mark.ray
 @pytest.mark.slow
+@ON_POSTGRES
 def test_a_lambda_and_a_closure_start_again_in_a_second_executor_process_from_the_log(
     store: Any, store_url: str, tmp_path: Path, ray_up: None
 ) -> None:

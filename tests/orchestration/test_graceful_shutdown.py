@@ -1,7 +1,8 @@
 """Shutdown gives workers Ray Train's patience and runs their shutdown hooks before killing them.
 
 The hook writes a file, so the test sees it ran in the worker process; the log says per rank
-whether the worker ended on its own (``stopped``) or was killed.
+whether the worker ended on its own (``stopped``) or was killed. Each case runs on one backend,
+the cases taking turns (``ON_SQLITE`` / ``ON_POSTGRES``: the shutdown's Ray side is the same).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.orchestration.conftest import assert_nothing_left, make_context
+from tests.orchestration.conftest import ON_POSTGRES, ON_SQLITE, assert_nothing_left, make_context
 from wgstore.events.worker_group import WorkerEnding, WorkerGroupContext
 from wgstore.orchestration import WorkerGroup
 
@@ -36,6 +37,7 @@ def _start(store: Any, executor: Any, out: Path, **overrides: Any) -> Any:
     return group
 
 
+@ON_SQLITE
 def test_shutdown_runs_every_worker_s_hook_before_killing_it(
     store: Any, executor: Any, tmp_path: Path
 ) -> None:
@@ -51,6 +53,7 @@ def test_shutdown_runs_every_worker_s_hook_before_killing_it(
     assert_nothing_left(group.group_id)
 
 
+@ON_POSTGRES
 def test_a_hook_slower_than_the_patience_is_killed_and_recorded_as_killed(
     store: Any, executor: Any, tmp_path: Path
 ) -> None:
@@ -67,6 +70,7 @@ def test_a_hook_slower_than_the_patience_is_killed_and_recorded_as_killed(
     assert_nothing_left(group.group_id)
 
 
+@ON_SQLITE
 def test_a_raising_hook_is_recorded_and_the_group_still_shuts_down(
     store: Any, executor: Any, tmp_path: Path
 ) -> None:
@@ -81,6 +85,7 @@ def test_a_raising_hook_is_recorded_and_the_group_still_shuts_down(
     assert_nothing_left(group.group_id)
 
 
+@ON_POSTGRES
 def test_zero_patience_kills_at_once_without_running_hooks(
     store: Any, executor: Any, tmp_path: Path
 ) -> None:

@@ -1,4 +1,6 @@
-"""Worker groups on a real local Ray, recorded on SQLite and Postgres."""
+"""Worker groups on a real local Ray, recorded on SQLite and Postgres: a whole run's exact event
+sequence and the workers' keyed appends on both, the other scenarios on one each, taking turns
+(``ON_SQLITE`` / ``ON_POSTGRES``)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from tests.orchestration.conftest import REPO, assert_nothing_left, make_context
+from tests.orchestration.conftest import (
+    ON_POSTGRES,
+    ON_SQLITE,
+    REPO,
+    assert_nothing_left,
+    make_context,
+)
 from wgstore.events.worker_group import stream_id_for_group
 from wgstore.orchestration import WorkerGroup
 from wgstore.orchestration.executor.commands import command_id_for
@@ -78,6 +86,7 @@ def test_a_four_worker_run_to_completion_records_the_exact_event_sequence(
     assert_nothing_left(group.group_id)
 
 
+@ON_SQLITE
 def test_a_train_fn_raising_on_one_rank_records_the_error_with_its_traceback(
     store: Any, executor: Any
 ) -> None:
@@ -105,6 +114,7 @@ def test_a_train_fn_raising_on_one_rank_records_the_error_with_its_traceback(
     assert_nothing_left(group.group_id)
 
 
+@ON_POSTGRES
 def test_a_worker_process_that_dies_is_marked_failed_by_the_health_check(
     store: Any, executor: Any
 ) -> None:
@@ -120,6 +130,7 @@ def test_a_worker_process_that_dies_is_marked_failed_by_the_health_check(
     assert_nothing_left(group.group_id)
 
 
+@ON_SQLITE
 def test_shutdown_during_training_stops_it_and_releases_everything(
     store: Any, executor: Any
 ) -> None:
@@ -138,6 +149,7 @@ def test_shutdown_during_training_stops_it_and_releases_everything(
     assert group.shutdown().status is WorkerGroupStatus.SHUT_DOWN  # idempotent
 
 
+@ON_POSTGRES
 def test_a_steady_run_rebuilds_every_status_change_from_its_poll_history(
     store: Any, executor: Any
 ) -> None:
@@ -218,6 +230,7 @@ def test_reports_written_by_workers_carry_the_stores_mac_so_a_keyed_verify_passe
         assert not wrong.ok
 
 
+@ON_SQLITE
 def test_what_the_train_function_returns_is_recorded_per_rank(store: Any, executor: Any) -> None:
     context = make_context(2, train_fn="tests.orchestration.parity_fns:returning_fn")
     group = WorkerGroup.create(store, context, executor=executor)
@@ -237,6 +250,7 @@ def test_what_the_train_function_returns_is_recorded_per_rank(store: Any, execut
     assert again.poll_status.worker_statuses[1].return_value == expected[1]
 
 
+@ON_POSTGRES
 def test_a_return_value_the_log_cannot_hold_is_a_clear_worker_error(
     store: Any, executor: Any
 ) -> None:
