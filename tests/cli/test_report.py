@@ -134,25 +134,24 @@ def test_report_into_a_missing_folder_exits_2(
 
 
 def open_in_chromium(page: Path, screenshot: Path) -> tuple[str, str]:
-    """Load ``page`` in headless Chromium: the DOM after its scripts ran, and the console output."""
+    """Load ``page`` in headless Chromium: the DOM after its scripts ran, and the console output.
+
+    One launch does both: headless Chromium runs ``--dump-dom`` and ``--screenshot`` on the same
+    load, once the virtual time budget (the page's scripts) has run out.
+    """
     binary = chromium()
     url = page.resolve().as_uri()
-    dump = subprocess.run(
-        [binary, *CHROMIUM_FLAGS, "--virtual-time-budget=5000", "--dump-dom", url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert dump.returncode == 0, dump.stderr[-2000:]
     screenshot.parent.mkdir(parents=True, exist_ok=True)
-    shot = subprocess.run(
+    screenshot.unlink(missing_ok=True)  # the one this launch takes, not an earlier run's
+    done = subprocess.run(
         [
             binary,
             *CHROMIUM_FLAGS,
+            "--virtual-time-budget=5000",
             "--window-size=1400,1200",
             "--hide-scrollbars",
             f"--screenshot={screenshot}",
+            "--dump-dom",
             url,
         ],
         capture_output=True,
@@ -160,9 +159,10 @@ def open_in_chromium(page: Path, screenshot: Path) -> tuple[str, str]:
         timeout=120,
         check=False,
     )
-    assert shot.returncode == 0, shot.stderr[-2000:]
-    console = "\n".join(line for line in dump.stderr.splitlines() if ":CONSOLE" in line)
-    return dump.stdout, console
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert screenshot.is_file(), done.stderr[-2000:]
+    console = "\n".join(line for line in done.stderr.splitlines() if ":CONSOLE" in line)
+    return done.stdout, console
 
 
 def _check_rendered(dom: str, console: str, lanes: int, charts: int) -> None:
