@@ -27,6 +27,7 @@ import pytest
 pytestmark = [
     pytest.mark.ray,
     pytest.mark.slow,
+    pytest.mark.usefixtures("fast_ray_train_polls"),  # polls every 0.5 s, not 2 s
 ]
 
 ray = pytest.importorskip("ray")
@@ -54,7 +55,7 @@ def _cli(*args: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def by_value(ray_session: None) -> Iterator[None]:
+def by_value(ray_session: None, fast_ray_train_polls: None) -> Iterator[None]:
     """The example's train function travels by value: workers need not import ``examples``."""
     import cloudpickle
 
