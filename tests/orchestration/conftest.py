@@ -27,6 +27,25 @@ if str(REPO) not in sys.path:  # so `examples.train` imports here and in Ray wor
     sys.path.insert(0, str(REPO))
 
 
+# Ray Train's controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s by
+# default), and every step of a run (running, finished, a failure seen, a restart) waits for a
+# poll: the Ray Train tests set it shorter in their own environment, which Ray Train passes on
+# to the controller it starts (the variable is in Ray's ENV_VARS_TO_PROPAGATE) and which their
+# driver subprocesses inherit. A poll that outlasts it on a loaded machine is not an error (it is
+# awaited at the next one; only RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S, 10 min, fails a worker).
+FAST_RAY_TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+
+
+@pytest.fixture(scope="module")
+def fast_ray_train_polls() -> Iterator[None]:
+    """:data:`FAST_RAY_TRAIN_ENV` in this process's environment for the module's tests (and
+    its module fixtures that depend on this one), restored afterwards."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in FAST_RAY_TRAIN_ENV.items():
+            patch.setenv(name, value)
+        yield
+
+
 def live_ray_resources(group_id: str) -> list[str]:
     """What Ray's own tables still hold for ``group_id``: actors not DEAD, PGs not REMOVED."""
     import ray

@@ -45,7 +45,9 @@ class Recorded:
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+def recorded(
+    tmp_path_factory: pytest.TempPathFactory, fast_ray_train_polls: None
+) -> Iterator[Recorded]:
     require_postgres()
     work = tmp_path_factory.mktemp("elastic")
     schema = f"wgtest_{uuid.uuid4().hex[:12]}"

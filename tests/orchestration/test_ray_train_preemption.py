@@ -20,7 +20,11 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.usefixtures("fast_ray_train_polls"),  # polls every 0.5 s, not 2 s
+]
 
 pytest.importorskip("ray.train.v2")
 
@@ -61,7 +65,7 @@ def train_fn() -> None:
 
 
 @pytest.fixture(scope="module")
-def by_value(ray_session: None) -> Iterator[None]:
+def by_value(ray_session: None, fast_ray_train_polls: None) -> Iterator[None]:
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -34,7 +34,13 @@ from wgstore.projections.state import project_worker_group
 # Two drivers, each starting a Ray Train controller and its workers, in processes of their own:
 # ~40 s quiet, but a Ray Train start alone took 40-65 s at load 40 on 2 cores (the work is
 # already minimal: 8 steps of 0.05 s). The session's 300 s is too short there, not too long.
-pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    # polls every 0.5 s, not 2 s: the drivers and resumes started here inherit it
+    pytest.mark.usefixtures("fast_ray_train_polls"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 
