@@ -26,7 +26,11 @@ from wgstore.orchestration.run.controller import read_run
 from wgstore.projections.run_state import RunState
 from wgstore.projections.state import TrainingOutcome, WorkerGroupState, project_worker_group
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    pytest.mark.timeout(900),  # the module's driver: ~40 s quiet, minutes beside `stress --cpu 2`
+]
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     work = tmp_path_factory.mktemp("elastic-own")
     url = f"sqlite:///{work / 'runs.db'}"
     out = work / "out.json"
-    proc = run_cluster_driver("tests.orchestration.elastic_own_driver", url, str(out), str(work))
+    proc = run_cluster_driver(
+        "tests.orchestration.elastic_own_driver", url, str(out), str(work), timeout_s=840
+    )
     assert proc.returncode == 0 and out.exists(), proc.stdout[-4000:] + proc.stderr[-8000:]
     result = json.loads(out.read_text())
     assert "driver_error" not in result and "error" not in result, (result, proc.stderr[-6000:])

@@ -29,7 +29,13 @@ from wgstore.projections.ray_train import ray_train_run, ray_train_run_attempts
 from wgstore.projections.run_state import RunState, project_run
 from wgstore.projections.state import TrainingOutcome, project_worker_group
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.slow,
+    # the module's one driver (a 3-node cluster, an elastic Ray Train run resized twice) takes
+    # ~90 s quiet and went past the default 300 s beside `stress --cpu 2`
+    pytest.mark.timeout(900),
+]
 
 pytest.importorskip("ray.train.v2")
 
@@ -61,6 +67,7 @@ def recorded(
             urls["postgres"],
             str(out),
             str(work),
+            timeout_s=840,
         )
         assert proc.returncode == 0 and out.exists(), proc.stdout[-4000:] + proc.stderr[-8000:]
         yield Recorded(urls=urls, **json.loads(out.read_text()))
