@@ -653,13 +653,11 @@ def _fold_group(
     fold = WorkerGroupFold(state)
     for event in events:
         try:
-            fold.apply(event)
+            view = fold.apply(event)
         except ProjectionError as error:
             work.error = str(error)
             work.last_event = event
             break
-        view = fold.view
-        assert view is not None  # an event was folded
         _rows_of(work, view, event)
         work.last_event = work.last_applied = event
     work.state = fold.state()

@@ -918,12 +918,14 @@ class WorkerGroupFold:
     def __init__(self, state: WorkerGroupState | None = None) -> None:
         self._draft: _Draft | None = None if state is None else _Draft(state)
 
-    def apply(self, event: RecordedEvent) -> None:
-        """Fold in one event (see :func:`evolve` for what raises)."""
+    def apply(self, event: RecordedEvent) -> WorkerGroupState:
+        """Fold in one event (see :func:`evolve` for what raises); returns :attr:`view`, the
+        state folded so far (never ``None`` once an event is folded)."""
         if self._draft is None:
             self._draft = _Draft(_first(event))
         else:
             _apply(self._draft, (event,))
+        return self._draft.as_state()
 
     @property
     def view(self) -> WorkerGroupState | None:

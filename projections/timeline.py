@@ -169,9 +169,7 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
     for record in records:
         t = _ms(record)
         times.append(t)
-        fold.apply(record)
-        view = fold.view
-        assert view is not None  # an event was folded
+        view = fold.apply(record)
         if view.status != status:
             status = view.status
             if phases:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from tests.migrations.conftest import WAITING_FOR_THE_MIGRATION_LOCK
 from tests.waiting import wait_until
 from wgstore.events import EventStore
 from wgstore.events.engine import create_store_engine
@@ -61,12 +62,7 @@ def test_a_second_opener_of_an_empty_schema_waits_and_finds_it_built(pg_url: str
         opener.start()
 
         def waits_for_the_lock() -> bool:
-            return bool(
-                monitor.exec_driver_sql(
-                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                    f"AND classid = {runner.MIGRATION_LOCK_CLASS}"
-                ).first()
-            )
+            return bool(monitor.exec_driver_sql(WAITING_FOR_THE_MIGRATION_LOCK).first())
 
         wait_until(
             lambda: waits_for_the_lock() or not opener.is_alive(),

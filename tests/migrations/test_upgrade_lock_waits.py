@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.migrations.conftest import WAITING_FOR_THE_MIGRATION_LOCK
 from tests.waiting import wait_until
 from wgstore.events import EventStore
 from wgstore.events.engine import create_store_engine
@@ -160,13 +161,7 @@ def test_the_migration_lock_is_one_per_schema(pg_url: str) -> None:
         second.start()
 
         def waits_for_the_lock() -> bool:
-            return bool(
-                monitor.execute(
-                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                    "AND classid = %s",
-                    (runner.MIGRATION_LOCK_CLASS,),
-                ).fetchone()
-            )
+            return bool(monitor.execute(WAITING_FOR_THE_MIGRATION_LOCK).fetchone())
 
         wait_until(
             lambda: waits_for_the_lock() or not second.is_alive(),
