@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # so `examples.train` imports here and in Ray workers
+    sys.path.insert(0, str(REPO))
 
 # A test on real Ray whose Ray side is the same on both backends runs on one of them, the
 # scenarios of a module taking turns (the backends' own paths, appends, fences and the workers'
@@ -23,8 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 # event sequence, the workers' keyed appends, fencing) stays on both.
 ON_SQLITE = pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 ON_POSTGRES = pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
-if str(REPO) not in sys.path:  # so `examples.train` imports here and in Ray workers
-    sys.path.insert(0, str(REPO))
 
 
 # Ray Train's controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s by
