@@ -42,6 +42,16 @@ if XDIST_WORKER and "RAY_TMPDIR" not in os.environ:
     _run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:8]
     _RAY_TMPDIR = os.environ["RAY_TMPDIR"] = f"/tmp/wgs-{_run}-{XDIST_WORKER}"
 
+# Every Ray the suite starts (the session's, a test's Cluster, a subprocess driver's) runs a log
+# monitor that globs its logs folder for new worker files every 0.1 s while it holds fewer than
+# RAY_LOG_MONITOR_MANY_FILES_THRESHOLD of them. A session's folder gathers hundreds, so the log
+# monitors took 7 % of the machine's CPU in a full run (121 of 1,757 CPU-seconds over 15 min,
+# sampled per process on 2026-12-07). Looking once a second finds a new worker's file within a
+# second: the tests that read worker output forwarded to a driver (`wgstore run`'s "(rank 0
+# pid=...)" lines, a resumed run's) read it from the file's start, so nothing is lost.
+os.environ.setdefault("RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "0")
+os.environ.setdefault("LOG_NAME_UPDATE_INTERVAL_S", "1")
+
 # The CLI's tables are as wide as COLUMNS says when stdout is a pipe (200 when unset); xdist's
 # workers get COLUMNS=80 from execnet, and a developer's shell may export its own. The tests
 # read the tables as the CLI prints them when nothing narrows them.
