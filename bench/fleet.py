@@ -429,6 +429,44 @@ class Backend:
             found[pid] = (int(fields[11]) + int(fields[12])) / ticks
         return found
 
+    def reset_statements(self) -> None:
+        """Postgres: zero ``pg_stat_statements`` (the extension must be loaded and created:
+        bench/pg_profile.py starts a server that has it)."""
+        import psycopg
+
+        with psycopg.connect(self.conninfo, autocommit=True) as admin:
+            try:
+                admin.execute("SELECT public.pg_stat_statements_reset()")
+            except psycopg.errors.UndefinedFunction as error:
+                raise SystemExit(
+                    "--statements needs pg_stat_statements in the database (loaded with "
+                    "shared_preload_libraries, then CREATE EXTENSION pg_stat_statements): "
+                    "bench/pg_profile.py starts a private server that has it"
+                ) from error
+
+    def statements(self) -> list[dict[str, Any]]:
+        """Postgres: every statement ``pg_stat_statements`` saw since the reset, this database's
+        (``toplevel`` false: run inside a function, such as ``wg_append``'s INSERT)."""
+        import psycopg
+
+        with psycopg.connect(self.conninfo, autocommit=True) as admin:
+            rows = admin.execute(
+                "SELECT toplevel, calls, total_exec_time, total_plan_time, rows, query "
+                "FROM public.pg_stat_statements "
+                "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).fetchall()
+        return [
+            {
+                "toplevel": bool(toplevel),
+                "calls": int(calls),
+                "exec_ms": float(exec_ms),
+                "plan_ms": float(plan_ms),
+                "rows": int(count),
+                "query": " ".join(str(query).split()),
+            }
+            for toplevel, calls, exec_ms, plan_ms, count, query in rows
+        ]
+
     def sizes(self, store: Any) -> tuple[int, int, dict[str, dict[str, int]]]:
         """Bytes of every table with its indexes, of ``wg_events`` with its indexes, and per
         event type: events and their rows' bytes (``pg_column_size`` / ``length`` of columns)."""
@@ -791,6 +829,8 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
                     children.append(child)
                 while time.time() < start_at:
                     time.sleep(0.05)
+                if args.statements:
+                    backend.reset_statements()
                 head0 = store.head()
                 t0 = time.monotonic()
                 cpu0 = time.process_time()
@@ -800,6 +840,7 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
                 wall = time.monotonic() - t0
                 reader.finish()
                 reader_cpu = time.process_time() - cpu0
+                statements = backend.statements() if args.statements else None
                 results = []
                 for p, child in enumerate(children):
                     path = Path(f"{out}/{p}.json")
@@ -896,6 +937,9 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
                 else "in-process (SQLite): inside client"
             ),
         },
+        "statements": None
+        if statements is None
+        else _by_statement(statements, events, server_cpu, args.statements),
         "bytes": total_bytes,
         "log_bytes": log_bytes,
         "bytes_per_run_hour": round(total_bytes / run_hours),
@@ -904,6 +948,47 @@ def run_config(args: argparse.Namespace, backend_name: str) -> dict[str, Any]:
         "verify": {"s": round(verify_s, 3), "events": head, "ok": bool(verified.ok)},
         "at_size": at_size,
         "check": {**check, "errors": [e for r in results for e in r["errors"]][:10]},
+    }
+
+
+def _by_statement(
+    statements: list[dict[str, Any]], events: int, server_cpu: float | None, top: int
+) -> dict[str, Any]:
+    """The ``top`` statements by execution time over the measured window, each per appended
+    event: calls per 1,000 events, µs of execution per event and its share of all top-level
+    execution; nested statements (inside functions) apart, their time part of their caller's.
+    The server's CPU (``/proc``) is the same window's, for scale: execution time is wall time
+    in the executor (waits for locks and the WAL flush included), not CPU."""
+    per_event = max(events, 1)
+
+    def rows(toplevel: bool, total_ms: float) -> list[dict[str, Any]]:
+        chosen = sorted(
+            (s for s in statements if s["toplevel"] is toplevel), key=lambda s: -s["exec_ms"]
+        )
+        return [
+            {
+                "calls_per_1000_events": round(s["calls"] * 1000 / per_event, 1),
+                "exec_us_per_event": round(s["exec_ms"] * 1000 / per_event, 1),
+                "share": round(s["exec_ms"] / total_ms, 3) if total_ms else None,
+                "ms_per_call": round(s["exec_ms"] / s["calls"], 3) if s["calls"] else None,
+                "rows_per_call": round(s["rows"] / s["calls"], 1) if s["calls"] else None,
+                "query": s["query"][:300],
+            }
+            for s in chosen[:top]
+        ]
+
+    total_ms = sum(s["exec_ms"] + s["plan_ms"] for s in statements if s["toplevel"])
+    return {
+        "events": events,
+        "toplevel_exec_us_per_event": round(total_ms * 1000 / per_event, 1),
+        "toplevel_calls_per_event": round(
+            sum(s["calls"] for s in statements if s["toplevel"]) / per_event, 2
+        ),
+        "server_cpu_us_per_event": None
+        if server_cpu is None
+        else round(server_cpu * 1e6 / per_event, 1),
+        "toplevel": rows(True, total_ms),
+        "nested": rows(False, total_ms),
     }
 
 
@@ -999,6 +1084,13 @@ def main(argv: list[str] | None = None) -> int:
         "time the read models' catch-up, `wgstore verify` and `wgstore verify "
         "--no-read-models` at that size",
     )
+    parser.add_argument(
+        "--statements",
+        type=int,
+        metavar="N",
+        help="Postgres: the N statements that took the server's time over the measured window, "
+        "from pg_stat_statements (bench/pg_profile.py starts a private server that loads it)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the schema / file")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--out", help="also write the JSON report to this file")
@@ -1008,6 +1100,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} must be at least 1")
     if args.interval <= 0 or args.duration <= 0:
         parser.error("--interval and --duration must be > 0")
+    if args.statements is not None and (args.backend != "postgres" or args.statements < 1):
+        parser.error("--statements N: N >= 1, with --backend postgres")
     if args.stagger_s is None:
         args.stagger_s = args.interval
     if args.stagger_s < 0:

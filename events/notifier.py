@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from wgstore.events.schema import NOTIFY_CHANNEL
+from wgstore.events.postgres_functions import NOTIFY_CHANNEL_SQL
 
 if TYPE_CHECKING:
     from wgstore.events.log_access import LogAccess
@@ -146,7 +146,11 @@ class Notifier:
                     psycopg.connect(*args, **kwargs, autocommit=True) as connection,
                     selectors.PollSelector() as selector,
                 ):
-                    connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    # the store's own channel (one per schema), named by the server as
+                    # wg_append names it
+                    row = connection.execute(f"SELECT {NOTIFY_CHANNEL_SQL}").fetchone()
+                    assert row is not None
+                    connection.execute(f'LISTEN "{row[0]}"')
                     self.local_append()  # something may have happened while we were away
                     selector.register(connection.fileno(), selectors.EVENT_READ)
                     selector.register(close_signal, selectors.EVENT_READ)

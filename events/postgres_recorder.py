@@ -3,7 +3,7 @@
 ``wg_append`` (its SQL and name are in :mod:`wgstore.events.postgres_functions`, with every
 other function and trigger a Postgres store has) locks the table, checks the expected version,
 hands out positions with ``nextval`` (in visibility order), computes both hash chains, inserts
-the batch with one set-based INSERT and notifies followers (``pg_notify('wg_events', '')``).
+the batch with one set-based INSERT and notifies followers (``pg_notify``, on the store's own channel).
 The client sends the encoded events as arrays in binary form and gets back one row per event.
 
 With an HMAC key, each row's MAC must cover its position, version and time, which ``wg_append``
@@ -37,7 +37,7 @@ from wgstore.events import pooled_recorder
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, chain_hash, epoch_us, event_mac, log_hash
 from wgstore.events.pooled_recorder import GroupedWrite, PooledRecorder
-from wgstore.events.postgres_functions import APPEND, CHECK_FENCE
+from wgstore.events.postgres_functions import APPEND, CHECK_FENCE, NOTIFY_CHANNEL_SQL
 from wgstore.events.recorder import (
     AppendResult,
     Batch,
@@ -124,7 +124,7 @@ _KEYED_INSERT = (
     "%b::text[]::jsonb[], %b::text[]::jsonb[], %b::text[], %b::text[], %b::text[]) "
     "AS u(p, id, v, t, s, d, m, h, l, mac)"
 )
-_KEYED_COMMIT = "SELECT pg_notify('wg_events', ''); COMMIT"  # one round trip
+_KEYED_COMMIT = f"SELECT pg_notify({NOTIFY_CHANNEL_SQL}, ''); COMMIT"  # one round trip
 _COMMIT = "COMMIT"
 
 

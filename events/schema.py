@@ -28,7 +28,6 @@ __all__ = [
     "EVENT_LOG_VIEW",
     "EVENT_LOG_VIEW_SQL",
     "FREQUENT_TYPES",
-    "NOTIFY_CHANNEL",
     "READ_MODEL_TABLES",
     "TYPE_INDEX_WHERE",
     "metadata",
@@ -49,7 +48,6 @@ __all__ = [
 ]
 
 ALEMBIC_VERSION_TABLE = "wg_alembic_version"
-NOTIFY_CHANNEL = "wg_events"
 
 metadata = sa.MetaData(
     naming_convention={

@@ -106,9 +106,7 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'wgstore.db'}"
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A URL of a fresh, empty schema in the test database, dropped after the test."""
+def _fresh_schema_url() -> Iterator[str]:
     require_postgres()
     schema = f"wgtest_{uuid.uuid4().hex[:12]}"
     _admin_execute(f"CREATE SCHEMA {schema}")
@@ -116,6 +114,18 @@ def pg_url() -> Iterator[str]:
         yield make_pg_schema_url(schema)
     finally:
         _drop_schema(schema)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A URL of a fresh, empty schema in the test database, dropped after the test."""
+    yield from _fresh_schema_url()
+
+
+@pytest.fixture
+def pg_url_2() -> Iterator[str]:
+    """Another fresh, empty schema in the same database (two stores side by side)."""
+    yield from _fresh_schema_url()
 
 
 def _drop_schema(schema: str) -> None:

@@ -4,6 +4,7 @@ pipe that tells it to stop) without waiting for a timeout."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -51,8 +52,8 @@ def test_another_writers_append_wakes_a_waiter_and_close_gives_everything_back(
         pipe_files = {os.readlink(f"/proc/self/fd/{fd}") for fd in pipe}
         generation = notifier.generation
         other.append("noted-1", [Noted(text="from another process, as it were")])
-        # Only a NOTIFY can move it now: `store` itself appends nothing. (The channel is the
-        # database's, so another test's append elsewhere could be the one; ours is certain.)
+        # Only a NOTIFY can move it now: `store` itself appends nothing (and the channel is
+        # this schema's: other tests' appends elsewhere in the database do not reach it).
         assert notifier.wait_for_wake(generation, timeout_s=60) > generation
     finally:
         other.close()
@@ -62,6 +63,47 @@ def test_another_writers_append_wakes_a_waiter_and_close_gives_everything_back(
     assert not listener.is_alive()
     assert not pipe_files & _open_files()
     assert notifier._close_pipe is None
+
+
+def test_appends_in_another_schema_of_the_database_do_not_wake_this_store(
+    pg_url: str, pg_url_2: str
+) -> None:
+    """Each schema's appends notify a channel of its own (migration 0014): a store's listener
+    is not woken by another store's appends in the same database, as it was on the one
+    ``wg_events`` channel every store shared before (each woke, and read, on every append)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from wgstore.events.postgres_functions import NOTIFY_CHANNEL_SQL
+
+    url = make_url(pg_url)
+    connect = functools.partial(
+        psycopg.connect, host=url.host, port=url.port, user=url.username, dbname=url.database,
+        options=url.query["options"], autocommit=True,
+    )  # fmt: skip
+    with (
+        EventStore.open(pg_url_2) as elsewhere,
+        EventStore.open(pg_url) as here,
+        connect() as listener,
+    ):
+        row = listener.execute(f"SELECT {NOTIFY_CHANNEL_SQL}").fetchone()
+        assert row is not None
+        ours = row[0]
+        for channel in (ours, "wg_events", "wgtest_done"):  # wg_events: every store's until 0014
+            listener.execute(f'LISTEN "{channel}"')
+        for k in range(5):
+            elsewhere.append(f"elsewhere-{k}", [Noted(text="another store's append")])
+        here.append("here", [Noted(text="this store's append")])
+        with connect() as last:
+            last.execute("NOTIFY wgtest_done")
+        # Postgres delivers notifications in commit order: whatever the six appends notified on
+        # a channel listened to here came before the last one.
+        heard = []
+        for notify in listener.notifies(timeout=60):
+            heard.append(notify.channel)
+            if notify.channel == "wgtest_done":
+                break
+    assert heard == [ours, "wgtest_done"]
 
 
 def test_a_store_closed_before_it_listened_starts_no_listener(pg_url: str) -> None:

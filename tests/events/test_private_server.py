@@ -1,20 +1,12 @@
-"""A real PostgreSQL stop and start, on a private server this module starts for itself.
-
-The server runs from a temporary folder on a free port, as the ``postgres`` OS user (``initdb``
-and ``pg_ctl`` refuse root), and is removed afterwards. The shared server on 5432 is never
-touched. Skipped where there is no PostgreSQL installation to start or no root to switch users.
+"""A real PostgreSQL stop and start, on a private server this module starts for itself
+(bench/private_postgres.py: a temporary folder, a free port, removed afterwards). The shared
+server on 5432 is never touched. Skipped where there is no PostgreSQL installation to start or
+no root to switch users.
 """
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import logging
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -24,6 +16,7 @@ from typing import TypeVar
 
 import pytest
 
+from bench.private_postgres import PrivateServer, private_server, unavailable
 from wgstore.events import EventStore, NewEvent, StoreUnavailableError, event_type
 
 T = TypeVar("T")
@@ -35,65 +28,13 @@ class Probe:
     n: int
 
 
-@dataclass
-class PrivateServer:
-    """A PostgreSQL server owned by the test: its URL, and stop/start."""
-
-    bin_dir: str
-    folder: str
-    port: int
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres?connect_timeout=5"
-
-    def _pg_ctl(self, *args: str) -> None:
-        subprocess.run(
-            ["runuser", "-u", "postgres", "--", f"{self.bin_dir}/pg_ctl", "-D", self.data, *args],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-
-    @property
-    def data(self) -> str:
-        return os.path.join(self.folder, "data")
-
-    def start(self) -> None:
-        options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._pg_ctl("-o", options, "-l", os.path.join(self.folder, "log"), "-w", "start")
-
-    def stop(self) -> None:
-        self._pg_ctl("-m", "fast", "-w", "stop")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[PrivateServer]:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    if not found or os.geteuid() != 0 or shutil.which("runuser") is None:
-        pytest.skip("needs a PostgreSQL installation under /usr/lib/postgresql and root")
-    bin_dir = os.path.dirname(found[-1])
-    folder = tempfile.mkdtemp(prefix="wgstore-private-pg-")
-    shutil.chown(folder, "postgres")
-    subprocess.run(
-        ["runuser", "-u", "postgres", "--", f"{bin_dir}/initdb", "-D", f"{folder}/data",
-         "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    private = PrivateServer(bin_dir, folder, _free_port())
-    private.start()
-    try:
+    problem = unavailable()
+    if problem is not None:
+        pytest.skip(problem)
+    with private_server({"fsync": "off"}) as private:
         yield private
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):  # stopped by a failed test
-            private._pg_ctl("-m", "immediate", "-w", "stop")
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
