@@ -156,6 +156,15 @@ BEGIN
         v_logs[i] := v_log;
     END LOOP;
 
+    -- A log never analyzed (autovacuum off, or not run yet) has no statistics, and the planner
+    -- reads its tail (position > p ORDER BY position LIMIT n: every follower's read) with a
+    -- sequential scan and a sort, a cost that grows with the log. The append that takes
+    -- position 1,000 analyzes it once: with a histogram, the planner bounds such a read by the
+    -- index's live end and takes the index.
+    IF v_positions[1] <= 1000 AND v_positions[v_n] >= 1000 THEN
+        ANALYZE wg_events;
+    END IF;
+
     IF v_n = 1 THEN  -- the common single append: a plain INSERT is cheaper than the CTE
         INSERT INTO wg_events (position, event_id, stream_id, stream_version, event_type,
                                schema_version, data, metadata, recorded_at, hash, log_hash, mac)

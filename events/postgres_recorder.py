@@ -128,6 +128,21 @@ _KEYED_COMMIT = f"SELECT pg_notify({NOTIFY_CHANNEL_SQL}, ''); COMMIT"  # one rou
 _COMMIT = "COMMIT"
 
 
+ANALYZE_AT = 1000
+"""The position whose append analyzes ``wg_events`` once (``wg_append`` does the same): a log
+never analyzed has no statistics, and the planner reads its tail with a sequential scan."""
+
+
+def _takes_analyze_position(keyed: list[list[list[AppendResult]]]) -> bool:
+    """Whether this transaction appends the event at :data:`ANALYZE_AT`."""
+    return any(
+        not result.existed and result.position == ANALYZE_AT
+        for rows in keyed
+        for batch in rows
+        for result in batch
+    )
+
+
 @lru_cache(maxsize=256)
 def _group_statement(batches: int) -> str:
     """The one statement of an unkeyed group of ``batches`` batches (see ``_GROUP_FENCES``);
@@ -282,6 +297,8 @@ class PostgresRecorder(PooledRecorder):
                     for b in write.batches
                 ]
                 keyed.append(_whole(rows))
+            if _takes_analyze_position(keyed):
+                cursor.execute("ANALYZE wg_events", prepare=False)
             pooled_recorder.at_append_commit()
             stored = all(rows[0][0].existed for rows in keyed)
             cursor.execute(_COMMIT if stored else _KEYED_COMMIT, prepare=False)
