@@ -98,8 +98,8 @@ BEGIN
     LOCK TABLE wg_events IN EXCLUSIVE MODE;
 
     IF p_check_ids THEN
-        -- = ANY, not a join with unnest: its generic plan is the unique index's, where the
-        -- join's was re-planned on every call (a plan per append: 0.6 ms of 2.4).
+        -- = ANY, not a join with unnest: the unique index's plan whatever the plan cache saw
+        -- first (the join's took 0.63 ms a call in one profile, 0.03 ms in another).
         SELECT count(e.position),
                min(e.stream_version - array_position(p_event_ids, e.event_id)),
                max(e.stream_version - array_position(p_event_ids, e.event_id)),

@@ -8,9 +8,10 @@ Postgres only (SQLite has no functions). Three changes to ``wg_append``, found b
 statement profile (bench/pg_profile.py, issue 44):
 
 - The check that an append's event ids are new joined ``unnest(p_event_ids)`` with
-  ``wg_events``; its generic plan was not the unique index's, so PL/pgSQL planned it again on
-  every call (0.6 ms an append at 100 runs x 8). It is ``event_id = ANY(p_event_ids)`` now, the
-  order of the ids taken with ``array_position``.
+  ``wg_events``, and its plan depended on what PL/pgSQL's plan cache saw first (0.63 ms a call
+  in one profile at 100 runs x 8, 0.03 ms in another). It is ``event_id = ANY(p_event_ids)``
+  now, the unique index's plan whatever came first, the order of the ids taken with
+  ``array_position``.
 - A log never analyzed (autovacuum off, as on the test machine's server, or not run yet) has no
   statistics, and the planner read its tail (``position > p ORDER BY position LIMIT n``, every
   stream follower's read) with a sequential scan and a sort: 1.0-1.3 ms a read at a few thousand
@@ -74,8 +75,8 @@ BEGIN
     LOCK TABLE wg_events IN EXCLUSIVE MODE;
 
     IF p_check_ids THEN
-        -- = ANY, not a join with unnest: its generic plan is the unique index's, where the
-        -- join's was re-planned on every call (a plan per append: 0.6 ms of 2.4).
+        -- = ANY, not a join with unnest: the unique index's plan whatever the plan cache saw
+        -- first (the join's took 0.63 ms a call in one profile, 0.03 ms in another).
         SELECT count(e.position),
                min(e.stream_version - array_position(p_event_ids, e.event_id)),
                max(e.stream_version - array_position(p_event_ids, e.event_id)),
