@@ -3,8 +3,9 @@
 ``wg_append`` (its SQL and name are in :mod:`wgstore.events.postgres_functions`, with every
 other function and trigger a Postgres store has) locks the table, checks the expected version,
 hands out positions with ``nextval`` (in visibility order), computes both hash chains, inserts
-the batch with one set-based INSERT and notifies followers (``pg_notify``, on the store's own channel).
-The client sends the encoded events as arrays in binary form and gets back one row per event.
+the batch with one set-based INSERT and notifies followers (``pg_notify``, on the store's own
+channel). The client sends the encoded events as arrays in binary form and gets back one row per
+event.
 
 With an HMAC key, each row's MAC must cover its position, version and time, which ``wg_append``
 hands out, and the key must never reach the database: such an append builds its rows in Python
