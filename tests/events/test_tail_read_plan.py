@@ -30,32 +30,29 @@ class Probe:
     n: int
 
 
-def _analyzed(store: EventStore) -> bool:
+def _query(store: EventStore, sql: str, **params: int) -> list[sa.Row[tuple[object, ...]]]:
     with store.engine.connect() as connection:
-        found = connection.execute(
-            sa.text(
-                "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() "
-                "AND tablename = 'wg_events' AND attname = 'position'"
-            )
-        ).scalar_one()
+        rows = list(connection.execute(sa.text(sql), params))
         connection.rollback()
-    return bool(found)
+    return rows
+
+
+def _analyzed(store: EventStore) -> bool:
+    (row,) = _query(
+        store,
+        "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() "
+        "AND tablename = 'wg_events' AND attname = 'position'",
+    )
+    return bool(row[0])
 
 
 def _autovacuum(store: EventStore) -> bool:
-    with store.engine.connect() as connection:
-        on = connection.execute(sa.text("SHOW autovacuum")).scalar_one() == "on"
-        connection.rollback()
-    return on
+    (row,) = _query(store, "SHOW autovacuum")
+    return row[0] == "on"
 
 
 def _tail_plan(store: EventStore, after: int) -> str:
-    with store.engine.connect() as connection:
-        plan = "\n".join(
-            row[0] for row in connection.execute(sa.text(f"EXPLAIN {TAIL}"), {"after": after})
-        )
-        connection.rollback()
-    return plan
+    return "\n".join(str(row[0]) for row in _query(store, f"EXPLAIN {TAIL}", after=after))
 
 
 @pytest.mark.parametrize("key", [None, b"k" * 32], ids=["unkeyed", "keyed"])
