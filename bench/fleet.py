@@ -451,7 +451,7 @@ class Backend:
 
         with psycopg.connect(self.conninfo, autocommit=True) as admin:
             rows = admin.execute(
-                "SELECT toplevel, calls, total_exec_time, total_plan_time, rows, query "
+                "SELECT toplevel, calls, total_exec_time, rows, query "
                 "FROM public.pg_stat_statements "
                 "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
             ).fetchall()
@@ -460,11 +460,10 @@ class Backend:
                 "toplevel": bool(toplevel),
                 "calls": int(calls),
                 "exec_ms": float(exec_ms),
-                "plan_ms": float(plan_ms),
                 "rows": int(count),
                 "query": " ".join(str(query).split()),
             }
-            for toplevel, calls, exec_ms, plan_ms, count, query in rows
+            for toplevel, calls, exec_ms, count, query in rows
         ]
 
     def sizes(self, store: Any) -> tuple[int, int, dict[str, dict[str, int]]]:
@@ -977,7 +976,7 @@ def _by_statement(
             for s in chosen[:top]
         ]
 
-    total_ms = sum(s["exec_ms"] + s["plan_ms"] for s in statements if s["toplevel"])
+    total_ms = sum(s["exec_ms"] for s in statements if s["toplevel"])
     return {
         "events": events,
         "toplevel_exec_us_per_event": round(total_ms * 1000 / per_event, 1),

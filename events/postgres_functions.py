@@ -19,6 +19,7 @@ frozen copies (migrations are history): a change here needs a new revision that 
 from __future__ import annotations
 
 __all__ = [
+    "ANALYZE_AT",
     "APPEND",
     "APPEND_FUNCTION",
     "APPEND_SIGNATURE",
@@ -61,6 +62,11 @@ NOTIFY_CHANNEL_SQL = (
 name of the schema holding ``wg_events``), so a store's followers wake for its own appends
 only, not for every store's in the same database. The listener asks the server for the same
 expression on its own connection (:mod:`wgstore.events.notifier`)."""
+
+ANALYZE_AT = 1000
+"""The position whose append analyzes ``wg_events`` once (``wg_append``, and the recorder's keyed
+path): a log never analyzed has no statistics, and the planner reads its tail with a sequential
+scan and a sort."""
 
 # Both hash inputs must match wgstore.events.hashing (chain_hash, log_hash) byte for byte.
 # concat_ws skips NULLs, hence coalesce(mac, ''): Python joins an empty string there too.
@@ -161,7 +167,7 @@ BEGIN
     -- sequential scan and a sort, a cost that grows with the log. The append that takes
     -- position 1,000 analyzes it once: with a histogram, the planner bounds such a read by the
     -- index's live end and takes the index.
-    IF v_positions[1] <= 1000 AND v_positions[v_n] >= 1000 THEN
+    IF v_positions[1] <= {analyze_at} AND v_positions[v_n] >= {analyze_at} THEN
         ANALYZE wg_events;
     END IF;
 
@@ -194,7 +200,7 @@ BEGIN
       FROM inserted ins ORDER BY ins.stream_version;
     PERFORM pg_notify({channel}, '');
 END $$
-""".replace("{channel}", NOTIFY_CHANNEL_SQL)
+""".replace("{channel}", NOTIFY_CHANNEL_SQL).replace("{analyze_at}", str(ANALYZE_AT))
 
 CHECK_FENCE_FUNCTION = """
 CREATE FUNCTION wg_check_fence(p_lease text, p_holder text, p_epoch bigint)

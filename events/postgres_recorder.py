@@ -38,7 +38,12 @@ from wgstore.events import pooled_recorder
 from wgstore.events.errors import DuplicateEventError
 from wgstore.events.hashing import GENESIS, chain_hash, epoch_us, event_mac, log_hash
 from wgstore.events.pooled_recorder import GroupedWrite, PooledRecorder
-from wgstore.events.postgres_functions import APPEND, CHECK_FENCE, NOTIFY_CHANNEL_SQL
+from wgstore.events.postgres_functions import (
+    ANALYZE_AT,
+    APPEND,
+    CHECK_FENCE,
+    NOTIFY_CHANNEL_SQL,
+)
 from wgstore.events.recorder import (
     AppendResult,
     Batch,
@@ -127,11 +132,6 @@ _KEYED_INSERT = (
 )
 _KEYED_COMMIT = f"SELECT pg_notify({NOTIFY_CHANNEL_SQL}, ''); COMMIT"  # one round trip
 _COMMIT = "COMMIT"
-
-
-ANALYZE_AT = 1000
-"""The position whose append analyzes ``wg_events`` once (``wg_append`` does the same): a log
-never analyzed has no statistics, and the planner reads its tail with a sequential scan."""
 
 
 def _takes_analyze_position(keyed: list[list[list[AppendResult]]]) -> bool:

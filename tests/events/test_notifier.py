@@ -72,37 +72,32 @@ def test_appends_in_another_schema_of_the_database_do_not_wake_this_store(
     is not woken by another store's appends in the same database, as it was on the one
     ``wg_events`` channel every store shared before (each woke, and read, on every append)."""
     import psycopg
-    from sqlalchemy.engine import make_url
 
     from wgstore.events.postgres_functions import NOTIFY_CHANNEL_SQL
 
-    url = make_url(pg_url)
-    connect = functools.partial(
-        psycopg.connect, host=url.host, port=url.port, user=url.username, dbname=url.database,
-        options=url.query["options"], autocommit=True,
-    )  # fmt: skip
-    with (
-        EventStore.open(pg_url_2) as elsewhere,
-        EventStore.open(pg_url) as here,
-        connect() as listener,
-    ):
-        row = listener.execute(f"SELECT {NOTIFY_CHANNEL_SQL}").fetchone()
-        assert row is not None
-        ours = row[0]
-        for channel in (ours, "wg_events", "wgtest_done"):  # wg_events: every store's until 0014
-            listener.execute(f'LISTEN "{channel}"')
-        for k in range(5):
-            elsewhere.append(f"elsewhere-{k}", [Noted(text="another store's append")])
-        here.append("here", [Noted(text="this store's append")])
-        with connect() as last:
-            last.execute("NOTIFY wgtest_done")
-        # Postgres delivers notifications in commit order: whatever the six appends notified on
-        # a channel listened to here came before the last one.
-        heard = []
-        for notify in listener.notifies(timeout=60):
-            heard.append(notify.channel)
-            if notify.channel == "wgtest_done":
-                break
+    with EventStore.open(pg_url_2) as elsewhere, EventStore.open(pg_url) as here:
+        # the connection the notifier's listener makes (its URL's options: this schema first)
+        args, kwargs = here.engine.dialect.create_connect_args(here.engine.url)
+        connect = functools.partial(psycopg.connect, *args, **kwargs, autocommit=True)
+        with connect() as listener:
+            row = listener.execute(f"SELECT {NOTIFY_CHANNEL_SQL}").fetchone()
+            assert row is not None
+            ours = row[0]
+            # wg_events: the channel every store of a database notified until 0014
+            for channel in (ours, "wg_events", "wgtest_done"):
+                listener.execute(f'LISTEN "{channel}"')
+            for k in range(5):
+                elsewhere.append(f"elsewhere-{k}", [Noted(text="another store's append")])
+            here.append("here", [Noted(text="this store's append")])
+            with connect() as last:
+                last.execute("NOTIFY wgtest_done")
+            # Postgres delivers notifications in commit order: whatever the six appends
+            # notified on a channel listened to here came before the last one.
+            heard = []
+            for notify in listener.notifies(timeout=60):
+                heard.append(notify.channel)
+                if notify.channel == "wgtest_done":
+                    break
     assert heard == [ours, "wgtest_done"]
 
 

@@ -50,7 +50,7 @@ def fresh_store(server: PrivateServer) -> Iterator[EventStore]:
     schema = f"wg_{uuid.uuid4().hex[:10]}"
     import psycopg
 
-    with psycopg.connect(f"postgresql://postgres@127.0.0.1:{server.port}/postgres") as admin:
+    with psycopg.connect(server.conninfo) as admin:
         admin.execute(f"CREATE SCHEMA {schema}")
     store = EventStore.open(f"{server.url}&options=-csearch_path%3D{schema}")
     try:

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from wgstore.events import AppendRequest, EventStore, NewEvent, event_type
-from wgstore.events.postgres_recorder import ANALYZE_AT
+from wgstore.events.postgres_functions import ANALYZE_AT
 
 TAIL = (
     "SELECT position, stream_id, event_type FROM wg_events WHERE position > :after "
