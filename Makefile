@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 # at once (symlinks); a file added, removed or renamed in the package needs a reinstall, so the
 # stamp depends on the list of package files (rewritten only when that list changes).
 PACKAGE_DIRS := _wgstore events projections orchestration $(addprefix orchestration/,executor leases orphans \
-	polling ray_train run runtimes train_fn) \
+	polling ray_export ray_train run runtimes train_fn) \
 	migrations migrations/versions cli cli/templates serve serve/static
 PACKAGE_FILES := $(sort $(foreach d,$(PACKAGE_DIRS),$(wildcard $(d)/*.py $(d)/*.typed \
 	$(d)/*.html $(d)/*.css $(d)/*.js)))

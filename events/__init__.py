@@ -7,7 +7,7 @@ the ``worker-group-*`` and ``run-*`` streams.
 from typing import TYPE_CHECKING
 
 from wgstore._lazy import lazy_getattr
-from wgstore.events import run, worker_group
+from wgstore.events import ray_cluster, run, worker_group
 from wgstore.events.codec import Codec
 from wgstore.events.errors import (
     ConcurrencyError,
