@@ -14,6 +14,7 @@ from wgstore.cli import (
     gc,
     groups,
     history,
+    ingest,
     projections,
     report,
     resume,
@@ -82,6 +83,7 @@ app.command("gc")(gc.gc_command)
 app.command("resume")(resume.resume_command)
 app.command("supervise")(supervise.supervise_command)
 app.command("serve")(serve.serve_command)
+app.add_typer(ingest.ingest_app, name="ingest")
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ class RunFilter:
     """What a run must be to be listed; an empty filter keeps every run, unreadable ones too.
 
     ``statuses``: any of these :class:`~wgstore.projections.run_state.RunStatus` values (empty:
-    any); ``source``: ``wgstore`` or ``ray_train`` (None: any); ``orphaned``: only orphaned
+    any); ``source``: ``wgstore``, ``ray_train`` or ``ray_export`` (None: any); ``orphaned``: only orphaned
     runs; ``since``: only runs created at or after this moment (a run without a creation time is
     left out). A run that cannot be read is left out by every filter that is set.
     """

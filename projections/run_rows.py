@@ -42,7 +42,7 @@ __all__ = [
     "run_source",
 ]
 
-RUN_SOURCES = ("wgstore", "ray_train")
+RUN_SOURCES = ("wgstore", "ray_train", "ray_export")
 """Who ran a run: wgstore's own controller, or Ray Train's (recorded by ``RecordingCallback``)."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -132,8 +132,11 @@ def _latest_reported(attempts: Sequence[Attempt]) -> str | None:
 
 
 def run_source(run: RunState) -> str:
-    """``wgstore`` for a run of wgstore's controller, ``ray_train`` for one recorded from Ray Train."""
-    return "ray_train" if run.context is None else "wgstore"
+    """``wgstore`` for a run of wgstore's controller, ``ray_train`` for one recorded from Ray Train
+    by the callback, ``ray_export`` for one read from Ray's export events."""
+    if run.context is not None:
+        return "wgstore"
+    return "ray_export" if run.source == "ray_export" else "ray_train"
 
 
 def orphaned(needs: bool, lease_expires_at: datetime | None, now: datetime) -> bool:

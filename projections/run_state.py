@@ -193,6 +193,9 @@ class RunState:
     """What every attempt starts from (``None`` for a run recorded from Ray Train)."""
     lease_s: float = 60.0
     ray: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+    """``metadata["source"]`` of ``RunCreated``: ``ray_train`` (the recording callback),
+    ``ray_export`` (``wgstore ingest ray-export``), else wgstore's own controller's."""
     controllers: tuple[ControllerSession, ...] = ()
     """Every controller process that took the run, in order."""
     resumes: tuple[RunResumed, ...] = ()
@@ -518,6 +521,7 @@ def _first(record: RecordedEvent) -> RunState:
         context=event.context,
         lease_s=event.lease_s,
         ray=event.ray,
+        source=str(record.metadata.get("source") or ""),
     )
 
 
@@ -578,6 +582,10 @@ _SAME_LIMIT: Mapping[str, tuple[str, ...]] = {
 }
 
 
+RAY_EXPORT_SOURCE = "ray_export"
+"""``RunState.source`` of a run read from Ray's export events (``wgstore ingest ray-export``)."""
+
+
 def needs_controller(state: RunState) -> bool:
     """True while a live process must hold the run's lease: the run has not ended and its
     latest controller took a lease: wgstore's own controller (the run has a ``context``) or a Ray
@@ -611,6 +619,12 @@ def resume_problem(state: RunState) -> str | None:
     """
     if state.context is not None:
         return None
+    if state.source == RAY_EXPORT_SOURCE:
+        return (
+            "recorded from Ray's export events, which carry no train loop, metrics or "
+            "checkpoints (listed, watched and audited; record it with RecordingCallback to "
+            "resume it)"
+        )
     if state.trainer is None:
         return "no TrainerRecorded in the log (recorded by an older wgstore, or it was not written)"
     if not state.trainer.resumable:

@@ -39,7 +39,8 @@ from wgstore.events.errors import (
     UnknownEventTypeError,
     WgstoreError,
 )
-from wgstore.events.records import Fence, NewEvent
+from wgstore.events.records import ANY, NO_STREAM, Fence, NewEvent
+from wgstore.events.run import RunCreated
 
 __all__ = ["BackgroundWriter", "RecordingError", "WriterStats"]
 
@@ -96,6 +97,11 @@ class _Item:
     event: NewEvent
     blobs: tuple[bytes, ...] = ()
     """Bytes the event names by hash: put in ``wg_blobs`` before the event is appended."""
+
+
+def _expected(batch: Sequence[_Item]) -> Any:
+    """``NO_STREAM`` for the batch that begins a run stream (``RunCreated``), else ``ANY``."""
+    return NO_STREAM if isinstance(batch[0].event.event, RunCreated) else ANY
 
 
 class BackgroundWriter:
@@ -436,8 +442,19 @@ class BackgroundWriter:
 
                     put_blobs(self._store, blobs)
                 self._store.append(
-                    batch[0].stream_id, [item.event for item in batch], fence=self.fence
+                    batch[0].stream_id,
+                    [item.event for item in batch],
+                    fence=self.fence,
+                    expected_version=_expected(batch),
                 )
+            except ConcurrencyError:
+                # the stream a RunCreated begins exists: `wgstore ingest ray-export` recorded
+                # the run from Ray's export events first; writing on would break its fold
+                self.fenced_off(
+                    f"{batch[0].stream_id} was already recorded (from Ray's export events, by "
+                    "`wgstore ingest ray-export`): this callback does not write into it"
+                )
+                continue
             except FencedError as error:
                 self.fenced_off(
                     f"run {error.lease}'s lease passed to {error.now_holder!r}: another "

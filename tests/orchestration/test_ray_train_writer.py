@@ -10,6 +10,7 @@ import logging
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -499,3 +500,38 @@ def test_a_read_model_failure_is_logged_once_loses_no_event_and_is_tried_again(
         assert writer.close(timeout_s=30)
     assert _reasons(reader, "run-rm") == ["e0", "e1", "more0"] and writer.stats.dropped == 0
     assert len(said()) == 1 and "projections catch-up" in said()[0]
+
+
+def test_a_run_already_read_from_rays_export_events_is_not_written_into(
+    store_url: str, reader: EventStore
+) -> None:
+    """`wgstore ingest ray-export` recorded the run first: the callback's RunCreated would be a
+    second one (the run unreadable to every reader), so the writer stops instead."""
+    from wgstore.events.run import ControllerStarted, RunCreated
+
+    ingested = [NewEvent(RunCreated(run_id="r"), metadata={"source": "ray_export"})]
+    reader.append("run-r", ingested)
+    writer = BackgroundWriter(lambda: EventStore.open(store_url), url=store_url)
+    writer.submit("run-r", [NewEvent(RunCreated(run_id="r")), NewEvent(ControllerStarted(controller_id="c"))])
+    writer.submit("worker-group-g", _events(2))
+    writer.close(timeout_s=30)
+    assert [r.metadata["source"] for r in reader.read_stream("run-r")] == ["ray_export"]
+    assert reader.stream_version("worker-group-g") == 0
+    assert writer.stats.written == 0 and writer.stats.dropped == 4
+    assert any("Ray's export events" in p for p in writer.stats.problems)
+
+
+def test_the_callbacks_first_append_is_retried_idempotently_despite_its_no_stream_check(
+    store_url: str, reader: EventStore
+) -> None:
+    """A RunCreated batch that committed but whose reply was lost is written again as itself:
+    the check that the stream is new does not refuse the callback's own retry."""
+    from wgstore.events.run import RunCreated
+
+    created = NewEvent(RunCreated(run_id="r2"), event_id=uuid.uuid4())
+    reader.append("run-r2", [created])  # the first try committed
+    writer = BackgroundWriter(lambda: EventStore.open(store_url), url=store_url)
+    writer.submit("run-r2", [created])
+    assert writer.close(timeout_s=30)
+    assert writer.stats.written == 1 and not writer.stats.problems
+    assert reader.stream_version("run-r2") == 1

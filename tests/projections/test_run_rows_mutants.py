@@ -67,7 +67,7 @@ def _decision(kind: str, decision: str = "RETRY", **fields: Any) -> FailureDecis
 
 
 def test_the_sources_are_wgstore_and_ray_train() -> None:
-    assert RUN_SOURCES == ("wgstore", "ray_train")
+    assert RUN_SOURCES == ("wgstore", "ray_train", "ray_export")
     assert (run_source(_run(context=CONTEXT)), run_source(_run())) == RUN_SOURCES
 
 
