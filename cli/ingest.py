@@ -96,7 +96,9 @@ def ray_export_command(
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
     with opened(url, read_only=False, migrate=True) as store:
-        ingester = Ingester(store, folders, claim_wait_s=claim_wait, batch_lines=batch_lines, report=report)
+        ingester = Ingester(
+            store, folders, claim_wait_s=claim_wait, batch_lines=batch_lines, report=report
+        )
         try:
             stats = ingester.follow(stop, interval) if follow else ingester.run_once()
         except KeyboardInterrupt:

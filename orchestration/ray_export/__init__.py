@@ -9,7 +9,7 @@ imported: the files are plain JSON.
 
 from __future__ import annotations
 
-from wgstore.orchestration.ray_export.ingester import IngestStats, Ingester, ingest
+from wgstore.orchestration.ray_export.ingester import Ingester, IngestStats, ingest
 from wgstore.orchestration.ray_export.mapping import RAY_EXPORT_SOURCE, ExportMapper
 
 __all__ = ["RAY_EXPORT_SOURCE", "ExportMapper", "IngestStats", "Ingester", "ingest"]

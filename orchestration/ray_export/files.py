@@ -46,7 +46,9 @@ def export_files(paths: Iterable[Path]) -> list[Path]:
                 continue
             rotation = int(match.group(2) or 0)
             found.append((str(candidate.parent), -rotation, candidate))
-    return [path for _, _, path in sorted(found, key=lambda f: (f[0], f[2].name.split(".")[0], f[1]))]
+    return [
+        path for _, _, path in sorted(found, key=lambda f: (f[0], f[2].name.split(".")[0], f[1]))
+    ]
 
 
 _SOURCES_OF_FILES = frozenset({"EXPORT_TRAIN_STATE", "EXPORT_NODE", "EXPORT_DRIVER_JOB"})

@@ -32,6 +32,8 @@ from pathlib import Path
 from wgstore.events import AppendRequest, ConcurrencyError, EventStore
 from wgstore.events.ray_cluster import RayExportRead, read_stream_of
 from wgstore.events.records import RecordedEvent
+from wgstore.events.schema import TYPE_INDEX_WHERE
+from wgstore.events.streams import GROUP_STREAM_PREFIX
 from wgstore.orchestration.ray_export.files import (
     envelope,
     export_files,
@@ -110,7 +112,9 @@ class Ingester:
         self.batch_lines = batch_lines
         self.report = report or (lambda text: logger.warning("%s", text))
         self.clock_ns = clock_ns
-        self.mapper = ExportMapper(self._load, claim_wait_s=claim_wait_s)
+        self.mapper = ExportMapper(
+            self._load, claim_wait_s=claim_wait_s, attempts_of=self._attempts_of
+        )
         self.ingester_id = f"{socket.gethostname()}:{os.getpid()}"
         self._cursors: dict[str, _Cursor] = {}
         self.stats = IngestStats()
@@ -119,6 +123,21 @@ class Ingester:
         if not self.store.stream_version(stream_id):
             return ()
         return list(self.store.read_stream(stream_id))
+
+    def _attempts_of(self, run_id: str) -> list[str]:
+        """The groups whose ``WorkerGroupStartRequested`` names ``run_id``, in log order."""
+        p = self.store.recorder.param
+        run = (
+            f"data->>'run_id' = {p}"
+            if self.store.is_postgres
+            else (f"json_extract(data, '$.run_id') = {p}")
+        )
+        rows = self.store.fetch_rows(
+            "SELECT stream_id FROM wg_events WHERE event_type = 'WorkerGroupStartRequested' "
+            f"AND {TYPE_INDEX_WHERE} AND {run} ORDER BY position",
+            (run_id,),
+        )
+        return [str(row[0])[len(GROUP_STREAM_PREFIX) :] for row in rows]
 
     def _cursor(self, fid: str) -> _Cursor:
         cursor = self._cursors.get(fid)
@@ -218,8 +237,6 @@ class Ingester:
         return bool(lines)
 
 
-def ingest(
-    store: EventStore, paths: Iterable[Path], *, claim_wait_s: float = 45.0
-) -> IngestStats:
+def ingest(store: EventStore, paths: Iterable[Path], *, claim_wait_s: float = 45.0) -> IngestStats:
     """Read every export file under ``paths`` into ``store`` once (see :class:`Ingester`)."""
     return Ingester(store, list(paths), claim_wait_s=claim_wait_s).run_once()

@@ -114,26 +114,79 @@ SOURCE_TYPES = (TRAIN_RUN, TRAIN_RUN_ATTEMPT, NODE, DRIVER_JOB)
 
 _KNOWN_FIELDS: Mapping[str, frozenset[str]] = {
     TRAIN_RUN: frozenset(
-        "schema_version id name job_id controller_actor_id status status_detail start_time_ns "
-        "end_time_ns controller_log_file_path ray_train_version train_run_panels "
-        "train_worker_panels framework_versions run_settings".split()
+        [
+            "schema_version",
+            "id",
+            "name",
+            "job_id",
+            "controller_actor_id",
+            "status",
+            "status_detail",
+            "start_time_ns",
+            "end_time_ns",
+            "controller_log_file_path",
+            "ray_train_version",
+            "train_run_panels",
+            "train_worker_panels",
+            "framework_versions",
+            "run_settings",
+        ]
     ),
     TRAIN_RUN_ATTEMPT: frozenset(
-        "schema_version run_id attempt_id status status_detail start_time_ns end_time_ns "
-        "resources workers ray_train_version".split()
+        [
+            "schema_version",
+            "run_id",
+            "attempt_id",
+            "status",
+            "status_detail",
+            "start_time_ns",
+            "end_time_ns",
+            "resources",
+            "workers",
+            "ray_train_version",
+        ]
     ),
     NODE: frozenset(
-        "node_id node_manager_address state resources_total node_name start_time_ms "
-        "end_time_ms is_head_node labels death_info".split()
+        [
+            "node_id",
+            "node_manager_address",
+            "state",
+            "resources_total",
+            "node_name",
+            "start_time_ms",
+            "end_time_ms",
+            "is_head_node",
+            "labels",
+            "death_info",
+        ]
     ),
     DRIVER_JOB: frozenset(
-        "job_id is_dead driver_pid config start_time end_time entrypoint "
-        "driver_ip_address".split()
+        [
+            "job_id",
+            "is_dead",
+            "driver_pid",
+            "config",
+            "start_time",
+            "end_time",
+            "entrypoint",
+            "driver_ip_address",
+        ]
     ),
 }
 _WORKER_FIELDS = frozenset(
-    "world_rank local_rank node_rank actor_id node_id node_ip pid gpu_ids status resources "
-    "log_file_path".split()
+    [
+        "world_rank",
+        "local_rank",
+        "node_rank",
+        "actor_id",
+        "node_id",
+        "node_ip",
+        "pid",
+        "gpu_ids",
+        "status",
+        "resources",
+        "log_file_path",
+    ]
 )
 _TERMINAL_ATTEMPT = frozenset({"FINISHED", "ERRORED", "ABORTED"})
 _DETAILED = frozenset({"SCHEDULING", "ERRORED", "ABORTED"})
@@ -217,14 +270,23 @@ class ExportMapper:
 
     Args:
         load: reads a stream as stored (called once per stream until :meth:`forget`).
+        attempts_of: the attempt ids of a run in the log, in order (the groups whose
+            ``WorkerGroupStartRequested`` names it): asked once for each run found in the log.
         claim_wait_s: how long after a run's first export line the mapper waits for the
             recording callback to record the run before it records it itself, unless the
             export already shows training started (then the callback has written) or the run
             ended. 0: never wait (no run on the cluster uses the callback).
     """
 
-    def __init__(self, load: Loader, *, claim_wait_s: float = 45.0) -> None:
+    def __init__(
+        self,
+        load: Loader,
+        *,
+        claim_wait_s: float = 45.0,
+        attempts_of: Callable[[str], Sequence[str]] = lambda run_id: (),
+    ) -> None:
         self._load = load
+        self._find_attempts = attempts_of
         self.claim_wait_s = claim_wait_s
         self._streams: dict[str, _Stream] = {}
         self._attempts_of: dict[str, list[str]] = {}
@@ -245,10 +307,12 @@ class ExportMapper:
         fold = evolve_run if stream_id.startswith("run-") else evolve
         guard = StreamGuard(stream_id, fold if stream_id.startswith(("run-", "worker-")) else _keep)
         records = list(self._load(stream_id))
-        for record in records:
-            guard._state = guard._fold(guard._state, record)  # noqa: SLF001 - its own fold
-        guard._version = len(records)  # noqa: SLF001
+        guard.fold_stored(records)
         owner = str(records[0].metadata.get("source") or "") if records else None
+        if records and stream_id.startswith("run-"):
+            self._attempts_of[stream_id[len("run-") :]] = list(
+                self._find_attempts(stream_id[len("run-") :])
+            )
         known = _Stream(guard, len(records), owner)
         self._streams[stream_id] = known
         return known
@@ -506,7 +570,9 @@ class ExportMapper:
                     driver_ip=str(data.get("driver_ip_address") or ""),
                     driver_pid=_int(data.get("driver_pid")),
                     start_time_ms=_int(data.get("start_time")),
-                    metadata={str(k): str(v) for k, v in dict(config.get("metadata") or {}).items()},
+                    metadata={
+                        str(k): str(v) for k, v in dict(config.get("metadata") or {}).items()
+                    },
                 )
             )
         if data.get("is_dead") and "RayJobEnded" not in seen:
@@ -579,9 +645,11 @@ def _scaling_config(data: Mapping[str, Any]) -> ScalingConfig | None:
 
 def _run_created(data: Mapping[str, Any]) -> RunCreated:
     """``RunCreated`` with what Ray's ``TrainRun`` says (``ray``: the callback's keys)."""
-    ray = {
-        "id": str(data.get("id") or ""),
-        "name": str(data.get("name") or ""),
+    run_id = str(data.get("id") or "")
+    name = str(data.get("name") or "")
+    ray: dict[str, Any] = {
+        "id": run_id,
+        "name": name,
         "job_id": hex_id(data.get("job_id")),
         "controller_actor_id": hex_id(data.get("controller_actor_id")),
         "start_time_ns": _int(data.get("start_time_ns")) or None,
@@ -590,8 +658,8 @@ def _run_created(data: Mapping[str, Any]) -> RunCreated:
         "run_settings": dict(_settings(data)),
     }
     return RunCreated(
-        run_id=ray["id"],
-        name=ray["name"],
+        run_id=run_id,
+        name=name,
         scaling_config=_scaling_config(data),
         failure_config=_failure_config(data),
         context=None,

@@ -46,6 +46,12 @@ class StreamGuard:
         """The stream's state after every event admitted so far (``None`` before the first)."""
         return self._state
 
+    def fold_stored(self, records: Sequence[RecordedEvent]) -> None:
+        """Start from the stream as stored: fold ``records`` (its events from version 1)."""
+        for record in records:
+            self._state = self._fold(self._state, record)
+        self._version = len(records)
+
     def admit(self, events: Sequence[NewEvent]) -> tuple[list[NewEvent], list[str]]:
         """``(admitted, refused)``: the events the fold takes, in order, and why each other one
         was refused (its type and the fold's error). A refused event changes nothing."""

@@ -69,7 +69,9 @@ def state_actor_records() -> dict[str, Any]:
     }
 
 
-def remove_a_worker_node(cluster: Any, nodes: dict[str, Any], release: Path, found: dict[str, Any]) -> None:
+def remove_a_worker_node(
+    cluster: Any, nodes: dict[str, Any], release: Path, found: dict[str, Any]
+) -> None:
     """Once ``node-lost``'s first attempt runs, remove a non-head node of one of its workers."""
     by_id = {node.node_id: name for name, node in nodes.items()}
     deadline = time.monotonic() + 120
@@ -84,7 +86,10 @@ def remove_a_worker_node(cluster: Any, nodes: dict[str, Any], release: Path, fou
                 if a["status"] == "RUNNING" and a["workers"]
             ]
             victims = [
-                w for a in running for w in a["workers"] if by_id.get(w["node_id"]) not in (None, "head")
+                w
+                for a in running
+                for w in a["workers"]
+                if by_id.get(w["node_id"]) not in (None, "head")
             ]
             if victims:
                 name = by_id[victims[0]["node_id"]]
@@ -99,7 +104,9 @@ def remove_a_worker_node(cluster: Any, nodes: dict[str, Any], release: Path, fou
         release.touch()
 
 
-def trainer(name: str, storage: Path, release: Path, max_failures: int, callbacks: list[Any]) -> Any:
+def trainer(
+    name: str, storage: Path, release: Path, max_failures: int, callbacks: list[Any]
+) -> Any:
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
@@ -139,14 +146,18 @@ def main(out: Path, callback_url: str | None) -> None:
     try:
         release = work / "released"
         removed: dict[str, Any] = {}
-        remover = threading.Thread(target=remove_a_worker_node, args=(cluster, nodes, release, removed))
+        remover = threading.Thread(
+            target=remove_a_worker_node, args=(cluster, nodes, release, removed)
+        )
         remover.start()
         trainer("node-lost", work / "storage", release, 1, []).fit()
         remover.join(timeout=60)
         if callback_url:
             from wgstore.orchestration.ray_train import RecordingCallback
 
-            trainer("recorded", work / "storage", release, 0, [RecordingCallback(callback_url)]).fit()
+            trainer(
+                "recorded", work / "storage", release, 0, [RecordingCallback(callback_url)]
+            ).fit()
         state = state_actor_records()
         session = Path(ray._private.worker._global_node.get_session_dir_path())
     finally:

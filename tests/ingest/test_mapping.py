@@ -69,7 +69,9 @@ def test_every_run_and_attempt_equals_rays_state_actor() -> None:
         assert attempts.keys() == state["attempts"][run_id].keys()
         for attempt_id, ray_attempt in state["attempts"][run_id].items():
             ours = attempts[attempt_id]
-            assert {k: ours[k] for k in ATTEMPT_FIELDS} == {k: ray_attempt[k] for k in ATTEMPT_FIELDS}
+            assert {k: ours[k] for k in ATTEMPT_FIELDS} == {
+                k: ray_attempt[k] for k in ATTEMPT_FIELDS
+            }
             assert [{k: w[k] for k in WORKER_FIELDS} for w in ours["workers"]] == [
                 {k: w[k] for k in WORKER_FIELDS} for w in ray_attempt["workers"]
             ]
@@ -211,7 +213,9 @@ def test_an_unknown_status_is_reported_and_changes_nothing() -> None:
         ("something else", {0: "something else"}),
     ],
 )
-def test_rank_errors_are_read_from_rays_status_detail(detail: str, expected: dict[int, str]) -> None:
+def test_rank_errors_are_read_from_rays_status_detail(
+    detail: str, expected: dict[int, str]
+) -> None:
     assert {r: e.message for r, e in rank_errors(detail, [0, 1, 2]).items()} == expected
 
 

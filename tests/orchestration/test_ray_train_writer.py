@@ -512,7 +512,9 @@ def test_a_run_already_read_from_rays_export_events_is_not_written_into(
     ingested = [NewEvent(RunCreated(run_id="r"), metadata={"source": "ray_export"})]
     reader.append("run-r", ingested)
     writer = BackgroundWriter(lambda: EventStore.open(store_url), url=store_url)
-    writer.submit("run-r", [NewEvent(RunCreated(run_id="r")), NewEvent(ControllerStarted(controller_id="c"))])
+    writer.submit(
+        "run-r", [NewEvent(RunCreated(run_id="r")), NewEvent(ControllerStarted(controller_id="c"))]
+    )
     writer.submit("worker-group-g", _events(2))
     writer.close(timeout_s=30)
     assert [r.metadata["source"] for r in reader.read_stream("run-r")] == ["ray_export"]
