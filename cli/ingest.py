@@ -95,7 +95,7 @@ def ray_export_command(
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
-    with opened(url, read_only=False, migrate=True) as store:
+    with opened(url, read_only=False) as store:
         ingester = Ingester(
             store, folders, claim_wait_s=claim_wait, batch_lines=batch_lines, report=report
         )

@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Annotated
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from wgstore.cli.common import DEFAULT_URL, UrlOption, check_url, json_line, opened, out_console
+
+if TYPE_CHECKING:
+    from wgstore.orchestration.orphans.supervise import Decision
 
 __all__ = ["supervise_command"]
 
@@ -33,6 +38,26 @@ def supervise_command(
     ] = 5.0,
     once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per decision.")] = False,
+    ingest: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--ingest",
+            metavar="PATH",
+            help=(
+                "Also read Ray's export events under PATH into the log, as `wgstore ingest "
+                "ray-export PATH --follow` does (repeat for several folders)."
+            ),
+        ),
+    ] = None,
+    ingest_claim_wait: Annotated[
+        float,
+        typer.Option(
+            "--ingest-claim-wait-s",
+            min=0,
+            metavar="SECONDS",
+            help="With --ingest: as `wgstore ingest ray-export --claim-wait-s`.",
+        ),
+    ] = 45.0,
 ) -> None:
     """Watch the log and resume every orphaned, resumable run (its driver died).
 
@@ -42,8 +67,6 @@ def supervise_command(
     or Ctrl-C stops it cleanly; the resumed runs go on.
     """
     check_url(url)
-    from wgstore.orchestration.orphans.supervise import Decision, supervise
-
     stop = threading.Event()
 
     def show(decision: Decision) -> None:
@@ -66,6 +89,53 @@ def supervise_command(
         stop.set()
 
     signal.signal(signal.SIGTERM, stop_on_signal)
+    ingesting = None
+    if ingest and not dry_run:
+        if once:  # one read of every file
+            _ingest(url, ingest, ingest_claim_wait, None)
+        else:
+            ingesting = threading.Thread(
+                target=_ingest, args=(url, ingest, ingest_claim_wait, stop), daemon=True
+            )
+            ingesting.start()
+    try:
+        _supervise(url, max_resumes, runs, dry_run, interval, once, as_json, show, stop)
+    finally:
+        stop.set()
+        if ingesting is not None:
+            ingesting.join(30)
+
+
+def _ingest(url: str, paths: list[Path], claim_wait_s: float, stop: threading.Event | None) -> None:
+    """``wgstore ingest ray-export --follow`` in this process, on a store of its own, until
+    ``stop`` is set (``None``: one read of every file)."""
+    from wgstore.cli.common import err_console
+    from wgstore.orchestration.ray_export.ingester import Ingester
+
+    def report(text: str) -> None:
+        err_console().print(f"ingest: skipped {text}", highlight=False, markup=False)
+
+    with opened(url, read_only=False) as store:
+        ingester = Ingester(store, paths, claim_wait_s=claim_wait_s, report=report)
+        if stop is None:
+            ingester.run_once()
+        else:
+            ingester.follow(stop, 0.5)
+
+
+def _supervise(
+    url: str,
+    max_resumes: int,
+    runs: str | None,
+    dry_run: bool,
+    interval: float,
+    once: bool,
+    as_json: bool,
+    show: Callable[[Decision], None],
+    stop: threading.Event,
+) -> None:
+    from wgstore.orchestration.orphans.supervise import supervise
+
     with opened(url, read_only=dry_run) as store:
         if once:
             from wgstore.orchestration.orphans.supervise import plan

@@ -162,9 +162,18 @@ class Ingester:
         return self.stats
 
     def follow(self, stop: threading.Event, interval_s: float = 0.2) -> IngestStats:
-        """:meth:`run_once` again and again, ``interval_s`` apart, until ``stop`` is set."""
+        """:meth:`run_once` again and again, ``interval_s`` apart, until ``stop`` is set.
+
+        A pass that fails (the database away, a file unreadable) is reported and tried again
+        at the next pass: what it had not committed is read again then, nothing twice.
+        """
         while not stop.is_set():
-            self.run_once()
+            try:
+                self.run_once()
+            except Exception as error:  # noqa: BLE001 - a sidecar outlives an outage
+                self.report(f"this pass failed, tried again: {type(error).__name__}: {error}")
+                self._cursors.clear()
+                self.mapper.forget()
             stop.wait(interval_s)
         return self.stats
 

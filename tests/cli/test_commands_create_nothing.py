@@ -27,6 +27,7 @@ ACTING = [
     ["resume", "run-1"],
     ["projections", "catch-up"],
     ["projections", "rebuild"],
+    ["ingest", "ray-export", str(Path(__file__).parents[1] / "ingest" / "fixtures")],
 ]
 _IDS = [" ".join(command) for command in ACTING]
 

