@@ -73,6 +73,24 @@ def print_run(detail: RunDetail) -> None:
         )
     console.print(table)
     _print_sizes(console, detail)
+    _print_nodes_lost(console, detail)
+
+
+def _print_nodes_lost(console: Any, detail: RunDetail) -> None:
+    """The nodes under the run's workers that Ray reported dead, beside the attempts they ended."""
+    if not detail.nodes_lost:
+        return
+    numbers = {a.group_id: str(a.number) for a in detail.attempts}
+    table = Table("at", "node", "attempts", "why", title="nodes lost", title_justify="left")
+    for loss in detail.nodes_lost:
+        why = loss.reason + (f": {loss.message}" if loss.message else "")
+        table.add_row(
+            format_time(loss.at),
+            f"{loss.node_ip} {loss.node_id[:12]}".strip(),
+            ", ".join(numbers.get(g, g) for g in loss.group_ids),
+            Text(why, style="yellow"),
+        )
+    console.print(table)
 
 
 def _print_sizes(console: Any, detail: RunDetail) -> None:

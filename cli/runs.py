@@ -62,7 +62,9 @@ def runs_command(
     ] = None,
     source: Annotated[
         str | None,
-        typer.Option(help="Only runs of this source: wgstore, ray_train (the callback's) or ray_export (read from Ray's export events)."),
+        typer.Option(
+            help="Only runs of this source: wgstore, ray_train (the callback's) or ray_export (read from Ray's export events)."
+        ),
     ] = None,
     orphaned: Annotated[
         bool, typer.Option("--orphaned", help="Only orphaned runs (no live controller lease).")

@@ -36,6 +36,7 @@ __all__ = [
     "DecisionRow",
     "FailedRank",
     "GroupSummary",
+    "NodeLossRow",
     "PreemptionRow",
     "ResizeRow",
     "ResumeRow",
@@ -263,6 +264,19 @@ class PreemptionRow(Row):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NodeLossRow(Row):
+    """A Ray node under the run's workers that died (``RayNodeDied``, from Ray's export events:
+    ``wgstore ingest ray-export``), with the attempts that had workers on it."""
+
+    at: datetime
+    node_id: str
+    node_ip: str
+    reason: str
+    message: str
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TransitionRow(Row):
     """One change of the controller's state (``ControllerStateChanged``)."""
 
@@ -308,3 +322,5 @@ class RunDetail(Row):
     resizes: tuple[ResizeRow, ...] = ()
     """Every size an elastic run's scaling policy chose, in order."""
     preemptions: tuple[PreemptionRow, ...] = ()
+    nodes_lost: tuple[NodeLossRow, ...] = ()
+    """Nodes under the run's workers that Ray reported dead (from its export events)."""

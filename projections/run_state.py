@@ -283,6 +283,7 @@ class RunChanges(TypedDict, total=False):
     context: WorkerGroupContext | None
     lease_s: float
     ray: Mapping[str, Any]
+    source: str
     controllers: tuple[ControllerSession, ...]
     resumes: tuple[RunResumed, ...]
     groups: tuple[str, ...]

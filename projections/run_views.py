@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -25,12 +25,19 @@ import sqlalchemy as sa
 from wgstore.events import EventStore, RecordedEvent
 from wgstore.events._translate import translate_errors
 from wgstore.events.leases import Lease, lease_of, leases
+from wgstore.events.ray_cluster import (
+    NODE_STREAM_PREFIX,
+    RayNodeDied,
+    RayNodeStarted,
+    node_stream,
+)
 from wgstore.events.run import RunCreated
 from wgstore.events.schema import wg_run_leases, wg_runs, wg_worker_groups
 from wgstore.events.streams import RUN_STREAM_PREFIX, group_id_of, run_stream
 from wgstore.projections._db import reading
 from wgstore.projections.behind import Behind, read_with_lag, with_lag
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
+from wgstore.projections.event_time import event_time
 from wgstore.projections.projector import ATTEMPT_COLUMNS, attempt_of_row, fold_run
 from wgstore.projections.queries import run_state, worker_group_state
 from wgstore.projections.rows import (
@@ -39,6 +46,7 @@ from wgstore.projections.rows import (
     ControllerRow,
     DecisionRow,
     FailedRank,
+    NodeLossRow,
     PreemptionRow,
     ResizeRow,
     ResumeRow,
@@ -381,6 +389,7 @@ def run_detail(
     attempts: list[Attempt] = []
     unreadable: dict[str, str] = {}
     groups_updated_at: list[datetime] = []
+    groups_on: dict[str, list[tuple[str, datetime | None]]] = {}  # node -> groups, their end
     for group_id in sorted(g for g in group_ids if g):
         try:
             group = group_state(store, group_id)
@@ -390,6 +399,9 @@ def run_detail(
             unreadable[group_id] = str(error)
             continue
         attempts.append(attempt_of(group))
+        ended = group.updated_at if group.status.is_terminal else None
+        for node_id in dict.fromkeys(w.node_id for w in group.workers if w.node_id):
+            groups_on.setdefault(node_id, []).append((group_id, ended))
         if group.run_id == run_id:
             groups_updated_at.append(group.updated_at)
     ordered = order_attempts(state, attempts)
@@ -486,4 +498,52 @@ def run_detail(
             )
             for p in state.preemptions
         ),
+        nodes_lost=_nodes_lost(store, groups_on),
     )
+
+
+_NODE_LOSS_SLACK = timedelta(seconds=2)
+"""How long after an attempt ended a node's death still counts as the attempt's (Ray's nodes'
+clocks and the export's are not one clock)."""
+
+
+def _nodes_lost(
+    store: EventStore, groups_on: Mapping[str, list[tuple[str, datetime | None]]]
+) -> tuple[NodeLossRow, ...]:
+    """The nodes under the run's workers that Ray reported dead while an attempt had workers on
+    them (``ray-node-*`` streams, written by ``wgstore ingest ray-export``), in the order they
+    died; a node that died after the attempts on it ended (the cluster torn down) is not one."""
+    lost = []
+    if not groups_on:
+        return ()
+    recorded = {stream_id for stream_id, _ in store.streams(NODE_STREAM_PREFIX)}  # one query
+    for node_id, group_ids in groups_on.items():
+        stream = node_stream(node_id)
+        if stream not in recorded:
+            continue
+        records = list(store.read_stream(stream))
+        started = next((r.event for r in records if isinstance(r.event, RayNodeStarted)), None)
+        for record in records:
+            died = record.event
+            if isinstance(died, RayNodeDied):
+                at = (
+                    datetime.fromtimestamp(died.end_time_ms / 1000, tz=UTC)
+                    if died.end_time_ms
+                    else event_time(record)
+                )
+                hit = tuple(
+                    g for g, end in group_ids if end is None or at <= end + _NODE_LOSS_SLACK
+                )
+                if not hit:
+                    continue
+                lost.append(
+                    NodeLossRow(
+                        at=at,
+                        node_id=node_id,
+                        node_ip=started.node_ip if started is not None else "",
+                        reason=died.reason,
+                        message=died.reason_message,
+                        group_ids=hit,
+                    )
+                )
+    return tuple(sorted(lost, key=lambda row: row.at))

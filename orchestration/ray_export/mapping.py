@@ -22,9 +22,11 @@ them.
 
 A run whose stream the recording callback wrote (``source="ray_train"``) is the callback's: the
 mapper writes nothing to its streams (the callback has everything the export says, and more), so a
-run recorded both ways is one run. A run the callback may still be about to record is held back
-(:attr:`ExportMapper.claim_wait_s`) until its export shows it is past the point where the
-callback writes (training started, or the run ended), so the two never write the same stream.
+run recorded both ways is one run. The callback writes its first events only once training has
+started (its ``hold_s``, at most 30 s), so a run not yet in the log is held back
+(:attr:`ExportMapper.claim_wait_s`, 45 s after Ray started it) before the mapper records it
+itself; should the callback still come later, it finds the stream begun and writes nothing
+(``BackgroundWriter``), so no stream is ever written by both.
 """
 
 from __future__ import annotations

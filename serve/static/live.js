@@ -231,6 +231,7 @@ if (typeof document === "undefined") {
       ...d.controllers.map((c) => [c.at, c.resumed ? "resumed" : "controller", c.controller_id, c.host + " pid " + c.pid, null]),
       ...d.resizes.map((z) => [z.at, "size", (z.previous_workers === null ? "" : z.previous_workers + " → ") + z.num_workers + " (" + z.cause + ")", z.reason, z.group_id]),
       ...d.preemptions.map((p) => [p.at, "preemption", "node " + Object.keys(p.nodes).join(", ") + " going, ranks " + p.ranks.join(", "), p.deadline ? "deadline " + when(p.deadline) : "no deadline given", p.group_id]),
+      ...(d.nodes_lost || []).map((n) => [n.at, "node lost", "node " + n.node_ip + " " + short(n.node_id), n.reason + (n.message ? ": " + n.message : ""), n.group_ids[0] || null]),
     ].sort((a, b) => String(a[0]).localeCompare(String(b[0])));
     out.push(el("h2", {}, "Timeline"), table(["time", "what", "", "reason", "group"], timeline.map((t) => [when(t[0]), t[1], t[2], t[3], t[4] ? link("/groups/", t[4], short(t[4])) : ""])));
     out.push(el("p", {}, el("a", { href: "/log?run=" + encodeURIComponent(r.run_id) }, "this run's events")));

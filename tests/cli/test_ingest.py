@@ -54,6 +54,13 @@ def test_ingest_reads_each_line_once_and_the_runs_are_in_every_tool(
     shown = _wgstore("runs", NODE_LOST, "--url", store_url)
     assert shown.exit_code == 0 and "ray_export" in shown.output and "export events" in shown.output
     assert "2026-12-07 19:51:22" in shown.output  # Ray's time, not the ingest's
+    # the node removed mid-attempt, beside the attempt it ended (not those torn down after)
+    assert "nodes lost" in shown.output and "127.0.0.2" in shown.output
+    detail = json.loads(_wgstore("runs", NODE_LOST, "--url", store_url, "--json").output)
+    assert [(n["node_ip"], n["reason"], len(n["group_ids"])) for n in detail["nodes_lost"]] == [
+        ("127.0.0.2", "EXPECTED_TERMINATION", 1)
+    ]
+    assert detail["nodes_lost"][0]["group_ids"] == [detail["attempts"][0]["group_id"]]
     assert _wgstore("verify", "--url", store_url).exit_code == 0
 
 

@@ -116,6 +116,7 @@ DETAIL = {
     "resumes": [],
     "resizes": [],  # an elastic run's sizes (issue 40): none for a fixed run
     "preemptions": [],
+    "nodes_lost": [],  # nodes Ray reported dead under its workers (issue 45): none here
 }  # fmt: skip
 
 

@@ -66,9 +66,14 @@ def _decision(kind: str, decision: str = "RETRY", **fields: Any) -> FailureDecis
     )
 
 
-def test_the_sources_are_wgstore_and_ray_train() -> None:
+def test_the_sources_are_wgstore_ray_train_and_ray_export() -> None:
     assert RUN_SOURCES == ("wgstore", "ray_train", "ray_export")
-    assert (run_source(_run(context=CONTEXT)), run_source(_run())) == RUN_SOURCES
+    assert (
+        run_source(_run(context=CONTEXT)),
+        run_source(_run()),
+        run_source(_run(source="ray_export")),
+    ) == RUN_SOURCES
+    assert run_source(_run(source="ray_train")) == "ray_train"
 
 
 def test_attempts_go_by_request_time_then_the_controller_s_order_and_untimed_last() -> None:
