@@ -1,7 +1,8 @@
 """The event log: event types, the registry, the codec, ``EventStore`` and subscriptions.
 
 Works without Ray installed. Importing this package registers the built-in event types of
-the ``worker-group-*`` and ``run-*`` streams.
+the ``worker-group-*`` and ``run-*`` streams, and of what Ray's export events say about a
+cluster (``ray-node-*``, ``ray-job-*``: :mod:`wgstore.events.ray_cluster`).
 """
 
 from typing import TYPE_CHECKING
@@ -83,6 +84,7 @@ __all__ = [
     "VerifyReport",
     "WgstoreError",
     "event_type",
+    "ray_cluster",
     "run",
     "upcaster",
     "worker_group",
