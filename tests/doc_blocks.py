@@ -14,6 +14,7 @@ it is and so which test takes it:
   and every call of an imported name bound to its signature (tests/test_docs_code.py); the two
   blocks of docs/python-api.md "Using it" also run on Ray (tests/test_readme.py).
 - ``sql``, ``sql sqlite``, ``sql postgresql``: docs/sql.md's queries (tests/projections/test_sql_docs.py).
+- ``yaml``: a configuration to adapt (a Kubernetes manifest): parsed (tests/test_docs_code.py).
 - ``text``: output or a listing, nothing to run.
 
 A block without an info string is refused (tests/test_docs_code.py), so a new command cannot
@@ -28,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "bench" / "README.md"]
-KINDS = {"bash", "python", "python ray", "sql", "sql sqlite", "sql postgresql", "text"}
+KINDS = {"bash", "python", "python ray", "sql", "sql sqlite", "sql postgresql", "text", "yaml"}
 INLINE = re.compile(r"`+(wgstore [^`]+)`+")
 _ENV_PREFIX = re.compile(r"^([A-Z][A-Z0-9_]*)=(\$\(.*\)|\S+)\s+")
 

@@ -171,6 +171,16 @@ def _environment_variables() -> set[str]:
     return found
 
 
+def _ray_variables() -> set[str]:
+    """The ``RAY_*`` variables the package's source names (those a user sets for wgstore's
+    sake, such as the export events ``wgstore ingest ray-export`` reads)."""
+    found: set[str] = set()
+    for folder in PACKAGE_DIRS:
+        for path in (REPO / folder).rglob("*.py"):
+            found |= set(re.findall(r"\b(RAY_[A-Za-z0-9_]+)=", path.read_text()))
+    return found
+
+
 def _script_problems(args: list[str]) -> list[str]:
     """A ``python path/to/script.py --option ...`` line: the script exists and has each option."""
     script = REPO / args[0]
@@ -196,8 +206,9 @@ def _line_problems(line: str) -> list[str]:
             f"no extra {e}" for e in extras.group(1).split(",") if e not in _extras()
         ]
     if args[0] == "export":
-        name = args[1].split("=")[0]
-        return problems + ([] if name in _environment_variables() else [f"wgstore reads no {name}"])
+        names = [arg.split("=")[0] for arg in args[1:]]
+        known = _environment_variables() | _ray_variables()
+        return problems + [f"wgstore reads or names no {n}" for n in names if n not in known]
     if args[0] in ("python", ".venv/bin/python"):
         return problems + _script_problems(args[1:])
     return [*problems, "a command no test runs or checks"]
@@ -209,6 +220,13 @@ def test_every_bash_line_is_run_or_names_what_exists(block: Block) -> None:
     assert lines, block.where()
     problems = [f"{line}: {p}" for line in lines for p in _line_problems(line)]
     assert not problems, f"{block.where()}: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("block", all_blocks("yaml"), ids=_ids)
+def test_every_yaml_block_parses(block: Block) -> None:
+    import yaml
+
+    assert yaml.safe_load(block.code), block.where()
 
 
 _BENCH = re.compile(r"`(?:\.venv/bin/python )?(bench/\w+\.py(?: [^`]*)?)`")

@@ -7,7 +7,8 @@ spans. Each runs against a real recorded store whose group and run ids start wit
 placeholders the documents use (``3f2a``, ``7c1e``, ``GROUP``, ``RUN``), with the URL the line
 names (or ``WGSTORE_URL`` when it names none), and must exit 0. Commands that start Ray or never
 end (``run``, ``executor``, ``resume``, ``serve``, ``gc`` and ``supervise`` without
-``--dry-run``, ``events --follow``, ``projections catch-up --follow``), synopses with elided
+``--dry-run``, ``events --follow``, ``projections catch-up --follow``), ``ingest`` (it reads a
+Ray session's files: tests/cli/test_ingest.py runs it), synopses with elided
 parts (``"SELECT ..."``) and spans that name an option rather than use it (``wgstore runs
 --since``: the option must exist) are parsed only: no usage error. ``wgstore --url URL groups``
 is what users write (issue 24), so the root accepts ``--url`` before the command too.
@@ -115,6 +116,8 @@ def _only_parsed(path: list[str], args: list[str]) -> bool:
         return True  # a synopsis: `wgstore sql "SELECT ..."`
     if path[0] in ("gc", "supervise") and "--dry-run" not in args:
         return True  # they act (abort, resume) or never end
+    if path[0] == "ingest":
+        return True  # they read the export files of a Ray session this machine may not have
     # they never end by themselves
     return path[0] in ("events", "projections") and ("--follow" in args or "-f" in args)
 

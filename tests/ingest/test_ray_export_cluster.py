@@ -119,6 +119,11 @@ class ClusterExport:
         (run_id,) = [i for i, run in self.state["runs"].items() if run["name"] == name]
         return run_id
 
+    def attempts(self, run_id: str) -> list[dict[str, Any]]:
+        """Ray's attempts of the run, in the order they started (ray_state.json's keys are
+        sorted: by attempt id)."""
+        return sorted(self.state["attempts"][run_id].values(), key=lambda a: a["start_time_ns"])
+
 
 def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
@@ -236,7 +241,7 @@ def test_an_ingested_run_is_what_rays_state_actor_holds(
 
     state = cluster_export.state
     lost = cluster_export.run_id("node-lost")
-    assert [a["status"] for a in state["attempts"][lost].values()] == ["ERRORED", "FINISHED"]
+    assert [a["status"] for a in cluster_export.attempts(lost)] == ["ERRORED", "FINISHED"]
     with EventStore.open(store_url) as store:
         for run_id, ray_run in state["runs"].items():  # node-lost, and recorded (no callback here)
             streams = run_streams(store, run_id)
@@ -248,9 +253,11 @@ def test_an_ingested_run_is_what_rays_state_actor_holds(
             assert set(ray_run) == {*RUN_FIELDS, *RUN_NOT_COMPARED}  # nothing new left unseen
             assert {f: run[f] for f in RUN_FIELDS} == {f: ray_run[f] for f in RUN_FIELDS}
 
-            ray_attempts = state["attempts"][run_id]
-            assert list(attempts) == list(ray_attempts)  # the same attempts, in Ray's order
-            for attempt_id, ray_attempt in ray_attempts.items():
+            ray_attempts = cluster_export.attempts(run_id)
+            # The same attempts, in the order Ray started them.
+            assert list(attempts) == [a["attempt_id"] for a in ray_attempts]
+            for ray_attempt in ray_attempts:
+                attempt_id = ray_attempt["attempt_id"]
                 attempt = attempts[attempt_id]
                 assert set(ray_attempt) == {*ATTEMPT_FIELDS, "workers"}
                 assert {f: attempt[f] for f in ATTEMPT_FIELDS} == {
@@ -266,7 +273,7 @@ def test_an_ingested_run_is_what_rays_state_actor_holds(
                     }, (ray_run["name"], attempt_id, ray_worker["world_rank"])
 
     # The ERRORED attempt's detail is Ray's, word for word (compared above): it names the node.
-    errored = next(iter(state["attempts"][lost].values()))
+    errored = cluster_export.attempts(lost)[0]
     assert state["removed"]["node_id"] in errored["status_detail"]
 
 
@@ -460,7 +467,7 @@ def test_the_removed_node_started_then_died_during_the_attempt_it_failed(
     assert state["removed"]["node"] in ("n2", "n3")
     assert removed == state["nodes"][state["removed"]["node"]]
     lost = cluster_export.run_id("node-lost")
-    errored, _ = state["attempts"][lost].values()
+    errored, _ = cluster_export.attempts(lost)
 
     with EventStore.open(reference_url) as store:
         started, died = (r.event for r in store.read_stream(node_stream(removed)))
