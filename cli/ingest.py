@@ -100,7 +100,7 @@ def ray_export_command(
             store, folders, claim_wait_s=claim_wait, batch_lines=batch_lines, report=report
         )
         try:
-            stats = ingester.follow(stop, interval) if follow else ingester.run_once()
+            stats = ingester.follow(stop, interval) if follow else ingester.run_once(stop)
         except KeyboardInterrupt:
             stats = ingester.stats
     if as_json:

@@ -152,12 +152,16 @@ class Ingester:
             self._cursors[fid] = cursor
         return cursor
 
-    def run_once(self) -> IngestStats:
-        """Read every file to its end (its whole lines) once; returns :attr:`stats`."""
+    def run_once(self, stop: threading.Event | None = None) -> IngestStats:
+        """Read every file to its end (its whole lines) once; returns :attr:`stats`.
+
+        ``stop``: set, the read ends after the transaction under way (a long backlog is read
+        in many).
+        """
         files = export_files(self.paths)
         self.stats.files = len(files)
         for path in files:
-            self._read_file(path)
+            self._read_file(path, stop)
         self.stats.held = sum(len(c.held) for c in self._cursors.values())
         return self.stats
 
@@ -169,7 +173,7 @@ class Ingester:
         """
         while not stop.is_set():
             try:
-                self.run_once()
+                self.run_once(stop)
             except Exception as error:  # noqa: BLE001 - a sidecar outlives an outage
                 self.report(f"this pass failed, tried again: {type(error).__name__}: {error}")
                 self._cursors.clear()
@@ -177,11 +181,11 @@ class Ingester:
             stop.wait(interval_s)
         return self.stats
 
-    def _read_file(self, path: Path) -> None:
+    def _read_file(self, path: Path, stop: threading.Event | None) -> None:
         fid = file_id(path)
         if fid is None:
             return  # no whole line yet
-        while True:
+        while stop is None or not stop.is_set():
             try:
                 if not self._read_batch(path, fid):
                     return

@@ -104,3 +104,47 @@ def test_supervise_once_with_ingest_reads_the_files(store_url: str, folder: Path
     assert result.exit_code == 0, result.output
     runs = _wgstore("runs", "--url", store_url, "--json").output.splitlines()
     assert len(runs) == 2
+
+
+def test_a_following_ingester_reads_what_ray_appends_and_stops_cleanly_on_sigterm(
+    store_url: str, folder: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.waiting import wait_until
+    from wgstore.events import EventStore
+
+    path = folder / "event_EXPORT_TRAIN_STATE.log"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:5]))
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "wgstore.cli", "ingest", "ray-export", str(folder), "--url",
+         store_url, "--follow", "--interval", "0.1", "--claim-wait-s", "0", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ},
+    )  # fmt: skip
+    try:
+        with EventStore.open(store_url) as store:
+            wait_until(
+                lambda: store.stream_version(f"run-{NODE_LOST}") > 0,
+                timeout_s=60,
+                what="the follower to record the first lines",
+            )
+            with path.open("ab") as handle:  # Ray goes on writing
+                handle.writelines(lines[5:])
+            wait_until(
+                lambda: (
+                    [r.type for r in store.read_stream(f"run-{NODE_LOST}")][-1:] == ["RunFinished"]
+                ),
+                timeout_s=60,
+                what="the follower to record the lines appended after it started",
+            )
+        follower.send_signal(signal.SIGTERM)
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, err
+    assert json.loads(out)["lines"] == 31
