@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.waiting import wait_until
-from wgstore.events import EventStore, NewEvent, StoreUnavailableError
+from wgstore.events import ANY, EventStore, NewEvent, StoreUnavailableError
 from wgstore.events.run import RunAborted
 from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
 
@@ -145,8 +145,12 @@ def test_a_lost_reply_retried_writes_nothing_twice(store_url: str, reader: Event
             self.store = EventStore.open(store_url)
             self.lost = False
 
-        def append(self, stream: str, batch: list[Any], fence: Any = None) -> Any:
-            recorded = self.store.append(stream, batch, fence=fence)
+        def append(
+            self, stream: str, batch: list[Any], fence: Any = None, expected_version: Any = ANY
+        ) -> Any:
+            recorded = self.store.append(
+                stream, batch, fence=fence, expected_version=expected_version
+            )
             if not self.lost:
                 self.lost = True
                 raise StoreUnavailableError("connection lost after the commit (test)")
