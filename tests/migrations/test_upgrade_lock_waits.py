@@ -68,9 +68,12 @@ def test_a_waiting_upgrade_lets_an_append_through_and_tries_again(
         reader.execute("SELECT count(*) FROM wg_events").fetchone()
         upgrading.start()
         deadline = time.monotonic() + _DEADLINE_S
+        # this test's upgrade, waiting behind this test's reader (another worker's migration
+        # test may wait on a DROP INDEX of its own schema at the same time)
         while not monitor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE '%DROP INDEX%'"
+            "AND query LIKE '%%DROP INDEX%%' AND %s = ANY(pg_blocking_pids(pid))",
+            (reader.info.backend_pid,),
         ).fetchone()[0]:
             assert time.monotonic() < deadline, "the upgrade never waited for its lock"
             time.sleep(0.02)  # polling a condition with a deadline
