@@ -22,7 +22,9 @@ head node's.
   bench/store.py (``(id, stream_id, version, type, payload)``, one unique index, plain driver
   SQL, bench/sides.py's DDL) taking the same rows (every row the ingest wrote, read back: stream,
   version, type, data) in the same transactions (one per batch): the floor of storing what the
-  ingest stored; and ``json.loads`` of every line (the floor of reading it).
+  ingest stored; and ``json.loads`` of every line (the floor of reading it). Below the table:
+  the ingest's time in Python's garbage collector (``gc.callbacks``) and how much its resident
+  memory grew.
 - **lag**: a writer thread appends the lines of ``--lag-runs`` runs (built as above, times
   shifted to now) to an export file at ``--lag-rate`` lines/s, flushing each line, while
   ``Ingester(...).follow(stop, interval_s=--interval)`` (``claim_wait_s=0``) runs in another
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import math
 import os
@@ -170,6 +173,31 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+def _rss_mb() -> float:
+    """This process's resident memory (Linux; 0 elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class _Collector:
+    """Time spent in Python's cyclic garbage collector (``gc.callbacks``), by generation."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+            self.collections[info["generation"]] += 1
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
@@ -248,6 +276,10 @@ def measure_rate(
                 store, [folder], claim_wait_s=0, batch_lines=batch_lines, report=problems.append
             )
             profiler = cProfile.Profile() if profile else None
+            gc.collect()
+            rss = _rss_mb()
+            collector = _Collector()
+            gc.callbacks.append(collector)
             start, cpu = time.perf_counter(), time.process_time()
             if profiler:
                 profiler.enable()
@@ -255,6 +287,8 @@ def measure_rate(
             if profiler:
                 profiler.disable()
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            gc.callbacks.remove(collector)
+            rss = _rss_mb() - rss
             groups = _stored_rows(store)
             runs = len(store.streams("run-"))
         rows = sum(len(g) for g in groups)
@@ -289,6 +323,9 @@ def measure_rate(
         "minimal_ms_per_1000_lines": round(minimal_s / lines * 1e6, 2),
         "parse_ms_per_1000_lines": round(parse_s / lines * 1e6, 2),
         "x_minimal": round(wall / minimal_s, 1),
+        "gc_s": round(collector.seconds, 2),
+        "gc_collections": collector.collections,
+        "rss_growth_mb": round(rss),
         "goal_met": lines / wall >= LINES_GOAL,
         "load": [load_start, _load()],
     }
@@ -422,6 +459,12 @@ def print_report(report: dict[str, Any]) -> None:
                 f"| {r['x_minimal']} | {r['runs']:,} | {r['load'][0]}-{r['load'][1]} "
                 f"| {_met(r['goal_met'])} |"
             )
+        for r in report["rate"]:
+            print(
+                f"{r['backend']}: {r['gc_s']:.1f} s of the ingest's {r['wall_s']:.1f} s in the "
+                f"garbage collector (collections by generation {r['gc_collections']}); resident "
+                f"memory grew {r['rss_growth_mb']:,} MB"
+            )
     if report["lag"]:
         print()
         print(
@@ -485,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             write_log(folder, lines)
             report["log_runs"] = len({line.run_id for line in lines})
             report["log_bytes"] = (folder / TRAIN_LOG).stat().st_size
+            del lines  # not alive while measured: the collector would walk them too
             for backend in backends:
                 report["rate"].append(
                     measure_rate(backend, folder, workdir, args.batch_lines, args.profile)

@@ -12,16 +12,18 @@ new file. Only whole lines are read: a line still being written (no newline yet)
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from wgstore.orchestration.ray_export.mapping import SOURCE_TYPES, ExportEvent
 
 __all__ = ["ExportLine", "default_folder", "export_files", "file_id", "parse_line", "read_lines"]
 
+_decode = msgspec.json.Decoder().decode
 _NAME = re.compile(r"^event_(EXPORT_[A-Z_]+)\.log(?:\.(\d+))?$")
 _FIRST_LINE_LIMIT = 1 << 20
 
@@ -96,9 +98,9 @@ def parse_line(raw: bytes, where: str) -> ExportEvent | str | None:
     if not raw.strip():
         return None
     try:
-        envelope = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        return f"{where}: not JSON ({error.msg if hasattr(error, 'msg') else error})"
+        envelope = _decode(raw)  # msgspec's: a quarter of json.loads' time
+    except msgspec.DecodeError as error:
+        return f"{where}: not JSON ({error})"
     if not isinstance(envelope, dict):
         return f"{where}: not an export event (a JSON {type(envelope).__name__})"
     source = envelope.get("source_type")

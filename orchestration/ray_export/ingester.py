@@ -42,7 +42,7 @@ from wgstore.orchestration.ray_export.files import (
     parse_line,
     read_lines,
 )
-from wgstore.orchestration.ray_export.mapping import ExportEvent, ExportMapper
+from wgstore.orchestration.ray_export.mapping import ExportEvent, ExportMapper, streams_of
 
 __all__ = ["IngestStats", "Ingester"]
 
@@ -139,6 +139,30 @@ class Ingester:
         )
         return [str(row[0])[len(GROUP_STREAM_PREFIX) :] for row in rows]
 
+    def _prefetch(self, events: Sequence[ExportEvent]) -> None:
+        """Which of the streams ``events`` touch the log holds, in one query per 500: the mapper
+        then reads only those (a new run's streams cost no query each)."""
+        wanted = {
+            stream_id
+            for event in events
+            for stream_id in streams_of(event)
+            if not self.mapper.cached(stream_id)
+        }
+        if not wanted:
+            return
+        p = self.store.recorder.param
+        ordered = sorted(wanted)
+        found: set[str] = set()
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start : start + 500]
+            rows = self.store.fetch_rows(
+                "SELECT DISTINCT stream_id FROM wg_events WHERE stream_id IN "
+                f"({', '.join([p] * len(chunk))})",
+                chunk,
+            )
+            found.update(str(row[0]) for row in rows)
+        self.mapper.absent(wanted - found)
+
     def _cursor(self, fid: str) -> _Cursor:
         cursor = self._cursors.get(fid)
         if cursor is None:
@@ -218,6 +242,7 @@ class Ingester:
                 events.append(parsed)
         if not lines and not cursor.held:
             return False
+        self._prefetch(events)
         mapped = self.mapper.map(events, self.clock_ns())
         held_before = [e.event_id for e in cursor.held]
         if not lines and [e.event_id for e in mapped.held] == held_before:
@@ -239,6 +264,7 @@ class Ingester:
             for stream_id, new in mapped.events.items()
         ]
         self.store.append_many(requests)
+        self.mapper.settle()
         cursor.offset, cursor.line, cursor.version = offset, read.line, cursor.version + 1
         cursor.held = list(mapped.held)
         self.stats.lines += len(lines)

@@ -300,14 +300,44 @@ class ExportMapper:
         self._attempts_of.clear()
         self._restarts.clear()
 
+    def settle(self) -> None:
+        """Drop the streams of ended runs (their groups included) once what was mapped is in the
+        log: a line about one later reads it again. Keeps a follower's memory (and the garbage
+        collector's work) to the runs under way."""
+        for stream_id, stream in list(self._streams.items()):
+            state = stream.guard.state
+            if stream_id.startswith("run-") and isinstance(state, RunState) and state.ended:
+                run_id = stream_id[len("run-") :]
+                for attempt_id in self._attempts_of.pop(run_id, ()):
+                    self._streams.pop(group_stream(attempt_id), None)
+                self._restarts.pop(run_id, None)
+                del self._streams[stream_id]
+
+    def absent(self, stream_ids: Iterable[str]) -> None:
+        """Streams the caller found missing from the log: known empty, not read one by one."""
+        for stream_id in stream_ids:
+            if stream_id not in self._streams:
+                self._streams[stream_id] = _Stream(self._guard(stream_id), 0, None)
+
+    def cached(self, stream_id: str) -> bool:
+        """Whether the mapper holds the stream (read or mapped since the last :meth:`forget`)."""
+        return stream_id in self._streams
+
     # ------------------------------------------------------------------ streams
+
+    @staticmethod
+    def _guard(stream_id: str) -> StreamGuard:
+        if stream_id.startswith("run-"):
+            return StreamGuard(stream_id, evolve_run)
+        if stream_id.startswith("worker-group-"):
+            return StreamGuard(stream_id, evolve)
+        return StreamGuard(stream_id, _keep)
 
     def _stream(self, stream_id: str) -> _Stream:
         known = self._streams.get(stream_id)
         if known is not None:
             return known
-        fold = evolve_run if stream_id.startswith("run-") else evolve
-        guard = StreamGuard(stream_id, fold if stream_id.startswith(("run-", "worker-")) else _keep)
+        guard = self._guard(stream_id)
         records = list(self._load(stream_id))
         guard.fold_stored(records)
         owner = str(records[0].metadata.get("source") or "") if records else None
@@ -585,6 +615,23 @@ class ExportMapper:
 def _keep(state: dict[str, Any] | None, record: RecordedEvent) -> dict[str, Any]:
     """The fold of a fact stream (nodes, jobs, kept events): which event types it has."""
     return {**(state or {}), record.type: record.event}
+
+
+def streams_of(event: ExportEvent) -> list[str]:
+    """The streams mapping ``event`` may read or write (its kept stream aside)."""
+    data = event.data
+    if event.source_type == TRAIN_RUN:
+        return [run_stream(str(data.get("id") or ""))]
+    if event.source_type == TRAIN_RUN_ATTEMPT:
+        return [
+            run_stream(str(data.get("run_id") or "")),
+            group_stream(str(data.get("attempt_id") or "")),
+        ]
+    if event.source_type == NODE:
+        return [node_stream(hex_id(data.get("node_id")))]
+    if event.source_type == DRIVER_JOB:
+        return [job_stream(hex_id(data.get("job_id")))]
+    return []
 
 
 def _run_of(event: ExportEvent) -> str:
