@@ -224,3 +224,22 @@ def test_ids_are_rays_hex_form() -> None:
     assert hex_id("V/oc8t+ggmlBt1eeAQAAAA==") == "57fa1cf2dfa0826941b7579e01000000"
     assert hex_id("") == "" and hex_id(None) == ""
     assert hex_id("not base64!") == "not base64!"
+
+
+def test_ended_runs_leave_the_mappers_memory_and_a_late_line_about_one_changes_nothing() -> None:
+    log, mapper = _mapped()
+    mapper.settle()
+    assert not mapper.cached(run_stream(NODE_LOST))
+    groups = project_run(log.streams[run_stream(NODE_LOST)]).groups
+    assert not any(mapper.cached(group_stream(g)) for g in groups)
+    late = [e for e in export_events(TRAIN_STATE) if e.data.get("id") == NODE_LOST][2:4]
+    assert mapper.map(late, LATE).count == 0  # read again from the log: ended
+
+
+def test_a_run_under_way_stays_in_the_mappers_memory() -> None:
+    log = MemoryLog()
+    mapper = ExportMapper(log.load, claim_wait_s=0)
+    events = [e for e in export_events(TRAIN_STATE) if e.data.get("status") != "FINISHED"]
+    log.commit(mapper.map(events[:6], LATE))
+    mapper.settle()
+    assert mapper.cached(run_stream(NODE_LOST))
