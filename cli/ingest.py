@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from wgstore.cli.common import (
     DEFAULT_URL,
@@ -90,19 +91,22 @@ def ray_export_command(
             "RAY_enable_export_api_write=1 to <session>/logs/export_events)"
         )
 
-    def report(text: str) -> None:
-        err_console().print(f"[yellow]skipped[/] {text}", highlight=False, markup=True)
+    def report(text: str) -> None:  # (a line may hold [brackets]: no markup)
+        err_console().print(Text.assemble(("skipped", "yellow"), " ", text), highlight=False)
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
-    with opened(url, read_only=False) as store:
-        ingester = Ingester(
-            store, folders, claim_wait_s=claim_wait, batch_lines=batch_lines, report=report
-        )
-        try:
-            stats = ingester.follow(stop, interval) if follow else ingester.run_once(stop)
-        except KeyboardInterrupt:
-            stats = ingester.stats
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    try:
+        with opened(url, read_only=False) as store:
+            ingester = Ingester(
+                store, folders, claim_wait_s=claim_wait, batch_lines=batch_lines, report=report
+            )
+            try:
+                stats = ingester.follow(stop, interval) if follow else ingester.run_once(stop)
+            except KeyboardInterrupt:
+                stats = ingester.stats
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if as_json:
         typer.echo(json_line(stats.as_dict()))
         return

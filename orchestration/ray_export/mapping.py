@@ -274,10 +274,11 @@ class ExportMapper:
         load: reads a stream as stored (called once per stream until :meth:`forget`).
         attempts_of: the attempt ids of a run in the log, in order (the groups whose
             ``WorkerGroupStartRequested`` names it): asked once for each run found in the log.
-        claim_wait_s: how long after a run's first export line the mapper waits for the
-            recording callback to record the run before it records it itself, unless the
-            export already shows training started (then the callback has written) or the run
-            ended. 0: never wait (no run on the cluster uses the callback).
+        claim_wait_s: how long after Ray started a run (its ``start_time_ns``) the mapper
+            holds the run's lines for the recording callback to record it, before it records
+            the run itself, whatever the lines say (the callback writes once training started,
+            or at the end of a run that ended before). 0: never wait (no run on the cluster
+            uses the callback).
     """
 
     def __init__(
@@ -539,7 +540,19 @@ class ExportMapper:
         if state is None or state.status.is_terminal:
             return
         if workers and not state.workers:
-            out += _started(run.guard.state, workers, resources, data, event)
+            # the builder's steps; WorkersStarted with what Ray's TrainWorker keeps beside the
+            # ranks (the callback's metadata keys, which ray_train_run_attempt reads)
+            steps = _started(run.guard.state, workers, resources, data, event)
+            self._emit(batch, stream_id, steps[:2], meta)
+            worker_meta = {
+                **meta,
+                "ray_worker_log_file_paths": [w.get("log_file_path") for w in workers],
+                "ray_worker_resources": [
+                    dict(dict(w.get("resources") or {}).get("resources") or {}) for w in workers
+                ],
+            }
+            self._emit(batch, stream_id, steps[2:3], worker_meta)
+            out += steps[3:]
         if status in _TERMINAL_ATTEMPT:
             out += _ended(state, workers, status, str(data.get("status_detail") or ""), event)
         end_meta = dict(meta)

@@ -68,7 +68,7 @@ def test_a_bad_line_is_named_with_its_place_and_the_rest_is_recorded(
     store_url: str, folder: Path
 ) -> None:
     path = folder / "event_EXPORT_TRAIN_STATE.log"
-    path.write_bytes(b"this is not json\n" + path.read_bytes())
+    path.write_bytes(b"this is not json [with brackets]\n" + path.read_bytes())
     result = CliRunner().invoke(
         app, ["ingest", "ray-export", str(folder), "--url", store_url, "--claim-wait-s", "0"]
     )

@@ -78,10 +78,13 @@ def remove_a_worker_node(
     try:
         while time.monotonic() < deadline:
             state = state_actor_records()
+            # the run RUNNING too: Ray marks the attempt RUNNING before the train function is
+            # launched on its workers, and a worker lost then ends the run without a retry
             running = [
                 a
                 for run_id, by_attempt in state["attempts"].items()
                 if state["runs"].get(run_id, {}).get("name") == "node-lost"
+                and state["runs"][run_id]["status"] == "RUNNING"
                 for a in by_attempt.values()
                 if a["status"] == "RUNNING" and a["workers"]
             ]

@@ -41,6 +41,8 @@ WORKER_FIELDS = (
     "pid",
     "status",
     "gpu_ids",
+    "resources",
+    "log_file_path",
 )
 
 

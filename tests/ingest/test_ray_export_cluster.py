@@ -67,9 +67,6 @@ RAY_TMPDIR_MAX = 107 - 71
 # - TrainRun.run_settings: the export writes the run's settings as proto JSON (enum names such
 #   as "TRAINING_FRAMEWORK_UNSPECIFIED" for None, 0.0 for 0, "num_workers_fixed", an "all": {}
 #   of data_config) where the state actor has pydantic's form of the same settings.
-# - TrainWorker.log_file_path: the export's worker lines carry it, but the mapper does not
-#   record it (its WorkersStarted has no "ray_worker_log_file_paths" metadata, which
-#   ray_train_run_attempt reads, as the callback writes it): None here, a gap of the mapper.
 RUN_FIELDS = (
     "id",
     "name",
@@ -103,8 +100,9 @@ WORKER_FIELDS = (
     "gpu_ids",
     "status",
     "resources",
+    "log_file_path",
 )
-WORKER_NOT_COMPARED = {"log_file_path"}
+WORKER_NOT_COMPARED: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -181,7 +179,7 @@ def cluster_export(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
 
 def wgstore(*args: str) -> Any:
     """``wgstore ARGS`` in this process (CliRunner); the result, its exit code checked by the
-    caller. ``wgstore ingest`` sets a SIGTERM handler (for --follow): the session's is put back."""
+    caller. ``wgstore ingest`` sets a SIGTERM handler of its own: the session's is put back."""
     sigterm = signal.getsignal(signal.SIGTERM)
     try:
         return CliRunner().invoke(app, list(args), catch_exceptions=False)
@@ -200,6 +198,7 @@ def ingest(url: str, folder: Path, *options: str) -> dict[str, Any]:
 def reference_url(cluster_export: ClusterExport, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The export read by one ingester alone, at once, into a fresh SQLite file."""
     url = f"sqlite:///{tmp_path_factory.mktemp('reference') / 'wgstore.db'}"
+    EventStore.open(url, migrate=True).close()  # (ingest creates no schema: db upgrade does)
     stats = ingest(url, cluster_export.export_events, "--claim-wait-s", "0")
     assert (stats["bad_lines"], stats["problems"], stats["held"]) == ([], [], 0), stats
     return url
