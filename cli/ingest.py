@@ -83,12 +83,17 @@ def ray_export_command(
 
     folders = list(paths or [default_folder()])
     missing = [str(p) for p in folders if not p.exists()]
-    if missing:
+    if missing and not follow:
         from wgstore.cli.errors import UsageProblem
 
         raise UsageProblem(
             f"no such export folder or file: {', '.join(missing)} (Ray writes them with "
             "RAY_enable_export_api_write=1 to <session>/logs/export_events)"
+        )
+    if missing:  # a sidecar may start before Ray made its session: read them once they exist
+        err_console().print(
+            Text(f"waiting for {', '.join(missing)} (Ray makes it when its session starts)"),
+            highlight=False,
         )
 
     def report(text: str) -> None:  # (a line may hold [brackets]: no markup)

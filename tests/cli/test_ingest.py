@@ -90,6 +90,46 @@ def test_a_missing_folder_is_a_clear_error_without_a_traceback(
     assert "Traceback" not in result.output
 
 
+def test_a_follower_started_before_ray_made_its_folder_reads_it_once_it_exists(
+    store_url: str, tmp_path: Path, folder: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.waiting import wait_until
+    from wgstore.events import EventStore
+
+    later = tmp_path / "session" / "export_events"
+    errors = tmp_path / "stderr.txt"
+    with errors.open("wb") as stderr:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "wgstore.cli", "ingest", "ray-export", str(later), "--url",
+             store_url, "--follow", "--interval", "0.1", "--claim-wait-s", "0"],
+            stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ},
+        )  # fmt: skip
+    try:
+        wait_until(
+            lambda: "waiting for" in errors.read_text(),
+            timeout_s=60,
+            what="the follower to say it waits for the folder",
+        )
+        shutil.copytree(folder, later)  # Ray starts its session
+        with EventStore.open(store_url) as store:
+            wait_until(
+                lambda: store.stream_version(f"run-{NODE_LOST}") > 0,
+                timeout_s=60,
+                what="the follower to read the folder made after it started",
+            )
+        follower.send_signal(signal.SIGTERM)
+        follower.wait(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, errors.read_text()
+
+
 def test_supervise_once_with_ingest_reads_the_files(store_url: str, folder: Path) -> None:
     result = _wgstore(
         "supervise",
