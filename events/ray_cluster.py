@@ -3,8 +3,9 @@
 ``wgstore ingest ray-export`` (:mod:`wgstore.orchestration.ray_export`) turns the JSON lines Ray
 writes to ``<session>/logs/export_events/`` into the log. Train runs and attempts become the same
 ``run-*`` and ``worker-group-*`` events the recording callback writes; what Ray says of nodes and
-driver jobs becomes facts of their own, on ``ray-node-<node id>`` and ``ray-job-<job id>``
-(ids in Ray's hex form, as Ray's state API shows them). What was read of each export file is
+driver jobs becomes facts of their own, on ``ray-node-<node id>`` and
+``ray-job-<job id>-<start ms>`` (ids in Ray's hex form, as Ray's state API shows them). What
+was read of each export file is
 ``RayExportRead`` on ``ray-export-file-<file id>``, appended in the same transaction as what the
 lines produced: a file is read exactly once, however many ingesters read it and wherever one is
 killed. A line of a newer export schema (or with fields this wgstore does not know) is kept as
@@ -47,9 +48,11 @@ def node_stream(node_id: str) -> str:
     return NODE_STREAM_PREFIX + node_id
 
 
-def job_stream(job_id: str) -> str:
-    """The stream of a Ray driver job's facts (``job_id`` in hex)."""
-    return JOB_STREAM_PREFIX + job_id
+def job_stream(job_id: str, start_time_ms: int) -> str:
+    """The stream of a Ray driver job's facts: ``job_id`` in hex and when the job started (a
+    job id is a counter of its cluster, ``01000000`` the first job of every cluster, so the id
+    alone would merge the jobs of several clusters, or of one cluster started again)."""
+    return f"{JOB_STREAM_PREFIX}{job_id}-{start_time_ms}"
 
 
 def read_stream_of(file_id: str) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "GroupSummary",
     "NodeLossRow",
     "PreemptionRow",
+    "RayJobRow",
     "ResizeRow",
     "ResumeRow",
     "Row",
@@ -277,6 +278,19 @@ class NodeLossRow(Row):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RayJobRow(Row):
+    """The Ray driver job a run ran under (``RayJobStarted`` / ``RayJobEnded``, from Ray's export
+    events): what was run, and where its driver was."""
+
+    job_id: str
+    entrypoint: str
+    driver_ip: str
+    driver_pid: int
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TransitionRow(Row):
     """One change of the controller's state (``ControllerStateChanged``)."""
 
@@ -324,3 +338,5 @@ class RunDetail(Row):
     preemptions: tuple[PreemptionRow, ...] = ()
     nodes_lost: tuple[NodeLossRow, ...] = ()
     """Nodes under the run's workers that Ray reported dead (from its export events)."""
+    ray_job: RayJobRow | None = None
+    """The driver job the run ran under (from Ray's export events), if the log has it."""

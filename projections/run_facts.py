@@ -191,6 +191,10 @@ def run_facts(detail: RunDetail) -> list[Fact]:
         until = format_time(run.lease_expires_at)
         facts.append(Fact("lease", f"{run.lease_holder} until {until}"))
     facts += _trouble_facts(detail)
+    job = detail.ray_job
+    if job is not None:
+        driver = f"driver {job.driver_ip} pid {job.driver_pid}".strip()
+        facts.append(Fact("ray job", f"{job.job_id} {job.entrypoint}".strip(), note=f" ({driver})"))
     if run.ray:
         facts.append(Fact("ray", json_line(run.ray)))
     return facts

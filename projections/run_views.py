@@ -26,7 +26,10 @@ from wgstore.events import EventStore, RecordedEvent
 from wgstore.events._translate import translate_errors
 from wgstore.events.leases import Lease, lease_of, leases
 from wgstore.events.ray_cluster import (
+    JOB_STREAM_PREFIX,
     NODE_STREAM_PREFIX,
+    RayJobEnded,
+    RayJobStarted,
     RayNodeDied,
     RayNodeStarted,
     node_stream,
@@ -48,6 +51,7 @@ from wgstore.projections.rows import (
     FailedRank,
     NodeLossRow,
     PreemptionRow,
+    RayJobRow,
     ResizeRow,
     ResumeRow,
     RunDetail,
@@ -499,7 +503,41 @@ def run_detail(
             for p in state.preemptions
         ),
         nodes_lost=_nodes_lost(store, groups_on),
+        ray_job=_ray_job(store, state),
     )
+
+
+def _ms(value: int) -> datetime | None:
+    return datetime.fromtimestamp(value / 1000, tz=UTC) if value else None
+
+
+def _ray_job(store: EventStore, state: RunState) -> RayJobRow | None:
+    """The driver job of a run recorded from Ray (its ``ray.job_id``), from the job's stream
+    (``wgstore ingest ray-export``): of the jobs of that id (one per cluster, or cluster start),
+    the last that started before the run did."""
+    job_id = str(state.ray.get("job_id") or "")
+    if not job_id:
+        return None
+    run_started_ns = state.ray.get("start_time_ns")
+    candidates: list[tuple[int, RayJobRow]] = []
+    for stream_id, _ in store.streams(f"{JOB_STREAM_PREFIX}{job_id}-"):
+        records = list(store.read_stream(stream_id))
+        job = next((r.event for r in records if isinstance(r.event, RayJobStarted)), None)
+        ended = next((r.event for r in records if isinstance(r.event, RayJobEnded)), None)
+        if job is None:
+            continue
+        if isinstance(run_started_ns, int) and job.start_time_ms * 1_000_000 > run_started_ns:
+            continue  # a later job of the same id (another cluster, or a restart)
+        row = RayJobRow(
+            job_id=job_id,
+            entrypoint=job.entrypoint,
+            driver_ip=job.driver_ip,
+            driver_pid=job.driver_pid,
+            started_at=_ms(job.start_time_ms),
+            ended_at=_ms(ended.end_time_ms) if ended is not None else None,
+        )
+        candidates.append((job.start_time_ms, row))
+    return max(candidates, key=lambda c: c[0])[1] if candidates else None
 
 
 _NODE_LOSS_SLACK = timedelta(seconds=2)

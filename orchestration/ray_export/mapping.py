@@ -456,7 +456,9 @@ class ExportMapper:
         meta = _meta(event)
         out: list[Any] = []
         if state is None:
-            out += [_run_created(data), _controller_started(data)]
+            started_ns = _int(data.get("start_time_ns")) or event.time_ns  # (ns, not the line's s)
+            created = [_run_created(data), _controller_started(data)]
+            self._emit(batch, stream_id, created, {**meta, "ray_time_ns": started_ns})
             current = ControllerState.INITIALIZING
         else:
             if state.ended:
@@ -603,7 +605,7 @@ class ExportMapper:
         if not job_id:
             batch.problems.append(f"{event.where}: an EXPORT_DRIVER_JOB without a job id")
             return
-        stream_id = job_stream(job_id)
+        stream_id = job_stream(job_id, _int(data.get("start_time")))
         seen: dict[str, Any] = self._stream(stream_id).guard.state or {}
         out: list[Any] = []
         if "RayJobStarted" not in seen:
@@ -643,7 +645,7 @@ def streams_of(event: ExportEvent) -> list[str]:
     if event.source_type == NODE:
         return [node_stream(hex_id(data.get("node_id")))]
     if event.source_type == DRIVER_JOB:
-        return [job_stream(hex_id(data.get("job_id")))]
+        return [job_stream(hex_id(data.get("job_id")), _int(data.get("start_time")))]
     return []
 
 

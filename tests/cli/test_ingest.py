@@ -53,7 +53,8 @@ def test_ingest_reads_each_line_once_and_the_runs_are_in_every_tool(
     assert {r["source"] for r in runs} == {"ray_export"}
     shown = _wgstore("runs", NODE_LOST, "--url", store_url)
     assert shown.exit_code == 0 and "ray_export" in shown.output and "export events" in shown.output
-    assert "2026-12-07 19:51:22" in shown.output  # Ray's time, not the ingest's
+    assert "2026-12-07 19:51:22.452" in shown.output  # Ray's time, not the ingest's
+    assert "tests.ingest.ray_export_driver" in shown.output  # the driver job's entrypoint
     # the node removed mid-attempt, beside the attempt it ended (not those torn down after)
     assert "nodes lost" in shown.output and "127.0.0.2" in shown.output
     detail = json.loads(_wgstore("runs", NODE_LOST, "--url", store_url, "--json").output)

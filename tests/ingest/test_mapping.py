@@ -245,3 +245,14 @@ def test_a_run_under_way_stays_in_the_mappers_memory() -> None:
     log.commit(mapper.map(events[:6], LATE))
     mapper.settle()
     assert mapper.cached(run_stream(NODE_LOST))
+
+
+def test_the_same_job_id_on_two_clusters_is_two_jobs() -> None:
+    """A job id counts a cluster's jobs (``01000000`` is every cluster's first): a job is known
+    by its id and its start."""
+    log = MemoryLog()
+    first, *_ = export_events(JOBS)
+    again = ExportEvent("other", 2, first.source_type, {**first.data, "start_time": "1"}, "t:1")
+    log.commit(ExportMapper(log.load, claim_wait_s=0).map([first, again], LATE))
+    jobs = sorted(s for s in log.streams if s.startswith("ray-job-"))
+    assert jobs == ["ray-job-01000000-1", "ray-job-01000000-1796673076971"]

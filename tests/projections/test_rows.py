@@ -117,6 +117,7 @@ DETAIL = {
     "resizes": [],  # an elastic run's sizes (issue 40): none for a fixed run
     "preemptions": [],
     "nodes_lost": [],  # nodes Ray reported dead under its workers (issue 45): none here
+    "ray_job": None,  # the driver job, from Ray's export events (issue 45): none here
 }  # fmt: skip
 
 
