@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tests.ingest.exported import copy_export
 from wgstore.cli import app
 
-FIXTURES = Path(__file__).parents[1] / "ingest" / "fixtures"
 NODE_LOST = "fac4e5ec98ef43dc8285a6c1f39896ac"
 
 
@@ -25,11 +25,7 @@ def _wgstore(*args: str) -> Any:
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
-    target = tmp_path / "export_events"
-    target.mkdir()
-    for path in FIXTURES.glob("event_*.log"):
-        shutil.copy(path, target / path.name)
-    return target
+    return copy_export(tmp_path)
 
 
 def test_ingest_reads_each_line_once_and_the_runs_are_in_every_tool(

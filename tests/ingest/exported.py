@@ -4,6 +4,7 @@ in-memory log for the mapper's tests (no database)."""
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -19,6 +20,56 @@ FIXTURES = Path(__file__).parent / "fixtures"
 TRAIN_STATE = FIXTURES / "event_EXPORT_TRAIN_STATE.log"
 NODES = FIXTURES / "event_EXPORT_NODE.log"
 JOBS = FIXTURES / "event_EXPORT_DRIVER_JOB.log"
+
+
+RUN_FIELDS = (
+    "id",
+    "name",
+    "job_id",
+    "controller_actor_id",
+    "status",
+    "status_detail",
+    "start_time_ns",
+    "end_time_ns",
+    "controller_log_file_path",
+    "framework_versions",
+)
+"""The fields of Ray's ``TrainRun`` an ingested run gives back equal (``run_settings`` differs in
+form: the export writes proto JSON where the state actor has pydantic's)."""
+ATTEMPT_FIELDS = (
+    "run_id",
+    "attempt_id",
+    "status",
+    "status_detail",
+    "start_time_ns",
+    "end_time_ns",
+    "resources",
+)
+"""The fields of Ray's ``TrainRunAttempt`` an ingested attempt gives back equal (all but its
+workers, compared by :data:`WORKER_FIELDS`)."""
+WORKER_FIELDS = (
+    "world_rank",
+    "local_rank",
+    "node_rank",
+    "actor_id",
+    "node_id",
+    "node_ip",
+    "pid",
+    "gpu_ids",
+    "status",
+    "resources",
+    "log_file_path",
+)
+"""Every field of Ray's ``TrainWorker``."""
+
+
+def copy_export(parent: Path) -> Path:
+    """The fixture's export files copied into ``parent/export_events`` (to change them)."""
+    target = parent / "export_events"
+    target.mkdir()
+    for path in FIXTURES.glob("event_*.log"):
+        shutil.copy(path, target / path.name)
+    return target
 
 
 def ray_state() -> dict[str, Any]:

@@ -4,14 +4,13 @@ reads them (a second ingester at the same time, a restart holding lines for the 
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.ingest.exported import FIXTURES, TRAIN_STATE
+from tests.ingest.exported import TRAIN_STATE, copy_export
 from wgstore.events import EventStore
 from wgstore.events.ray_cluster import READ_STREAM_PREFIX, RayExportRead
 from wgstore.orchestration.ray_export import Ingester
@@ -27,11 +26,7 @@ def store(store_url: str) -> Iterator[EventStore]:
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
-    target = tmp_path / "export_events"
-    target.mkdir()
-    for path in FIXTURES.glob("event_*.log"):
-        shutil.copy(path, target / path.name)
-    return target
+    return copy_export(tmp_path)
 
 
 def _streams(store: EventStore, prefix: str = "") -> dict[str, list[str]]:

@@ -12,7 +12,17 @@ from typing import Any
 
 import pytest
 
-from tests.ingest.exported import JOBS, NODES, TRAIN_STATE, MemoryLog, export_events, ray_state
+from tests.ingest.exported import (
+    ATTEMPT_FIELDS,
+    JOBS,
+    NODES,
+    RUN_FIELDS,
+    TRAIN_STATE,
+    WORKER_FIELDS,
+    MemoryLog,
+    export_events,
+    ray_state,
+)
 from wgstore.events.ray_cluster import RayExportEventKept, kept_stream
 from wgstore.events.run import RunCreated
 from wgstore.events.streams import group_stream, run_stream
@@ -28,22 +38,6 @@ from wgstore.projections.state import project_worker_group
 
 NODE_LOST = "fac4e5ec98ef43dc8285a6c1f39896ac"
 LATE = 10**20  # a clock long past every run's claim
-RUN_FIELDS = ("id", "name", "job_id", "controller_actor_id", "status", "status_detail")
-RUN_TIMES = ("start_time_ns", "end_time_ns")
-ATTEMPT_FIELDS = ("attempt_id", "status", "status_detail", "start_time_ns", "end_time_ns")
-WORKER_FIELDS = (
-    "world_rank",
-    "local_rank",
-    "node_rank",
-    "actor_id",
-    "node_id",
-    "node_ip",
-    "pid",
-    "status",
-    "gpu_ids",
-    "resources",
-    "log_file_path",
-)
 
 
 def _mapped(claim_wait_s: float = 0.0, now_ns: int = LATE) -> tuple[MemoryLog, ExportMapper]:
@@ -63,9 +57,7 @@ def test_every_run_and_attempt_equals_rays_state_actor() -> None:
     for run_id, ray_run in state["runs"].items():
         records = log.streams[run_stream(run_id)]
         run = ray_train_run(records)
-        assert {k: run[k] for k in RUN_FIELDS + RUN_TIMES} == {
-            k: ray_run[k] for k in RUN_FIELDS + RUN_TIMES
-        }
+        assert {k: run[k] for k in RUN_FIELDS} == {k: ray_run[k] for k in RUN_FIELDS}
         groups = [log.streams[group_stream(g)] for g in project_run(records).groups]
         attempts = ray_train_run_attempts(groups)
         assert attempts.keys() == state["attempts"][run_id].keys()

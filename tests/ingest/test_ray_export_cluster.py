@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tests.ingest.exported import ATTEMPT_FIELDS, RUN_FIELDS, WORKER_FIELDS
 from wgstore.cli import app
 from wgstore.events import EventStore
 from wgstore.events.ray_cluster import (
@@ -67,41 +68,7 @@ RAY_TMPDIR_MAX = 107 - 71
 # - TrainRun.run_settings: the export writes the run's settings as proto JSON (enum names such
 #   as "TRAINING_FRAMEWORK_UNSPECIFIED" for None, 0.0 for 0, "num_workers_fixed", an "all": {}
 #   of data_config) where the state actor has pydantic's form of the same settings.
-RUN_FIELDS = (
-    "id",
-    "name",
-    "job_id",
-    "controller_actor_id",
-    "status",
-    "status_detail",
-    "start_time_ns",
-    "end_time_ns",
-    "controller_log_file_path",
-    "framework_versions",
-)
 RUN_NOT_COMPARED = {"run_settings"}
-ATTEMPT_FIELDS = (
-    "run_id",
-    "attempt_id",
-    "status",
-    "status_detail",
-    "start_time_ns",
-    "end_time_ns",
-    "resources",
-)
-WORKER_FIELDS = (
-    "world_rank",
-    "local_rank",
-    "node_rank",
-    "actor_id",
-    "node_id",
-    "node_ip",
-    "pid",
-    "gpu_ids",
-    "status",
-    "resources",
-    "log_file_path",
-)
 WORKER_NOT_COMPARED: set[str] = set()
 
 
