@@ -33,7 +33,9 @@ from wgstore.events import AppendRequest, ConcurrencyError, EventStore
 from wgstore.events.ray_cluster import RayExportRead, read_stream_of
 from wgstore.events.records import RecordedEvent
 from wgstore.events.schema import TYPE_INDEX_WHERE
+from wgstore.events.stored_names import json_field, type_name
 from wgstore.events.streams import GROUP_STREAM_PREFIX
+from wgstore.events.worker_group import WorkerGroupStartRequested
 from wgstore.orchestration.ray_export.files import (
     envelope,
     export_files,
@@ -47,6 +49,8 @@ from wgstore.orchestration.ray_export.mapping import ExportEvent, ExportMapper, 
 __all__ = ["IngestStats", "Ingester"]
 
 logger = logging.getLogger("wgstore.ingest")
+
+_START_REQUESTED = type_name(WorkerGroupStartRequested)
 
 
 @dataclass
@@ -127,14 +131,10 @@ class Ingester:
     def _attempts_of(self, run_id: str) -> list[str]:
         """The groups whose ``WorkerGroupStartRequested`` names ``run_id``, in log order."""
         p = self.store.recorder.param
-        run = (
-            f"data->>'run_id' = {p}"
-            if self.store.is_postgres
-            else (f"json_extract(data, '$.run_id') = {p}")
-        )
+        run = json_field(WorkerGroupStartRequested, "run_id", postgres=self.store.is_postgres)
         rows = self.store.fetch_rows(
-            "SELECT stream_id FROM wg_events WHERE event_type = 'WorkerGroupStartRequested' "
-            f"AND {TYPE_INDEX_WHERE} AND {run} ORDER BY position",
+            f"SELECT stream_id FROM wg_events WHERE event_type = '{_START_REQUESTED}' "
+            f"AND {TYPE_INDEX_WHERE} AND {run} = {p} ORDER BY position",
             (run_id,),
         )
         return [str(row[0])[len(GROUP_STREAM_PREFIX) :] for row in rows]
