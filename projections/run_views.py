@@ -27,7 +27,6 @@ from wgstore.events._translate import translate_errors
 from wgstore.events.leases import Lease, lease_of, leases
 from wgstore.events.ray_cluster import (
     JOB_STREAM_PREFIX,
-    NODE_STREAM_PREFIX,
     RayJobEnded,
     RayJobStarted,
     RayNodeDied,
@@ -513,31 +512,36 @@ def _ms(value: int) -> datetime | None:
 
 def _ray_job(store: EventStore, state: RunState) -> RayJobRow | None:
     """The driver job of a run recorded from Ray (its ``ray.job_id``), from the job's stream
-    (``wgstore ingest ray-export``): of the jobs of that id (one per cluster, or cluster start),
-    the last that started before the run did."""
+    (``wgstore ingest ray-export``): of the jobs of that id (one per cluster, or cluster start;
+    each stream is named by the job's start), the last that started before the run did, so one
+    stream is read however many clusters had a job of that id."""
     job_id = str(state.ray.get("job_id") or "")
     if not job_id:
         return None
+    prefix = f"{JOB_STREAM_PREFIX}{job_id}-"
     run_started_ns = state.ray.get("start_time_ns")
-    candidates: list[tuple[int, RayJobRow]] = []
-    for stream_id, _ in store.streams(f"{JOB_STREAM_PREFIX}{job_id}-"):
-        records = list(store.read_stream(stream_id))
-        job = next((r.event for r in records if isinstance(r.event, RayJobStarted)), None)
-        ended = next((r.event for r in records if isinstance(r.event, RayJobEnded)), None)
-        if job is None:
-            continue
-        if isinstance(run_started_ns, int) and job.start_time_ms * 1_000_000 > run_started_ns:
-            continue  # a later job of the same id (another cluster, or a restart)
-        row = RayJobRow(
-            job_id=job_id,
-            entrypoint=job.entrypoint,
-            driver_ip=job.driver_ip,
-            driver_pid=job.driver_pid,
-            started_at=_ms(job.start_time_ms),
-            ended_at=_ms(ended.end_time_ms) if ended is not None else None,
-        )
-        candidates.append((job.start_time_ms, row))
-    return max(candidates, key=lambda c: c[0])[1] if candidates else None
+    starts = []
+    for stream_id, _ in store.streams(prefix):
+        start = stream_id[len(prefix) :]
+        if start.isdigit() and (
+            not isinstance(run_started_ns, int) or int(start) * 1_000_000 <= run_started_ns
+        ):
+            starts.append(int(start))
+    if not starts:
+        return None
+    records = list(store.read_stream(f"{prefix}{max(starts)}"))
+    job = next((r.event for r in records if isinstance(r.event, RayJobStarted)), None)
+    ended = next((r.event for r in records if isinstance(r.event, RayJobEnded)), None)
+    if job is None:
+        return None
+    return RayJobRow(
+        job_id=job_id,
+        entrypoint=job.entrypoint,
+        driver_ip=job.driver_ip,
+        driver_pid=job.driver_pid,
+        started_at=_ms(job.start_time_ms),
+        ended_at=_ms(ended.end_time_ms) if ended is not None else None,
+    )
 
 
 _NODE_LOSS_SLACK = timedelta(seconds=2)
@@ -552,12 +556,9 @@ def _nodes_lost(
     them (``ray-node-*`` streams, written by ``wgstore ingest ray-export``), in the order they
     died; a node that died after the attempts on it ended (the cluster torn down) is not one."""
     lost = []
-    if not groups_on:
-        return ()
-    recorded = {stream_id for stream_id, _ in store.streams(NODE_STREAM_PREFIX)}  # one query
     for node_id, group_ids in groups_on.items():
         stream = node_stream(node_id)
-        if stream not in recorded:
+        if not store.stream_version(stream):  # (one indexed query a node under the run)
             continue
         records = list(store.read_stream(stream))
         started = next((r.event for r in records if isinstance(r.event, RayNodeStarted)), None)

@@ -34,3 +34,26 @@ def test_an_ingested_runs_page_says_what_the_export_cannot_give(
     assert detail["ray_job"]["job_id"] == "01000000"
     assert "tests.ingest.ray_export_driver" in detail["ray_job"]["entrypoint"]
     assert page.status_code == 200
+
+
+def test_of_several_clusters_jobs_with_the_runs_job_id_the_run_shows_its_own(
+    store_url: str, tmp_path: Path
+) -> None:
+    """``01000000`` is every cluster's first job: the run's is the last that started before it."""
+    from wgstore.events import EventStore
+    from wgstore.events.ray_cluster import RayJobStarted, job_stream
+
+    folder = copy_export(tmp_path)
+    args = ["ingest", "ray-export", str(folder), "--url", store_url, "--claim-wait-s", "0"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    ours = 1796673076971  # the fixture's job started then; the run 5.5 s later
+    with EventStore.open(store_url) as store:
+        for start, entrypoint in (
+            (ours - 86_400_000, "an older cluster"),
+            (ours + 60_000, "a later one"),
+        ):
+            job = RayJobStarted(job_id="01000000", entrypoint=entrypoint, start_time_ms=start)
+            store.append(job_stream("01000000", start), [job])
+    with TestClient(create_app(store_url)) as client:
+        detail = client.get(f"/api/runs/{NODE_LOST}").json()
+    assert "tests.ingest.ray_export_driver" in detail["ray_job"]["entrypoint"]
