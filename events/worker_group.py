@@ -18,6 +18,7 @@ from wgstore.events.registry import event_type
 from wgstore.events.streams import group_stream
 
 __all__ = [
+    "GROUP_RESOURCES",
     "CallbackFailed",
     "ErrorInfo",
     "PlacementGroupReserved",
@@ -432,6 +433,12 @@ class WorkerShutdown:
     world_rank: int
     ending: WorkerEnding
     hook_error: ErrorInfo | None = None
+
+
+GROUP_RESOURCES = ("workers", "sync_actor", "placement_group")
+"""What a group recorded from Ray Train held on Ray, as the recorders (the callback, the export's
+ingester) name it in ``WorkerGroupShutDown.released`` once Ray released it (wgstore's own
+executor names each actor and placement group instead)."""
 
 
 @event_type("WorkerGroupShutDown", version=1)

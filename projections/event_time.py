@@ -15,13 +15,21 @@ from datetime import UTC, datetime, timedelta
 
 from wgstore.events.records import RecordedEvent
 
-__all__ = ["RAY_SOURCES", "RAY_TIME_KEY", "event_time"]
+__all__ = ["RAY_EXPORT_SOURCE", "RAY_SOURCES", "RAY_TIME_KEY", "RAY_TRAIN_SOURCE", "event_time"]
 
 RAY_TIME_KEY = "ray_time_ns"
 """The metadata key of the time Ray called the hook, in nanoseconds since the epoch."""
 
-RAY_SOURCES = frozenset({"ray_train", "ray_export"})
-"""``metadata["source"]`` of events recorded from Ray: the callback's and the export's."""
+RAY_TRAIN_SOURCE = "ray_train"
+"""``metadata["source"]`` of the events ``RecordingCallback`` records from Ray Train."""
+
+RAY_EXPORT_SOURCE = "ray_export"
+"""``metadata["source"]`` of the events ``wgstore ingest ray-export`` reads from Ray's export
+events."""
+
+RAY_SOURCES = frozenset({RAY_TRAIN_SOURCE, RAY_EXPORT_SOURCE})
+"""``metadata["source"]`` of events recorded from Ray: the callback's and the export's. Ray
+Train's controller runs their groups, never a wgstore executor."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -46,6 +46,7 @@ from wgstore.projections.run_state import RunState, project_run
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 
 __all__ = [
+    "DETAILED_STATES",
     "RAY_SUB_STATES",
     "ray_train_run",
     "ray_train_run_attempt",
@@ -56,7 +57,8 @@ __all__ = [
 RAY_SUB_STATES = frozenset({"RESCHEDULING", "SHUTTING_DOWN", "PREEMPTING"})
 """Controller states Ray's state actor does not show (the run keeps its status and detail)."""
 
-_DETAILED = frozenset({"SCHEDULING", "ERRORED", "ABORTED"})
+DETAILED_STATES = frozenset({"SCHEDULING", "ERRORED", "ABORTED"})
+"""Run states whose status detail Ray's state actor shows (the scheduling text, the error)."""
 
 
 def scheduling_detail(num_workers: int, resources_per_worker: Mapping[str, float]) -> str:
@@ -81,7 +83,7 @@ def ray_train_run(records: Iterable[RecordedEvent]) -> dict[str, Any]:
     for record in records:
         event = record.event
         if isinstance(event, ControllerStateChanged) and event.to_state not in RAY_SUB_STATES:
-            detail = (event.reason or None) if event.to_state in _DETAILED else None
+            detail = (event.reason or None) if event.to_state in DETAILED_STATES else None
             if event.to_state in ("FINISHED", "ERRORED", "ABORTED"):
                 end_time_ns = _time_ns(record)
     if state.status.value == "ABORTED" and state.abort_reason:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from wgstore.events.run import FailureKind
+from wgstore.projections.event_time import RAY_EXPORT_SOURCE, RAY_TRAIN_SOURCE
 from wgstore.projections.run_state import (
     RunState,
     lease_lapsed,
@@ -42,7 +43,7 @@ __all__ = [
     "run_source",
 ]
 
-RUN_SOURCES = ("wgstore", "ray_train", "ray_export")
+RUN_SOURCES = ("wgstore", RAY_TRAIN_SOURCE, RAY_EXPORT_SOURCE)
 """Who ran a run: wgstore's own controller, or Ray Train's (recorded by ``RecordingCallback``)."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -136,7 +137,7 @@ def run_source(run: RunState) -> str:
     by the callback, ``ray_export`` for one read from Ray's export events."""
     if run.context is not None:
         return "wgstore"
-    return "ray_export" if run.source == "ray_export" else "ray_train"
+    return RAY_EXPORT_SOURCE if run.source == RAY_EXPORT_SOURCE else RAY_TRAIN_SOURCE
 
 
 def orphaned(needs: bool, lease_expires_at: datetime | None, now: datetime) -> bool:

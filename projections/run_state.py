@@ -40,7 +40,7 @@ from wgstore.events.run import (
 )
 from wgstore.events.worker_group import ErrorInfo, WorkerGroupContext
 from wgstore.projections.errors import ProjectionError
-from wgstore.projections.event_time import event_time
+from wgstore.projections.event_time import RAY_EXPORT_SOURCE, event_time
 
 __all__ = [
     "CONTROLLER_TO_RUN_STATUS",
@@ -581,10 +581,6 @@ _SAME_LIMIT: Mapping[str, tuple[str, ...]] = {
     FailureKind.START: _SHARED_LIMIT,
     FailureKind.CONTROLLER: _SHARED_LIMIT,
 }
-
-
-RAY_EXPORT_SOURCE = "ray_export"
-"""``RunState.source`` of a run read from Ray's export events (``wgstore ingest ray-export``)."""
 
 
 def needs_controller(state: RunState) -> bool:

@@ -56,6 +56,7 @@ from wgstore.orchestration.executor.commands import (
     derive_commands,
 )
 from wgstore.projections import ProjectionError
+from wgstore.projections.event_time import RAY_SOURCES
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
 __all__ = [
@@ -75,15 +76,6 @@ __all__ = [
 ]
 
 _START_ENDS = (TrainingLaunched, WorkerGroupStartFailed, WorkerGroupShutDown)
-
-
-RAY_TRAIN_SOURCE = "ray_train"
-"""``metadata["source"]`` of events recorded from Ray Train (``RecordingCallback``): their
-groups are carried out by Ray Train's own controller, never by a wgstore executor."""
-
-RECORDED_SOURCES = frozenset({RAY_TRAIN_SOURCE, "ray_export"})
-"""Sources of groups Ray Train runs itself: the callback's, and Ray's export events read by
-``wgstore ingest ray-export``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +167,7 @@ def apply_event(
         event = record.event
         if not isinstance(event, WorkerGroupStartRequested) or not scope.admits(event):
             return Applied(None)  # a group whose beginning this executor never read, or not ours
-        if record.metadata.get("source") in RECORDED_SOURCES:
+        if record.metadata.get("source") in RAY_SOURCES:
             return Applied(None)  # recorded from Ray Train: Ray's controller runs it, not us
         book = GroupBook(group_id, run_id=event.run_id)
     if book.broken:

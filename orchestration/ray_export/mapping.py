@@ -65,6 +65,7 @@ from wgstore.events.run import (
 )
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import (
+    GROUP_RESOURCES,
     ErrorInfo,
     PlacementGroupReserved,
     StartStage,
@@ -82,6 +83,8 @@ from wgstore.events.worker_group import (
     WorkerStatusChange,
 )
 from wgstore.orchestration.ray_train.stream_guard import StreamGuard
+from wgstore.projections.event_time import RAY_EXPORT_SOURCE, RAY_TRAIN_SOURCE
+from wgstore.projections.ray_train import DETAILED_STATES
 from wgstore.projections.run_state import RunState, evolve_run
 from wgstore.projections.state import WorkerGroupState, WorkerGroupStatus, evolve
 
@@ -94,12 +97,6 @@ __all__ = [
     "ExportMapper",
     "hex_id",
 ]
-
-RAY_EXPORT_SOURCE = "ray_export"
-"""``metadata["source"]`` of every event the mapper writes."""
-
-RAY_TRAIN_SOURCE = "ray_train"
-"""``metadata["source"]`` of the recording callback's events."""
 
 EXPORTED_SCHEMA_VERSION = 4
 """The newest ``schema_version`` of Ray's Train export this wgstore maps whole (Ray 2.60)."""
@@ -191,8 +188,6 @@ _WORKER_FIELDS = frozenset(
     ]
 )
 _TERMINAL_ATTEMPT = frozenset({"FINISHED", "ERRORED", "ABORTED"})
-_DETAILED = frozenset({"SCHEDULING", "ERRORED", "ABORTED"})
-_RELEASED = ("workers", "sync_actor", "placement_group")
 _RANK_SNIPPET = re.compile(r"^\[Rank(?:s)? ([\d, ]+) Error Snippet\]:\n", re.MULTILINE)
 
 
@@ -490,7 +485,7 @@ class ExportMapper:
             ControllerStateChanged(
                 from_state=current,
                 to_state=target,
-                reason=detail if status in _DETAILED else "",
+                reason=detail if status in DETAILED_STATES else "",
                 group_id=group_id,
             )
         )
@@ -868,5 +863,5 @@ def _ended(
             status, detail
         )
         out.append(WorkerGroupShutdownRequested(reason=reason, abort=status == "ABORTED"))
-    out.append(WorkerGroupShutDown(duration_s=0.0, released=_RELEASED if started else ()))
+    out.append(WorkerGroupShutDown(duration_s=0.0, released=GROUP_RESOURCES if started else ()))
     return out

@@ -60,6 +60,7 @@ from wgstore.events.run import (
 )
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import (
+    GROUP_RESOURCES,
     ErrorInfo,
     PlacementGroupReserved,
     SyncActorStarted,
@@ -87,7 +88,6 @@ __all__ = ["ContinueRun", "RecordingCallback"]
 logger = logging.getLogger("wgstore.ray_train")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_RELEASED = ("workers", "sync_actor", "placement_group")
 _ABORTED = "Run aborted due to user interrupt (SIGINT)."
 """Ray's status detail of an aborted run and attempt (``state/util.py``)."""
 
@@ -861,7 +861,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
     def _shut_down(self) -> WorkerGroupShutDown:
         return WorkerGroupShutDown(
             duration_s=max(0.0, time.time() - self._shutdown_started),
-            released=_RELEASED if self._group_started else (),
+            released=GROUP_RESOURCES if self._group_started else (),
         )
 
     # ------------------------------------------------------------------ report hook

@@ -39,6 +39,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.ingest.exported import ATTEMPT_FIELDS, RUN_FIELDS, WORKER_FIELDS
+from tests.waiting import wait_until
 from wgstore.cli import app
 from wgstore.events import EventStore
 from wgstore.events.ray_cluster import (
@@ -386,8 +387,12 @@ def test_the_callbacks_run_stays_its_one_run_and_the_export_adds_the_other(
 
     # The default claim wait holds a run's lines until 45 s after Ray started it; node-lost's
     # start is normally long past by now (the driver ran recorded after it): made sure of.
-    lost_start_ns = cluster_export.state["runs"][lost]["start_time_ns"]
-    time.sleep(max(0.0, (lost_start_ns + (CLAIM_WAIT_S + 1) * 10**9 - time.time_ns()) / 1e9))
+    claim_ends_ns = cluster_export.state["runs"][lost]["start_time_ns"] + CLAIM_WAIT_S * 10**9
+    wait_until(
+        lambda: time.time_ns() > claim_ends_ns + 10**9,
+        timeout_s=CLAIM_WAIT_S + 30,
+        what="node-lost's claim to pass (45 s after Ray started it)",
+    )
     stats = ingest(url, cluster_export.export_events)
     assert (stats["bad_lines"], stats["problems"], stats["held"]) == ([], [], 0), stats
 
