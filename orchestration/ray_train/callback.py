@@ -80,6 +80,7 @@ from wgstore.orchestration.ray_train import run_spec, translate
 from wgstore.orchestration.ray_train.stream_guard import StreamGuard
 from wgstore.orchestration.ray_train.writer import BackgroundWriter, RecordingError
 from wgstore.orchestration.run.scaling import failure_summary, resize_reason
+from wgstore.projections.event_time import RAY_TRAIN_SOURCE
 from wgstore.projections.run_state import evolve_run
 from wgstore.projections.state import WorkerStatus, evolve
 
@@ -401,7 +402,7 @@ class RecordingCallback(ControllerCallback, WorkerGroupCallback, ReportCallback)
         _process.is_controller = runtime.get_actor_id() is not None  # not a driver calling hooks
         self._run_id = train_run_context.run_id
         self._metadata = {
-            "source": "ray_train",
+            "source": RAY_TRAIN_SOURCE,
             "ray_job_id": runtime.get_job_id(),
             "ray_controller_actor_id": runtime.get_actor_id(),
         }
