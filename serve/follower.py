@@ -128,6 +128,12 @@ class Follower:
 
     # ------------------------------------------------------------------ subscribers
 
+    @property
+    def primed(self) -> bool:
+        """True once :attr:`type_counts` and :attr:`checkpoints` count the log (the thread's
+        first read); until then a reader counts for itself."""
+        return self._primed
+
     def subscribe(self, interest: Interest = EVERYTHING) -> asyncio.Queue[Message]:
         """A new queue of messages for the calling event loop's task (a page's stream): the
         ``status`` as of now first, then what concerns ``interest``."""
@@ -231,7 +237,7 @@ class Follower:
     def _prime(self) -> None:
         """The head and the appends per type so far: one ``GROUP BY`` when the server starts."""
         query = sa.select(wg_events.c.event_type, sa.func.count()).group_by(wg_events.c.event_type)
-        checkpoints = sa.select(sa.func.count()).where(_reports_a_checkpoint(self.store))
+        checkpoints = sa.select(sa.func.count()).where(reports_a_checkpoint(self.store))
         counts: Counter[str] = Counter()
         with self.store.engine.connect() as connection:
             head = int(
@@ -406,7 +412,7 @@ class _RowReader(RowReader):
                 wg_events.c.position,
                 wg_events.c.stream_id,
                 wg_events.c.event_type,
-                sa.case((_reports_a_checkpoint(store), 1), else_=0),
+                sa.case((reports_a_checkpoint(store), 1), else_=0),
                 sa.case((wg_events.c.event_type == NEW_ATTEMPT, _names_a_run(store))),
             )
             .where(wg_events.c.position > sa.bindparam("after"))
@@ -465,7 +471,7 @@ def _names_a_run(store: EventStore) -> sa.ColumnElement[Any]:
     return _RUN_ID[store.is_postgres]
 
 
-def _reports_a_checkpoint(store: EventStore) -> sa.ColumnElement[bool]:
+def reports_a_checkpoint(store: EventStore) -> sa.ColumnElement[bool]:
     """The event is a ``WorkerReported`` whose ``data`` holds a non-null ``checkpoint`` (the
     JSON column of each backend): what ``/metrics`` counts as committed checkpoints."""
     checkpoint = _CHECKPOINT[store.is_postgres]

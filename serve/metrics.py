@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, make_asgi_app
@@ -35,9 +35,7 @@ from wgstore.projections.queries import worker_group_state
 from wgstore.projections.rows import UNREADABLE, GroupSummary, RunSummary
 from wgstore.projections.run_views import run_summaries
 from wgstore.projections.views import group_summaries, worker_rows
-
-if TYPE_CHECKING:
-    from wgstore.serve.follower import Follower
+from wgstore.serve.follower import Follower, reports_a_checkpoint
 
 __all__ = [
     "MAX_RUN_SERIES",
@@ -128,17 +126,21 @@ class StoreCollector(Collector):
                     wg_events.c.position > checkpoint
                 )
             ).one()
-            counts: dict[str, int] = {}
-            checkpoints = 0
-            if self.follower is None:
+            follower = self.follower
+            if follower is not None and follower.primed:
+                counts = dict(follower.type_counts)
+                checkpoints = follower.checkpoints
+            else:  # no follower, or a scrape before its first read: count here
                 query = sa.select(wg_events.c.event_type, sa.func.count()).group_by(
                     wg_events.c.event_type
                 )
                 counts = {t: int(n) for t, n in connection.execute(query)}
+                checkpoints = int(
+                    connection.execute(
+                        sa.select(sa.func.count()).where(reports_a_checkpoint(store))
+                    ).scalar_one()
+                )
             connection.rollback()
-        if self.follower is not None:
-            counts = dict(self.follower.type_counts)
-            checkpoints = self.follower.checkpoints
         position = GaugeMetricFamily(
             "wgstore_log_head_position", "Position of the newest event in the log"
         )

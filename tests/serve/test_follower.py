@@ -270,3 +270,35 @@ def test_a_page_no_append_concerns_gets_the_head_at_most_once_an_interval(
     reports = [e for m in busy if m["kind"] == "append" for e in m["events"]]
     assert len(reports) == sum(1 for i in range(BURST) if i % 10 != 9)
     assert {e["stream_id"] for e in reports} == {group_stream(live_group)}
+
+
+def test_a_scrape_before_the_follower_first_read_counts_the_log_itself(
+    writer: EventStore, reader: EventStore
+) -> None:
+    """/metrics right after the server starts (the follower thread not yet primed) reports
+    the log's counters, not empty ones a Prometheus would take for a reset."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from wgstore.serve.metrics import StoreCollector
+
+    group_id = live_run(writer, "run-early1")
+    writer.append(
+        group_stream(group_id),
+        [WorkerReported(world_rank=0, index=9, metrics={}, checkpoint="/ckpt/early")],
+    )
+    follower = Follower(reader)  # never started: not primed
+    assert not follower.primed
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(reader, follower))
+    samples = {
+        (sample.name, tuple(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for sample in family.samples
+    }
+    counts, checkpoints = _log_counts(writer)
+    assert counts["WorkerReported"] == 2 * 2 + 1  # live_run reports twice from two ranks
+    for event_type, count in counts.items():
+        assert samples[("wgstore_events_appended_total", (("type", event_type),))] == count
+    assert samples[("wgstore_checkpoints_reported_total", ())] == checkpoints == 1
