@@ -8,9 +8,10 @@ cluster (``ray-node-*``, ``ray-job-*``: :mod:`wgstore.events.ray_cluster`).
 from typing import TYPE_CHECKING
 
 from wgstore._lazy import lazy_getattr
-from wgstore.events import ray_cluster, run, worker_group
+from wgstore.events import archive, ray_cluster, run, worker_group
 from wgstore.events.codec import Codec
 from wgstore.events.errors import (
+    ArchivedStreamError,
     ConcurrencyError,
     DuplicateEventError,
     EventDecodeError,
@@ -60,6 +61,7 @@ __all__ = [
     "REGISTRY",
     "STREAM_EXISTS",
     "AppendRequest",
+    "ArchivedStreamError",
     "Codec",
     "ConcurrencyError",
     "DuplicateEventError",
@@ -83,6 +85,7 @@ __all__ = [
     "UnknownEventTypeError",
     "VerifyReport",
     "WgstoreError",
+    "archive",
     "event_type",
     "ray_cluster",
     "run",

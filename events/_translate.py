@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 
 from wgstore.events.engine import mask_url
 from wgstore.events.errors import (
+    ArchivedStreamError,
     DuplicateEventError,
     EventStoreError,
     ImmutableEventError,
@@ -75,6 +76,8 @@ def _translate(error: BaseException | None, url: str) -> Exception:
     if isinstance(error, sqlite3.Error):
         if "append-only" in text:
             return ImmutableEventError(text)
+        if "stream is archived" in text:
+            return ArchivedStreamError(text)
         if isinstance(error, sqlite3.IntegrityError) and "event_id" in text:
             return DuplicateEventError(
                 f"an event id is already stored ({text}); give each event a new id, or retry the "
@@ -105,6 +108,9 @@ def _translate(error: BaseException | None, url: str) -> Exception:
         state = getattr(error, "sqlstate", None)
         if state == "WG003":
             return ImmutableEventError(_first_line(text))
+        if state == "WG006":
+            hint = getattr(error.diag, "message_hint", None) or ""
+            return ArchivedStreamError(f"{_first_line(text)}: {hint}".rstrip(": "))
         if state == "WG002" or isinstance(error, pg_errors.UniqueViolation):
             return DuplicateEventError(
                 f"{_first_line(text)}; give each event a new id, or retry the whole original "

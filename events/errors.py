@@ -151,5 +151,9 @@ class ImmutableEventError(EventStoreError):
     """The log refused an UPDATE or DELETE: stored events never change."""
 
 
+class ArchivedStreamError(ImmutableEventError):
+    """The log refused a new event of an archived stream (``wgstore restore RUN`` first)."""
+
+
 class SchemaVersionError(EventStoreError):
     """The database schema is not at the revision this code needs."""

@@ -105,6 +105,9 @@ class PooledRecorder:
             f"LIMIT {PAGE + 1}"
         )
 
+    def forget_stream_heads(self) -> None:
+        """Nothing remembered here (the SQLite recorder keeps heads)."""
+
     # ------------------------------------------------------------------ per backend
 
     def time_of(self, stored: StoredTime) -> datetime:

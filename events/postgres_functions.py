@@ -11,9 +11,11 @@ frozen copies (migrations are history): a change here needs a new revision that 
 - :data:`CHECK_FENCE` (``wg_check_fence``): refuses an append whose lease changed hands
   (``WG004``), locking the lease row ``FOR SHARE`` until the append commits; ``0009_fencing``.
 - :data:`IMMUTABLE` (``wg_events_immutable``) and its two triggers: no UPDATE, DELETE or
-  TRUNCATE of ``wg_events`` (``WG003``); ``0001_event_log``.
+  TRUNCATE of ``wg_events`` (``WG003``); ``0001_event_log``; since ``0015_archive`` a DELETE of
+  a row an archive range covers passes (``wgstore archive`` moved it to a verified file).
 - :data:`HANDED_OUT` (``wg_events_handed_out``) and its trigger: no INSERT at a position the
-  log's sequence did not hand out (``WG005``); ``0012_handed_out_positions``.
+  log's sequence did not hand out (``WG005``); ``0012_handed_out_positions``; since
+  ``0015_archive`` no first event of an archived stream (``WG006``) until it is restored.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "APPEND",
     "APPEND_FUNCTION",
     "APPEND_SIGNATURE",
+    "ARCHIVED_MESSAGE",
     "CHECK_FENCE",
     "CHECK_FENCE_FUNCTION",
     "FUNCTIONS",
@@ -223,9 +226,16 @@ IMMUTABLE_MESSAGE = (
     "wg_events is append-only: stored events never change. "
     "Append a new event that corrects the old one instead."
 )
+# Archive ranges never overlap: the one starting nearest below a position is the only one
+# that can cover it (one probe of the primary key).
 IMMUTABLE_FUNCTION = f"""
 CREATE FUNCTION wg_events_immutable() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF TG_OP = 'DELETE' AND (SELECT r.last_position FROM wg_archive_ranges r
+            WHERE r.first_position <= OLD.position
+            ORDER BY r.first_position DESC LIMIT 1) >= OLD.position THEN
+        RETURN OLD;
+    END IF;
     RAISE EXCEPTION '{IMMUTABLE_MESSAGE}' USING ERRCODE = 'WG003';
 END $$
 """
@@ -244,6 +254,12 @@ POSITION_MESSAGE = (
 # (NULL before its first nextval: then none was). The sequence is named as it was found when
 # the function was made (POSITION_SEQUENCE_QUERY) and looked up in the trigger's own schema:
 # pg_get_serial_sequence on every row costs 3 us more than this lookup (bench/README.md).
+ARCHIVED_MESSAGE = (
+    "Its events left the live log (wgstore archive): put them back with `wgstore restore RUN` "
+    "before appending to it."
+)
+# Only a stream's first event probes the archive's streams (an archived stream has no live
+# rows, so a writer starts it at version 1 again).
 HANDED_OUT_FUNCTION = """
 CREATE FUNCTION wg_events_handed_out() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -252,10 +268,16 @@ BEGIN
         RAISE EXCEPTION 'wgstore: position % was not handed out by the log', NEW.position
             USING ERRCODE = 'WG005', HINT = '{hint}';
     END IF;
+    IF NEW.stream_version = 1 AND EXISTS (
+            SELECT 1 FROM wg_archive_streams a WHERE a.stream_id = NEW.stream_id) THEN
+        RAISE EXCEPTION 'wgstore: stream % is archived', NEW.stream_id
+            USING ERRCODE = 'WG006', HINT = '{archived_hint}';
+    END IF;
     RETURN NEW;
 END $$
 """
-"""With ``{sequence}`` (what :data:`POSITION_SEQUENCE_QUERY` returns) and ``{hint}`` to fill."""
+"""With ``{sequence}`` (what :data:`POSITION_SEQUENCE_QUERY` returns), ``{hint}`` and
+``{archived_hint}`` to fill."""
 POSITION_SEQUENCE_QUERY = (
     "SELECT quote_literal(quote_ident(c.relname)) FROM pg_class c "
     "WHERE c.oid = pg_get_serial_sequence('wg_events', 'position')::regclass"
@@ -282,6 +304,8 @@ def create_statements(sequence: str) -> tuple[str, ...]:
         *IMMUTABLE_TRIGGERS,
         APPEND_FUNCTION,
         CHECK_FENCE_FUNCTION,
-        HANDED_OUT_FUNCTION.format(sequence=sequence, hint=POSITION_MESSAGE),
+        HANDED_OUT_FUNCTION.format(
+            sequence=sequence, hint=POSITION_MESSAGE, archived_hint=ARCHIVED_MESSAGE
+        ),
         HANDED_OUT_TRIGGER,
     )

@@ -174,6 +174,11 @@ class Recorder(Protocol):
         it). Readers call it once per distinct value: a batch shares one time."""
         ...
 
+    def forget_stream_heads(self) -> None:
+        """Drop what this recorder remembers of streams' heads (after rows left the log or came
+        back outside its appends: ``wgstore archive`` and ``restore``)."""
+        ...
+
     def append(
         self, stream_id: str, expected: int, pending: list[Pending], check_ids: bool
     ) -> list[AppendResult]:

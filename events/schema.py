@@ -31,6 +31,9 @@ __all__ = [
     "READ_MODEL_TABLES",
     "TYPE_INDEX_WHERE",
     "metadata",
+    "wg_archive_batches",
+    "wg_archive_ranges",
+    "wg_archive_streams",
     "wg_blobs",
     "wg_events",
     "wg_poll_history",
@@ -185,6 +188,63 @@ wg_blobs = sa.Table(
 )
 """Bytes too large for an event (a recorded run's pickled train loop or datasets), stored once
 per content and named by their SHA-256 from the event (:mod:`wgstore.events.blobs`)."""
+
+# ---------------------------------------------------------------- the archive (0015_archive)
+
+wg_archive_batches = sa.Table(
+    "wg_archive_batches",
+    metadata,
+    sa.Column("batch_id", sa.Text(), primary_key=True),
+    sa.Column(
+        "location", sa.Text(), nullable=False, comment="the archive: a folder or an fsspec URL"
+    ),
+    sa.Column(
+        "manifest",
+        sa.Text(),
+        nullable=False,
+        comment="the manifest's JSON, exactly the bytes its SHA-256 (in the Archived event) covers",
+    ),
+    sa.Column("manifest_sha256", sa.Text(), nullable=False),
+    sa.Column(
+        "archived_position",
+        sa.BigInteger(),
+        nullable=False,
+        comment="position of the LogArchived event that names the manifest",
+    ),
+    sa.Column("events", sa.BigInteger(), nullable=False, comment="events the batch moved"),
+    sa.Column("archived_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""One row per archive batch whose events left the live log (:mod:`wgstore.events.archive_log`)."""
+
+wg_archive_ranges = sa.Table(
+    "wg_archive_ranges",
+    metadata,
+    sa.Column(
+        "first_position",
+        sa.BigInteger(),
+        primary_key=True,
+        autoincrement=False,
+        comment="first position of a run of archived events with no live event between",
+    ),
+    sa.Column("last_position", sa.BigInteger(), nullable=False),
+    sa.Column("batch_id", sa.Text(), nullable=False),
+    sa.Column("run_id", sa.Text(), nullable=False),
+)
+"""The positions the archive holds, as ranges (one run's events each): the only rows of
+``wg_events`` a DELETE may remove, and the only old positions an INSERT (``wgstore restore``)
+may fill. What they prove comes from the signed manifest, not from this table."""
+sa.Index("ix_wg_archive_ranges_run_id", wg_archive_ranges.c.run_id)
+
+wg_archive_streams = sa.Table(
+    "wg_archive_streams",
+    metadata,
+    sa.Column("stream_id", sa.Text(), primary_key=True),
+    sa.Column("run_id", sa.Text(), nullable=False),
+    sa.Column("batch_id", sa.Text(), nullable=False),
+    sa.Column("stream_version", sa.Integer(), nullable=False, comment="the stream's last version"),
+)
+"""The streams in the archive: a new event of one is refused until ``wgstore restore``."""
+sa.Index("ix_wg_archive_streams_run_id", wg_archive_streams.c.run_id)
 
 # ---------------------------------------------------------------- read models
 

@@ -128,6 +128,12 @@ class SqliteRecorder(PooledRecorder):
             SHORT_LOCK_WAITS_OPTION
         )
 
+    def forget_stream_heads(self) -> None:
+        """Drop the heads this store's appends left (rows left or came back behind them)."""
+        with self._write_lock:
+            self._stream_heads.clear()
+            self._log_head = None
+
     def _begin_immediate(self, cursor: sqlite3.Cursor) -> None:
         """Take the write lock, waiting for it as the store's URL says (``lock_wait``,
         :func:`~wgstore.events.engine.begin_immediate`): SQLite's busy handler by default, which

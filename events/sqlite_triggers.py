@@ -5,15 +5,18 @@ The runtime's one copy, which a fresh store is built from (:data:`TRIGGERS`, run
 history), and ``tests/migrations/test_catalog.py`` fails until the two agree.
 
 - ``wg_events_no_update``, ``wg_events_no_delete``: stored events never change (revision
-  ``0001_event_log``).
-- ``wg_events_handed_out``: an INSERT must take the log's next position, an id in the one form
-  writers store, and an id and stream version not yet stored (``0012_handed_out_positions``,
-  whose docstring says why each).
+  ``0001_event_log``); a DELETE removes only a row an archive range covers
+  (``0015_archive``: ``wgstore archive`` moved it to a verified archive file).
+- ``wg_events_handed_out``: an INSERT must take the log's next position (or, for ``wgstore
+  restore``, an archived one), an id in the one form writers store, an id and stream version
+  not yet stored (``0012_handed_out_positions``, whose docstring says why each), and must not
+  start an archived stream again (``0015_archive``).
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ARCHIVED_MESSAGE",
     "HANDED_OUT",
     "HANDED_OUT_TRIGGER",
     "ID_MESSAGE",
@@ -28,10 +31,26 @@ IMMUTABLE_MESSAGE = (
     "wg_events is append-only: stored events never change. "
     "Append a new event that corrects the old one instead."
 )
+ARCHIVED_MESSAGE = (
+    "this stream is archived: its events left the live log (wgstore archive). Put them back "
+    "with `wgstore restore RUN` before appending to it."
+)
+
+
+def _archived(row: str) -> str:
+    """True when an archive range covers ``row``'s position (ranges never overlap: the one
+    starting nearest below it is the only candidate, one probe of the primary key)."""
+    return (
+        "ifnull((SELECT last_position FROM wg_archive_ranges WHERE first_position <= "
+        f"{row}.position ORDER BY first_position DESC LIMIT 1) >= {row}.position, 0)"
+    )
+
+
 IMMUTABLE_TRIGGERS = (
     f"""CREATE TRIGGER wg_events_no_update BEFORE UPDATE ON wg_events
         BEGIN SELECT RAISE(ABORT, '{IMMUTABLE_MESSAGE}'); END""",
     f"""CREATE TRIGGER wg_events_no_delete BEFORE DELETE ON wg_events
+        WHEN NOT {_archived("OLD")}
         BEGIN SELECT RAISE(ABORT, '{IMMUTABLE_MESSAGE}'); END""",
 )
 
@@ -52,7 +71,16 @@ STORED_MESSAGE = (
 )
 # 8-4-4-4-12 lower-case hex digits: the form writers store (uuid7() and str(uuid.UUID) alike).
 _ID_GLOB = "-".join("[0-9a-f]" * n for n in (8, 4, 4, 4, 12))
-_BAD_POSITION = "NEW.position IS NOT (SELECT coalesce(max(position), 0) + 1 FROM wg_events)"
+# Short-circuit: an append's row (the next position, a stream past its first version) pays
+# for no probe of the archive's tables.
+_BAD_POSITION = (
+    "NEW.position IS NOT (SELECT coalesce(max(position), 0) + 1 FROM wg_events) "
+    f"AND NOT {_archived('NEW')}"
+)
+_ARCHIVED_STREAM = (
+    "NEW.stream_version = 1 AND EXISTS (SELECT 1 FROM wg_archive_streams WHERE stream_id = "
+    "NEW.stream_id)"
+)
 _BAD_ID = f"NEW.event_id NOT GLOB '{_ID_GLOB}'"
 _STORED = (
     "EXISTS (SELECT 1 FROM wg_events WHERE event_id = NEW.event_id) OR EXISTS (SELECT 1 FROM "
@@ -64,10 +92,11 @@ _STORED = (
 # runs only for a refused row.
 HANDED_OUT_TRIGGER = f"""
 CREATE TRIGGER {HANDED_OUT} BEFORE INSERT ON wg_events
-WHEN {_BAD_POSITION} OR {_BAD_ID} OR {_STORED}
+WHEN {_BAD_POSITION} OR {_BAD_ID} OR {_STORED} OR {_ARCHIVED_STREAM}
 BEGIN
     SELECT RAISE(ABORT, '{POSITION_MESSAGE}') WHERE {_BAD_POSITION};
     SELECT RAISE(ABORT, '{ID_MESSAGE}') WHERE {_BAD_ID};
+    SELECT RAISE(ABORT, '{ARCHIVED_MESSAGE}') WHERE {_ARCHIVED_STREAM};
     SELECT RAISE(ABORT, '{STORED_MESSAGE}');
 END
 """

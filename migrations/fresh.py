@@ -30,7 +30,7 @@ from wgstore.events.schema import ALEMBIC_VERSION_TABLE, EVENT_LOG_VIEW_SQL, met
 
 __all__ = ["HEAD_REVISION", "VERSION_TABLE", "create_fresh_store", "is_empty"]
 
-HEAD_REVISION = "0014_append_plans_and_channel"
+HEAD_REVISION = "0015_archive"
 """The newest revision in ``versions/``; a new migration updates it (a test checks the two agree)."""
 
 

@@ -342,6 +342,22 @@ def apply_read_model_batch(
     _write_prepared(store, connection, prepared)
 
 
+def apply_restored_events(
+    store: EventStore, connection: sa.Connection, records: list[RecordedEvent]
+) -> None:
+    """Write the read-model rows of a restored run's events (``wgstore restore``) through
+    ``connection``: they are behind the checkpoint, which does not move."""
+    if not records:
+        return
+    works, runs, touched = _fold(store, connection, records)
+    checkpoint = _checkpoint(connection, for_update=False)
+    _write_prepared(
+        store,
+        connection,
+        PreparedBatch(records, checkpoint, _group_rows(works, store), runs, touched),
+    )
+
+
 @dataclass
 class PreparedBatch:
     """A batch folded before its transaction (:func:`prepare_read_model_batch`): the group rows

@@ -1,0 +1,425 @@
+"""Archive ended runs out of the live log, and restore one: the steps, in the order that loses
+nothing (issue 43).
+
+For each batch of runs (:func:`archive_runs`):
+
+1. their rows and ranges are read in one pass (:func:`~wgstore.events.archive_log.read_batch`);
+2. one Parquet file per run is written under a temporary name and moved into place, then read
+   back whole and compared with the rows, column by column; the manifest likewise;
+3. ``LogArchived`` (signed like any event) names the manifest by its SHA-256, appended at the
+   archive stream's expected version: a second ``wgstore archive`` at the same time loses the
+   race there and removes its files;
+4. one transaction records the batch and deletes its rows, snapshots and read-model rows
+   (:func:`~wgstore.events.archive_log.commit_batch`). If a stream moved since step 1, nothing
+   is deleted and ``ArchiveAbandoned`` says so.
+
+Killed anywhere, every event is live or in a complete, verified file: before step 3 a file no
+manifest names is left (a rerun writes the batch again under a new id); between 3 and 4 the
+rows are live and in the files, and the next run finishes the batch (:func:`finish_pending`).
+Runs not ended (running, orphaned, or resumable: ``wgstore resume`` takes only a run that has
+not ended) are never archived.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from wgstore.events import EventStore
+from wgstore.events.archive import (
+    ARCHIVE_STREAM,
+    ArchiveAbandoned,
+    LogArchived,
+    RunRestored,
+)
+from wgstore.events.archive_files import ArchiveLocation, ArchiveRow, parse_rows, records_of
+from wgstore.events.archive_log import (
+    BatchMovedError,
+    BatchRows,
+    StoredBatch,
+    archived_run_ids,
+    commit_batch,
+    read_batch,
+    restore_rows,
+    stored_batches,
+)
+from wgstore.events.archive_manifest import (
+    ArchivedFile,
+    Manifest,
+    decode_manifest,
+    encode_manifest,
+    manifest_sha256,
+)
+from wgstore.events.errors import ConcurrencyError, InvalidArgumentError
+from wgstore.events.records import NO_STREAM
+from wgstore.events.schema import (
+    wg_poll_history,
+    wg_report_points,
+    wg_report_series,
+    wg_reports,
+    wg_run_decisions,
+    wg_run_resizes,
+    wg_runs,
+    wg_worker_groups,
+    wg_workers,
+)
+from wgstore.events.streams import group_stream, run_stream
+from wgstore.events.worker_group import WorkerGroupStartRequested
+from wgstore.projections.projector import apply_restored_events, catch_up_read_models
+from wgstore.projections.rows import RunSummary
+from wgstore.projections.run_state import RunStatus
+from wgstore.projections.run_views import run_summaries
+
+__all__ = [
+    "ArchivePlan",
+    "ArchiveResult",
+    "ArchiveRunsBusyError",
+    "archive_runs",
+    "finish_pending",
+    "plan_archive",
+    "restore_run",
+]
+
+_ENDED = {RunStatus.FINISHED.value, RunStatus.ERRORED.value, RunStatus.ABORTED.value}
+
+
+class ArchiveRunsBusyError(InvalidArgumentError):
+    """Another ``wgstore archive`` appended a batch first (this one's files were removed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivePlan:
+    """What :func:`archive_runs` would move (``runs``, each with its streams) and what it keeps
+    (run id and why)."""
+
+    runs: dict[str, tuple[str, ...]]
+    kept: list[tuple[str, str]]
+    summaries: dict[str, RunSummary]
+
+
+@dataclass
+class ArchiveResult:
+    """What one :func:`archive_runs` did."""
+
+    batches: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    events: int = 0
+    bytes: int = 0
+    abandoned: list[tuple[str, str]] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    """Batches an earlier, interrupted archive had appended and this one completed."""
+
+
+def _group_streams(store: EventStore) -> dict[str, list[str]]:
+    """Each run's worker-group streams (one read of the log's start requests)."""
+    found: dict[str, list[str]] = {}
+    for record in store.read_all(types=[WorkerGroupStartRequested]):
+        event = record.event
+        if isinstance(event, WorkerGroupStartRequested) and event.run_id:
+            found.setdefault(event.run_id, []).append(group_stream(event.group_id))
+    return found
+
+
+def plan_archive(
+    store: EventStore,
+    *,
+    ended_before: datetime,
+    runs: str | None = None,
+    now: datetime | None = None,
+) -> ArchivePlan:
+    """The runs that ended before ``ended_before`` (and whose id matches the glob ``runs``):
+    to move, or kept with the reason (not ended, so possibly resumed; orphaned)."""
+    moving: dict[str, tuple[str, ...]] = {}
+    kept: list[tuple[str, str]] = []
+    summaries: dict[str, RunSummary] = {}
+    groups = _group_streams(store)
+    for run in run_summaries(store, from_log=False, now=now):
+        if runs is not None and not fnmatch.fnmatchcase(run.run_id, runs):
+            continue
+        if run.status not in _ENDED:
+            kept.append((run.run_id, f"not ended ({run.status})"))
+            continue
+        if run.orphaned:
+            kept.append((run.run_id, "orphaned (no controller holds it)"))
+            continue
+        if run.ended_at is None or run.ended_at >= ended_before:
+            continue
+        moving[run.run_id] = (run_stream(run.run_id), *groups.get(run.run_id, ()))
+        summaries[run.run_id] = run
+    return ArchivePlan(moving, kept, summaries)
+
+
+def _read_models_of(runs: Sequence[str], streams: Iterable[str]) -> Callable[[sa.Connection], None]:
+    """The delete of ``runs``' read-model rows (run the caller's transaction)."""
+    group_ids = [s.removeprefix("worker-group-") for s in streams if s.startswith("worker-group-")]
+
+    def delete(connection: sa.Connection) -> None:
+        for table in (
+            wg_workers,
+            wg_poll_history,
+            wg_reports,
+            wg_report_series,
+            wg_report_points,
+            wg_worker_groups,
+        ):
+            for start in range(0, len(group_ids), 500):
+                chunk = group_ids[start : start + 500]
+                connection.execute(sa.delete(table).where(table.c.group_id.in_(chunk)))
+        for table in (wg_run_decisions, wg_run_resizes, wg_runs):
+            for start in range(0, len(runs), 500):
+                connection.execute(
+                    sa.delete(table).where(table.c.run_id.in_(list(runs[start : start + 500])))
+                )
+
+    return delete
+
+
+def _write_checked(location: ArchiveLocation, relative: str, data: bytes) -> None:
+    """Write a file and read it back: it must be exactly ``data``."""
+    location.write_bytes(relative, data)
+    if location.read_bytes(relative) != data:
+        raise OSError(f"{relative} read back differs from what was written")
+
+
+def _write_batch(
+    location: ArchiveLocation, batch_id: str, batch: BatchRows, previous: str
+) -> tuple[Manifest, bytes]:
+    files: list[ArchivedFile] = []
+    for run_id, rows in batch.rows.items():
+        relative = location.run_file(batch_id, run_id)
+        data = location.parquet_bytes(rows, run_id)
+        _write_checked(location, relative, data)
+        if parse_rows(location.read_bytes(relative), relative) != rows:
+            raise OSError(f"{relative}: its rows read back differ from the live log's")
+        files.append(
+            ArchivedFile(
+                path=relative,
+                run_id=run_id,
+                sha256=hashlib.sha256(data).hexdigest(),
+                events=len(rows),
+                bytes=len(data),
+                first_position=rows[0].position,
+                last_position=rows[-1].position,
+                streams={s: batch.streams[s] for s in sorted({row.stream_id for row in rows})},
+            )
+        )
+    positions = [row.position for rows in batch.rows.values() for row in rows]
+    manifest = Manifest(
+        batch_id=batch_id,
+        created_at=datetime.now(UTC).isoformat(),
+        runs=tuple(batch.rows),
+        events=len(positions),
+        first_position=min(positions),
+        last_position=max(positions),
+        ranges=tuple(batch.ranges),
+        files=tuple(files),
+        previous_manifest_sha256=previous,
+    )
+    data = encode_manifest(manifest)
+    _write_checked(location, location.manifest_file(batch_id), data)
+    return manifest, data
+
+
+def _remove_batch_files(location: ArchiveLocation, manifest: Manifest) -> None:
+    for file in manifest.files:
+        location.remove(file.path)
+    location.remove(location.manifest_file(manifest.batch_id))
+
+
+def _archive_head(store: EventStore) -> tuple[int, str]:
+    """The archive stream's version and the last batch's manifest SHA-256 ("" for none)."""
+    version, previous = 0, ""
+    for record in store.read_stream(ARCHIVE_STREAM):
+        version = record.stream_version
+        if isinstance(record.event, LogArchived):
+            previous = record.event.manifest_sha256
+    return version, previous
+
+
+def finish_pending(store: EventStore) -> list[str]:
+    """Complete the batches an interrupted archive appended but did not delete (their files
+    checked again first); a batch whose files are gone, or whose runs moved, is abandoned.
+    Returns the batches completed."""
+    done = {batch.batch_id for batch in stored_batches(store)}
+    appended: dict[str, LogArchived] = {}
+    for record in store.read_stream(ARCHIVE_STREAM):
+        event = record.event
+        if isinstance(event, LogArchived):
+            appended[event.batch_id] = event
+        elif isinstance(event, ArchiveAbandoned):
+            appended.pop(event.batch_id, None)
+    finished = []
+    for batch_id, event in appended.items():
+        if batch_id in done:
+            continue
+        position = next(
+            r.position
+            for r in store.read_stream(ARCHIVE_STREAM)
+            if isinstance(r.event, LogArchived) and r.event.batch_id == batch_id
+        )
+        location = ArchiveLocation(event.location)
+        try:
+            data = location.read_bytes(location.manifest_file(batch_id))
+            if manifest_sha256(data) != event.manifest_sha256:
+                raise ValueError("its manifest is not the one LogArchived names")
+            manifest = decode_manifest(data)
+            runs = {f.run_id: tuple(f.streams) for f in manifest.files}
+            batch = read_batch(store, runs)
+            for file in manifest.files:
+                if location.read_rows(file.path, file.sha256) != batch.rows.get(file.run_id):
+                    raise ValueError(f"{file.path} no longer holds the run's live rows")
+            commit_batch(
+                store,
+                manifest,
+                data.decode(),
+                event.manifest_sha256,
+                event.location,
+                position,
+                also=_read_models_of(list(runs), manifest.streams),
+            )
+        except (ValueError, BatchMovedError) as error:
+            store.append(ARCHIVE_STREAM, [ArchiveAbandoned(batch_id=batch_id, reason=str(error))])
+            continue
+        finished.append(batch_id)
+    return finished
+
+
+def archive_runs(
+    store: EventStore,
+    location: str,
+    plan: ArchivePlan,
+    *,
+    batch_runs: int = 200,
+    progress: Callable[[int, int], None] | None = None,
+) -> ArchiveResult:
+    """Move ``plan``'s runs to ``location`` (see the module docstring), ``batch_runs`` runs a
+    batch; ``progress(runs done, runs planned)`` after each batch.
+
+    Raises:
+        ArchiveRunsBusyError: another archive appended a batch meanwhile.
+        StoreUnavailableError: the location refused a write or a read (nothing was deleted
+            of the batch it was writing).
+    """
+    if batch_runs < 1:
+        raise InvalidArgumentError(f"batch_runs must be at least 1, not {batch_runs}")
+    opened = ArchiveLocation(location)
+    result = ArchiveResult(finished=finish_pending(store))
+    catch_up_read_models(store)
+    archived = archived_run_ids(store)
+    names = [run_id for run_id in plan.runs if run_id not in archived]
+    for start in range(0, len(names), batch_runs):
+        chunk = names[start : start + batch_runs]
+        version, previous = _archive_head(store)
+        batch = read_batch(store, {run_id: plan.runs[run_id] for run_id in chunk})
+        if not batch.rows:
+            continue
+        batch_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
+        manifest, data = _write_batch(opened, batch_id, batch, previous)
+        sha = manifest_sha256(data)
+        event = LogArchived(
+            batch_id=batch_id,
+            manifest_sha256=sha,
+            location=location,
+            runs=manifest.runs,
+            events=manifest.events,
+            first_position=manifest.first_position,
+            last_position=manifest.last_position,
+            previous_manifest_sha256=previous,
+        )
+        try:
+            (appended,) = store.append(
+                ARCHIVE_STREAM, [event], expected_version=version or NO_STREAM
+            )
+        except ConcurrencyError:
+            _remove_batch_files(opened, manifest)
+            raise ArchiveRunsBusyError(
+                "another `wgstore archive` appended a batch while this one wrote its files: "
+                "this batch's files were removed and nothing was deleted; run one archive at "
+                "a time (run it again to carry on)"
+            ) from None
+        try:
+            commit_batch(
+                store,
+                manifest,
+                data.decode(),
+                sha,
+                location,
+                appended.position,
+                also=_read_models_of(list(batch.rows), manifest.streams),
+            )
+        except BatchMovedError as error:
+            store.append(ARCHIVE_STREAM, [ArchiveAbandoned(batch_id=batch_id, reason=str(error))])
+            _remove_batch_files(opened, manifest)
+            result.abandoned.append((batch_id, str(error)))
+            continue
+        result.batches.append(batch_id)
+        result.runs.extend(batch.rows)
+        result.events += manifest.events
+        result.bytes += sum(f.bytes for f in manifest.files)
+        if progress is not None:
+            progress(min(start + batch_runs, len(names)), len(names))
+    return result
+
+
+def _batch_of(store: EventStore, run_id: str) -> StoredBatch:
+    holder = archived_run_ids(store).get(run_id)
+    if holder is None:
+        raise InvalidArgumentError(
+            f"run {run_id!r} is not in the archive (`wgstore runs --archived` lists those that are)"
+        )
+    return next(b for b in stored_batches(store) if b.batch_id == holder)
+
+
+def archived_rows(store: EventStore, run_id: str) -> tuple[StoredBatch, list[ArchiveRow]]:
+    """The archived events of ``run_id`` (its batch's file, checked against the manifest).
+
+    Raises:
+        InvalidArgumentError: the run is not in the archive.
+        ValueError: the manifest or the file is not what the log says.
+    """
+    batch = _batch_of(store, run_id)
+    if manifest_sha256(batch.manifest_text) != _named_sha(store, batch.batch_id):
+        raise ValueError(
+            f"batch {batch.batch_id}: its stored manifest is not the one LogArchived names"
+        )
+    manifest = batch.manifest
+    file = next(f for f in manifest.files if f.run_id == run_id)
+    rows = ArchiveLocation(batch.location).read_rows(file.path, file.sha256)
+    return batch, rows
+
+
+def _named_sha(store: EventStore, batch_id: str) -> str:
+    for record in store.read_stream(ARCHIVE_STREAM):
+        if isinstance(record.event, LogArchived) and record.event.batch_id == batch_id:
+            return record.event.manifest_sha256
+    return ""
+
+
+def restore_run(store: EventStore, run_id: str) -> int:
+    """Put run ``run_id``'s events back into the live log, at their positions, with its read
+    models; returns how many (0: it is live already). Checked against the manifest.
+
+    Raises:
+        InvalidArgumentError: no such run, live or archived.
+    """
+    if run_id not in archived_run_ids(store) and store.stream_version(run_stream(run_id)):
+        return 0
+    batch, rows = archived_rows(store, run_id)
+    records = list(records_of(store.codec, rows))
+
+    def read_models(connection: sa.Connection) -> None:
+        apply_restored_events(store, connection, records)
+
+    restored = restore_rows(store, run_id, batch.batch_id, rows, also=read_models)
+    if restored:
+        store.append(
+            ARCHIVE_STREAM,
+            [RunRestored(batch_id=batch.batch_id, run_id=run_id, events=restored)],
+        )
+    return restored
