@@ -236,7 +236,7 @@ def _archive_head(store: EventStore) -> tuple[int, str]:
     """The archive stream's version and the last batch's manifest SHA-256 ("" for none)."""
     version, previous = 0, ""
     for record in store.read_stream(ARCHIVE_STREAM):
-        version = record.stream_version
+        version = record.version
         if isinstance(record.event, LogArchived):
             previous = record.event.manifest_sha256
     return version, previous
