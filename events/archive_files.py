@@ -115,6 +115,11 @@ def _rows_of(table: pa.Table) -> list[ArchiveRow]:
     return [ArchiveRow(*values) for values in zip(*columns, strict=True)]
 
 
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
 class ArchiveLocation:
     """An archive's folder or fsspec URL (``s3://bucket/prefix``), opened once."""
 
@@ -134,6 +139,8 @@ class ArchiveLocation:
             ) from None
         self.fs: AbstractFileSystem = fs
         self.root = root.rstrip("/")
+        if "file" in _protocols(fs):  # a folder: named absolutely, as every later reader finds it
+            self.location = self.root
 
     def __repr__(self) -> str:
         return f"ArchiveLocation({self.location!r})"

@@ -18,6 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from wgstore.events.archive import (
+    ARCHIVE_STREAM,
+    ArchiveAbandoned,
+    ArchiveFilesDropped,
+    LogArchived,
+    RunRestored,
+)
 from wgstore.events.archive_files import ArchiveRow
 from wgstore.events.archive_manifest import ArchivedRange, Manifest, decode_manifest
 from wgstore.events.errors import EventStoreError
@@ -32,11 +39,14 @@ from wgstore.events.schema import (
 
 if TYPE_CHECKING:
     from wgstore.events.log_access import LogAccess
+    from wgstore.events.store import EventStore
 
 __all__ = [
+    "ArchiveHistory",
     "BatchMovedError",
     "BatchRows",
     "StoredBatch",
+    "archive_history",
     "archived_run_ids",
     "commit_batch",
     "read_batch",
@@ -82,6 +92,44 @@ class StoredBatch:
     def manifest(self) -> Manifest:
         """The manifest as stored (raises ValueError when it no longer decodes)."""
         return decode_manifest(self.manifest_text)
+
+
+@dataclass
+class ArchiveHistory:
+    """What the archive stream says: every batch appended (with its event's position), the
+    abandoned ones, the runs restored (batch, run) and the batches whose files were dropped."""
+
+    appended: dict[str, tuple[int, LogArchived]] = field(default_factory=dict)
+    abandoned: dict[str, ArchiveAbandoned] = field(default_factory=dict)
+    restored: set[tuple[str, str]] = field(default_factory=set)
+    dropped: dict[str, ArchiveFilesDropped] = field(default_factory=dict)
+
+    @property
+    def batches(self) -> dict[str, tuple[int, LogArchived]]:
+        """The batches appended and not abandoned."""
+        return {b: v for b, v in self.appended.items() if b not in self.abandoned}
+
+    @property
+    def manifest_sha256(self) -> str:
+        """The last batch's manifest SHA-256 ("" before the first)."""
+        kept = self.batches
+        return max(kept.values(), key=lambda item: item[0])[1].manifest_sha256 if kept else ""
+
+
+def archive_history(store: EventStore) -> ArchiveHistory:
+    """Read the archive stream (:data:`~wgstore.events.archive.ARCHIVE_STREAM`)."""
+    history = ArchiveHistory()
+    for record in store.read_stream(ARCHIVE_STREAM):
+        event = record.event
+        if isinstance(event, LogArchived):
+            history.appended[event.batch_id] = (record.position, event)
+        elif isinstance(event, ArchiveAbandoned):
+            history.abandoned[event.batch_id] = event
+        elif isinstance(event, RunRestored):
+            history.restored.add((event.batch_id, event.run_id))
+        elif isinstance(event, ArchiveFilesDropped):
+            history.dropped[event.batch_id] = event
+    return history
 
 
 def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:

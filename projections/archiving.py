@@ -35,6 +35,7 @@ from wgstore.events import EventStore
 from wgstore.events.archive import (
     ARCHIVE_STREAM,
     ArchiveAbandoned,
+    ArchiveFilesDropped,
     LogArchived,
     RunRestored,
 )
@@ -43,6 +44,7 @@ from wgstore.events.archive_log import (
     BatchMovedError,
     BatchRows,
     StoredBatch,
+    archive_history,
     archived_run_ids,
     commit_batch,
     read_batch,
@@ -56,7 +58,11 @@ from wgstore.events.archive_manifest import (
     encode_manifest,
     manifest_sha256,
 )
-from wgstore.events.errors import ConcurrencyError, InvalidArgumentError
+from wgstore.events.errors import (
+    ConcurrencyError,
+    InvalidArgumentError,
+    StoreUnavailableError,
+)
 from wgstore.events.records import NO_STREAM
 from wgstore.events.schema import (
     wg_poll_history,
@@ -80,7 +86,9 @@ __all__ = [
     "ArchivePlan",
     "ArchiveResult",
     "ArchiveRunsBusyError",
+    "DroppedFiles",
     "archive_runs",
+    "drop_archived_files",
     "finish_pending",
     "plan_archive",
     "restore_run",
@@ -234,12 +242,7 @@ def _remove_batch_files(location: ArchiveLocation, manifest: Manifest) -> None:
 
 def _archive_head(store: EventStore) -> tuple[int, str]:
     """The archive stream's version and the last batch's manifest SHA-256 ("" for none)."""
-    version, previous = 0, ""
-    for record in store.read_stream(ARCHIVE_STREAM):
-        version = record.version
-        if isinstance(record.event, LogArchived):
-            previous = record.event.manifest_sha256
-    return version, previous
+    return store.stream_version(ARCHIVE_STREAM), archive_history(store).manifest_sha256
 
 
 def finish_pending(store: EventStore) -> list[str]:
@@ -247,22 +250,10 @@ def finish_pending(store: EventStore) -> list[str]:
     checked again first); a batch whose files are gone, or whose runs moved, is abandoned.
     Returns the batches completed."""
     done = {batch.batch_id for batch in stored_batches(store)}
-    appended: dict[str, LogArchived] = {}
-    for record in store.read_stream(ARCHIVE_STREAM):
-        event = record.event
-        if isinstance(event, LogArchived):
-            appended[event.batch_id] = event
-        elif isinstance(event, ArchiveAbandoned):
-            appended.pop(event.batch_id, None)
     finished = []
-    for batch_id, event in appended.items():
+    for batch_id, (position, event) in archive_history(store).batches.items():
         if batch_id in done:
             continue
-        position = next(
-            r.position
-            for r in store.read_stream(ARCHIVE_STREAM)
-            if isinstance(r.event, LogArchived) and r.event.batch_id == batch_id
-        )
         location = ArchiveLocation(event.location)
         try:
             data = location.read_bytes(location.manifest_file(batch_id))
@@ -283,7 +274,7 @@ def finish_pending(store: EventStore) -> list[str]:
                 position,
                 also=_read_models_of(list(runs), manifest.streams),
             )
-        except (ValueError, BatchMovedError) as error:
+        except (ValueError, BatchMovedError, StoreUnavailableError) as error:
             store.append(ARCHIVE_STREAM, [ArchiveAbandoned(batch_id=batch_id, reason=str(error))])
             continue
         finished.append(batch_id)
@@ -325,7 +316,7 @@ def archive_runs(
         event = LogArchived(
             batch_id=batch_id,
             manifest_sha256=sha,
-            location=location,
+            location=opened.location,
             runs=manifest.runs,
             events=manifest.events,
             first_position=manifest.first_position,
@@ -349,7 +340,7 @@ def archive_runs(
                 manifest,
                 data.decode(),
                 sha,
-                location,
+                opened.location,
                 appended.position,
                 also=_read_models_of(list(batch.rows), manifest.streams),
             )
@@ -384,21 +375,22 @@ def archived_rows(store: EventStore, run_id: str) -> tuple[StoredBatch, list[Arc
         ValueError: the manifest or the file is not what the log says.
     """
     batch = _batch_of(store, run_id)
-    if manifest_sha256(batch.manifest_text) != _named_sha(store, batch.batch_id):
+    history = archive_history(store)
+    named = history.batches.get(batch.batch_id)
+    if named is None or manifest_sha256(batch.manifest_text) != named[1].manifest_sha256:
         raise ValueError(
             f"batch {batch.batch_id}: its stored manifest is not the one LogArchived names"
+        )
+    dropped = history.dropped.get(batch.batch_id)
+    if dropped is not None:
+        raise ValueError(
+            f"run {run_id!r}: the files of batch {batch.batch_id} were dropped on purpose "
+            f"({dropped.reason}); its manifest proves what was there, the events are gone"
         )
     manifest = batch.manifest
     file = next(f for f in manifest.files if f.run_id == run_id)
     rows = ArchiveLocation(batch.location).read_rows(file.path, file.sha256)
     return batch, rows
-
-
-def _named_sha(store: EventStore, batch_id: str) -> str:
-    for record in store.read_stream(ARCHIVE_STREAM):
-        if isinstance(record.event, LogArchived) and record.event.batch_id == batch_id:
-            return record.event.manifest_sha256
-    return ""
 
 
 def restore_run(store: EventStore, run_id: str) -> int:
@@ -423,3 +415,60 @@ def restore_run(store: EventStore, run_id: str) -> int:
             [RunRestored(batch_id=batch.batch_id, run_id=run_id, events=restored)],
         )
     return restored
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedFiles:
+    """A batch whose Parquet files a retention bound deletes (or would, with ``dry_run``)."""
+
+    batch_id: str
+    archived_at: datetime
+    files: tuple[str, ...]
+    bytes: int
+
+
+def drop_archived_files(
+    store: EventStore, *, archived_before: datetime, dry_run: bool = True
+) -> list[DroppedFiles]:
+    """Delete the Parquet files of the batches archived before ``archived_before`` (a
+    retention bound for the archive itself); with ``dry_run`` (the default) only list them.
+
+    ``ArchiveFilesDropped`` is appended before a batch's files are deleted, so a rerun
+    finishes an interrupted drop. The manifests stay (in the store and beside the files): the
+    batches' cut, ranges and digests are still proven by ``verify``, and what was there is
+    said to have been removed on purpose. Such a batch's runs can no longer be restored.
+    """
+    history = archive_history(store)
+    dropped = []
+    for batch in stored_batches(store):
+        if batch.archived_at >= archived_before:
+            continue
+        manifest = batch.manifest
+        location = ArchiveLocation(batch.location)
+        files = tuple(f.path for f in manifest.files if location.exists(f.path))
+        if batch.batch_id in history.dropped and not files:
+            continue  # dropped before
+        dropped.append(
+            DroppedFiles(
+                batch.batch_id,
+                batch.archived_at,
+                files,
+                sum(f.bytes for f in manifest.files if f.path in files),
+            )
+        )
+        if dry_run:
+            continue
+        if batch.batch_id not in history.dropped:
+            store.append(
+                ARCHIVE_STREAM,
+                [
+                    ArchiveFilesDropped(
+                        batch_id=batch.batch_id,
+                        files=tuple(f.path for f in manifest.files),
+                        reason=f"retention: archived before {archived_before.isoformat()}",
+                    )
+                ],
+            )
+        for path in files:
+            location.remove(path)
+    return dropped

@@ -18,13 +18,13 @@ import pytest
 from archived_runs import log_rows, many_finished, plan_everything, where_every_event_is
 
 import wgstore.projections.archiving as archiving
+from tests.waiting import wait_until
 from wgstore.events import EventStore, StoreUnavailableError
 from wgstore.events.archive import ARCHIVE_STREAM, ArchiveAbandoned, LogArchived
 from wgstore.events.archive_log import archived_run_ids
-from wgstore.events.streams import run_stream
 from wgstore.events.run import RunAborted
+from wgstore.events.streams import run_stream
 from wgstore.projections.archiving import ArchiveRunsBusyError, archive_runs, plan_archive
-from tests.waiting import wait_until
 
 DRIVER = Path(__file__).with_name("archive_driver.py")
 
@@ -46,7 +46,9 @@ def test_sigkill_at_random_moments_loses_nothing_and_a_rerun_finishes(
         child = subprocess.Popen([sys.executable, str(DRIVER), store_url, location])
         try:
             wait_until(
-                lambda: child.poll() is not None or _archived_batches(store) > before,
+                lambda child=child, before=before: (
+                    child.poll() is not None or _archived_batches(store) > before
+                ),
                 timeout_s=120,
                 what="the archiver to append a batch",
             )
@@ -67,7 +69,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_a_rerun_finishes(
     plan = plan_everything(store)
     archive_runs(store, location, plan)
     places = where_every_event_is(store)
-    assert {p for p in positions} <= set(places)
+    assert positions <= set(places)
     assert all(places[p] == 1 for p in positions), "each event in exactly one place"
     assert set(archived_run_ids(store)) == set(runs)
     assert not [r for r in log_rows(store) if r[1] == run_stream(runs[0])]
@@ -102,7 +104,6 @@ def test_a_run_that_moves_on_while_its_batch_is_written_is_abandoned(
     assert result.runs == [] and len(result.abandoned) == 1
     events = [r.event for r in store.read_stream(ARCHIVE_STREAM)]
     assert isinstance(events[-1], ArchiveAbandoned) and "changed since" in events[-1].reason
-    assert isinstance(events[-1], ArchiveAbandoned)
     assert not list(location.rglob("*.parquet")), "the abandoned batch's files are removed"
     assert store.stream_version(run_stream(run_id)) > 0
     assert archived_run_ids(store) == {}
