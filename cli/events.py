@@ -1,4 +1,8 @@
-"""``wgstore events``: the log, for one group, one stream, one run or everything; ``--follow``."""
+"""``wgstore events``: the log, for one group, one stream, one run or everything; ``--follow``.
+
+``--run`` of an archived run (``wgstore archive``) prints its events from the archive's file
+(:func:`~wgstore.projections.archived_views.read_archived_run`), decoded as the live log's are.
+"""
 
 from __future__ import annotations
 
@@ -22,11 +26,15 @@ from wgstore.cli.common import (
     resolve_group,
     resolve_run,
 )
+from wgstore.cli.errors import CliError
 from wgstore.cli.render import event_json, event_line
-from wgstore.events import EventStore, RecordedEvent
+from wgstore.events import EventStore, InvalidArgumentError, RecordedEvent, StoreUnavailableError
+from wgstore.events.archive_log import archived_run_ids
 from wgstore.events.streams import group_stream
 from wgstore.projections import StreamNotFoundError, views
+from wgstore.projections.archived_views import archived_events, read_archived_run
 from wgstore.projections.follow import follow_events
+from wgstore.projections.run_views import resolve_run_id
 
 __all__ = ["check_types", "events_command", "run_streams"]
 
@@ -44,6 +52,16 @@ def run_streams(store: EventStore, run_id: str) -> set[str]:
         return views.run_streams(store, resolve_run(store, run_id))
     except StreamNotFoundError as error:
         raise UsageProblem(str(error)) from None
+
+
+def _archived_run(store: EventStore, run: str) -> str | None:
+    """The id of the archived run ``run`` names (an id or a unique prefix, live runs
+    included), None when it names a live one."""
+    try:
+        run_id = resolve_run_id(store, run, archived=True)
+    except InvalidArgumentError as error:
+        raise UsageProblem(str(error)) from None
+    return run_id if run_id in archived_run_ids(store) else None
 
 
 def _emit(records: Iterable[RecordedEvent], keep: Filter, as_json: bool) -> int:
@@ -135,10 +153,23 @@ def events_command(
                     f"no stream {stream!r} in the log; `wgstore events` lists every stream's events"
                 )
             streams = {stream}
-        elif run:
-            streams = run_streams(store, run)
+        archived = _archived_run(store, run) if run else None
         head = store.head()
-        shown = _emit(views.stored_events(store, streams, type_names, head), keep, as_json)
+        stored: Iterable[RecordedEvent]
+        if archived is not None:
+            try:
+                found = read_archived_run(store, archived)
+            except (ValueError, StoreUnavailableError) as error:
+                raise CliError(
+                    f"run {archived} is archived, and its file cannot be read: {error}"
+                ) from None
+            streams = {r.stream_id for r in found.records}  # (none takes events until restored)
+            stored = archived_events(found, type_names)
+        else:
+            if run:
+                streams = run_streams(store, run)
+            stored = views.stored_events(store, streams, type_names, head)
+        shown = _emit(stored, keep, as_json)
         if not shown and not as_json and not follow:
             filtered = streams is not None or type_names or start or end
             err_console().print("no events match" if filtered else "the log is empty")

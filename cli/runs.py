@@ -6,6 +6,11 @@ when it is up to date with the log, the log folded otherwise, or with ``--from-l
 :func:`~wgstore.projections.run_views.run_detail`, folded from the log, shown as
 :func:`~wgstore.projections.run_facts.run_facts`. Orphaned joins each run with its lease
 (``wg_run_leases``) now.
+
+Archived runs (``wgstore archive``) are listed too, marked ARCHIVED, from the manifests the
+database keeps (:func:`~wgstore.projections.archived_views.archived_summaries`: run id, batch,
+archived at; no file is read); ``wgstore runs RUN`` of one reads its file and shows it as a live
+run is shown (:func:`~wgstore.projections.archived_views.archived_run_detail`).
 """
 
 from __future__ import annotations
@@ -27,14 +32,20 @@ from wgstore.cli.common import (
     opened,
     out_console,
     parse_time,
-    resolve_run,
 )
 from wgstore.cli.run_view import DECISION_STYLES, RUN_STYLES, print_run
+from wgstore.events import InvalidArgumentError, StoreUnavailableError
+from wgstore.events.streams import run_stream
 from wgstore.projections import ProjectionError, StreamNotFoundError
-from wgstore.projections.rows import UNREADABLE, RunSummary
+from wgstore.projections.archived_views import (
+    archived_run_detail,
+    archived_summaries,
+    restore_hint,
+)
+from wgstore.projections.rows import UNREADABLE, ArchivedRunInfo, ArchivedRunSummary, RunSummary
 from wgstore.projections.run_facts import budget_text, failures_text, state_parts
 from wgstore.projections.run_filter import RunFilter
-from wgstore.projections.run_views import run_detail, run_summaries
+from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
 from wgstore.projections.views import first_line
 
 __all__ = ["DECISION_STYLES", "RUN_STYLES", "budget_text", "print_run", "runs_command"]
@@ -81,32 +92,60 @@ def runs_command(
             "--from-log", help="Fold every run from the log even when the read models are current."
         ),
     ] = False,
+    live: Annotated[
+        bool, typer.Option("--live", help="Only the live runs: leave the archived ones out.")
+    ] = False,
+    archived: Annotated[
+        bool,
+        typer.Option(
+            "--archived",
+            help="Only the archived runs (run id, batch, archived at: `wgstore runs RUN` shows one).",
+        ),
+    ] = False,
 ) -> None:
     """List the training runs, oldest first: state, attempts, failures used / budget, checkpoint,
     orphaned, resumable (or why not), updated (the run's latest event, reports included).
 
     With RUN, show that run with each attempt: its worker group, status, outcome, failure and
     the decision taken (RETRY / RAISE). Orphaned: not ended, and no controller holds a live lease.
+
+    Archived runs (`wgstore archive`) come first, state ARCHIVED, with their batch and when it
+    was archived: the listing reads the batches' manifests, not the archive's files, so it
+    shows no status, attempts or error of them, and a filter (--status, --source, --orphaned,
+    --since) leaves them out. `wgstore runs RUN` of an archived run reads its file and shows it
+    as a live one, marked archived; --live hides them, --archived lists only them.
     """
     if run is not None:
-        if status or source or orphaned or since or from_log:
+        if status or source or orphaned or since or from_log or live or archived:
             raise UsageProblem(
-                "--status, --source, --orphaned, --since and --from-log filter the listing; "
-                "leave them out to show one run"
+                "--status, --source, --orphaned, --since, --from-log, --live and --archived "
+                "filter the listing; leave them out to show one run"
             )
         _show_run(url, run, as_json)
         return
+    if live and archived:
+        raise UsageProblem("--live and --archived leave each other nothing; give one")
     wanted = RunFilter.of(status or [], source, orphaned=orphaned)
     if since:
         wanted = dataclasses.replace(wanted, since=parse_time(since))
+    if archived and (wanted.active or from_log):
+        raise UsageProblem(
+            "--archived lists the runs from the archive's manifests, without their events: "
+            "--status, --source, --orphaned, --since and --from-log do not apply to it"
+        )
     with opened(url) as store:
-        summaries = [s for s in run_summaries(store, from_log=from_log) if wanted.matches(s)]
+        summaries: list[RunSummary] = []
+        if not live and not wanted.active:
+            summaries.extend(archived_summaries(store))
+        if not archived:
+            summaries += [s for s in run_summaries(store, from_log=from_log) if wanted.matches(s)]
     if as_json:
         for summary in summaries:
             typer.echo(json_line(summary.to_json()))
         return
     if not summaries:
-        out_console().print("no runs match" if wanted.active else "no runs in the log")
+        empty = "no archived runs" if archived else "no runs in the log"
+        out_console().print("no runs match" if wanted.active else empty)
         return
     table = Table(
         "run",
@@ -125,7 +164,18 @@ def runs_command(
 
 
 def _add_summary(table: Table, summary: RunSummary) -> None:
-    """One run's row of the listing (and a second for why it failed or cannot be resumed)."""
+    """One run's row of the listing (and a second for why it failed or cannot be resumed, or
+    which batch holds it)."""
+    if isinstance(summary, ArchivedRunSummary):
+        table.add_row(summary.run_id, "", Text(summary.status, style="dim"), *[""] * 5, "")
+        table.add_row(
+            "",
+            Text(
+                f"archived in batch {summary.archive_batch} at {format_time(summary.archived_at)}",
+                style="dim",
+            ),
+        )
+        return
     if summary.status == UNREADABLE:
         table.add_row(summary.run_id, "", _state_text(summary), "", "", "", "", "", "")
         table.add_row("", Text(first_line(summary.error), style="red"))
@@ -156,12 +206,27 @@ def _resumable_text(summary: RunSummary) -> Text | str:
 
 def _show_run(url: str, run: str, as_json: bool) -> None:
     with opened(url) as store:
-        run_id = resolve_run(store, run)
         try:
-            detail = run_detail(store, run_id)
+            run_id = resolve_run_id(store, run, archived=True)
+        except InvalidArgumentError as error:
+            raise UsageProblem(str(error)) from None
+        try:
+            if store.stream_version(run_stream(run_id)):
+                detail = run_detail(store, run_id)
+            else:
+                detail = archived_run_detail(store, run_id)
         except (StreamNotFoundError, ProjectionError) as error:  # the log, not the command (1)
             raise CliError(f"run {run_id}: {error}") from None
+        except (ValueError, StoreUnavailableError) as error:  # the archive's file or manifest
+            raise CliError(
+                f"run {run_id} is archived, and its file cannot be read: {error}"
+            ) from None
     if as_json:
         typer.echo(json_line(detail.to_json()))
-    else:
-        print_run(detail)
+        return
+    info = detail.run
+    if isinstance(info, ArchivedRunInfo):
+        out_console().print(
+            Text(restore_hint(run_id, info.archive_batch, info.archived_at), style="yellow")
+        )
+    print_run(detail)

@@ -14,6 +14,9 @@ encoders, ``json_default``, write them as ISO 8601).
 - :class:`RunDetail`: one run with its attempts, decisions, transitions, controllers and resumes
   (``wgstore runs RUN``), from :func:`~wgstore.projections.run_views.run_detail`; its ``run`` is
   a :class:`RunInfo` (the summary and what the listing leaves out).
+- :class:`ArchivedRunSummary` / :class:`ArchivedRunInfo`: an archived run, listed from its
+  batch's manifest or folded from its archived events
+  (:mod:`wgstore.projections.archived_views`); a live run's rows have no ``archived`` key.
 
 Pure: no I/O.
 """
@@ -30,7 +33,10 @@ from wgstore.projections.run_rows import Attempt
 from wgstore.projections.values import plain
 
 __all__ = [
+    "ARCHIVED",
     "UNREADABLE",
+    "ArchivedRunInfo",
+    "ArchivedRunSummary",
     "AttemptRow",
     "ControllerRow",
     "DecisionRow",
@@ -52,6 +58,9 @@ __all__ = [
 
 UNREADABLE = "UNREADABLE"
 """The status of a group or run whose stream cannot be folded (the reason is its ``error``)."""
+ARCHIVED = "ARCHIVED"
+"""The status a listing gives an archived run (:class:`ArchivedRunSummary`): its events are in
+the archive's files, which a listing does not read; ``wgstore runs RUN`` reads them."""
 
 
 def json_value(value: Any) -> Any:
@@ -202,6 +211,27 @@ class RunInfo(RunSummary):
     ray: Mapping[str, Any]
     """What the Ray Train recorder recorded of Ray (job id, ...), ``{}`` for none."""
     version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchivedRunSummary(RunSummary):
+    """An archived run as a listing shows it, from its batch's manifest alone (the files are not
+    read): status :data:`ARCHIVED`, every fact of the run None; ``archived_at`` is when its batch
+    left the live log."""
+
+    archived: bool = True
+    archive_batch: str
+    archived_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArchivedRunInfo(RunInfo):
+    """An archived run's :class:`RunInfo`, folded from its archived events as a live run's is
+    from the log, with the batch that holds it and when that batch left the live log."""
+
+    archived: bool = True
+    archive_batch: str
+    archived_at: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ Orphaned is live state, not history: it joins the run with its lease (``wg_run_l
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -24,6 +24,8 @@ import sqlalchemy as sa
 
 from wgstore.events import EventStore, RecordedEvent
 from wgstore.events._translate import translate_errors
+from wgstore.events.archive_log import archived_run_ids
+from wgstore.events.errors import InvalidArgumentError
 from wgstore.events.leases import Lease, lease_of, leases
 from wgstore.events.ray_cluster import (
     JOB_STREAM_PREFIX,
@@ -72,6 +74,7 @@ from wgstore.projections.views import (
 
 __all__ = [
     "RUN_SUMMARY_KEYS",
+    "detail_of",
     "resolve_run_id",
     "run_detail",
     "run_summaries",
@@ -346,23 +349,60 @@ def run_summaries(
     )
 
 
-def resolve_run_id(store: EventStore, run: str) -> str:
+def resolve_run_id(store: EventStore, run: str, *, archived: bool = False) -> str:
     """The full id of the run whose id is ``run`` or starts with it (or its stream id ``run-<id>``):
     :func:`wgstore.projections.views.resolve_id`, as for worker groups.
 
     A run is a run stream: a group started on its own (``WorkerGroup.create`` without a run)
-    is not one.
+    is not one. With ``archived``, a run whose events are in the archive is one too (its id,
+    or a prefix no live run shares: one archive query); without it, an archived run's id is
+    refused with the batch that holds it.
 
     Raises:
         InvalidArgumentError: no run, or more than one, matches.
     """
-    return resolve_id(
-        store,
-        run,
-        stream_prefix=RUN_STREAM_PREFIX,
-        kind="run",
-        hint="run `wgstore runs` to list them",
+    missing: InvalidArgumentError | None = None
+    try:
+        live: str | None = resolve_id(
+            store,
+            run,
+            stream_prefix=RUN_STREAM_PREFIX,
+            kind="run",
+            hint="run `wgstore runs` to list them",
+        )
+    except InvalidArgumentError as error:
+        if not str(error).startswith("no run id starts with"):
+            raise  # a blank id, or a prefix of several live runs
+        live, missing = None, error
+    given = run.strip()
+    candidates = [given]
+    if given.startswith(RUN_STREAM_PREFIX) and given != RUN_STREAM_PREFIX:
+        candidates.append(given[len(RUN_STREAM_PREFIX) :])
+    if live is not None and (not archived or live in candidates):
+        return live  # a live run of that very id; without ``archived``, of a unique prefix too
+    batches = archived_run_ids(store)
+    exact = next((c for c in candidates if c in batches), None)
+    if exact is not None and archived:
+        return exact
+    if not archived:
+        if exact is not None:
+            raise InvalidArgumentError(
+                f"no run id starts with {given!r} in the live log: run {exact!r} is archived "
+                f"(batch {batches[exact]}); `wgstore runs {exact}` shows it, `wgstore restore "
+                f"{exact}` puts it back"
+            )
+        raise missing or InvalidArgumentError(f"no run id starts with {given!r}")
+    found = ([live] if live is not None else []) + sorted(
+        {r for r in batches for c in candidates if r.startswith(c)}
     )
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        raise InvalidArgumentError(
+            f"{given!r} matches {len(found)} runs, live or archived ({shown}); give more of the id"
+        )
+    if found:
+        return found[0]
+    raise missing or InvalidArgumentError(f"no run id starts with {given!r}")
 
 
 def run_detail(
@@ -385,17 +425,43 @@ def run_detail(
         StreamNotFoundError: no run ``run_id``.
         ProjectionError: the run stream cannot be folded.
     """
-    now = now or datetime.now(UTC)
     state = run_state(store, run_id)
-    group_ids = {group_id_of(sid) for sid in run_streams(store, run_id)} - {None}
-    group_ids |= set(state.groups)
+    group_ids = {group_id_of(sid) for sid in run_streams(store, run_id)}
+    return detail_of(
+        store,
+        run_id,
+        state,
+        {g for g in group_ids if g} | set(state.groups),
+        lambda group_id: group_state(store, group_id),
+        lease=lease_of(store, run_id),
+        now=now,
+    )
+
+
+def detail_of(
+    store: EventStore,
+    run_id: str,
+    state: RunState,
+    group_ids: Iterable[str],
+    group_state: Callable[[str], WorkerGroupState],
+    *,
+    lease: Lease | None,
+    now: datetime | None = None,
+) -> RunDetail:
+    """The :class:`~wgstore.projections.rows.RunDetail` of a run folded into ``state``, its
+    groups ``group_ids`` each given by ``group_state(group_id)`` (raising
+    :class:`StreamNotFoundError` for a group with no events, :class:`ProjectionError` for one
+    that cannot be folded), and its ``lease``: :func:`run_detail` of the live log, and of an
+    archived run's events (:mod:`wgstore.projections.archived_views`). ``store`` is read for
+    what Ray's export recorded beside the run (its driver job, the nodes it lost)."""
+    now = now or datetime.now(UTC)
     attempts: list[Attempt] = []
     unreadable: dict[str, str] = {}
     groups_updated_at: list[datetime] = []
     groups_on: dict[str, list[tuple[str, datetime | None]]] = {}  # node -> groups, their end
     for group_id in sorted(g for g in group_ids if g):
         try:
-            group = group_state(store, group_id)
+            group = group_state(group_id)
         except StreamNotFoundError:
             continue  # named by the controller, no events yet: order_attempts adds it
         except ProjectionError as error:
@@ -408,7 +474,6 @@ def run_detail(
         if group.run_id == run_id:
             groups_updated_at.append(group.updated_at)
     ordered = order_attempts(state, attempts)
-    lease = lease_of(store, run_id)
     row = _summary_row(run_row(state, ordered), _latest(*groups_updated_at))
     decisions = tuple(
         DecisionRow(

@@ -4,7 +4,9 @@ together per page (nothing here folds the log itself).
 - :func:`run_list`: :func:`~wgstore.projections.run_views.run_summaries`, filtered as
   ``wgstore runs`` filters, newest first, paged.
 - :func:`run_page`: :func:`~wgstore.projections.run_views.run_detail` plus each attempt's metric
-  series and latest state (:func:`~wgstore.projections.timeline.state_and_series`).
+  series and latest state (:func:`~wgstore.projections.timeline.state_and_series`); an archived
+  run's from its archived events (:mod:`wgstore.projections.archived_views`), its ``run``
+  marked ``archived`` with the batch that holds it.
 - :func:`group_page`: a group's state (:func:`~wgstore.projections.views.state_json`), its
   workers (:func:`~wgstore.projections.views.worker_rows`), its timeline (errors with
   tracebacks, builder steps; :func:`~wgstore.projections.timeline.group_timeline`, one fold for
@@ -21,12 +23,13 @@ from typing import Any
 
 import msgspec
 
-from wgstore.events import EventStore, InvalidArgumentError
-from wgstore.events.streams import group_stream
+from wgstore.events import EventStore, InvalidArgumentError, StoreUnavailableError
+from wgstore.events.streams import group_stream, run_stream
 from wgstore.projections import RunStatus
+from wgstore.projections.archived_views import archived_run_detail, read_archived_run
 from wgstore.projections.metric_series import chart_series
 from wgstore.projections.queries import poll_history
-from wgstore.projections.rows import UNREADABLE, RunSummary
+from wgstore.projections.rows import UNREADABLE, RunDetail, RunSummary
 from wgstore.projections.run_facts import run_error_text
 from wgstore.projections.run_rows import RUN_SOURCES
 from wgstore.projections.run_views import resolve_run_id, run_detail, run_summaries
@@ -205,19 +208,56 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
     points of ``wg_report_points`` each series keeps, then the events after them), so a long
     run costs the events the projector has not folded yet, not its whole history.
 
+    An archived run (``wgstore archive``) is read from its batch's file and folded the same way
+    (:func:`~wgstore.projections.archived_views.archived_run_detail`): its ``run`` has
+    ``archived`` true, ``archive_batch`` and ``archived_at``.
+
     Raises:
         InvalidArgumentError: no run, or more than one, matches ``run``.
         StreamNotFoundError / ProjectionError: as ``run_detail``.
+        StoreUnavailableError: an archived run's file cannot be read, or is not the one its
+            manifest names.
     """
-    run_id = resolve_run_id(store, run)
+    run_id = resolve_run_id(store, run, archived=True)
     states: dict[str, WorkerGroupState] = {}
     series: dict[str, dict[str, dict[str, list[list[Any]]]]] = {}
+    if not store.stream_version(run_stream(run_id)):  # archived: its events are in a file
+        return _archived_run_page(store, run_id, now)
 
     def group_state(store: EventStore, group_id: str) -> WorkerGroupState:
         states[group_id], series[group_id] = state_and_series(store, group_id)
         return states[group_id]
 
     detail = run_detail(store, run_id, now=now, group_state=group_state)
+    return _page_of(detail, states, series, now)
+
+
+def _archived_run_page(store: EventStore, run_id: str, now: datetime | None) -> dict[str, Any]:
+    """:func:`run_page` of an archived run: its events read from its batch's file, folded as
+    the live log's are (a file that cannot be read is the store's trouble: 503)."""
+    try:
+        archived = read_archived_run(store, run_id)
+    except StoreUnavailableError:
+        raise
+    except ValueError as error:  # a manifest or a file not what the log says
+        raise StoreUnavailableError(f"run {run_id} is archived: {error}") from None
+    states: dict[str, WorkerGroupState] = {}
+
+    def group_state(group_id: str) -> WorkerGroupState:
+        states[group_id] = archived.group_state(group_id)
+        return states[group_id]
+
+    detail = archived_run_detail(store, run_id, now, run=archived, group_state=group_state)
+    series = {group_id: archived.group_series(group_id) for group_id in states}
+    return _page_of(detail, states, series, now)
+
+
+def _page_of(
+    detail: RunDetail,
+    states: dict[str, WorkerGroupState],
+    series: dict[str, dict[str, dict[str, list[list[Any]]]]],
+    now: datetime | None,
+) -> dict[str, Any]:
     latest: list[dict[str, Any]] = []
     readable = [a for a in detail.attempts if a.group_id in states]
     metrics = chart_series([(a.number, series[a.group_id]) for a in readable])
