@@ -44,8 +44,10 @@ __all__ = [
     "ArchiveRow",
     "arrow_schema",
     "parse_rows",
+    "parse_table",
     "records_of",
     "rows_table",
+    "table_bytes",
 ]
 
 
@@ -99,14 +101,52 @@ def arrow_schema() -> pa.Schema:
     )
 
 
-def rows_table(rows: Sequence[ArchiveRow], run_id: str) -> pa.Table:
-    """An Arrow table of ``rows`` (of run ``run_id``)."""
+def rows_table(rows: Sequence[Sequence[Any]], run_id: str) -> pa.Table:
+    """An Arrow table of ``rows`` (of run ``run_id``): :class:`ArchiveRow` values, or rows as
+    read from ``wg_events`` in the same column order, whose ``recorded_at`` is what the
+    backend's recorder reads (Postgres: microseconds since the epoch; SQLite: UTC text)."""
     pa, _ = _arrow()
-    columns: list[list[Any]] = [list(column) for column in zip(*rows, strict=True)] or [
+    schema = arrow_schema()
+    columns: list[Any] = [list(column) for column in zip(*rows, strict=True)] or [
         [] for _ in ArchiveRow._fields
     ]
+    times = columns[8]
+    if times and isinstance(times[0], int | str):  # as stored: converted by Arrow, not per row
+        naive = pa.array(times).cast(pa.timestamp("us"))
+        columns[8] = naive.cast(schema.field("recorded_at").type)
     columns.append([run_id] * len(rows))
-    return pa.Table.from_arrays(columns, schema=arrow_schema())
+    return pa.Table.from_arrays(
+        [
+            column if isinstance(column, pa.Array) else pa.array(column, type=field.type)
+            for column, field in zip(columns, schema, strict=True)
+        ],
+        schema=schema,
+    )
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    """The Parquet file of an archive table (zstd, dictionary-encoded strings)."""
+    _, pq = _arrow()
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def parse_table(data: bytes, name: str) -> pa.Table:
+    """The table of an archive file's bytes.
+
+    Raises:
+        ValueError: they are not an archive file.
+    """
+    pa, pq = _arrow()
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, ValueError) as error:
+        raise ValueError(f"{name} is not a wgstore archive file: {error}") from None
+    missing = [n for n in ArchiveRow._fields if n not in table.column_names]
+    if missing:
+        raise ValueError(f"{name} is not a wgstore archive file: it has no column {missing}")
+    return table
 
 
 def _rows_of(table: pa.Table) -> list[ArchiveRow]:
@@ -215,12 +255,9 @@ class ArchiveLocation:
                 f"cannot delete {path} of the archive {self.location!r}: {error}"
             ) from None
 
-    def parquet_bytes(self, rows: Sequence[ArchiveRow], run_id: str) -> bytes:
-        """The Parquet file of ``rows`` (zstd, dictionary-encoded strings)."""
-        _, pq = _arrow()
-        sink = io.BytesIO()
-        pq.write_table(rows_table(rows, run_id), sink, compression="zstd")
-        return sink.getvalue()
+    def parquet_bytes(self, rows: Sequence[Sequence[Any]], run_id: str) -> bytes:
+        """The Parquet file of ``rows`` (see :func:`rows_table`)."""
+        return table_bytes(rows_table(rows, run_id))
 
     def read_rows(self, relative: str, sha256: str | None = None) -> list[ArchiveRow]:
         """The events of one archive file, checked against ``sha256`` when given.
@@ -244,14 +281,10 @@ def parse_rows(data: bytes, name: str) -> list[ArchiveRow]:
     Raises:
         ValueError: they are not an archive file.
     """
-    pa, pq = _arrow()
+    pa, _ = _arrow()
     try:
-        table = pq.read_table(io.BytesIO(data))
-        missing = [n for n in ArchiveRow._fields if n not in table.column_names]
-        if missing:
-            raise ValueError(f"it has no column {', '.join(missing)}")
-        return _rows_of(table)
-    except (pa.ArrowException, ValueError) as error:
+        return _rows_of(parse_table(data, name))
+    except pa.ArrowException as error:
         raise ValueError(f"{name} is not a wgstore archive file: {error}") from None
 
 

@@ -66,7 +66,9 @@ class BatchMovedError(EventStoreError):
 class BatchRows:
     """The rows of a batch's runs, by run, in position order, and their ranges."""
 
-    rows: dict[str, list[ArchiveRow]] = field(default_factory=dict)
+    rows: dict[str, list[Sequence[Any]]] = field(default_factory=dict)
+    """Each run's rows as read from ``wg_events`` (verify's columns: the recorder's, then
+    ``log_hash`` and ``mac``)."""
     ranges: list[ArchivedRange] = field(default_factory=list)
     streams: dict[str, int] = field(default_factory=dict)
 
@@ -174,24 +176,6 @@ def archived_run_ids(store: LogAccess) -> dict[str, str]:
     return found
 
 
-def _row(store: LogAccess, raw: Sequence[Any]) -> ArchiveRow:
-    (position, sid, version, event_id, type_, schema, data, meta, at, stored, logged, mac) = raw
-    return ArchiveRow(
-        int(position),
-        sid,
-        int(version),
-        str(event_id),
-        type_,
-        int(schema),
-        data,
-        meta,
-        store.recorder.time_of(at),
-        stored,
-        logged,
-        mac,
-    )
-
-
 def _live_rows(store: LogAccess, first: int, last: int) -> Iterator[Sequence[Any]]:
     """Every live row from ``first`` to ``last``, a page at a time (verify's columns)."""
     p = store.recorder.param
@@ -276,27 +260,27 @@ def read_batch(store: LogAccess, runs: Mapping[str, Iterable[str]]) -> BatchRows
             close()  # an earlier batch's range lies between: it breaks the current one
             previous_hash = pending.log_hash_last
             pending = next(earlier, None)
-        run_id = run_of.get(raw[1])
+        stream_id = raw[1]
+        run_id = run_of.get(stream_id)
         if run_id is None:
             close()
         else:
-            row = _row(store, raw)
-            batch.rows.setdefault(run_id, []).append(row)
-            version = batch.streams.get(row.stream_id, 0)
-            if row.stream_version != version + 1:
+            batch.rows.setdefault(run_id, []).append(raw)
+            version = batch.streams.get(stream_id, 0)
+            if raw[2] != version + 1:
                 raise EventStoreError(
-                    f"stream {row.stream_id!r}: version {row.stream_version} at position "
-                    f"{position} follows version {version} in the live log: part of the "
-                    "stream is missing; run `wgstore verify` before archiving"
+                    f"stream {stream_id!r}: version {raw[2]} at position {position} follows "
+                    f"version {version} in the live log: part of the stream is missing; run "
+                    "`wgstore verify` before archiving"
                 )
-            batch.streams[row.stream_id] = row.stream_version
+            batch.streams[stream_id] = raw[2]
             if current is not None and current[0] == run_id:
                 current[2] = position
                 current[3] += 1
-                current[5] = row.log_hash
+                current[5] = raw[10]
             else:
                 close()
-                current = [run_id, position, position, 1, previous_hash, row.log_hash]
+                current = [run_id, position, position, 1, previous_hash, raw[10]]
         previous_hash = raw[10]
     close()
     return batch

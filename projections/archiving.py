@@ -39,7 +39,14 @@ from wgstore.events.archive import (
     LogArchived,
     RunRestored,
 )
-from wgstore.events.archive_files import ArchiveLocation, ArchiveRow, parse_rows, records_of
+from wgstore.events.archive_files import (
+    ArchiveLocation,
+    ArchiveRow,
+    parse_table,
+    records_of,
+    rows_table,
+    table_bytes,
+)
 from wgstore.events.archive_log import (
     BatchMovedError,
     BatchRows,
@@ -188,23 +195,21 @@ def _read_models_of(runs: Sequence[str], streams: Iterable[str]) -> Callable[[sa
     return delete
 
 
-def _write_checked(location: ArchiveLocation, relative: str, data: bytes) -> None:
-    """Write a file and read it back: it must be exactly ``data``."""
-    location.write_bytes(relative, data)
-    if location.read_bytes(relative) != data:
-        raise OSError(f"{relative} read back differs from what was written")
-
-
 def _write_batch(
     location: ArchiveLocation, batch_id: str, batch: BatchRows, previous: str
 ) -> tuple[Manifest, bytes]:
     files: list[ArchivedFile] = []
     for run_id, rows in batch.rows.items():
         relative = location.run_file(batch_id, run_id)
-        data = location.parquet_bytes(rows, run_id)
-        _write_checked(location, relative, data)
-        if parse_rows(location.read_bytes(relative), relative) != rows:
-            raise OSError(f"{relative}: its rows read back differ from the live log's")
+        table = rows_table(rows, run_id)
+        data = table_bytes(table)
+        location.write_bytes(relative, data)
+        back = location.read_bytes(relative)
+        if back != data or not parse_table(back, relative).equals(table):
+            raise StoreUnavailableError(
+                f"{relative} in the archive {location.location!r} read back differs from what "
+                "was written: nothing was deleted; check the location and archive again"
+            )
         files.append(
             ArchivedFile(
                 path=relative,
@@ -212,12 +217,12 @@ def _write_batch(
                 sha256=hashlib.sha256(data).hexdigest(),
                 events=len(rows),
                 bytes=len(data),
-                first_position=rows[0].position,
-                last_position=rows[-1].position,
-                streams={s: batch.streams[s] for s in sorted({row.stream_id for row in rows})},
+                first_position=int(rows[0][0]),
+                last_position=int(rows[-1][0]),
+                streams={s: batch.streams[s] for s in sorted({row[1] for row in rows})},
             )
         )
-    positions = [row.position for rows in batch.rows.values() for row in rows]
+    positions = [int(row[0]) for rows in batch.rows.values() for row in rows]
     manifest = Manifest(
         batch_id=batch_id,
         created_at=datetime.now(UTC).isoformat(),
@@ -230,7 +235,12 @@ def _write_batch(
         previous_manifest_sha256=previous,
     )
     data = encode_manifest(manifest)
-    _write_checked(location, location.manifest_file(batch_id), data)
+    location.write_bytes(location.manifest_file(batch_id), data)
+    if location.read_bytes(location.manifest_file(batch_id)) != data:
+        raise StoreUnavailableError(
+            f"the manifest of batch {batch_id} read back differs from what was written: "
+            "nothing was deleted; check the location and archive again"
+        )
     return manifest, data
 
 
@@ -263,7 +273,11 @@ def finish_pending(store: EventStore) -> list[str]:
             runs = {f.run_id: tuple(f.streams) for f in manifest.files}
             batch = read_batch(store, runs)
             for file in manifest.files:
-                if location.read_rows(file.path, file.sha256) != batch.rows.get(file.run_id):
+                content = location.read_bytes(file.path)
+                live = rows_table(batch.rows.get(file.run_id, []), file.run_id)
+                if hashlib.sha256(content).hexdigest() != file.sha256 or not parse_table(
+                    content, file.path
+                ).equals(live):
                     raise ValueError(f"{file.path} no longer holds the run's live rows")
             commit_batch(
                 store,
