@@ -16,12 +16,15 @@ from wgstore.cli.common import (
     UsageProblem,
     json_line,
     opened,
+    out_console,
     parse_time,
     resolve_group,
 )
 from wgstore.cli.group_view import print_errors, print_state
-from wgstore.events.streams import run_stream
+from wgstore.events import EventStore
+from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream, run_stream
 from wgstore.projections import StreamNotFoundError, worker_group_state
+from wgstore.projections.archiving import archived_group_state, archived_stream_ids
 from wgstore.projections.views import state_json
 
 __all__ = ["state_command"]
@@ -51,16 +54,44 @@ def state_command(
     if version is not None and at is not None:
         raise UsageProblem("give --version or --at, not both")
     moment = parse_time(at) if at else None
+    archived = False
     with opened(url) as store:
-        group_id = resolve_group(store, group)
         try:
-            state = worker_group_state(store, group_id, version=version, at=moment)
-        except StreamNotFoundError as error:
+            group_id = resolve_group(store, group)
+        except UsageProblem:
+            group_id = _archived_group(store, group)
+            archived = True
+        try:
+            if archived:
+                state = archived_group_state(store, group_id, version=version, at=moment)
+            else:
+                state = worker_group_state(store, group_id, version=version, at=moment)
+        except (StreamNotFoundError, ValueError) as error:
             raise UsageProblem(str(error)) from None
-        in_run = store.stream_version(run_stream(state.run_id)) > 0
+        in_run = archived or store.stream_version(run_stream(state.run_id)) > 0
     if as_json:
-        typer.echo(json_line(state_json(state)))
+        typer.echo(json_line({**state_json(state), "archived": archived}))
     elif errors:
         print_errors(state)
     else:
         print_state(state, in_run=in_run)
+        if archived:
+            out_console().print(
+                f"[dim]archived (read from the archive's file; `wgstore restore "
+                f"{state.run_id}` puts its run back in the live log)[/dim]"
+            )
+
+
+def _archived_group(store: EventStore, group: str) -> str:
+    """The one archived group whose id starts with ``group``; a usage problem otherwise."""
+    prefix = group.strip().removeprefix(GROUP_STREAM_PREFIX)
+    found = archived_stream_ids(store, group_stream(prefix)) if prefix else []
+    ids = [stream[len(GROUP_STREAM_PREFIX) :] for stream in found]
+    if prefix in ids or len(ids) == 1:
+        return prefix if prefix in ids else ids[0]
+    if ids:
+        raise UsageProblem(f"{group!r} matches {len(ids)} archived groups; give more of the id")
+    raise UsageProblem(
+        f"no worker group id starts with {group!r}, live or archived; run `wgstore groups` "
+        "to list the live ones"
+    )

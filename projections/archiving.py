@@ -70,8 +70,9 @@ from wgstore.events.errors import (
     InvalidArgumentError,
     StoreUnavailableError,
 )
-from wgstore.events.records import NO_STREAM
+from wgstore.events.records import NO_STREAM, RecordedEvent
 from wgstore.events.schema import (
+    wg_archive_streams,
     wg_poll_history,
     wg_report_points,
     wg_report_series,
@@ -84,10 +85,13 @@ from wgstore.events.schema import (
 )
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupStartRequested
+from wgstore.projections.errors import StreamNotFoundError
 from wgstore.projections.projector import apply_restored_events, catch_up_read_models
 from wgstore.projections.rows import RunSummary
 from wgstore.projections.run_state import RunStatus
 from wgstore.projections.run_views import run_summaries
+from wgstore.projections.state import WorkerGroupState, project_worker_group
+from wgstore.projections.values import to_utc
 
 __all__ = [
     "ArchivePlan",
@@ -95,6 +99,10 @@ __all__ = [
     "ArchiveRunsBusyError",
     "DroppedFiles",
     "archive_runs",
+    "archived_group_state",
+    "archived_rows",
+    "archived_stream_ids",
+    "archived_stream_records",
     "drop_archived_files",
     "finish_pending",
     "plan_archive",
@@ -486,3 +494,62 @@ def drop_archived_files(
         for path in files:
             location.remove(path)
     return dropped
+
+
+def archived_stream_ids(store: EventStore, prefix: str) -> list[str]:
+    """The archived streams whose id starts with ``prefix``, sorted."""
+    column = wg_archive_streams.c.stream_id
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    query = sa.select(column).where(column.like(f"{escaped}%", escape="\\")).order_by(column)
+    with store.engine.connect() as connection:
+        found = [str(stream) for stream in connection.execute(query).scalars()]
+        connection.rollback()
+    return found
+
+
+def archived_stream_records(store: EventStore, stream_id: str) -> list[RecordedEvent]:
+    """The events of one archived stream, read from its run's file (checked as
+    :func:`archived_rows` checks it).
+
+    Raises:
+        InvalidArgumentError: the stream is not in the archive.
+        ValueError: the manifest or the file is not what the log says, or was dropped.
+    """
+    query = sa.select(wg_archive_streams.c.run_id).where(
+        wg_archive_streams.c.stream_id == stream_id
+    )
+    with store.engine.connect() as connection:
+        run_id = connection.execute(query).scalar()
+        connection.rollback()
+    if run_id is None:
+        raise InvalidArgumentError(f"stream {stream_id!r} is not in the archive")
+    _, rows = archived_rows(store, str(run_id))
+    return list(records_of(store.codec, [row for row in rows if row.stream_id == stream_id]))
+
+
+def archived_group_state(
+    store: EventStore,
+    group_id: str,
+    *,
+    version: int | None = None,
+    at: datetime | None = None,
+) -> WorkerGroupState:
+    """An archived worker group's state: at its end, after ``version`` or at the moment ``at``
+    (as :func:`~wgstore.projections.queries.worker_group_state` folds a live one).
+
+    Raises:
+        InvalidArgumentError: the group is not in the archive.
+        StreamNotFoundError: it did not exist yet at ``at``, or never reached ``version``.
+    """
+    records = archived_stream_records(store, group_stream(group_id))
+    kept = [
+        r
+        for r in records
+        if (version is None or r.version <= version) and (at is None or r.recorded_at <= to_utc(at))
+    ]
+    if not kept or (version is not None and kept[-1].version < version):
+        raise StreamNotFoundError(
+            f"archived worker group {group_id!r} has no state "
+            + (f"at version {version}" if version is not None else f"at {at}")
+        )
+    return project_worker_group(kept)
