@@ -17,7 +17,7 @@ from wgstore.cli.common import (
     out_console,
     resolve_group,
 )
-from wgstore.events import EventStore, EventStoreError
+from wgstore.events import EventStore, EventStoreError, VerifyReport
 from wgstore.events.hashing import HMAC_KEY_ENV
 from wgstore.events.streams import group_stream
 from wgstore.projections.fold_check import check_folds
@@ -67,9 +67,19 @@ def verify_command(
             "(prefer the environment variable: a command line is visible to other users).",
         ),
     ] = None,
+    without_archive_files: Annotated[
+        bool,
+        typer.Option(
+            "--without-archive-files",
+            help="Do not read the archive's files (`wgstore archive`): cross each archived "
+            "range by its manifest alone (where it meets the live log), the manifest checked "
+            "against its signed LogArchived event.",
+        ),
+    ] = False,
 ) -> None:
     """Recompute every hash chain, read every stream as its readers do, and check the read
-    models; exit 1 naming each problem."""
+    models; exit 1 naming each problem. Archived events are checked from the archive's files
+    (or, with --without-archive-files, by their manifests)."""
     console = out_console()
     if digest and (group or stream):
         raise UsageProblem("a digest covers the whole log: drop --group/--stream with --digest")
@@ -82,7 +92,12 @@ def verify_command(
             raise UsageProblem(
                 "a digest covers the whole log: drop --group/--stream with --against"
             )
-        report = store.verify(stream, against=against, hmac_key=key or None)
+        report = store.verify(
+            stream,
+            against=against,
+            hmac_key=key or None,
+            archive_files=not without_archive_files,
+        )
         # Hash failures first, each on its own line: nothing later (a read model rebuild that
         # stops at an event that no longer decodes) can hide them.
         for problem in report.problems:
@@ -96,12 +111,16 @@ def verify_command(
         streams = len(store.streams()) if stream is None else 1
         if report.ok:
             console.print(
-                f"[green]ok[/]  hash chains: {report.checked} events in {streams} stream(s)"
+                f"[green]ok[/]  hash chains: {report.checked - report.archived} events in "
+                f"{streams} stream(s)"
             )
+            _print_archive(console, report)
             if against is not None:
                 console.print(f"[green]ok[/]  the log extends the digest {against.strip()}")
             if key or store.has_hmac_key:
                 console.print("[green]ok[/]  every event's MAC matches the key")
+        for note in report.notes:
+            console.print(Text.assemble(("note", "yellow"), f" {note}"))
         if report.untyped_macs:
             console.print(
                 f"[yellow]note[/] {report.untyped_macs} event(s) carry the MAC of wgstore before "
@@ -139,6 +158,24 @@ def verify_command(
         console.print(Text(f"FAIL  {problem}", style="red"))
     if problems:
         raise CliError(f"verify found {len(problems)} problem(s); each is listed above")
+
+
+def _print_archive(console: Console, report: VerifyReport) -> None:
+    """The archive's line of an ok report: events read from its files, or batches crossed by
+    their manifests."""
+    if not report.archive_batches:
+        return
+    if report.archived:
+        console.print(
+            f"[green]ok[/]  archive: {report.archived} archived event(s) of "
+            f"{report.archive_batches} batch(es) checked from their files, where they stood in "
+            "the log"
+        )
+    else:
+        console.print(
+            f"[green]ok[/]  archive: {report.archive_batches} batch(es) checked by their "
+            "manifests alone (their files not read)"
+        )
 
 
 def _fold_problems(console: Console, store: EventStore, stream: str | None) -> list[str]:

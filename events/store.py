@@ -576,6 +576,7 @@ class EventStore:
         *,
         against: str | None = None,
         hmac_key: bytes | str | None = None,
+        archive_files: bool = True,
     ) -> VerifyReport:
         """Recompute the hash chains from the stored rows (no event is decoded).
 
@@ -592,13 +593,20 @@ class EventStore:
                 off or rewritten at or before its position).
             hmac_key: check every event's MAC with this key (default: the store's key, if it
                 was opened with one). Events without a MAC are problems then.
+            archive_files: read the archive's files (``wgstore archive``) and check every
+                archived event where it stood in the log, as if nothing was archived; a batch
+                whose files cannot be read is a problem. False: cross each archived range by
+                its manifest alone (its log hashes where it meets the live log; the manifest
+                itself checked against the SHA-256 in its ``LogArchived`` event).
 
         Raises:
             ValueError: ``against`` is not a digest.
         """
         self._check_open()
         key = normalize_key(hmac_key) if hmac_key is not None else self._hmac_key
-        return verify_log(self, stream_id, against=against, hmac_key=key)
+        return verify_log(
+            self, stream_id, against=against, hmac_key=key, archive_files=archive_files
+        )
 
     def digest(self) -> str:
         """A short digest of the log's head (``wgs1:<position>:<log hash>``) to keep elsewhere.
