@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from wgstore.cli import (
+    archive,
     db,
     events,
     executor,
@@ -80,6 +81,8 @@ app.add_typer(projections.projections_app, name="projections")
 app.command("export")(export.export_command)
 app.command("report")(report.report_command)
 app.command("gc")(gc.gc_command)
+app.command("archive")(archive.archive_command)
+app.command("restore")(archive.restore_command)
 app.command("resume")(resume.resume_command)
 app.command("supervise")(supervise.supervise_command)
 app.command("serve")(serve.serve_command)

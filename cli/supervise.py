@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from wgstore.cli.archive import archive_while_supervising, supervise_archive
 from wgstore.cli.common import DEFAULT_URL, UrlOption, check_url, json_line, opened, out_console
 
 if TYPE_CHECKING:
@@ -58,15 +59,42 @@ def supervise_command(
             help="With --ingest: as `wgstore ingest ray-export --claim-wait-s`.",
         ),
     ] = 45.0,
+    archive_to: Annotated[
+        str | None,
+        typer.Option(
+            "--archive-to",
+            metavar="LOCATION",
+            help="Also archive ended runs there, as `wgstore archive --to LOCATION` does.",
+        ),
+    ] = None,
+    archive_after: Annotated[
+        str | None,
+        typer.Option(
+            "--archive-after",
+            metavar="DURATION",
+            help="With --archive-to: archive runs that ended this long ago (default: 30d).",
+        ),
+    ] = None,
+    archive_every: Annotated[
+        str | None,
+        typer.Option(
+            "--archive-every",
+            metavar="DURATION",
+            help="With --archive-to: archive at most this often (default: 1h).",
+        ),
+    ] = None,
 ) -> None:
     """Watch the log and resume every orphaned, resumable run (its driver died).
 
     Each resume runs as its own `wgstore resume` process and is recorded on the run's stream
     (RunResumed, by this supervisor); its progress lines and what its train function prints
     show here, as `wgstore run` shows them. Two supervisors never resume one run twice. SIGTERM
-    or Ctrl-C stops it cleanly; the resumed runs go on.
+    or Ctrl-C stops it cleanly; the resumed runs go on. With --archive-to it also archives the
+    runs that ended --archive-after ago, at most every --archive-every (a failure is printed and
+    tried again then; it never stops the supervisor).
     """
     check_url(url)
+    archiving = supervise_archive(archive_to, archive_after, archive_every, dry_run=dry_run)
     stop = threading.Event()
 
     def show(decision: Decision) -> None:
@@ -98,12 +126,23 @@ def supervise_command(
                 target=_ingest, args=(url, ingest, ingest_claim_wait, stop), daemon=True
             )
             ingesting.start()
+    archiver = None
+    if archiving is not None and not once:
+        archiver = threading.Thread(
+            target=archive_while_supervising,
+            args=(url, archiving, interval, stop, as_json),
+            daemon=True,
+        )
+        archiver.start()
     try:
         _supervise(url, max_resumes, runs, dry_run, interval, once, as_json, show, stop)
+        if archiving is not None and once:  # one archive, after the pass
+            archive_while_supervising(url, archiving, interval, None, as_json)
     finally:
         stop.set()
-        if ingesting is not None:
-            ingesting.join(30)
+        for thread in (ingesting, archiver):
+            if thread is not None:
+                thread.join(30)
 
 
 def _ingest(url: str, paths: list[Path], claim_wait_s: float, stop: threading.Event | None) -> None:

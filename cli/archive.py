@@ -1,0 +1,667 @@
+"""``wgstore archive`` and ``wgstore restore``: move ended runs out of the live log to Parquet
+files, and bring one back (issue 43).
+
+Both call :mod:`wgstore.projections.archiving`; ``wgstore supervise --archive-to`` calls
+:class:`PeriodicArchive` (through :func:`archive_while_supervising`) on its passes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from wgstore.cli.common import (
+    DEFAULT_URL,
+    CliError,
+    UrlOption,
+    UsageProblem,
+    check_url,
+    err_console,
+    format_time,
+    json_line,
+    opened,
+    out_console,
+    parse_duration,
+    parse_time,
+    refuse_blank,
+)
+from wgstore.events import EventStore, StoreUnavailableError, WgstoreError
+from wgstore.events.engine import mask_url, parse_url
+from wgstore.events.streams import run_stream
+
+__all__ = [
+    "PeriodicArchive",
+    "archive_command",
+    "archive_while_supervising",
+    "check_glob",
+    "restore_command",
+    "show_archive_outcome",
+    "supervise_archive",
+]
+
+_STREAMS_PER_QUERY = 500
+
+
+# ---------------------------------------------------------------------- checks
+
+
+def check_glob(glob: str | None, option: str = "--runs") -> str | None:
+    """Refuse a blank glob (it would mean "every run") or one with an unclosed ``[``.
+
+    Raises:
+        UsageProblem: either.
+    """
+    if glob is None:
+        return None
+    refuse_blank(**{option.removeprefix("--"): glob})
+    index = 0
+    while index < len(glob):
+        if glob[index] == "[":
+            # as fnmatch reads a set: a ] right after [ or [! is a member, not its end
+            end = index + 1
+            if glob[end : end + 1] == "!":
+                end += 1
+            if glob[end : end + 1] == "]":
+                end += 1
+            close = glob.find("]", end)
+            if close < 0:
+                raise UsageProblem(
+                    f"{option} {glob!r}: a [ that is never closed; close it (fin-[ab]*) or "
+                    "write [[] for a literal ["
+                )
+            index = close
+        index += 1
+    return glob
+
+
+def _ended_before(text: str, option: str = "--ended-before") -> datetime:
+    try:
+        return parse_time(text)
+    except UsageProblem as problem:
+        raise UsageProblem(f"{option}: {problem}") from None
+
+
+def _location(to: str, option: str = "--to") -> Any:
+    """The archive location ``to`` (checked: pyarrow and fsspec are there, the URL's filesystem
+    is installed); nothing is written."""
+    from wgstore.events.archive_files import ArchiveLocation
+
+    if not to.strip():
+        raise UsageProblem(f"{option} is empty; give it a folder or an fsspec URL")
+    return ArchiveLocation(to)
+
+
+def _probe(location: Any) -> None:
+    """Write and remove a small file under the location: an unwritable one fails here, before
+    any batch is read.
+
+    Raises:
+        CliError: the location refused the write.
+    """
+    name = f".wgstore-write-check-{uuid.uuid4().hex[:12]}"
+    try:
+        location.write_bytes(name, b"")
+        location.remove(name)
+    except StoreUnavailableError as error:
+        raise CliError(
+            f"{error}; nothing was archived: give --to a folder this user can create and write, "
+            "or an fsspec URL (s3://...) whose credentials allow writing"
+        ) from None
+
+
+# ---------------------------------------------------------------------- live sizes
+
+
+@dataclass(frozen=True, slots=True)
+class _Size:
+    events: int = 0
+    bytes: int = 0
+
+
+def _live_sizes(store: EventStore, runs: dict[str, tuple[str, ...]]) -> dict[str, _Size]:
+    """Each run's events in the live log and their bytes: the sum of octet lengths of ``data``
+    and ``metadata`` (the JSON text each backend stores; indexes and row overhead not counted)."""
+    owner = {stream: run_id for run_id, streams in runs.items() for stream in streams}
+    streams = list(owner)
+    p = store.recorder.param
+    if store.is_postgres:
+        size = "octet_length(data::text) + octet_length(metadata::text)"
+    else:
+        size = "length(CAST(data AS BLOB)) + length(CAST(metadata AS BLOB))"
+    totals: dict[str, list[int]] = {run_id: [0, 0] for run_id in runs}
+    for start in range(0, len(streams), _STREAMS_PER_QUERY):
+        chunk = streams[start : start + _STREAMS_PER_QUERY]
+        rows = store.fetch_rows(
+            f"SELECT stream_id, count(*), sum({size}) FROM wg_events "
+            f"WHERE stream_id IN ({', '.join([p] * len(chunk))}) GROUP BY stream_id",
+            chunk,
+        )
+        for stream_id, events, octets in rows:
+            total = totals[owner[stream_id]]
+            total[0] += int(events)
+            total[1] += int(octets or 0)
+    return {run_id: _Size(events, octets) for run_id, (events, octets) in totals.items()}
+
+
+def _total(sizes: Iterable[_Size]) -> _Size:
+    events = octets = 0
+    for size in sizes:
+        events += size.events
+        octets += size.bytes
+    return _Size(events, octets)
+
+
+# ---------------------------------------------------------------------- vacuum
+
+
+def _sqlite_bytes(path: Path) -> int:
+    """The database file and its WAL, in bytes."""
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def _vacuum(store: EventStore) -> dict[str, Any]:
+    """SQLite: VACUUM (the freed pages go back to the file system), then a checkpoint that
+    empties the WAL; PostgreSQL: nothing (the rows' space is reused by new rows)."""
+    if store.is_postgres:
+        return {
+            "backend": "postgresql",
+            "needed": False,
+            "reason": "PostgreSQL reuses the archived rows' space for new rows (autovacuum)",
+        }
+    path = Path(parse_url(store.url).database or "")
+    before = _sqlite_bytes(path)
+    raw = store.engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        try:
+            cursor.execute("VACUUM")  # isolation_level None: no transaction around it
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            cursor.close()
+    except Exception as error:  # noqa: BLE001 - sqlite3's errors: say what was and was not done
+        raise CliError(
+            f"the runs were archived, but VACUUM of {path} failed ({error}); run `wgstore "
+            "archive --to LOCATION --vacuum` again when no other process is writing the file"
+        ) from None
+    finally:
+        raw.close()
+    return {
+        "backend": "sqlite",
+        "file": str(path),
+        "bytes_before": before,
+        "bytes_after": _sqlite_bytes(path),
+    }
+
+
+def _vacuum_line(done: dict[str, Any]) -> str:
+    if done["backend"] == "postgresql":
+        return "--vacuum: not needed on PostgreSQL (the archived rows' space is reused by new rows)"
+    before, after = done["bytes_before"], done["bytes_after"]
+    return (
+        f"VACUUM {done['file']}: {before:,} -> {after:,} bytes, with its WAL "
+        f"({max(before - after, 0):,} returned to the file system)"
+    )
+
+
+# ---------------------------------------------------------------------- wgstore archive
+
+
+def _ended_at(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def archive_command(
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            metavar="LOCATION",
+            help="Where the Parquet files go: a folder, or an fsspec URL (s3://bucket/prefix).",
+        ),
+    ],
+    url: UrlOption = DEFAULT_URL,
+    ended_before: Annotated[
+        str,
+        typer.Option(
+            "--ended-before",
+            metavar="WHEN",
+            help=(
+                "Only runs that ended before this: a time ago (30d, 2h; 0s: every ended run) "
+                "or an ISO time."
+            ),
+        ),
+    ] = "30d",
+    runs: Annotated[
+        str | None,
+        typer.Option("--runs", metavar="ID_GLOB", help="Only runs whose id matches (fin-*)."),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help=(
+                "Only list the runs that would move (their events, and bytes: the octet "
+                "lengths of the events' data and metadata in the live log) and those kept, "
+                "and why; write nothing."
+            ),
+        ),
+    ] = False,
+    batch_runs: Annotated[
+        int,
+        typer.Option(
+            "--batch-runs", min=1, metavar="N", help="Runs per batch (one delete transaction)."
+        ),
+    ] = 200,
+    vacuum: Annotated[
+        bool,
+        typer.Option(
+            "--vacuum",
+            help=(
+                "SQLite: VACUUM afterwards, giving the freed pages back to the file system "
+                "(prints the file's size before and after). PostgreSQL needs none."
+            ),
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Move runs that ended (finished, errored or aborted) to Parquet files and out of the live
+    log.
+
+    Each batch's files are written, read back and checked before LogArchived names them and one
+    transaction deletes the batch's rows: killed anywhere, every event is in the live log or in
+    a checked file, and the next `wgstore archive` finishes what was started. Runs not ended
+    (running, orphaned, resumable) stay. `wgstore restore RUN` brings a run back.
+    """
+    check_url(url)
+    check_glob(runs)
+    before = _ended_before(ended_before)
+    location = _location(to)
+    from wgstore.projections.archiving import ArchiveRunsBusyError, archive_runs, plan_archive
+
+    with opened(url, read_only=dry_run) as store:
+        plan = plan_archive(store, ended_before=before, runs=runs)
+        sizes = _live_sizes(store, plan.runs)
+        moving = [
+            {
+                "run_id": run_id,
+                "status": plan.summaries[run_id].status,
+                "ended_at": _ended_at(plan.summaries[run_id].ended_at),
+                "events": sizes[run_id].events,
+                "bytes": sizes[run_id].bytes,
+            }
+            for run_id in plan.runs
+        ]
+        kept = [{"run_id": run_id, "reason": reason} for run_id, reason in plan.kept]
+        kept += _ended_later(store, plan, runs)
+        if dry_run:
+            _show_plan(to, before, moving, kept, vacuum, as_json)
+            return
+        if plan.runs:
+            _probe(location)
+        try:
+            result = _archive_with_progress(
+                lambda progress: archive_runs(
+                    store, to, plan, batch_runs=batch_runs, progress=progress
+                ),
+                len(plan.runs),
+                quiet=as_json,
+            )
+        except ArchiveRunsBusyError as error:
+            raise CliError(str(error)) from None
+        live = _total(sizes[run_id] for run_id in result.runs if run_id in sizes)
+        vacuumed = _vacuum(store) if vacuum else None
+    if as_json:
+        typer.echo(
+            json_line(
+                {
+                    "dry_run": False,
+                    "location": to,
+                    "ended_before": before.isoformat(),
+                    "batches": result.batches,
+                    "runs": result.runs,
+                    "events": result.events,
+                    "bytes": live.bytes,
+                    "parquet_bytes": result.bytes,
+                    "kept": kept,
+                    "abandoned": [{"batch_id": b, "reason": r} for b, r in result.abandoned],
+                    "finished": result.finished,
+                    "vacuum": vacuumed,
+                }
+            )
+        )
+        return
+    console = out_console()
+    console.print(
+        f"archived {len(result.runs)} run(s) in {len(result.batches)} batch(es) to {to}: "
+        f"{result.events:,} event(s), {live.bytes:,} bytes of the live log "
+        f"({result.bytes:,} bytes of Parquet)",
+        markup=False,
+    )
+    if result.finished:
+        console.print(
+            f"finished {len(result.finished)} batch(es) an interrupted archive had started",
+            markup=False,
+        )
+    for batch_id, reason in result.abandoned:
+        console.print(f"abandoned batch {batch_id} (its runs stay live): {reason}", markup=False)
+    if kept:
+        console.print(
+            f"kept {len(kept)} run(s): not ended, orphaned or ended later (--dry-run lists them)",
+            markup=False,
+        )
+    if vacuumed is not None:
+        console.print(_vacuum_line(vacuumed), markup=False)
+
+
+def _ended_later(store: EventStore, plan: Any, glob: str | None) -> list[dict[str, Any]]:
+    """The runs (matching ``glob``) that ended, but not before ``--ended-before``: kept too."""
+    from wgstore.projections.run_views import run_summaries
+
+    listed = set(plan.runs) | {run_id for run_id, _ in plan.kept}
+    return [
+        {"run_id": run.run_id, "reason": f"ended {format_time(run.ended_at)}, after --ended-before"}
+        for run in run_summaries(store)
+        if run.run_id not in listed
+        and run.ended_at is not None
+        and (glob is None or fnmatch.fnmatchcase(run.run_id, glob))
+    ]
+
+
+def _archive_with_progress(
+    archive: Callable[[Callable[[int, int], None]], Any], total: int, *, quiet: bool
+) -> Any:
+    """Run ``archive(progress)`` under a Rich progress bar on stderr (runs done of ``total``)."""
+    if quiet or total == 0:
+        return archive(lambda _done, _total: None)
+    columns = (
+        TextColumn("archiving"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("runs"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err_console(), transient=True) as progress:
+        task = progress.add_task("archive", total=total)
+
+        def advance(done: int, of: int) -> None:
+            progress.update(task, completed=done, total=of)
+
+        return archive(advance)
+
+
+def _show_plan(
+    to: str,
+    before: datetime,
+    moving: list[dict[str, Any]],
+    kept: list[dict[str, Any]],
+    vacuum: bool,
+    as_json: bool,
+) -> None:
+    events = sum(int(r["events"]) for r in moving)
+    octets = sum(int(r["bytes"]) for r in moving)
+    if as_json:
+        typer.echo(
+            json_line(
+                {
+                    "dry_run": True,
+                    "location": to,
+                    "ended_before": before.isoformat(),
+                    "runs": moving,
+                    "events": events,
+                    "bytes": octets,
+                    "kept": kept,
+                }
+            )
+        )
+        return
+    console = out_console()
+    if moving:
+        console.print(
+            f"would archive {len(moving)} run(s) that ended before {format_time(before)} to "
+            f"{to}: {events:,} event(s), {octets:,} bytes of the live log",
+            markup=False,
+        )
+        table = Table("run", "status", "ended", "events", "bytes")
+        for row in moving:
+            ended = row["ended_at"]
+            table.add_row(
+                row["run_id"],
+                row["status"],
+                format_time(datetime.fromisoformat(ended)) if ended else "",
+                f"{row['events']:,}",
+                f"{row['bytes']:,}",
+            )
+        console.print(table)
+    else:
+        console.print(f"no run ended before {format_time(before)}: nothing would move")
+    if kept:
+        console.print(f"kept {len(kept)} run(s):", markup=False)
+        table = Table("run", "why")
+        for row in kept:
+            table.add_row(row["run_id"], row["reason"])
+        console.print(table)
+    if vacuum:
+        console.print("--vacuum: not run with --dry-run", markup=False)
+    console.print("nothing was written (--dry-run)", markup=False)
+
+
+# ---------------------------------------------------------------------- wgstore restore
+
+
+def _resolve_for_restore(
+    store: EventStore, given: str, archived: dict[str, str]
+) -> tuple[str, bool]:
+    """The full id of the run ``given`` names (its id or a unique prefix), and whether it is in
+    the archive (else it is live).
+
+    Raises:
+        UsageProblem: no run, or more than one, live or archived.
+    """
+    given = given.strip()
+    if not given:
+        raise UsageProblem("give a run id (or a unique prefix of one)")
+    if given in archived:
+        return given, True
+    if store.stream_version(run_stream(given)):
+        return given, False
+    found = {run_id: True for run_id in archived if run_id.startswith(given)}
+    for stream_id, _ in store.streams(run_stream(given)):
+        run_id = stream_id.removeprefix(run_stream(""))
+        found.setdefault(run_id, False)
+    if len(found) == 1:
+        return next(iter(found.items()))
+    if found:
+        shown = ", ".join(sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
+        raise UsageProblem(f"{given!r} matches {len(found)} runs ({shown}); give more of the id")
+    raise UsageProblem(
+        f"no run id starts with {given!r}, live or archived, in {mask_url(store.url)}: "
+        "`wgstore runs` lists the live runs; the archive has a folder per run under its events/"
+    )
+
+
+def restore_command(
+    run: Annotated[
+        str, typer.Argument(metavar="RUN", help="The archived run's id (or a unique prefix).")
+    ],
+    url: UrlOption = DEFAULT_URL,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """Put an archived run's events back into the live log, at their positions, with its read
+    models (checked against the archive's manifest first).
+
+    A run that is live already is left as it is (exit 0).
+    """
+    check_url(url)
+    from wgstore.events.archive_log import archived_run_ids
+    from wgstore.events.errors import InvalidArgumentError
+    from wgstore.projections.archiving import restore_run
+
+    with opened(url, read_only=False) as store:
+        archived = archived_run_ids(store)
+        run_id, in_archive = _resolve_for_restore(store, run, archived)
+        restored = 0
+        if in_archive:
+            try:
+                restored = restore_run(store, run_id)
+            except InvalidArgumentError:
+                raise
+            except ValueError as error:  # a manifest or file not as the log recorded it
+                raise CliError(f"cannot restore run {run_id}: {error}") from None
+    if as_json:
+        typer.echo(
+            json_line(
+                {
+                    "run_id": run_id,
+                    "restored": restored,
+                    "batch_id": archived.get(run_id),
+                    "was_live": not in_archive,
+                }
+            )
+        )
+    elif not in_archive:
+        out_console().print(
+            f"run {run_id} is live (not archived): nothing to restore", markup=False
+        )
+    else:
+        out_console().print(
+            f"restored run {run_id}: {restored:,} event(s) back in the live log "
+            f"(from batch {archived[run_id]})",
+            markup=False,
+        )
+
+
+# ---------------------------------------------------------------------- wgstore supervise
+
+
+@dataclass
+class PeriodicArchive:
+    """``wgstore supervise --archive-to``: on a pass, archive the runs that ended more than
+    ``after`` ago, at most once every ``every`` (an attempt that failed counts: it is tried
+    again ``every`` later). Errors are returned, never raised: supervise goes on."""
+
+    location: str
+    after: timedelta
+    every: timedelta
+    dry_run: bool = False
+    batch_runs: int = 200
+    clock: Callable[[], float] = time.monotonic
+    last_try: float | None = field(default=None, init=False)
+
+    def due(self) -> bool:
+        """True when no attempt was made yet, or the last one was ``every`` ago or more."""
+        return self.last_try is None or self.clock() - self.last_try >= self.every.total_seconds()
+
+    def run(self, store: EventStore, *, now: datetime | None = None) -> dict[str, Any]:
+        """Archive now (whether due or not) into ``store``; what was done, as a JSON object
+        (``action``: ``archived``, ``would archive`` or ``archive failed`` with ``error``)."""
+        from wgstore.projections.archiving import archive_runs, plan_archive
+
+        self.last_try = self.clock()
+        before = (now or datetime.now(UTC)) - self.after
+        outcome: dict[str, Any] = {"location": self.location, "ended_before": before.isoformat()}
+        try:
+            plan = plan_archive(store, ended_before=before)
+            if self.dry_run:
+                return {"action": "would archive", **outcome, "runs": list(plan.runs)}
+            if plan.runs:
+                _probe(_location(self.location))
+            result = archive_runs(store, self.location, plan, batch_runs=self.batch_runs)
+        except (WgstoreError, CliError, OSError, ValueError) as error:
+            return {"action": "archive failed", **outcome, "error": str(error)}
+        return {
+            "action": "archived",
+            **outcome,
+            "runs": result.runs,
+            "events": result.events,
+            "batches": len(result.batches),
+        }
+
+    def run_at(self, url: str) -> dict[str, Any]:
+        """:meth:`run` on a store of its own at ``url`` (a store that cannot be opened is an
+        error like any other)."""
+        try:
+            with opened(url, read_only=self.dry_run) as store:
+                return self.run(store)
+        except (WgstoreError, CliError, OSError) as error:
+            self.last_try = self.clock()
+            return {"action": "archive failed", "location": self.location, "error": str(error)}
+
+
+def show_archive_outcome(outcome: dict[str, Any], *, as_json: bool) -> None:
+    """Print what one supervise pass's archive did (a failure on stderr)."""
+    if as_json:
+        typer.echo(json_line(outcome))
+        return
+    if outcome["action"] == "archive failed":
+        err_console().print(
+            f"archive  to {outcome['location']} failed (tried again after --archive-every): "
+            f"{outcome['error']}",
+            markup=False,
+            style="yellow",
+        )
+    elif outcome["action"] == "would archive":
+        out_console().print(
+            f"archive  would move {len(outcome['runs'])} run(s) to {outcome['location']}",
+            markup=False,
+        )
+    elif outcome["runs"]:
+        out_console().print(
+            f"archive  moved {len(outcome['runs'])} run(s), {outcome['events']:,} event(s), "
+            f"to {outcome['location']}",
+            markup=False,
+        )
+
+
+def supervise_archive(
+    to: str | None, after: str | None, every: str | None, *, dry_run: bool
+) -> PeriodicArchive | None:
+    """The archive schedule of ``supervise --archive-to TO --archive-after AFTER
+    --archive-every EVERY`` (None without ``--archive-to``), checked before supervise starts.
+
+    Raises:
+        UsageProblem: a bad duration, a blank or unusable location, or an --archive-* option
+            without --archive-to.
+    """
+    if to is None:
+        for option, value in (("--archive-after", after), ("--archive-every", every)):
+            if value is not None:
+                raise UsageProblem(f"{option} needs --archive-to LOCATION (where the runs go)")
+        return None
+    _location(to, "--archive-to")
+    durations = []
+    for option, value, default in (
+        ("--archive-after", after, "30d"),
+        ("--archive-every", every, "1h"),
+    ):
+        try:
+            durations.append(parse_duration(value if value is not None else default))
+        except UsageProblem as problem:
+            raise UsageProblem(f"{option}: {problem}") from None
+    return PeriodicArchive(to, durations[0], durations[1], dry_run=dry_run)
+
+
+def archive_while_supervising(
+    url: str,
+    schedule: PeriodicArchive,
+    interval_s: float,
+    stop: threading.Event | None,
+    as_json: bool,
+) -> None:
+    """Each ``interval_s`` (a supervise pass) until ``stop`` is set, archive when the schedule
+    is due and print what it did; ``stop`` None: once, now."""
+    while True:
+        if schedule.due():
+            show_archive_outcome(schedule.run_at(url), as_json=as_json)
+        if stop is None or stop.wait(interval_s):
+            return
