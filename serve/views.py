@@ -23,10 +23,15 @@ from typing import Any
 
 import msgspec
 
-from wgstore.events import EventStore, InvalidArgumentError, StoreUnavailableError
+from wgstore.events import EventStore, InvalidArgumentError, RecordedEvent, StoreUnavailableError
 from wgstore.events.streams import group_stream, run_stream
 from wgstore.projections import RunStatus
-from wgstore.projections.archived_views import archived_run_detail, read_archived_run
+from wgstore.projections.archived_views import (
+    ArchivedRun,
+    archived_events,
+    archived_run_detail,
+    read_archived_run,
+)
 from wgstore.projections.metric_series import chart_series
 from wgstore.projections.queries import poll_history
 from wgstore.projections.rows import UNREADABLE, RunDetail, RunSummary
@@ -232,15 +237,21 @@ def run_page(store: EventStore, run: str, now: datetime | None = None) -> dict[s
     return _page_of(detail, states, series, now)
 
 
+def _read_archived(store: EventStore, run_id: str) -> ArchivedRun:
+    """An archived run's events; a file that cannot be read, or is not the one its manifest
+    names, is the store's trouble (503), not the request's."""
+    try:
+        return read_archived_run(store, run_id)
+    except StoreUnavailableError:
+        raise
+    except ValueError as error:  # a manifest or a file not what the log says; files dropped
+        raise StoreUnavailableError(f"run {run_id} is archived: {error}") from None
+
+
 def _archived_run_page(store: EventStore, run_id: str, now: datetime | None) -> dict[str, Any]:
     """:func:`run_page` of an archived run: its events read from its batch's file, folded as
     the live log's are (a file that cannot be read is the store's trouble: 503)."""
-    try:
-        archived = read_archived_run(store, run_id)
-    except StoreUnavailableError:
-        raise
-    except ValueError as error:  # a manifest or a file not what the log says
-        raise StoreUnavailableError(f"run {run_id} is archived: {error}") from None
+    archived = _read_archived(store, run_id)
     states: dict[str, WorkerGroupState] = {}
 
     def group_state(group_id: str) -> WorkerGroupState:
@@ -354,9 +365,9 @@ def event_list(
 
     With ``after``, the first ``limit`` events past that position; without it, the last
     ``limit`` events of the log. ``stream``, ``group`` (an id or prefix) or ``run`` (an id or
-    prefix: its run stream and every group of it, :func:`~wgstore.projections.views.run_streams`)
-    narrow the streams; ``types`` the types (a foreign type the log holds is shown raw, as in
-    the CLI). Returns ``{"events", "head", "next"}``: ``next`` is the position to ask ``after``
+    prefix: its run stream and every group of it, :func:`~wgstore.projections.views.run_streams`;
+    an archived run's events from its batch's file) narrow the streams; ``types`` the types (a
+    foreign type the log holds is shown raw, as in the CLI). Returns ``{"events", "head", "next"}``: ``next`` is the position to ask ``after``
     next.
 
     Raises:
@@ -367,19 +378,25 @@ def event_list(
         raise InvalidArgumentError(f"after={after} is negative; give a position of 0 or more")
     type_names = check_event_types([t for t in types if t], store) or None
     streams: set[str] | None = None
+    archived: list[RecordedEvent] | None = None
     if group:
         streams = {group_stream(resolve_group_id(store, group))}
     elif run:
-        streams = run_streams(store, resolve_run_id(store, run))
+        run_id = resolve_run_id(store, run, archived=True)
+        if store.stream_version(run_stream(run_id)):
+            streams = run_streams(store, run_id)
+        else:  # archived: its events are in its batch's file
+            archived = archived_events(_read_archived(store, run_id), type_names or [])
     elif stream:
         streams = {stream}
     head = store.head()
-    if streams is not None:
-        records = [
-            r
-            for r in stored_events(store, streams, type_names or [], head)
-            if after is None or r.position > after
-        ]
+    if streams is not None or archived is not None:
+        chosen = (
+            archived
+            if archived is not None
+            else stored_events(store, streams, type_names or [], head)
+        )
+        records = [r for r in chosen if after is None or r.position > after]
         records = records[:limit] if after is not None else records[-limit:]
     elif after is not None:
         records = [

@@ -34,12 +34,17 @@ def _json(*args: str) -> list[dict[str, Any]]:
 
 
 def _page(url: str, run: str) -> Any:
+    """The run page's JSON and its events (``/api/events?run=``) from ``wgstore serve``."""
     from starlette.testclient import TestClient
 
     from wgstore.serve.app import create_app
 
     with TestClient(create_app(url)) as client:
-        return client.get(f"/api/runs/{run}")
+        page = client.get(f"/api/runs/{run}")
+        events = client.get("/api/events", params={"run": run, "after": 0})
+    assert page.status_code == 200, page.text
+    assert events.status_code == 200, events.text
+    return page.json(), events.json()["events"]
 
 
 def _unmarked(run: dict[str, Any]) -> dict[str, Any]:
@@ -54,7 +59,7 @@ def test_an_archived_run_reads_back_as_it_was_live_marked_archived(
     url = store_url
     live_detail = {run_id: _json("runs", run_id, "--url", url)[0] for run_id in ENDED}
     live_events = {run_id: _json("events", "--run", run_id, "--url", url) for run_id in ENDED}
-    live_page = _page(url, "fin-a").json()
+    live_page, live_page_events = _page(url, "fin-a")
     assert "archived" not in live_detail["fin-a"]["run"]
 
     result = archive_runs(store, str(tmp_path / "archive"), plan_everything(store))
@@ -107,15 +112,14 @@ def test_an_archived_run_reads_back_as_it_was_live_marked_archived(
     assert typed == [e for e in live_events["fin-a"] if e["type"] == "RunFinished"]
 
     # the run page's JSON: as it was live, marked archived
-    page = _page(url, "fin-a")
-    assert page.status_code == 200, page.text
-    archived_page = page.json()
+    archived_page, page_events = _page(url, "fin-a")
     run = archived_page.pop("run")
     assert run["archived"] is True and run["archive_batch"] == batch.batch_id
     live_run = live_page.pop("run")
     assert _unmarked(run) == live_run
     assert archived_page == live_page  # attempts, metrics, latest per rank...
     assert archived_page["metrics"]
+    assert page_events == live_page_events and page_events
 
     # a prefix of archived runs only, and the commands that read live runs only
     ambiguous = _cli("runs", "fin-", "--url", url)
