@@ -22,6 +22,7 @@ not ended) are never archived.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import uuid
@@ -206,11 +207,31 @@ def _read_models_of(runs: Sequence[str], streams: Iterable[str]) -> Callable[[sa
 def _write_batch(
     location: ArchiveLocation, batch_id: str, batch: BatchRows, previous: str
 ) -> tuple[Manifest, bytes]:
+    """Write, read back and check the batch's files and manifest; a failure removes what this
+    batch wrote (no file is left that no manifest names) and raises."""
+    written: list[str] = []
+    try:
+        return _write_files(location, batch_id, batch, previous, written)
+    except BaseException:
+        for relative in written:  # a failing location: the rerun writes it under a new id
+            with contextlib.suppress(StoreUnavailableError):
+                location.remove(relative)
+        raise
+
+
+def _write_files(
+    location: ArchiveLocation,
+    batch_id: str,
+    batch: BatchRows,
+    previous: str,
+    written: list[str],
+) -> tuple[Manifest, bytes]:
     files: list[ArchivedFile] = []
     for run_id, rows in batch.rows.items():
         relative = location.run_file(batch_id, run_id)
         table = rows_table(rows, run_id)
         data = table_bytes(table)
+        written.append(relative)
         location.write_bytes(relative, data)
         back = location.read_bytes(relative)
         if back != data or not parse_table(back, relative).equals(table):
@@ -243,6 +264,7 @@ def _write_batch(
         previous_manifest_sha256=previous,
     )
     data = encode_manifest(manifest)
+    written.append(location.manifest_file(batch_id))
     location.write_bytes(location.manifest_file(batch_id), data)
     if location.read_bytes(location.manifest_file(batch_id)) != data:
         raise StoreUnavailableError(
