@@ -209,7 +209,7 @@ if (typeof document === "undefined") {
     watching = ["run:" + d.run.run_id, ...d.attempts.map((a) => "group:" + a.group_id)];
     const r = d.run;
     const out = [el("h1", {}, "Run ", r.run_id, r.name ? el("span", { class: "dim" }, " (" + r.name + ")") : null)];
-    out.push(facts([["state", state(r.status, r.controller_state)], ["source", r.source], ["train_fn", r.train_fn],
+    out.push(facts([["state", state(r.status, r.controller_state)], ["archived", r.archived ? "in batch " + r.archive_batch + ", " + when(r.archived_at) + " (read from the archive's file; wgstore restore " + r.run_id + " puts it back)" : ""], ["source", r.source], ["train_fn", r.train_fn],
       ["workers", r.num_workers === null ? "" : (r.min_workers !== null && r.min_workers !== undefined ? r.min_workers + ".." : "") + r.num_workers + " × " + JSON.stringify(r.resources_per_worker || {}) + (r.min_workers !== null && r.min_workers !== undefined ? " (now " + (r.current_workers || 0) + (r.desired_workers !== null && r.desired_workers !== r.current_workers ? ", wanted " + r.desired_workers : "") + ")" : "")],
       ["failures", budget(r.worker_group_failures, r.max_failures) + " (worker group failures used / max_failures)"],
       ["attempts", r.attempts], ["resumable", r.resumable ? "yes" : r.not_resumable_reason ? "no: " + r.not_resumable_reason : ""],

@@ -449,3 +449,22 @@ def test_an_elastic_runs_page_draws_its_size_over_time(
         text = page.inner_text("body")
         assert "2..4 \N{MULTIPLICATION SIGN} " in text and "(now 4)" in text
         assert "2 → 4 (grew)" in text and "more resources available" in text
+
+
+def test_an_archived_runs_page_says_it_is_archived_and_how_to_restore_it(
+    page: Any, served: dict[str, Any], writer: Any, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from run_scenarios import finished_after_a_retry
+
+    from wgstore.projections.archiving import archive_runs, plan_archive
+
+    finished_after_a_retry(writer, "fin-arch")
+    plan = plan_archive(writer, ended_before=datetime.now(UTC) + timedelta(days=1))
+    archive_runs(writer, str(tmp_path / "archive"), plan)
+    page.goto(served["base"] + "/runs/fin-arch")
+    _has_text(page, "read from the archive's file")
+    assert page.locator("text=wgstore restore fin-arch puts it back").count() == 1
+    _has_text(page, "FINISHED")
+    page.screenshot(path=str(tmp_path / "archived-run.png"), full_page=True)
