@@ -21,6 +21,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from wgstore.cli.archive_retention import drop_archived, show_dropped
 from wgstore.cli.common import (
     DEFAULT_URL,
     CliError,
@@ -273,6 +274,19 @@ def archive_command(
             ),
         ),
     ] = False,
+    drop_archived_after: Annotated[
+        str | None,
+        typer.Option(
+            "--drop-archived-after",
+            metavar="AGE",
+            help="Also the retention bound of the archive itself: list the batches archived "
+            "more than AGE ago (365d) whose Parquet files are there; with --yes, delete those "
+            "files (their manifests stay, so verify still proves what was there).",
+        ),
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Delete what --drop-archived-after lists.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """Move runs that ended (finished, errored or aborted) to Parquet files and out of the live
@@ -304,8 +318,15 @@ def archive_command(
         ]
         kept = [{"run_id": run_id, "reason": reason} for run_id, reason in plan.kept]
         kept += _ended_later(store, plan, runs)
+        if yes and drop_archived_after is None:
+            raise UsageProblem("--yes confirms --drop-archived-after AGE; give that too")
         if dry_run:
-            _show_plan(to, before, moving, kept, vacuum, as_json)
+            dropped = (
+                drop_archived(store, drop_archived_after, delete=False)
+                if drop_archived_after is not None
+                else None
+            )
+            _show_plan(to, before, moving, kept, vacuum, as_json, dropped)
             return
         if plan.runs:
             _probe(location)
@@ -320,6 +341,11 @@ def archive_command(
         except ArchiveRunsBusyError as error:
             raise CliError(str(error)) from None
         live = _total(sizes[run_id] for run_id in result.runs if run_id in sizes)
+        dropped = (
+            drop_archived(store, drop_archived_after, delete=yes)
+            if drop_archived_after is not None
+            else None
+        )
         vacuumed = _vacuum(store) if vacuum else None
     if as_json:
         typer.echo(
@@ -337,6 +363,7 @@ def archive_command(
                     "abandoned": [{"batch_id": b, "reason": r} for b, r in result.abandoned],
                     "finished": result.finished,
                     "vacuum": vacuumed,
+                    "dropped": dropped,
                 }
             )
         )
@@ -360,6 +387,8 @@ def archive_command(
             f"kept {len(kept)} run(s): not ended, orphaned or ended later (--dry-run lists them)",
             markup=False,
         )
+    if dropped is not None:
+        show_dropped(dropped)
     if vacuumed is not None:
         console.print(_vacuum_line(vacuumed), markup=False)
 
@@ -407,6 +436,7 @@ def _show_plan(
     kept: list[dict[str, Any]],
     vacuum: bool,
     as_json: bool,
+    dropped: dict[str, Any] | None = None,
 ) -> None:
     events = sum(int(r["events"]) for r in moving)
     octets = sum(int(r["bytes"]) for r in moving)
@@ -421,6 +451,7 @@ def _show_plan(
                     "events": events,
                     "bytes": octets,
                     "kept": kept,
+                    "dropped": dropped,
                 }
             )
         )
@@ -451,6 +482,8 @@ def _show_plan(
         for row in kept:
             table.add_row(row["run_id"], row["reason"])
         console.print(table)
+    if dropped is not None:
+        show_dropped(dropped)
     if vacuum:
         console.print("--vacuum: not run with --dry-run", markup=False)
     console.print("nothing was written (--dry-run)", markup=False)

@@ -312,3 +312,31 @@ def test_supervise_once_archives_after_its_pass(
     bad = cli(*base, "--archive-every", "soon")
     assert bad.exit_code == 2
     assert "--archive-every: 'soon' is not a duration" in _one_error_line(bad)
+
+
+def test_drop_archived_after_lists_and_deletes_files_only_with_yes(
+    fleet_url: str, cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    archive = tmp_path / "archive"
+    args = ("archive", "--url", fleet_url, "--to", str(archive), "--ended-before", "0s")
+    assert cli(*args).exit_code == 0
+    parquet = sorted(archive.rglob("*.parquet"))
+    assert len(parquet) == len(ENDED)
+    # archived a moment ago: a bound of a day keeps them
+    kept = json.loads(cli(*args, "--drop-archived-after", "1d", "--yes", "--json").stdout)
+    assert kept["dropped"]["batches"] == []
+    # a bound of 0s lists the batch; without --yes nothing is deleted
+    listed = cli(*args, "--drop-archived-after", "0s")
+    assert listed.exit_code == 0 and "give --yes to delete them" in listed.stdout
+    assert sorted(archive.rglob("*.parquet")) == parquet
+    dropped = json.loads(cli(*args, "--drop-archived-after", "0s", "--yes", "--json").stdout)
+    (batch,) = dropped["dropped"]["batches"]
+    assert dropped["dropped"]["deleted"] is True and len(batch["files"]) == len(ENDED)
+    assert not list(archive.rglob("*.parquet"))
+    assert list(archive.glob("manifests/*.json")), "the manifest stays"
+    lone = cli("archive", "--url", fleet_url, "--to", str(archive), "--yes")
+    assert lone.exit_code == 2 and "--drop-archived-after" in _one_error_line(lone)
+    restore = cli("restore", ENDED[0], "--url", fleet_url)
+    assert restore.exit_code != 0 and "dropped on purpose" in restore.output
+    verified = cli("verify", "--url", fleet_url, "--no-read-models")
+    assert verified.exit_code == 0, verified.output
