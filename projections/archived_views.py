@@ -35,7 +35,7 @@ from wgstore.projections.rows import ARCHIVED, ArchivedRunInfo, ArchivedRunSumma
 from wgstore.projections.run_state import project_run
 from wgstore.projections.run_views import detail_of
 from wgstore.projections.state import WorkerGroupState, project_worker_group
-from wgstore.projections.timeline import _add_report, _thin
+from wgstore.projections.timeline import add_report_point, thin_points
 
 __all__ = [
     "ArchivedRun",
@@ -125,9 +125,9 @@ class ArchivedRun:
         ``[index, value, epoch ms, step, epoch]`` points per rank, thinned the same way)."""
         series: GroupSeries = {}
         for record in self.stream(group_stream(group_id)):
-            _add_report(series, record)
+            add_report_point(series, record)
         return {
-            name: {rank: _thin(points) for rank, points in ranks.items()}
+            name: {rank: thin_points(points) for rank, points in ranks.items()}
             for name, ranks in series.items()
         }
 

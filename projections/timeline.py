@@ -43,10 +43,12 @@ __all__ = [
     "MAX_EVENTS",
     "MAX_POINTS",
     "GroupTimeline",
+    "add_report_point",
     "group_metric_series",
     "group_timeline",
     "run_timeline_data",
     "state_and_series",
+    "thin_points",
     "timeline_data",
 ]
 
@@ -125,7 +127,8 @@ def _grid(count: int) -> range | list[int]:
     return [*(i * count // MAX_POINTS for i in range(MAX_POINTS - 1)), count - 1]
 
 
-def _thin(points: list[list[Any]]) -> list[list[Any]]:
+def thin_points(points: list[list[Any]]) -> list[list[Any]]:
+    """At most :data:`MAX_POINTS` of a series' points, spread evenly (a page's chart)."""
     if len(points) <= MAX_POINTS:
         return points
     return [points[i] for i in _grid(len(points))]
@@ -270,7 +273,7 @@ def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
             "traceback": failure.error.traceback,
         },
         "metrics": {
-            name: {rank: _thin(points) for rank, points in series.items()}
+            name: {rank: thin_points(points) for rank, points in series.items()}
             for name, series in metrics.items()
         },
     }
@@ -296,7 +299,7 @@ def group_metric_series(store: EventStore, group_id: str) -> dict[str, dict[str,
     for record in store.read_stream(group_stream(group_id), from_version=projected + 1):
         last = record.version
         if record.type == _REPORTED:
-            _add_report(tail, record)
+            add_report_point(tail, record)
     if last == 0:
         raise StreamNotFoundError(f"worker group {group_id!r} has no events")
     return _thinned_series(store, group_id, counts, tail)
@@ -327,7 +330,7 @@ def state_and_series(
             fold.apply(record)
             folded += 1
         if record.version > projected and record.type == _REPORTED:
-            _add_report(tail, record)
+            add_report_point(tail, record)
     state = fold.state()
     if state is None:
         raise StreamNotFoundError(
@@ -344,7 +347,8 @@ _Series = dict[str, dict[str, list[list[Any]]]]
 _REPORTED = type_name(WorkerReported)
 
 
-def _add_report(series: _Series, record: RecordedEvent) -> None:
+def add_report_point(series: _Series, record: RecordedEvent) -> None:
+    """Add a ``WorkerReported`` record's numeric metrics to ``series`` (other records: none)."""
     if is_record_of(record, WorkerReported):  # as its type says (read without decoding)
         _add_points(series, record.event, _ms(record))
 
