@@ -38,6 +38,7 @@ __all__ = [
     "parse_duration",
     "parse_time",
     "refuse_blank",
+    "resolve_archived_group",
     "resolve_group",
     "resolve_run",
     "url_from_root",
@@ -163,6 +164,29 @@ def resolve_group(store: EventStore, group: str) -> str:
         return resolve_group_id(store, group)
     except InvalidArgumentError as error:
         raise UsageProblem(str(error)) from None
+
+
+def resolve_archived_group(store: EventStore, group: str) -> str:
+    """The one archived worker group whose id is ``group`` or starts with it (its events are
+    in the archive: ``wgstore archive``).
+
+    Raises:
+        UsageProblem: none, or more than one, matches (live groups are not looked at).
+    """
+    from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream
+    from wgstore.projections.archiving import archived_stream_ids
+
+    prefix = group.strip().removeprefix(GROUP_STREAM_PREFIX)
+    found = archived_stream_ids(store, group_stream(prefix)) if prefix else []
+    ids = [stream[len(GROUP_STREAM_PREFIX) :] for stream in found]
+    if prefix in ids or len(ids) == 1:
+        return prefix if prefix in ids else ids[0]
+    if ids:
+        raise UsageProblem(f"{group!r} matches {len(ids)} archived groups; give more of the id")
+    raise UsageProblem(
+        f"no worker group id starts with {group!r}, live or archived; run `wgstore groups` "
+        "to list the live ones"
+    )
 
 
 def resolve_run(store: EventStore, run: str) -> str:

@@ -32,12 +32,18 @@ from wgstore.cli.common import (
     UsageProblem,
     err_console,
     opened,
+    resolve_archived_group,
     resolve_group,
-    resolve_run,
 )
+from wgstore.events import EventStore, InvalidArgumentError
+from wgstore.events.archive_log import archived_run_ids
+from wgstore.events.streams import group_stream
+from wgstore.projections.archived_views import archived_run_timeline
+from wgstore.projections.archiving import archived_stream_records
 from wgstore.projections.errors import ProjectionError, StreamNotFoundError
 from wgstore.projections.report_html import fill, group_page_parts, run_page_parts
-from wgstore.projections.timeline import run_timeline_data, timeline_data
+from wgstore.projections.run_views import resolve_run_id
+from wgstore.projections.timeline import group_timeline, run_timeline_data
 
 __all__ = ["render_html", "render_run_html", "report_command"]
 
@@ -92,19 +98,41 @@ def report_command(
         raise UsageProblem(f"cannot write {output}: the folder {output.parent} does not exist")
     with opened(url) as store:
         if run is not None:
-            run_id = resolve_run(store, run)  # an unknown id: the command line is wrong (2)
+            run_id = _resolve_run(store, run)  # an unknown id: the command line is wrong (2)
+            archived = run_id in archived_run_ids(store)
             try:
-                page = render_run_html(run_timeline_data(store, run_id))
-            except (StreamNotFoundError, ProjectionError) as error:  # the log is (1)
+                data = (
+                    archived_run_timeline(store, run_id)
+                    if archived
+                    else run_timeline_data(store, run_id)
+                )
+                page = render_run_html(data)
+            except (StreamNotFoundError, ProjectionError, ValueError) as error:  # the log is (1)
                 raise CliError(f"run {run_id}: {error}") from None
-            what = f"run {run_id}"
+            what = f"{'archived ' if archived else ''}run {run_id}"
         else:
             assert group is not None
-            group_id = resolve_group(store, group)
             try:
-                page = render_html(timeline_data(store, group_id))
+                group_id, records = resolve_group(store, group), None
+            except UsageProblem:
+                group_id = resolve_archived_group(store, group)
+                try:
+                    records = archived_stream_records(store, group_stream(group_id))
+                except ValueError as error:
+                    raise CliError(f"worker group {group_id}: {error}") from None
+            try:
+                page = render_html(group_timeline(store, group_id, records).data)
             except StreamNotFoundError as error:
                 raise UsageProblem(str(error)) from None
-            what = f"worker group {group_id}"
+            what = f"{'archived ' if records is not None else ''}worker group {group_id}"
     output.write_text(page, encoding="utf-8")
     err_console().print(f"wrote {output} ({what}); open it in a browser")
+
+
+def _resolve_run(store: EventStore, run: str) -> str:
+    """A live or archived run's full id (:func:`~wgstore.projections.run_views.resolve_run_id`
+    with ``archived``); a usage problem when none, or more than one, matches."""
+    try:
+        return resolve_run_id(store, run, archived=True)
+    except InvalidArgumentError as error:
+        raise UsageProblem(str(error)) from None

@@ -18,13 +18,13 @@ from wgstore.cli.common import (
     opened,
     out_console,
     parse_time,
+    resolve_archived_group,
     resolve_group,
 )
 from wgstore.cli.group_view import print_errors, print_state
-from wgstore.events import EventStore
-from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream, run_stream
+from wgstore.events.streams import run_stream
 from wgstore.projections import StreamNotFoundError, worker_group_state
-from wgstore.projections.archiving import archived_group_state, archived_stream_ids
+from wgstore.projections.archiving import archived_group_state
 from wgstore.projections.views import state_json
 
 __all__ = ["state_command"]
@@ -59,7 +59,7 @@ def state_command(
         try:
             group_id = resolve_group(store, group)
         except UsageProblem:
-            group_id = _archived_group(store, group)
+            group_id = resolve_archived_group(store, group)
             archived = True
         try:
             if archived:
@@ -80,18 +80,3 @@ def state_command(
                 f"[dim]archived (read from the archive's file; `wgstore restore "
                 f"{state.run_id}` puts its run back in the live log)[/dim]"
             )
-
-
-def _archived_group(store: EventStore, group: str) -> str:
-    """The one archived group whose id starts with ``group``; a usage problem otherwise."""
-    prefix = group.strip().removeprefix(GROUP_STREAM_PREFIX)
-    found = archived_stream_ids(store, group_stream(prefix)) if prefix else []
-    ids = [stream[len(GROUP_STREAM_PREFIX) :] for stream in found]
-    if prefix in ids or len(ids) == 1:
-        return prefix if prefix in ids else ids[0]
-    if ids:
-        raise UsageProblem(f"{group!r} matches {len(ids)} archived groups; give more of the id")
-    raise UsageProblem(
-        f"no worker group id starts with {group!r}, live or archived; run `wgstore groups` "
-        "to list the live ones"
-    )

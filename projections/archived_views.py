@@ -35,13 +35,21 @@ from wgstore.projections.rows import ARCHIVED, ArchivedRunInfo, ArchivedRunSumma
 from wgstore.projections.run_state import project_run
 from wgstore.projections.run_views import detail_of
 from wgstore.projections.state import WorkerGroupState, project_worker_group
-from wgstore.projections.timeline import add_report_point, thin_points
+from wgstore.projections.timeline import (
+    GroupTimeline,
+    add_report_point,
+    group_timeline,
+    run_timeline_data,
+    thin_points,
+)
 
 __all__ = [
     "ArchivedRun",
     "archived_batch",
     "archived_events",
+    "archived_group_timeline",
     "archived_run_detail",
+    "archived_run_timeline",
     "archived_summaries",
     "read_archived_run",
     "restore_hint",
@@ -205,3 +213,28 @@ def archived_events(
         for r in run.records
         if (not wanted or r.type in wanted) and (kept is None or r.stream_id in kept)
     ]
+
+
+def archived_run_timeline(store: EventStore, run_id: str) -> dict[str, Any]:
+    """What ``wgstore report --run`` shows of an archived run
+    (:func:`~wgstore.projections.timeline.run_timeline_data` over its file's events), its
+    ``run`` marked archived.
+
+    Raises:
+        as :func:`archived_run_detail`.
+    """
+    run = read_archived_run(store, run_id)
+
+    def detail(
+        store: EventStore, run_id: str, *, group_state: Callable[[EventStore, str], Any]
+    ) -> RunDetail:
+        return archived_run_detail(
+            store, run_id, run=run, group_state=lambda group_id: group_state(store, group_id)
+        )
+
+    return run_timeline_data(store, run_id, stream=run.stream, detail_of_run=detail)
+
+
+def archived_group_timeline(store: EventStore, run: ArchivedRun, group_id: str) -> GroupTimeline:
+    """What ``wgstore report GROUP`` shows of one of ``run``'s archived groups."""
+    return group_timeline(store, group_id, run.stream(group_stream(group_id)))

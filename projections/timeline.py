@@ -9,6 +9,7 @@ clock orders everything. Long histories are thinned to :data:`MAX_EVENTS` events
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,7 +33,7 @@ from wgstore.projections.errors import StreamNotFoundError
 from wgstore.projections.event_time import event_time
 from wgstore.projections.metric_series import STEP_METRICS, report_steps
 from wgstore.projections.queries import SNAPSHOT_EVERY
-from wgstore.projections.rows import UNREADABLE
+from wgstore.projections.rows import UNREADABLE, RunDetail
 from wgstore.projections.run_views import run_detail
 from wgstore.projections.snapshots import load_latest_snapshot, save_snapshot
 from wgstore.projections.state import WorkerGroupFold, WorkerGroupState, WorkerGroupStatus
@@ -155,14 +156,17 @@ def timeline_data(store: EventStore, group_id: str) -> dict[str, Any]:
     return group_timeline(store, group_id).data
 
 
-def group_timeline(store: EventStore, group_id: str) -> GroupTimeline:
-    """:func:`timeline_data` and the group's state, from one fold of its stream.
+def group_timeline(
+    store: EventStore, group_id: str, records: Sequence[RecordedEvent] | None = None
+) -> GroupTimeline:
+    """:func:`timeline_data` and the group's state, from one fold of its stream (``records``:
+    the stream's events when they are not read from the live log, an archived group's).
 
     Raises:
         StreamNotFoundError: the group has no events.
         ProjectionError: the stream cannot be folded.
     """
-    records = list(store.read_stream(group_stream(group_id)))
+    records = list(store.read_stream(group_stream(group_id)) if records is None else records)
     fold = WorkerGroupFold()
     phases: list[dict[str, Any]] = []
     times: list[float] = []
@@ -529,24 +533,32 @@ def _at_ms(moment: datetime) -> float:
     return moment.timestamp() * 1000.0
 
 
-def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
+def run_timeline_data(
+    store: EventStore,
+    run_id: str,
+    *,
+    stream: Callable[[str], list[RecordedEvent]] | None = None,
+    detail_of_run: Callable[..., RunDetail] | None = None,
+) -> dict[str, Any]:
     """Everything the run report shows: the controller's states, one lane per attempt with its
     phases and failures, and each decision of the failure policy, on one clock (epoch ms).
     ``run`` is the run's :class:`~wgstore.projections.rows.RunInfo` (``json_default`` writes it
-    as its ``to_json()``).
+    as its ``to_json()``). An archived run's events come from ``stream(stream_id)`` and its
+    detail from ``detail_of_run(store, run_id, group_state=...)`` (default: the live log's).
 
     Raises:
         StreamNotFoundError: no run ``run_id``.
         ProjectionError: the run stream cannot be folded.
     """
     timelines: dict[str, GroupTimeline] = {}
+    read = stream or (lambda stream_id: list(store.read_stream(stream_id)))
 
     def folded(store: EventStore, group_id: str) -> WorkerGroupState:
-        timelines[group_id] = group_timeline(store, group_id)
+        timelines[group_id] = group_timeline(store, group_id, read(group_stream(group_id)))
         return timelines[group_id].state
 
-    detail = run_detail(store, run_id, group_state=folded)
-    run_records = list(store.read_stream(run_stream(run_id)))
+    detail = (detail_of_run or run_detail)(store, run_id, group_state=folded)
+    run_records = read(run_stream(run_id))
     events: list[dict[str, Any]] = [
         {
             "t": _ms(record),
@@ -574,7 +586,13 @@ def run_timeline_data(store: EventStore, run_id: str) -> dict[str, Any]:
         }
         if attempt.status not in (None, UNREADABLE):
             known = timelines.get(attempt.group_id)
-            group = known.data if known else timeline_data(store, attempt.group_id)
+            group = (
+                known.data
+                if known
+                else group_timeline(
+                    store, attempt.group_id, read(group_stream(attempt.group_id))
+                ).data
+            )
             lane["phases"] = group["phases"]
             for key in (
                 "latest_checkpoint",
