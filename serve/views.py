@@ -30,6 +30,7 @@ from wgstore.projections.archived_views import (
     ArchivedRun,
     archived_events,
     archived_run_detail,
+    archived_summaries,
     read_archived_run,
 )
 from wgstore.projections.metric_series import chart_series
@@ -181,13 +182,16 @@ def run_list(
     Each run is a :func:`~wgstore.projections.run_views.run_summaries` summary with
     ``duration_s`` added (to its end, or to ``now`` while it goes on) and ``error_text``, its
     error in one line as the CLI shows it
-    (:func:`~wgstore.projections.run_facts.run_error_text`).
+    (:func:`~wgstore.projections.run_facts.run_error_text`). Unfiltered, the archived runs come
+    last, from their manifests (status ``ARCHIVED``, ``archived`` true, the batch).
     """
     now = now or datetime.now(UTC)
     run_filter = run_filter or RunFilter()
     limit = max(1, min(limit, MAX_PAGE))
     offset = max(0, offset)
-    kept = [s for s in run_summaries(store, now=now) if run_filter.keep(s)]
+    kept: list[RunSummary] = [s for s in run_summaries(store, now=now) if run_filter.keep(s)]
+    if run_filter == RunFilter():  # archived runs have no known status: unfiltered lists only
+        kept = [*archived_summaries(store), *kept]
     kept.reverse()
     page = [
         {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from archived_runs import fleet, plan_everything
+from archived_runs import ENDED, LIVE, fleet, plan_everything
 from typer.testing import CliRunner
 
 from wgstore.cli.app import app
@@ -49,3 +49,24 @@ def test_an_archived_runs_report_is_the_one_it_had_live(store_url: str, tmp_path
     assert json.dumps(archived_group, sort_keys=True, default=str) == json.dumps(
         live_group, sort_keys=True, default=str
     )
+
+
+def test_the_served_run_list_shows_archived_runs_unless_filtered(
+    store_url: str, tmp_path: Path
+) -> None:
+    from starlette.testclient import TestClient
+
+    from wgstore.serve.app import create_app
+
+    with EventStore.open(store_url) as store:
+        fleet(store)
+        archive_runs(store, str(tmp_path / "archive"), plan_everything(store))
+    with TestClient(create_app(store_url)) as client:
+        listed = client.get("/api/runs").json()
+        running = client.get("/api/runs", params={"status": "RUNNING"}).json()
+    archived = {r["run_id"]: r for r in listed["runs"] if r.get("archived")}
+    assert sorted(archived) == sorted(ENDED)
+    assert {r["status"] for r in archived.values()} == {"ARCHIVED"}
+    assert all(r["archive_batch"] for r in archived.values())
+    assert listed["total"] == len(ENDED) + 1
+    assert [r["run_id"] for r in running["runs"]] == [LIVE]
