@@ -15,6 +15,8 @@ fleet's do; the last tenth stay running (the live part). Then, on each backend:
   in events/s.
 - A5 appends during the archive: another thread appends one event every 10 ms to its own
   stream; p50/p99 latency while the archive runs against the same before it.
+- A6 one run read back: ``wgstore serve``'s run page data (``run_page``) of one run while live
+  and once archived (its file read, checked and folded), median of 5 each.
 
 Run ``python bench/archive.py --help``; ``--json`` prints the results.
 """
@@ -61,6 +63,7 @@ from wgstore.events.worker_group import (
     WorkersStarted,
 )
 from wgstore.projections.archiving import archive_runs, plan_archive
+from wgstore.serve.views import run_page
 
 PG_URL = os.environ.get("WGSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 WORKERS = 4
@@ -210,6 +213,8 @@ def measure(url: str, location: str) -> dict[str, Any]:
         started = time.perf_counter()
         plan = plan_archive(store, ended_before=datetime.now(UTC) + timedelta(days=1))
         result["plan_s"] = round(time.perf_counter() - started, 3)
+        one = next(iter(plan.runs))
+        live_page_ms = _median_ms(lambda: run_page(store, one))
         stop, during = threading.Event(), []
         thread = threading.Thread(target=_appender, args=(store, stop, during))
         thread.start()
@@ -235,6 +240,10 @@ def measure(url: str, location: str) -> dict[str, Any]:
             result["db_bytes_after_vacuum"] = _database_bytes(store, url)
         result["appends_without"] = _percentiles(baseline)
         result["appends_during"] = _percentiles(during)
+        result["run_page_ms"] = {
+            "live": live_page_ms,
+            "archived": _median_ms(lambda: run_page(store, one)),
+        }
         started = time.perf_counter()
         report = store.verify()
         took = time.perf_counter() - started
@@ -245,6 +254,15 @@ def measure(url: str, location: str) -> dict[str, Any]:
             "events_per_s": round(report.checked / took),
         }
     return result
+
+
+def _median_ms(call: Any, repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(times), 2)
 
 
 def _pg_schema_url() -> tuple[str, str]:
