@@ -38,8 +38,8 @@ __all__ = [
     "parse_duration",
     "parse_time",
     "refuse_blank",
-    "resolve_archived_group",
     "resolve_group",
+    "resolve_live_or_archived_group",
     "resolve_run",
     "url_from_root",
 ]
@@ -166,27 +166,34 @@ def resolve_group(store: EventStore, group: str) -> str:
         raise UsageProblem(str(error)) from None
 
 
-def resolve_archived_group(store: EventStore, group: str) -> str:
-    """The one archived worker group whose id is ``group`` or starts with it (its events are
-    in the archive: ``wgstore archive``).
+def resolve_live_or_archived_group(store: EventStore, group: str) -> tuple[str, bool]:
+    """The full id of the worker group whose id is ``group`` or starts with it, live or in the
+    archive (``wgstore archive``), and whether it is archived. A live group wins.
 
     Raises:
-        UsageProblem: none, or more than one, matches (live groups are not looked at).
+        UsageProblem: no group matches (the live resolver's message), or more than one
+            archived group does.
     """
     from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream
     from wgstore.projections.archiving import archived_stream_ids
 
-    prefix = group.strip().removeprefix(GROUP_STREAM_PREFIX)
-    found = archived_stream_ids(store, group_stream(prefix)) if prefix else []
-    ids = [stream[len(GROUP_STREAM_PREFIX) :] for stream in found]
-    if prefix in ids or len(ids) == 1:
-        return prefix if prefix in ids else ids[0]
-    if ids:
-        raise UsageProblem(f"{group!r} matches {len(ids)} archived groups; give more of the id")
-    raise UsageProblem(
-        f"no worker group id starts with {group!r}, live or archived; run `wgstore groups` "
-        "to list the live ones"
-    )
+    try:
+        return resolve_group(store, group), False
+    except UsageProblem as live_problem:
+        prefix = group.strip().removeprefix(GROUP_STREAM_PREFIX)
+        if not prefix or "\x00" in prefix:
+            raise
+        ids = [
+            stream[len(GROUP_STREAM_PREFIX) :]
+            for stream in archived_stream_ids(store, group_stream(prefix))
+        ]
+        if prefix in ids or len(ids) == 1:
+            return (prefix if prefix in ids else ids[0]), True
+        if ids:
+            raise UsageProblem(
+                f"{group!r} matches {len(ids)} archived groups; give more of the id"
+            ) from None
+        raise live_problem from None
 
 
 def resolve_run(store: EventStore, run: str) -> str:

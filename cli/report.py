@@ -32,8 +32,7 @@ from wgstore.cli.common import (
     UsageProblem,
     err_console,
     opened,
-    resolve_archived_group,
-    resolve_group,
+    resolve_live_or_archived_group,
 )
 from wgstore.events import EventStore, InvalidArgumentError
 from wgstore.events.archive_log import archived_run_ids
@@ -112,10 +111,9 @@ def report_command(
             what = f"{'archived ' if archived else ''}run {run_id}"
         else:
             assert group is not None
-            try:
-                group_id, records = resolve_group(store, group), None
-            except UsageProblem:
-                group_id = resolve_archived_group(store, group)
+            group_id, archived = resolve_live_or_archived_group(store, group)
+            records = None
+            if archived:
                 try:
                     records = archived_stream_records(store, group_stream(group_id))
                 except ValueError as error:

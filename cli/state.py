@@ -18,8 +18,7 @@ from wgstore.cli.common import (
     opened,
     out_console,
     parse_time,
-    resolve_archived_group,
-    resolve_group,
+    resolve_live_or_archived_group,
 )
 from wgstore.cli.group_view import print_errors, print_state
 from wgstore.events.streams import run_stream
@@ -54,13 +53,8 @@ def state_command(
     if version is not None and at is not None:
         raise UsageProblem("give --version or --at, not both")
     moment = parse_time(at) if at else None
-    archived = False
     with opened(url) as store:
-        try:
-            group_id = resolve_group(store, group)
-        except UsageProblem:
-            group_id = resolve_archived_group(store, group)
-            archived = True
+        group_id, archived = resolve_live_or_archived_group(store, group)
         try:
             if archived:
                 state = archived_group_state(store, group_id, version=version, at=moment)

@@ -39,7 +39,6 @@ from wgstore.events.schema import (
 
 if TYPE_CHECKING:
     from wgstore.events.log_access import LogAccess
-    from wgstore.events.store import EventStore
 
 __all__ = [
     "ArchiveHistory",
@@ -118,7 +117,7 @@ class ArchiveHistory:
         return max(kept.values(), key=lambda item: item[0])[1].manifest_sha256 if kept else ""
 
 
-def archive_history(store: EventStore) -> ArchiveHistory:
+def archive_history(store: LogAccess) -> ArchiveHistory:
     """Read the archive stream (:data:`~wgstore.events.archive.ARCHIVE_STREAM`)."""
     history = ArchiveHistory()
     for record in store.read_stream(ARCHIVE_STREAM):

@@ -42,6 +42,12 @@ class LogAccess(Protocol):
         """The log's last position, 0 when it is empty."""
         ...
 
+    def read_stream(
+        self, stream_id: str, from_version: int = 1, to_version: int | None = None
+    ) -> Iterator[RecordedEvent]:
+        """One stream's events in order (see ``EventStore.read_stream``)."""
+        ...
+
     def read_all(
         self,
         after: int = 0,

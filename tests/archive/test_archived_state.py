@@ -43,4 +43,4 @@ def test_an_archived_group_shows_the_state_it_had_live(store_url: str, tmp_path:
     ambiguous = CliRunner().invoke(app, ["state", "fin-a-g", "--url", store_url])
     assert ambiguous.exit_code != 0 and "matches 2 archived groups" in ambiguous.output
     unknown = CliRunner().invoke(app, ["state", "nope", "--url", store_url])
-    assert unknown.exit_code != 0 and "live or archived" in unknown.output
+    assert unknown.exit_code != 0 and "no worker group id starts with" in unknown.output
