@@ -189,7 +189,7 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     return {"n": len(values), "p50_ms": round(q[49], 2), "p99_ms": round(q[98], 2)}
 
 
-def measure(url: str, location: str) -> dict[str, Any]:
+def measure(url: str, location: str, batch_events: int) -> dict[str, Any]:
     """A1-A5 on the filled store at ``url`` (its read models caught up first, as a fleet's
     projector keeps them; pyarrow imported first: a process pays that once, ~0.3-0.9 s)."""
     import pyarrow.parquet  # noqa: F401
@@ -219,7 +219,7 @@ def measure(url: str, location: str) -> dict[str, Any]:
         thread = threading.Thread(target=_appender, args=(store, stop, during))
         thread.start()
         started = time.perf_counter()
-        archived = archive_runs(store, location, plan)
+        archived = archive_runs(store, location, plan, batch_events=batch_events)
         took = time.perf_counter() - started
         stop.set()
         thread.join()
@@ -287,11 +287,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="report steps a run (5 events)")
     parser.add_argument("--concurrent", type=int, default=100, help="runs interleaved at a time")
     parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument(
+        "--batch-events", type=int, default=10_000, help="archive_runs' batch_events"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "load_before": os.getloadavg(),
-        "workload": {"runs": args.runs, "steps": args.steps, "concurrent": args.concurrent},
+        "workload": {
+            "runs": args.runs,
+            "steps": args.steps,
+            "concurrent": args.concurrent,
+            "batch_events": args.batch_events,
+        },
     }
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     with tempfile.TemporaryDirectory() as folder:
@@ -305,7 +313,7 @@ def main() -> None:
                 started = time.perf_counter()
                 fill(url, args.runs, args.steps, args.concurrent)
                 fill_s = time.perf_counter() - started
-                results[backend] = measure(url, f"{folder}/archive-{backend}")
+                results[backend] = measure(url, f"{folder}/archive-{backend}", args.batch_events)
                 results[backend]["fill_s"] = round(fill_s, 1)
             finally:
                 if schema is not None:

@@ -264,6 +264,16 @@ def archive_command(
             "--batch-runs", min=1, metavar="N", help="Runs per batch (one delete transaction)."
         ),
     ] = 200,
+    batch_events: Annotated[
+        int,
+        typer.Option(
+            "--batch-events",
+            min=1,
+            metavar="N",
+            help="Events per batch at most (a bigger run is a batch of its own): appends wait "
+            "while a batch's delete runs, so this bounds their wait.",
+        ),
+    ] = 10_000,
     vacuum: Annotated[
         bool,
         typer.Option(
@@ -333,7 +343,12 @@ def archive_command(
         try:
             result = _archive_with_progress(
                 lambda progress: archive_runs(
-                    store, to, plan, batch_runs=batch_runs, progress=progress
+                    store,
+                    to,
+                    plan,
+                    batch_runs=batch_runs,
+                    batch_events=batch_events,
+                    progress=progress,
                 ),
                 len(plan.runs),
                 quiet=as_json,

@@ -142,8 +142,8 @@ def _in(column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
     return column.in_(sa.bindparam(name, expanding=True))
 
 
-def stored_batches(store: LogAccess) -> list[StoredBatch]:
-    """Every batch that left the live log, oldest first."""
+def stored_batches(store: LogAccess, batch_id: str | None = None) -> list[StoredBatch]:
+    """Every batch that left the live log, oldest first (or the one ``batch_id``)."""
     t = wg_archive_batches.c
     query = sa.select(
         t.batch_id,
@@ -154,6 +154,8 @@ def stored_batches(store: LogAccess) -> list[StoredBatch]:
         t.events,
         t.archived_at,
     ).order_by(t.archived_position)
+    if batch_id is not None:
+        query = query.where(t.batch_id == batch_id)
     with store.engine.connect() as connection:
         rows = connection.execute(query).all()
         connection.rollback()
@@ -175,21 +177,35 @@ def archived_run_ids(store: LogAccess) -> dict[str, str]:
     return found
 
 
-def _live_rows(store: LogAccess, first: int, last: int) -> Iterator[Sequence[Any]]:
-    """Every live row from ``first`` to ``last``, a page at a time (verify's columns)."""
+def _span(store: LogAccess, first: int, last: int) -> Iterator[Sequence[Any]]:
+    """Position, stream and log hash of every live row from ``first`` to ``last``, a page at a
+    time (the light columns: the ranges need no more)."""
     p = store.recorder.param
-    columns = f"{store.recorder.columns}, log_hash, mac"
     after = first - 1
     while True:
         rows = store.fetch_rows(
-            f"SELECT {columns} FROM wg_events WHERE position > {p} AND position <= {p} "
-            f"ORDER BY position LIMIT {_PAGE}",
+            f"SELECT position, stream_id, log_hash FROM wg_events WHERE position > {p} AND "
+            f"position <= {p} ORDER BY position LIMIT {_PAGE}",
             (after, last),
         )
         yield from rows
         if len(rows) < _PAGE:
             return
         after = int(rows[-1][0])
+
+
+def _stream_rows(store: LogAccess, streams: Sequence[str]) -> list[Sequence[Any]]:
+    """Every row of ``streams`` (verify's columns), by the stream index, in position order."""
+    p = store.recorder.param
+    columns = f"{store.recorder.columns}, log_hash, mac"
+    rows: list[Sequence[Any]] = []
+    for chunk in _chunks(list(streams)):
+        marks = ", ".join([p] * len(chunk))
+        rows += store.fetch_rows(
+            f"SELECT {columns} FROM wg_events WHERE stream_id IN ({marks})", tuple(chunk)
+        )
+    rows.sort(key=lambda row: int(row[0]))
+    return rows
 
 
 def _archived_ranges_between(store: LogAccess, first: int, last: int) -> list[ArchivedRange]:
@@ -253,17 +269,18 @@ def read_batch(store: LogAccess, runs: Mapping[str, Iterable[str]]) -> BatchRows
             batch.ranges.append(ArchivedRange(*current))
             current = None
 
-    for raw in _live_rows(store, first, last):
-        position = int(raw[0])
+    full = {int(row[0]): row for row in _stream_rows(store, list(run_of))}
+    for position_, stream_id, logged in _span(store, first, last):
+        position = int(position_)
         while pending is not None and pending.first < position:
             close()  # an earlier batch's range lies between: it breaks the current one
             previous_hash = pending.log_hash_last
             pending = next(earlier, None)
-        stream_id = raw[1]
         run_id = run_of.get(stream_id)
         if run_id is None:
             close()
         else:
+            raw = full[position]
             batch.rows.setdefault(run_id, []).append(raw)
             version = batch.streams.get(stream_id, 0)
             if raw[2] != version + 1:
@@ -276,11 +293,11 @@ def read_batch(store: LogAccess, runs: Mapping[str, Iterable[str]]) -> BatchRows
             if current is not None and current[0] == run_id:
                 current[2] = position
                 current[3] += 1
-                current[5] = raw[10]
+                current[5] = logged
             else:
                 close()
-                current = [run_id, position, position, 1, previous_hash, raw[10]]
-        previous_hash = raw[10]
+                current = [run_id, position, position, 1, previous_hash, logged]
+        previous_hash = logged
     close()
     return batch
 

@@ -15,6 +15,7 @@ checks every event inside).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import msgspec
@@ -92,11 +93,17 @@ def encode_manifest(manifest: Manifest) -> bytes:
 
 
 def decode_manifest(data: bytes | str) -> Manifest:
-    """The manifest of stored bytes.
+    """The manifest of stored bytes (the last few decoded are kept: a fleet's manifest lists
+    tens of thousands of ranges, and every read of an archived run needs its batch's).
 
     Raises:
         ValueError: they are not a manifest of this format.
     """
+    return _decode(data.decode() if isinstance(data, bytes) else data)
+
+
+@functools.lru_cache(maxsize=16)
+def _decode(data: str) -> Manifest:
     try:
         manifest = _decoder.decode(data)
     except msgspec.DecodeError as error:

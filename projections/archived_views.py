@@ -94,7 +94,8 @@ def archived_batch(store: EventStore, run_id: str) -> StoredBatch | None:
     batch_id = archived_run_ids(store).get(run_id)
     if batch_id is None:
         return None
-    return next((b for b in stored_batches(store) if b.batch_id == batch_id), None)
+    found = stored_batches(store, batch_id)
+    return found[0] if found else None
 
 
 @dataclass(frozen=True, slots=True)

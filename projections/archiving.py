@@ -26,7 +26,7 @@ import contextlib
 import fnmatch
 import hashlib
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -74,6 +74,7 @@ from wgstore.events.errors import (
 from wgstore.events.records import NO_STREAM, RecordedEvent
 from wgstore.events.schema import (
     wg_archive_streams,
+    wg_events,
     wg_poll_history,
     wg_report_points,
     wg_report_series,
@@ -95,6 +96,7 @@ from wgstore.projections.state import WorkerGroupState, project_worker_group
 from wgstore.projections.values import to_utc
 
 __all__ = [
+    "BATCH_EVENTS",
     "ArchivePlan",
     "ArchiveResult",
     "ArchiveRunsBusyError",
@@ -325,81 +327,135 @@ def finish_pending(store: EventStore) -> list[str]:
     return finished
 
 
+BATCH_EVENTS = 10_000
+"""Events a batch holds at most (unless one run has more): its delete is one transaction, and
+appends wait while it runs (SQLite's write lock; Postgres' DELETE holds ROW EXCLUSIVE, which
+the append's table lock waits for), so a batch is bounded by what a writer may wait."""
+
+
 def archive_runs(
     store: EventStore,
     location: str,
     plan: ArchivePlan,
     *,
     batch_runs: int = 200,
+    batch_events: int = BATCH_EVENTS,
     progress: Callable[[int, int], None] | None = None,
 ) -> ArchiveResult:
-    """Move ``plan``'s runs to ``location`` (see the module docstring), ``batch_runs`` runs a
-    batch; ``progress(runs done, runs planned)`` after each batch.
+    """Move ``plan``'s runs to ``location`` (see the module docstring), at most ``batch_runs``
+    runs and ``batch_events`` events a batch (a run with more is a batch of its own);
+    ``progress(runs done, runs planned)`` after each batch.
 
     Raises:
         ArchiveRunsBusyError: another archive appended a batch meanwhile.
         StoreUnavailableError: the location refused a write or a read (nothing was deleted
             of the batch it was writing).
     """
-    if batch_runs < 1:
-        raise InvalidArgumentError(f"batch_runs must be at least 1, not {batch_runs}")
+    if batch_runs < 1 or batch_events < 1:
+        raise InvalidArgumentError(
+            f"batch_runs and batch_events must be at least 1, not {batch_runs} and {batch_events}"
+        )
     opened = ArchiveLocation(location)
     result = ArchiveResult(finished=finish_pending(store))
     catch_up_read_models(store)
     archived = archived_run_ids(store)
     names = [run_id for run_id in plan.runs if run_id not in archived]
-    for start in range(0, len(names), batch_runs):
-        chunk = names[start : start + batch_runs]
-        version, previous = _archive_head(store)
-        batch = read_batch(store, {run_id: plan.runs[run_id] for run_id in chunk})
-        if not batch.rows:
-            continue
-        batch_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
-        manifest, data = _write_batch(opened, batch_id, batch, previous)
-        sha = manifest_sha256(data)
-        event = LogArchived(
-            batch_id=batch_id,
-            manifest_sha256=sha,
-            location=opened.location,
-            runs=manifest.runs,
-            events=manifest.events,
-            first_position=manifest.first_position,
-            last_position=manifest.last_position,
-            previous_manifest_sha256=previous,
-        )
-        try:
-            (appended,) = store.append(
-                ARCHIVE_STREAM, [event], expected_version=version or NO_STREAM
-            )
-        except ConcurrencyError:
-            _remove_batch_files(opened, manifest)
-            raise ArchiveRunsBusyError(
-                "another `wgstore archive` appended a batch while this one wrote its files: "
-                "this batch's files were removed and nothing was deleted; run one archive at "
-                "a time (run it again to carry on)"
-            ) from None
-        try:
-            commit_batch(
-                store,
-                manifest,
-                data.decode(),
-                sha,
-                opened.location,
-                appended.position,
-                also=_read_models_of(list(batch.rows), manifest.streams),
-            )
-        except BatchMovedError as error:
-            store.append(ARCHIVE_STREAM, [ArchiveAbandoned(batch_id=batch_id, reason=str(error))])
-            _remove_batch_files(opened, manifest)
-            result.abandoned.append((batch_id, str(error)))
-            continue
-        result.batches.append(batch_id)
-        result.runs.extend(batch.rows)
-        result.events += manifest.events
-        result.bytes += sum(f.bytes for f in manifest.files)
+    done = 0
+    for chunk in _chunks(store, names, plan, batch_runs, batch_events):
+        _archive_batch(store, opened, {run_id: plan.runs[run_id] for run_id in chunk}, result)
+        done += len(chunk)
         if progress is not None:
-            progress(min(start + batch_runs, len(names)), len(names))
+            progress(done, len(names))
     return result
+
+
+def _chunks(
+    store: EventStore, names: list[str], plan: ArchivePlan, most_runs: int, most_events: int
+) -> Iterator[list[str]]:
+    """``names`` in batches of at most ``most_runs`` runs and ``most_events`` events (each
+    stream's last version is its count: versions are 1, 2, 3...)."""
+    sizes = _stream_sizes(store, [s for run_id in names for s in plan.runs[run_id]])
+    chunk: list[str] = []
+    events = 0
+    for run_id in names:
+        size = sum(sizes.get(stream, 0) for stream in plan.runs[run_id])
+        if chunk and (len(chunk) >= most_runs or events + size > most_events):
+            yield chunk
+            chunk, events = [], 0
+        chunk.append(run_id)
+        events += size
+    if chunk:
+        yield chunk
+
+
+def _stream_sizes(store: EventStore, streams: list[str]) -> dict[str, int]:
+    e = wg_events.c
+    query = (
+        sa.select(e.stream_id, sa.func.max(e.stream_version))
+        .where(e.stream_id.in_(sa.bindparam("ids", expanding=True)))
+        .group_by(e.stream_id)
+    )
+    sizes: dict[str, int] = {}
+    with store.engine.connect() as connection:
+        for start in range(0, len(streams), 500):
+            rows = connection.execute(query, {"ids": streams[start : start + 500]})
+            sizes.update({str(stream): int(version) for stream, version in rows})
+        connection.rollback()
+    return sizes
+
+
+def _archive_batch(
+    store: EventStore,
+    opened: ArchiveLocation,
+    runs: dict[str, tuple[str, ...]],
+    result: ArchiveResult,
+) -> None:
+    """Read, write, name and delete one batch (the module docstring's steps 1-4)."""
+    version, previous = _archive_head(store)
+    batch = read_batch(store, runs)
+    if not batch.rows:
+        return
+    batch_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
+    manifest, data = _write_batch(opened, batch_id, batch, previous)
+    sha = manifest_sha256(data)
+    event = LogArchived(
+        batch_id=batch_id,
+        manifest_sha256=sha,
+        location=opened.location,
+        runs=manifest.runs,
+        events=manifest.events,
+        first_position=manifest.first_position,
+        last_position=manifest.last_position,
+        previous_manifest_sha256=previous,
+    )
+    try:
+        (appended,) = store.append(ARCHIVE_STREAM, [event], expected_version=version or NO_STREAM)
+    except ConcurrencyError:
+        _remove_batch_files(opened, manifest)
+        raise ArchiveRunsBusyError(
+            "another `wgstore archive` appended a batch while this one wrote its files: "
+            "this batch's files were removed and nothing was deleted; run one archive at "
+            "a time (run it again to carry on)"
+        ) from None
+    try:
+        commit_batch(
+            store,
+            manifest,
+            data.decode(),
+            sha,
+            opened.location,
+            appended.position,
+            also=_read_models_of(list(batch.rows), manifest.streams),
+        )
+    except BatchMovedError as error:
+        store.append(ARCHIVE_STREAM, [ArchiveAbandoned(batch_id=batch_id, reason=str(error))])
+        _remove_batch_files(opened, manifest)
+        result.abandoned.append((batch_id, str(error)))
+        return
+    result.batches.append(batch_id)
+    result.runs.extend(batch.rows)
+    result.events += manifest.events
+    result.bytes += sum(f.bytes for f in manifest.files)
 
 
 def _batch_of(store: EventStore, run_id: str) -> StoredBatch:
@@ -408,7 +464,8 @@ def _batch_of(store: EventStore, run_id: str) -> StoredBatch:
         raise InvalidArgumentError(
             f"run {run_id!r} is not in the archive (`wgstore runs --archived` lists those that are)"
         )
-    return next(b for b in stored_batches(store) if b.batch_id == holder)
+    (batch,) = stored_batches(store, holder)
+    return batch
 
 
 def archived_rows(store: EventStore, run_id: str) -> tuple[StoredBatch, list[ArchiveRow]]:
