@@ -72,20 +72,8 @@ from wgstore.events.errors import (
     StoreUnavailableError,
 )
 from wgstore.events.records import NO_STREAM, RecordedEvent
-from wgstore.events.schema import (
-    wg_archive_streams,
-    wg_events,
-    wg_poll_history,
-    wg_report_points,
-    wg_report_series,
-    wg_reports,
-    wg_run_decisions,
-    wg_run_resizes,
-    wg_runs,
-    wg_worker_groups,
-    wg_workers,
-)
-from wgstore.events.streams import group_stream, run_stream
+from wgstore.events.schema import READ_MODEL_TABLES, wg_archive_streams, wg_events
+from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupStartRequested
 from wgstore.projections.errors import StreamNotFoundError
 from wgstore.projections.projector import apply_restored_events, catch_up_read_models
@@ -182,26 +170,23 @@ def plan_archive(
 
 
 def _read_models_of(runs: Sequence[str], streams: Iterable[str]) -> Callable[[sa.Connection], None]:
-    """The delete of ``runs``' read-model rows (run the caller's transaction)."""
-    group_ids = [s.removeprefix("worker-group-") for s in streams if s.startswith("worker-group-")]
+    """The delete of ``runs``' read-model rows (run in the caller's transaction): every read
+    model is keyed first by its group or its run."""
+    keys = {
+        "group_id": [
+            s.removeprefix(GROUP_STREAM_PREFIX)
+            for s in streams
+            if s.startswith(GROUP_STREAM_PREFIX)
+        ],
+        "run_id": list(runs),
+    }
 
     def delete(connection: sa.Connection) -> None:
-        for table in (
-            wg_workers,
-            wg_poll_history,
-            wg_reports,
-            wg_report_series,
-            wg_report_points,
-            wg_worker_groups,
-        ):
-            for start in range(0, len(group_ids), 500):
-                chunk = group_ids[start : start + 500]
-                connection.execute(sa.delete(table).where(table.c.group_id.in_(chunk)))
-        for table in (wg_run_decisions, wg_run_resizes, wg_runs):
-            for start in range(0, len(runs), 500):
-                connection.execute(
-                    sa.delete(table).where(table.c.run_id.in_(list(runs[start : start + 500])))
-                )
+        for table in READ_MODEL_TABLES:
+            key = next(iter(table.primary_key.columns))
+            ids = keys[key.name]
+            for start in range(0, len(ids), 500):
+                connection.execute(sa.delete(table).where(key.in_(ids[start : start + 500])))
 
     return delete
 

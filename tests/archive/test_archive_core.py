@@ -47,6 +47,7 @@ def test_ended_runs_move_to_parquet_and_restore_puts_them_back(
     gone = [r for r in before if r[0] not in kept_positions]
     assert [row[:8] + row[9:] for row in in_files] == [r[:8] + r[9:] for r in gone]
     assert {r.run_id for r in run_summaries(store)} == {LIVE}
+    assert _read_model_groups(store) == {f"{LIVE}-g1"}, "archived groups' rows went with them"
     # an archived stream takes no new event until it is restored
     with pytest.raises(ArchivedStreamError, match="archived"):
         store.append(run_stream("fin-a"), [cut.event])
@@ -56,6 +57,7 @@ def test_ended_runs_move_to_parquet_and_restore_puts_them_back(
     restored = log_rows(store)
     assert [r for r in restored if r[1] in {row[1] for row in fin_a}] == fin_a
     assert {r.run_id for r in run_summaries(store)} == {LIVE, "fin-a"}
+    assert _read_model_groups(store) == {f"{LIVE}-g1", "fin-a-g1", "fin-a-g2"}
     assert set(archived_run_ids(store)) == {"fin-b", "abt-a"}
     last = list(store.read_stream(ARCHIVE_STREAM))[-1].event
     assert isinstance(last, RunRestored) and last.run_id == "fin-a"
@@ -66,3 +68,11 @@ def test_ended_runs_move_to_parquet_and_restore_puts_them_back(
 
 def _groups(rows: list[tuple[object, ...]], run_id: str) -> set[str]:
     return {str(r[1]) for r in rows if str(r[1]).startswith(f"worker-group-{run_id}-")}
+
+
+def _read_model_groups(store: EventStore) -> set[str]:
+    """The groups ``wg_worker_groups`` and ``wg_workers`` hold rows of (the same set)."""
+    groups = {str(r[0]) for r in store.fetch_rows("SELECT group_id FROM wg_worker_groups", ())}
+    workers = {str(r[0]) for r in store.fetch_rows("SELECT group_id FROM wg_workers", ())}
+    assert groups == workers
+    return groups
