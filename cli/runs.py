@@ -167,7 +167,11 @@ def _add_summary(table: Table, summary: RunSummary) -> None:
     """One run's row of the listing (and a second for why it failed or cannot be resumed, or
     which batch holds it)."""
     if isinstance(summary, ArchivedRunSummary):
-        table.add_row(summary.run_id, "", Text(summary.status, style="dim"), *[""] * 5, "")
+        state = summary.status + (f" ({summary.ended_as})" if summary.ended_as else "")
+        ended = format_time(summary.ended_at) if summary.ended_at else ""
+        table.add_row(
+            summary.run_id, summary.name or "", Text(state, style="dim"), *[""] * 5, ended
+        )
         table.add_row(
             "",
             Text(

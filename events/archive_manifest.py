@@ -57,6 +57,12 @@ class ArchivedFile(msgspec.Struct, frozen=True):
     last_position: int
     streams: dict[str, int]
     """The run's streams in the file, each with its last version."""
+    name: str = ""
+    status: str = ""
+    """How the run ended (``FINISHED``, ``ERRORED``, ``ABORTED``), for listings that read no file."""
+    created_at: str = ""
+    ended_at: str = ""
+    """ISO times ("" unknown)."""
 
 
 class Manifest(msgspec.Struct, frozen=True):

@@ -69,24 +69,35 @@ def restore_hint(run_id: str, batch_id: str, archived_at: datetime) -> str:
 def archived_summaries(store: EventStore) -> list[ArchivedRunSummary]:
     """Each run archived now (a restored run is live again), as a listing shows it: the oldest
     batch first, each batch's runs in its manifest's order. Reads the batches' manifests as the
-    database keeps them, not the files: every fact of the run is None, its status
-    :data:`~wgstore.projections.rows.ARCHIVED`."""
+    database keeps them, not the files: its name, times and how it ended (``ended_as``) as the
+    manifest says, every other fact None, its status :data:`~wgstore.projections.rows.ARCHIVED`."""
     held = archived_run_ids(store)
     if not held:
         return []
     found = []
     for batch in stored_batches(store):
+        files = {file.run_id: file for file in batch.manifest.files}
         for run_id in batch.manifest.runs:
-            if held.get(run_id) == batch.batch_id:
-                found.append(
-                    ArchivedRunSummary(
-                        run_id=run_id,
-                        status=ARCHIVED,
-                        archive_batch=batch.batch_id,
-                        archived_at=batch.archived_at,
-                    )
+            if held.get(run_id) != batch.batch_id:
+                continue
+            file = files.get(run_id)
+            found.append(
+                ArchivedRunSummary(
+                    run_id=run_id,
+                    status=ARCHIVED,
+                    archive_batch=batch.batch_id,
+                    archived_at=batch.archived_at,
+                    name=(file.name or None) if file else None,
+                    ended_as=(file.status or None) if file else None,
+                    created_at=_time(file.created_at) if file else None,
+                    ended_at=_time(file.ended_at) if file else None,
                 )
+            )
     return found
+
+
+def _time(text: str) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
 
 
 def archived_batch(store: EventStore, run_id: str) -> StoredBatch | None:

@@ -26,7 +26,7 @@ import contextlib
 import fnmatch
 import hashlib
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -72,7 +72,12 @@ from wgstore.events.errors import (
     StoreUnavailableError,
 )
 from wgstore.events.records import NO_STREAM, RecordedEvent
-from wgstore.events.schema import READ_MODEL_TABLES, wg_archive_streams, wg_events
+from wgstore.events.schema import (
+    READ_MODEL_TABLES,
+    wg_archive_streams,
+    wg_events,
+    wg_run_leases,
+)
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream, run_stream
 from wgstore.events.worker_group import WorkerGroupStartRequested
 from wgstore.projections.errors import StreamNotFoundError
@@ -170,8 +175,8 @@ def plan_archive(
 
 
 def _read_models_of(runs: Sequence[str], streams: Iterable[str]) -> Callable[[sa.Connection], None]:
-    """The delete of ``runs``' read-model rows (run in the caller's transaction): every read
-    model is keyed first by its group or its run."""
+    """The delete of ``runs``' read-model rows and leases (run in the caller's transaction):
+    every such table is keyed first by its group or its run."""
     keys = {
         "group_id": [
             s.removeprefix(GROUP_STREAM_PREFIX)
@@ -182,7 +187,8 @@ def _read_models_of(runs: Sequence[str], streams: Iterable[str]) -> Callable[[sa
     }
 
     def delete(connection: sa.Connection) -> None:
-        for table in READ_MODEL_TABLES:
+        # and the runs' leases: coordination of runs that had not ended, which these have
+        for table in (*READ_MODEL_TABLES, wg_run_leases):
             key = next(iter(table.primary_key.columns))
             ids = keys[key.name]
             for start in range(0, len(ids), 500):
@@ -192,13 +198,17 @@ def _read_models_of(runs: Sequence[str], streams: Iterable[str]) -> Callable[[sa
 
 
 def _write_batch(
-    location: ArchiveLocation, batch_id: str, batch: BatchRows, previous: str
+    location: ArchiveLocation,
+    batch_id: str,
+    batch: BatchRows,
+    previous: str,
+    facts: Mapping[str, RunSummary] | None = None,
 ) -> tuple[Manifest, bytes]:
     """Write, read back and check the batch's files and manifest; a failure removes what this
     batch wrote (no file is left that no manifest names) and raises."""
     written: list[str] = []
     try:
-        return _write_files(location, batch_id, batch, previous, written)
+        return _write_files(location, batch_id, batch, previous, written, facts or {})
     except BaseException:
         for relative in written:  # a failing location: the rerun writes it under a new id
             with contextlib.suppress(StoreUnavailableError):
@@ -212,6 +222,7 @@ def _write_files(
     batch: BatchRows,
     previous: str,
     written: list[str],
+    facts: Mapping[str, RunSummary],
 ) -> tuple[Manifest, bytes]:
     files: list[ArchivedFile] = []
     for run_id, rows in batch.rows.items():
@@ -236,6 +247,7 @@ def _write_files(
                 first_position=int(rows[0][0]),
                 last_position=int(rows[-1][0]),
                 streams={s: batch.streams[s] for s in sorted({row[1] for row in rows})},
+                **_facts(facts.get(run_id)),
             )
         )
     positions = [int(row[0]) for rows in batch.rows.values() for row in rows]
@@ -259,6 +271,18 @@ def _write_files(
             "nothing was deleted; check the location and archive again"
         )
     return manifest, data
+
+
+def _facts(run: RunSummary | None) -> dict[str, str]:
+    """What a listing shows of an archived run without its file (the manifest keeps it)."""
+    if run is None:
+        return {}
+    return {
+        "name": run.name or "",
+        "status": run.status,
+        "created_at": run.created_at.isoformat() if run.created_at else "",
+        "ended_at": run.ended_at.isoformat() if run.ended_at else "",
+    }
 
 
 def _remove_batch_files(location: ArchiveLocation, manifest: Manifest) -> None:
@@ -347,7 +371,8 @@ def archive_runs(
     names = [run_id for run_id in plan.runs if run_id not in archived]
     done = 0
     for chunk in _chunks(store, names, plan, batch_runs, batch_events):
-        _archive_batch(store, opened, {run_id: plan.runs[run_id] for run_id in chunk}, result)
+        runs = {run_id: plan.runs[run_id] for run_id in chunk}
+        _archive_batch(store, opened, runs, plan.summaries, result)
         done += len(chunk)
         if progress is not None:
             progress(done, len(names))
@@ -393,6 +418,7 @@ def _archive_batch(
     store: EventStore,
     opened: ArchiveLocation,
     runs: dict[str, tuple[str, ...]],
+    facts: Mapping[str, RunSummary],
     result: ArchiveResult,
 ) -> None:
     """Read, write, name and delete one batch (the module docstring's steps 1-4)."""
@@ -401,7 +427,7 @@ def _archive_batch(
     if not batch.rows:
         return
     batch_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
-    manifest, data = _write_batch(opened, batch_id, batch, previous)
+    manifest, data = _write_batch(opened, batch_id, batch, previous, facts)
     sha = manifest_sha256(data)
     event = LogArchived(
         batch_id=batch_id,

@@ -216,12 +216,14 @@ class RunInfo(RunSummary):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ArchivedRunSummary(RunSummary):
     """An archived run as a listing shows it, from its batch's manifest alone (the files are not
-    read): status :data:`ARCHIVED`, every fact of the run None; ``archived_at`` is when its batch
-    left the live log."""
+    read): status :data:`ARCHIVED`, its name, times and how it ended (``ended_as``) from the
+    manifest, every other fact None; ``archived_at`` is when its batch left the live log."""
 
     archived: bool = True
     archive_batch: str
     archived_at: datetime
+    ended_as: str | None = None
+    """How the run ended (``FINISHED``, ``ERRORED``, ``ABORTED``), as its manifest says."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,6 +13,7 @@ from wgstore.events import ArchivedStreamError, EventStore
 from wgstore.events.archive import ARCHIVE_STREAM, LogArchived, RunRestored
 from wgstore.events.archive_files import ArchiveLocation
 from wgstore.events.archive_log import archived_run_ids, stored_batches
+from wgstore.events.leases import acquire_lease
 from wgstore.events.streams import run_stream
 from wgstore.projections.archiving import archive_runs, restore_run
 from wgstore.projections.run_views import run_summaries
@@ -22,6 +23,7 @@ def test_ended_runs_move_to_parquet_and_restore_puts_them_back(
     store: EventStore, tmp_path: Path
 ) -> None:
     fleet(store)
+    assert acquire_lease(store, "fin-a", "c9", 60.0)  # a lease an ended run kept
     before = log_rows(store)
     plan = plan_everything(store)
     assert sorted(plan.runs) == sorted(ENDED)
@@ -48,6 +50,8 @@ def test_ended_runs_move_to_parquet_and_restore_puts_them_back(
     assert [row[:8] + row[9:] for row in in_files] == [r[:8] + r[9:] for r in gone]
     assert {r.run_id for r in run_summaries(store)} == {LIVE}
     assert _read_model_groups(store) == {f"{LIVE}-g1"}, "archived groups' rows went with them"
+    leases = {str(r[0]) for r in store.fetch_rows("SELECT run_id FROM wg_run_leases", ())}
+    assert leases == {LIVE}, "the archived runs' leases went with them"
     # an archived stream takes no new event until it is restored
     with pytest.raises(ArchivedStreamError, match="archived"):
         store.append(run_stream("fin-a"), [cut.event])

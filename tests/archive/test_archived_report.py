@@ -68,5 +68,8 @@ def test_the_served_run_list_shows_archived_runs_unless_filtered(
     assert sorted(archived) == sorted(ENDED)
     assert {r["status"] for r in archived.values()} == {"ARCHIVED"}
     assert all(r["archive_batch"] for r in archived.values())
+    # what the manifest keeps of each: how it ended, its name and times (no file read)
+    assert {r["ended_as"] for r in archived.values()} == {"FINISHED", "ABORTED"}
+    assert archived["fin-a"]["name"] == "fin-a-name" and archived["fin-a"]["ended_at"]
     assert listed["total"] == len(ENDED) + 1
     assert [r["run_id"] for r in running["runs"]] == [LIVE]
