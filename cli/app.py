@@ -18,6 +18,7 @@ from wgstore.cli import (
     ingest,
     projections,
     report,
+    restore,
     resume,
     run,
     runs,
@@ -82,7 +83,7 @@ app.command("export")(export.export_command)
 app.command("report")(report.report_command)
 app.command("gc")(gc.gc_command)
 app.command("archive")(archive.archive_command)
-app.command("restore")(archive.restore_command)
+app.command("restore")(restore.restore_command)
 app.command("resume")(resume.resume_command)
 app.command("supervise")(supervise.supervise_command)
 app.command("serve")(serve.serve_command)

@@ -1,19 +1,17 @@
-"""``wgstore archive`` and ``wgstore restore``: move ended runs out of the live log to Parquet
-files, and bring one back (issue 43).
+"""``wgstore archive``: move ended runs out of the live log to Parquet files (issue 43).
 
-Both call :mod:`wgstore.projections.archiving`; ``wgstore supervise --archive-to`` calls
-:class:`PeriodicArchive` (through :func:`archive_while_supervising`) on its passes.
+It calls :mod:`wgstore.projections.archiving`; ``wgstore restore`` (:mod:`wgstore.cli.restore`)
+brings a run back, and ``wgstore supervise --archive-to`` archives on a schedule
+(:mod:`wgstore.cli.archive_schedule`).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,23 +31,13 @@ from wgstore.cli.common import (
     json_line,
     opened,
     out_console,
-    parse_duration,
     parse_time,
     refuse_blank,
 )
-from wgstore.events import EventStore, StoreUnavailableError, WgstoreError
-from wgstore.events.engine import mask_url, parse_url
-from wgstore.events.streams import run_stream
+from wgstore.events import EventStore, StoreUnavailableError
+from wgstore.events.engine import parse_url
 
-__all__ = [
-    "PeriodicArchive",
-    "archive_command",
-    "archive_while_supervising",
-    "check_glob",
-    "restore_command",
-    "show_archive_outcome",
-    "supervise_archive",
-]
+__all__ = ["archive_command", "check_glob", "open_location", "probe_location"]
 
 _STREAMS_PER_QUERY = 500
 
@@ -93,7 +81,7 @@ def _ended_before(text: str, option: str = "--ended-before") -> datetime:
         raise UsageProblem(f"{option}: {problem}") from None
 
 
-def _location(to: str, option: str = "--to") -> Any:
+def open_location(to: str, option: str = "--to") -> Any:
     """The archive location ``to`` (checked: pyarrow and fsspec are there, the URL's filesystem
     is installed); nothing is written."""
     from wgstore.events.archive_files import ArchiveLocation
@@ -103,7 +91,7 @@ def _location(to: str, option: str = "--to") -> Any:
     return ArchiveLocation(to)
 
 
-def _probe(location: Any) -> None:
+def probe_location(location: Any) -> None:
     """Write and remove a small file under the location: an unwritable one fails here, before
     any batch is read.
 
@@ -310,7 +298,7 @@ def archive_command(
     check_url(url)
     check_glob(runs)
     before = _ended_before(ended_before)
-    location = _location(to)
+    location = open_location(to)
     from wgstore.projections.archiving import ArchiveRunsBusyError, archive_runs, plan_archive
 
     with opened(url, read_only=dry_run) as store:
@@ -339,7 +327,7 @@ def archive_command(
             _show_plan(to, before, moving, kept, vacuum, as_json, dropped)
             return
         if plan.runs:
-            _probe(location)
+            probe_location(location)
         try:
             result = _archive_with_progress(
                 lambda progress: archive_runs(
@@ -502,214 +490,3 @@ def _show_plan(
     if vacuum:
         console.print("--vacuum: not run with --dry-run", markup=False)
     console.print("nothing was written (--dry-run)", markup=False)
-
-
-# ---------------------------------------------------------------------- wgstore restore
-
-
-def _resolve_for_restore(
-    store: EventStore, given: str, archived: dict[str, str]
-) -> tuple[str, bool]:
-    """The full id of the run ``given`` names (its id or a unique prefix), and whether it is in
-    the archive (else it is live).
-
-    Raises:
-        UsageProblem: no run, or more than one, live or archived.
-    """
-    given = given.strip()
-    if not given:
-        raise UsageProblem("give a run id (or a unique prefix of one)")
-    if given in archived:
-        return given, True
-    if store.stream_version(run_stream(given)):
-        return given, False
-    found = {run_id: True for run_id in archived if run_id.startswith(given)}
-    for stream_id, _ in store.streams(run_stream(given)):
-        run_id = stream_id.removeprefix(run_stream(""))
-        found.setdefault(run_id, False)
-    if len(found) == 1:
-        return next(iter(found.items()))
-    if found:
-        shown = ", ".join(sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
-        raise UsageProblem(f"{given!r} matches {len(found)} runs ({shown}); give more of the id")
-    raise UsageProblem(
-        f"no run id starts with {given!r}, live or archived, in {mask_url(store.url)}: "
-        "`wgstore runs` lists the live runs; the archive has a folder per run under its events/"
-    )
-
-
-def restore_command(
-    run: Annotated[
-        str, typer.Argument(metavar="RUN", help="The archived run's id (or a unique prefix).")
-    ],
-    url: UrlOption = DEFAULT_URL,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
-) -> None:
-    """Put an archived run's events back into the live log, at their positions, with its read
-    models (checked against the archive's manifest first).
-
-    A run that is live already is left as it is (exit 0).
-    """
-    check_url(url)
-    from wgstore.events.archive_log import archived_run_ids
-    from wgstore.events.errors import InvalidArgumentError
-    from wgstore.projections.archiving import restore_run
-
-    with opened(url, read_only=False) as store:
-        archived = archived_run_ids(store)
-        run_id, in_archive = _resolve_for_restore(store, run, archived)
-        restored = 0
-        if in_archive:
-            try:
-                restored = restore_run(store, run_id)
-            except InvalidArgumentError:
-                raise
-            except ValueError as error:  # a manifest or file not as the log recorded it
-                raise CliError(f"cannot restore run {run_id}: {error}") from None
-    if as_json:
-        typer.echo(
-            json_line(
-                {
-                    "run_id": run_id,
-                    "restored": restored,
-                    "batch_id": archived.get(run_id),
-                    "was_live": not in_archive,
-                }
-            )
-        )
-    elif not in_archive:
-        out_console().print(
-            f"run {run_id} is live (not archived): nothing to restore", markup=False
-        )
-    else:
-        out_console().print(
-            f"restored run {run_id}: {restored:,} event(s) back in the live log "
-            f"(from batch {archived[run_id]})",
-            markup=False,
-        )
-
-
-# ---------------------------------------------------------------------- wgstore supervise
-
-
-@dataclass
-class PeriodicArchive:
-    """``wgstore supervise --archive-to``: on a pass, archive the runs that ended more than
-    ``after`` ago, at most once every ``every`` (an attempt that failed counts: it is tried
-    again ``every`` later). Errors are returned, never raised: supervise goes on."""
-
-    location: str
-    after: timedelta
-    every: timedelta
-    dry_run: bool = False
-    batch_runs: int = 200
-    clock: Callable[[], float] = time.monotonic
-    last_try: float | None = field(default=None, init=False)
-
-    def due(self) -> bool:
-        """True when no attempt was made yet, or the last one was ``every`` ago or more."""
-        return self.last_try is None or self.clock() - self.last_try >= self.every.total_seconds()
-
-    def run(self, store: EventStore, *, now: datetime | None = None) -> dict[str, Any]:
-        """Archive now (whether due or not) into ``store``; what was done, as a JSON object
-        (``action``: ``archived``, ``would archive`` or ``archive failed`` with ``error``)."""
-        from wgstore.projections.archiving import archive_runs, plan_archive
-
-        self.last_try = self.clock()
-        before = (now or datetime.now(UTC)) - self.after
-        outcome: dict[str, Any] = {"location": self.location, "ended_before": before.isoformat()}
-        try:
-            plan = plan_archive(store, ended_before=before)
-            if self.dry_run:
-                return {"action": "would archive", **outcome, "runs": list(plan.runs)}
-            if plan.runs:
-                _probe(_location(self.location))
-            result = archive_runs(store, self.location, plan, batch_runs=self.batch_runs)
-        except (WgstoreError, CliError, OSError, ValueError) as error:
-            return {"action": "archive failed", **outcome, "error": str(error)}
-        return {
-            "action": "archived",
-            **outcome,
-            "runs": result.runs,
-            "events": result.events,
-            "batches": len(result.batches),
-        }
-
-    def run_at(self, url: str) -> dict[str, Any]:
-        """:meth:`run` on a store of its own at ``url`` (a store that cannot be opened is an
-        error like any other)."""
-        try:
-            with opened(url, read_only=self.dry_run) as store:
-                return self.run(store)
-        except (WgstoreError, CliError, OSError) as error:
-            self.last_try = self.clock()
-            return {"action": "archive failed", "location": self.location, "error": str(error)}
-
-
-def show_archive_outcome(outcome: dict[str, Any], *, as_json: bool) -> None:
-    """Print what one supervise pass's archive did (a failure on stderr)."""
-    if as_json:
-        typer.echo(json_line(outcome))
-        return
-    if outcome["action"] == "archive failed":
-        err_console().print(
-            f"archive  to {outcome['location']} failed (tried again after --archive-every): "
-            f"{outcome['error']}",
-            markup=False,
-            style="yellow",
-        )
-    elif outcome["action"] == "would archive":
-        out_console().print(
-            f"archive  would move {len(outcome['runs'])} run(s) to {outcome['location']}",
-            markup=False,
-        )
-    elif outcome["runs"]:
-        out_console().print(
-            f"archive  moved {len(outcome['runs'])} run(s), {outcome['events']:,} event(s), "
-            f"to {outcome['location']}",
-            markup=False,
-        )
-
-
-def supervise_archive(
-    to: str | None, after: str | None, every: str | None, *, dry_run: bool
-) -> PeriodicArchive | None:
-    """The archive schedule of ``supervise --archive-to TO --archive-after AFTER
-    --archive-every EVERY`` (None without ``--archive-to``), checked before supervise starts.
-
-    Raises:
-        UsageProblem: a bad duration, a blank or unusable location, or an --archive-* option
-            without --archive-to.
-    """
-    if to is None:
-        for option, value in (("--archive-after", after), ("--archive-every", every)):
-            if value is not None:
-                raise UsageProblem(f"{option} needs --archive-to LOCATION (where the runs go)")
-        return None
-    _location(to, "--archive-to")
-    durations = []
-    for option, value, default in (
-        ("--archive-after", after, "30d"),
-        ("--archive-every", every, "1h"),
-    ):
-        try:
-            durations.append(parse_duration(value if value is not None else default))
-        except UsageProblem as problem:
-            raise UsageProblem(f"{option}: {problem}") from None
-    return PeriodicArchive(to, durations[0], durations[1], dry_run=dry_run)
-
-
-def archive_while_supervising(
-    url: str,
-    schedule: PeriodicArchive,
-    interval_s: float,
-    stop: threading.Event | None,
-    as_json: bool,
-) -> None:
-    """Each ``interval_s`` (a supervise pass) until ``stop`` is set, archive when the schedule
-    is due and print what it did; ``stop`` None: once, now."""
-    while True:
-        if schedule.due():
-            show_archive_outcome(schedule.run_at(url), as_json=as_json)
-        if stop is None or stop.wait(interval_s):
-            return

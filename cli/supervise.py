@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from wgstore.cli.archive import archive_while_supervising, supervise_archive
+from wgstore.cli.archive_schedule import archive_while_supervising, supervise_archive
 from wgstore.cli.common import DEFAULT_URL, UrlOption, check_url, json_line, opened, out_console
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "projections"))
 from archived_runs import ENDED, LIVE, fleet
 from run_scenarios import finished_after_a_retry
 
-from wgstore.cli.archive import PeriodicArchive, archive_while_supervising
+from wgstore.cli.archive_schedule import PeriodicArchive, archive_while_supervising
 from wgstore.events import EventStore
 
 RUN_KEYS = {"run_id", "status", "ended_at", "events", "bytes"}
