@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import fnmatch
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -35,12 +33,8 @@ from wgstore.cli.common import (
     refuse_blank,
 )
 from wgstore.events import EventStore, StoreUnavailableError
-from wgstore.events.engine import parse_url
 
 __all__ = ["archive_command", "check_glob", "open_location", "probe_location"]
-
-_STREAMS_PER_QUERY = 500
-
 
 # ---------------------------------------------------------------------- checks
 
@@ -109,88 +103,20 @@ def probe_location(location: Any) -> None:
         ) from None
 
 
-# ---------------------------------------------------------------------- live sizes
-
-
-@dataclass(frozen=True, slots=True)
-class _Size:
-    events: int = 0
-    bytes: int = 0
-
-
-def _live_sizes(store: EventStore, runs: dict[str, tuple[str, ...]]) -> dict[str, _Size]:
-    """Each run's events in the live log and their bytes: the sum of octet lengths of ``data``
-    and ``metadata`` (the JSON text each backend stores; indexes and row overhead not counted)."""
-    owner = {stream: run_id for run_id, streams in runs.items() for stream in streams}
-    streams = list(owner)
-    p = store.recorder.param
-    if store.is_postgres:
-        size = "octet_length(data::text) + octet_length(metadata::text)"
-    else:
-        size = "length(CAST(data AS BLOB)) + length(CAST(metadata AS BLOB))"
-    totals: dict[str, list[int]] = {run_id: [0, 0] for run_id in runs}
-    for start in range(0, len(streams), _STREAMS_PER_QUERY):
-        chunk = streams[start : start + _STREAMS_PER_QUERY]
-        rows = store.fetch_rows(
-            f"SELECT stream_id, count(*), sum({size}) FROM wg_events "
-            f"WHERE stream_id IN ({', '.join([p] * len(chunk))}) GROUP BY stream_id",
-            chunk,
-        )
-        for stream_id, events, octets in rows:
-            total = totals[owner[stream_id]]
-            total[0] += int(events)
-            total[1] += int(octets or 0)
-    return {run_id: _Size(events, octets) for run_id, (events, octets) in totals.items()}
-
-
-def _total(sizes: Iterable[_Size]) -> _Size:
-    events = octets = 0
-    for size in sizes:
-        events += size.events
-        octets += size.bytes
-    return _Size(events, octets)
-
-
 # ---------------------------------------------------------------------- vacuum
 
 
-def _sqlite_bytes(path: Path) -> int:
-    """The database file and its WAL, in bytes."""
-    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
-
-
 def _vacuum(store: EventStore) -> dict[str, Any]:
-    """SQLite: VACUUM (the freed pages go back to the file system), then a checkpoint that
-    empties the WAL; PostgreSQL: nothing (the rows' space is reused by new rows)."""
-    if store.is_postgres:
-        return {
-            "backend": "postgresql",
-            "needed": False,
-            "reason": "PostgreSQL reuses the archived rows' space for new rows (autovacuum)",
-        }
-    path = Path(parse_url(store.url).database or "")
-    before = _sqlite_bytes(path)
-    raw = store.engine.raw_connection()
+    """:func:`~wgstore.projections.archiving.vacuum_store`, its failure one line."""
+    from wgstore.projections.archiving import vacuum_store
+
     try:
-        cursor = raw.cursor()
-        try:
-            cursor.execute("VACUUM")  # isolation_level None: no transaction around it
-            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            cursor.close()
-    except Exception as error:  # noqa: BLE001 - sqlite3's errors: say what was and was not done
+        return vacuum_store(store)
+    except StoreUnavailableError as error:
         raise CliError(
-            f"the runs were archived, but VACUUM of {path} failed ({error}); run `wgstore "
-            "archive --to LOCATION --vacuum` again when no other process is writing the file"
+            f"the runs were archived, but {error}; run `wgstore archive --to LOCATION --vacuum` "
+            "again when no other process is writing the file"
         ) from None
-    finally:
-        raw.close()
-    return {
-        "backend": "sqlite",
-        "file": str(path),
-        "bytes_before": before,
-        "bytes_after": _sqlite_bytes(path),
-    }
 
 
 def _vacuum_line(done: dict[str, Any]) -> str:
@@ -303,7 +229,7 @@ def archive_command(
 
     with opened(url, read_only=dry_run) as store:
         plan = plan_archive(store, ended_before=before, runs=runs)
-        sizes = _live_sizes(store, plan.runs)
+        sizes = plan.sizes
         moving = [
             {
                 "run_id": run_id,
@@ -343,7 +269,7 @@ def archive_command(
             )
         except ArchiveRunsBusyError as error:
             raise CliError(str(error)) from None
-        live = _total(sizes[run_id] for run_id in result.runs if run_id in sizes)
+        live_bytes = sum(sizes[run_id].bytes for run_id in result.runs if run_id in sizes)
         dropped = (
             drop_archived(store, drop_archived_after, delete=yes)
             if drop_archived_after is not None
@@ -360,7 +286,7 @@ def archive_command(
                     "batches": result.batches,
                     "runs": result.runs,
                     "events": result.events,
-                    "bytes": live.bytes,
+                    "bytes": live_bytes,
                     "parquet_bytes": result.bytes,
                     "kept": kept,
                     "abandoned": [{"batch_id": b, "reason": r} for b, r in result.abandoned],
@@ -374,7 +300,7 @@ def archive_command(
     console = out_console()
     console.print(
         f"archived {len(result.runs)} run(s) in {len(result.batches)} batch(es) to {to}: "
-        f"{result.events:,} event(s), {live.bytes:,} bytes of the live log "
+        f"{result.events:,} event(s), {live_bytes:,} bytes of the live log "
         f"({result.bytes:,} bytes of Parquet)",
         markup=False,
     )

@@ -167,33 +167,18 @@ def resolve_group(store: EventStore, group: str) -> str:
 
 
 def resolve_live_or_archived_group(store: EventStore, group: str) -> tuple[str, bool]:
-    """The full id of the worker group whose id is ``group`` or starts with it, live or in the
-    archive (``wgstore archive``), and whether it is archived. A live group wins.
+    """:func:`~wgstore.projections.archiving.resolve_group_or_archived`: the group's full id,
+    live or archived, and whether it is archived.
 
     Raises:
-        UsageProblem: no group matches (the live resolver's message), or more than one
-            archived group does.
+        UsageProblem: no group matches, or more than one archived group does.
     """
-    from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream
-    from wgstore.projections.archiving import archived_stream_ids
+    from wgstore.projections.archiving import resolve_group_or_archived
 
     try:
-        return resolve_group(store, group), False
-    except UsageProblem as live_problem:
-        prefix = group.strip().removeprefix(GROUP_STREAM_PREFIX)
-        if not prefix or "\x00" in prefix:
-            raise
-        ids = [
-            stream[len(GROUP_STREAM_PREFIX) :]
-            for stream in archived_stream_ids(store, group_stream(prefix))
-        ]
-        if prefix in ids or len(ids) == 1:
-            return (prefix if prefix in ids else ids[0]), True
-        if ids:
-            raise UsageProblem(
-                f"{group!r} matches {len(ids)} archived groups; give more of the id"
-            ) from None
-        raise live_problem from None
+        return resolve_group_or_archived(store, group)
+    except InvalidArgumentError as error:
+        raise UsageProblem(str(error)) from None
 
 
 def resolve_run(store: EventStore, run: str) -> str:

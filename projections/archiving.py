@@ -29,6 +29,8 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -51,12 +53,14 @@ from wgstore.events.archive_files import (
 from wgstore.events.archive_log import (
     BatchMovedError,
     BatchRows,
+    RunSize,
     StoredBatch,
     archive_history,
     archived_run_ids,
     commit_batch,
     read_batch,
     restore_rows,
+    run_sizes,
     stored_batches,
 )
 from wgstore.events.archive_manifest import (
@@ -66,6 +70,7 @@ from wgstore.events.archive_manifest import (
     encode_manifest,
     manifest_sha256,
 )
+from wgstore.events.engine import parse_url
 from wgstore.events.errors import (
     ConcurrencyError,
     InvalidArgumentError,
@@ -75,7 +80,6 @@ from wgstore.events.records import NO_STREAM, RecordedEvent
 from wgstore.events.schema import (
     READ_MODEL_TABLES,
     wg_archive_streams,
-    wg_events,
     wg_run_leases,
 )
 from wgstore.events.streams import GROUP_STREAM_PREFIX, group_stream, run_stream
@@ -87,6 +91,7 @@ from wgstore.projections.run_state import RunStatus
 from wgstore.projections.run_views import run_summaries
 from wgstore.projections.state import WorkerGroupState, project_worker_group
 from wgstore.projections.values import to_utc
+from wgstore.projections.views import resolve_group_id
 
 __all__ = [
     "BATCH_EVENTS",
@@ -102,7 +107,9 @@ __all__ = [
     "drop_archived_files",
     "finish_pending",
     "plan_archive",
+    "resolve_group_or_archived",
     "restore_run",
+    "vacuum_store",
 ]
 
 _ENDED = {RunStatus.FINISHED.value, RunStatus.ERRORED.value, RunStatus.ABORTED.value}
@@ -114,12 +121,13 @@ class ArchiveRunsBusyError(InvalidArgumentError):
 
 @dataclass(frozen=True, slots=True)
 class ArchivePlan:
-    """What :func:`archive_runs` would move (``runs``, each with its streams) and what it keeps
-    (run id and why)."""
+    """What :func:`archive_runs` would move (``runs``, each with its streams, its summary and
+    its size in the live log) and what it keeps (run id and why)."""
 
     runs: dict[str, tuple[str, ...]]
     kept: list[tuple[str, str]]
     summaries: dict[str, RunSummary]
+    sizes: dict[str, RunSize]
 
 
 @dataclass
@@ -171,7 +179,7 @@ def plan_archive(
             continue
         moving[run.run_id] = (run_stream(run.run_id), *groups.get(run.run_id, ()))
         summaries[run.run_id] = run
-    return ArchivePlan(moving, kept, summaries)
+    return ArchivePlan(moving, kept, summaries, run_sizes(store, moving))
 
 
 def _read_models_of(runs: Sequence[str], streams: Iterable[str]) -> Callable[[sa.Connection], None]:
@@ -370,7 +378,7 @@ def archive_runs(
     archived = archived_run_ids(store)
     names = [run_id for run_id in plan.runs if run_id not in archived]
     done = 0
-    for chunk in _chunks(store, names, plan, batch_runs, batch_events):
+    for chunk in _chunks(names, plan, batch_runs, batch_events):
         runs = {run_id: plan.runs[run_id] for run_id in chunk}
         _archive_batch(store, opened, runs, plan.summaries, result)
         done += len(chunk)
@@ -380,15 +388,14 @@ def archive_runs(
 
 
 def _chunks(
-    store: EventStore, names: list[str], plan: ArchivePlan, most_runs: int, most_events: int
+    names: list[str], plan: ArchivePlan, most_runs: int, most_events: int
 ) -> Iterator[list[str]]:
-    """``names`` in batches of at most ``most_runs`` runs and ``most_events`` events (each
-    stream's last version is its count: versions are 1, 2, 3...)."""
-    sizes = _stream_sizes(store, [s for run_id in names for s in plan.runs[run_id]])
+    """``names`` in batches of at most ``most_runs`` runs and ``most_events`` events (the
+    plan's sizes)."""
     chunk: list[str] = []
     events = 0
     for run_id in names:
-        size = sum(sizes.get(stream, 0) for stream in plan.runs[run_id])
+        size = plan.sizes[run_id].events
         if chunk and (len(chunk) >= most_runs or events + size > most_events):
             yield chunk
             chunk, events = [], 0
@@ -396,22 +403,6 @@ def _chunks(
         events += size
     if chunk:
         yield chunk
-
-
-def _stream_sizes(store: EventStore, streams: list[str]) -> dict[str, int]:
-    e = wg_events.c
-    query = (
-        sa.select(e.stream_id, sa.func.max(e.stream_version))
-        .where(e.stream_id.in_(sa.bindparam("ids", expanding=True)))
-        .group_by(e.stream_id)
-    )
-    sizes: dict[str, int] = {}
-    with store.engine.connect() as connection:
-        for start in range(0, len(streams), 500):
-            rows = connection.execute(query, {"ids": streams[start : start + 500]})
-            sizes.update({str(stream): int(version) for stream, version in rows})
-        connection.rollback()
-    return sizes
 
 
 def _archive_batch(
@@ -589,8 +580,7 @@ def drop_archived_files(
 def archived_stream_ids(store: EventStore, prefix: str) -> list[str]:
     """The archived streams whose id starts with ``prefix``, sorted."""
     column = wg_archive_streams.c.stream_id
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    query = sa.select(column).where(column.like(f"{escaped}%", escape="\\")).order_by(column)
+    query = sa.select(column).where(column.startswith(prefix, autoescape=True)).order_by(column)
     with store.engine.connect() as connection:
         found = [str(stream) for stream in connection.execute(query).scalars()]
         connection.rollback()
@@ -643,3 +633,72 @@ def archived_group_state(
             + (f"at version {version}" if version is not None else f"at {at}")
         )
     return project_worker_group(kept)
+
+
+def _sqlite_bytes(path: Path) -> int:
+    """The database file and its WAL, in bytes."""
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+def vacuum_store(store: EventStore) -> dict[str, Any]:
+    """After an archive: on SQLite, VACUUM (the freed pages go back to the file system) and a
+    checkpoint that empties the WAL, with the file's bytes before and after; on PostgreSQL
+    nothing (the archived rows' space is reused by new rows).
+
+    Raises:
+        StoreUnavailableError: VACUUM failed (another process writing the file, say).
+    """
+    if store.is_postgres:
+        return {
+            "backend": "postgresql",
+            "needed": False,
+            "reason": "PostgreSQL reuses the archived rows' space for new rows (autovacuum)",
+        }
+    path = Path(parse_url(store.url).database or "")
+    before = _sqlite_bytes(path)
+    raw = store.engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        try:
+            cursor.execute("VACUUM")  # isolation_level None: no transaction around it
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            cursor.close()
+    except Exception as error:  # noqa: BLE001 - sqlite3's errors: say what was and was not done
+        raise StoreUnavailableError(f"VACUUM of {path} failed ({error})") from None
+    finally:
+        raw.close()
+    return {
+        "backend": "sqlite",
+        "file": str(path),
+        "bytes_before": before,
+        "bytes_after": _sqlite_bytes(path),
+    }
+
+
+def resolve_group_or_archived(store: EventStore, group: str) -> tuple[str, bool]:
+    """The full id of the worker group whose id is ``group`` or starts with it, live
+    (:func:`~wgstore.projections.views.resolve_group_id`) or in the archive, and whether it is
+    archived. A live group wins.
+
+    Raises:
+        InvalidArgumentError: no group matches (the live resolver's message), or more than one
+            archived group does.
+    """
+    try:
+        return resolve_group_id(store, group), False
+    except InvalidArgumentError:
+        prefix = group.strip().removeprefix(GROUP_STREAM_PREFIX)
+        if not prefix or "\x00" in prefix:
+            raise
+        ids = [
+            stream[len(GROUP_STREAM_PREFIX) :]
+            for stream in archived_stream_ids(store, group_stream(prefix))
+        ]
+        if prefix in ids or len(ids) == 1:
+            return (prefix if prefix in ids else ids[0]), True
+        if ids:
+            raise InvalidArgumentError(
+                f"{group!r} matches {len(ids)} archived groups; give more of the id"
+            ) from None
+        raise
