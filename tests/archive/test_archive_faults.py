@@ -9,7 +9,7 @@ import random
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,24 @@ from wgstore.projections.archiving import ArchiveRunsBusyError, archive_runs, pl
 DRIVER = Path(__file__).with_name("archive_driver.py")
 
 
+def _kill_point(
+    store: EventStore, location: str, *, mid_batch: bool, more: int
+) -> Callable[[], bool]:
+    """When to kill the archiver: right after it named one more batch (``LogArchived``, its
+    delete not yet committed), or, ``mid_batch``, once ``more`` files were written."""
+    if mid_batch:
+        files = _files(location)
+        return lambda: _files(location) >= files + more
+    before = _archived_batches(store)
+    return lambda: _archived_batches(store) > before
+
+
+def _files(location: str) -> int:
+    """Files under the archive location (the run files, manifests and partial writes)."""
+    folder = Path(location)
+    return sum(1 for p in folder.rglob("*") if p.is_file()) if folder.exists() else 0
+
+
 def _archived_batches(store: EventStore) -> int:
     return sum(isinstance(r.event, LogArchived) for r in store.read_stream(ARCHIVE_STREAM))
 
@@ -41,18 +59,15 @@ def test_sigkill_at_random_moments_loses_nothing_and_a_rerun_finishes(
     location = str(tmp_path / "archive")
     rng = random.Random(43)
     kills = 0
-    for _ in range(4):
-        before = _archived_batches(store)
+    for round_ in range(4):
+        reached = _kill_point(store, location, mid_batch=round_ % 2 == 1, more=rng.randint(1, 4))
         child = subprocess.Popen([sys.executable, str(DRIVER), store_url, location])
         try:
             wait_until(
-                lambda child=child, before=before: (
-                    child.poll() is not None or _archived_batches(store) > before
-                ),
+                lambda child=child, reached=reached: child.poll() is not None or reached(),
                 timeout_s=120,
-                what="the archiver to append a batch",
+                what="the archiver to reach its kill point",
             )
-            time.sleep(rng.uniform(0.0, 0.2))  # the random kill point, not a wait
             if child.poll() is None:
                 child.send_signal(signal.SIGKILL)
                 kills += 1
