@@ -28,6 +28,7 @@ import json
 import os
 import sqlite3
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -58,15 +59,17 @@ from wgstore.events.worker_group import (
     WorkerGroupShutdownRequested,
     WorkerGroupStarted,
     WorkerGroupStartRequested,
-    WorkerInfo,
     WorkerReported,
     WorkersStarted,
 )
 from wgstore.projections.archiving import archive_runs, plan_archive
 from wgstore.serve.views import run_page
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rebuild import WORKERS
+from rebuild import _workers as group_workers
+
 PG_URL = os.environ.get("WGSTORE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-WORKERS = 4
 TRAIN_FN = "examples.train:train_fn"
 
 
@@ -94,14 +97,7 @@ def _start(store: EventStore, run_id: str) -> None:
             ControllerStateChanged(from_state="SCHEDULING", to_state="RUNNING", group_id=group_id),
         ],
     )
-    workers = tuple(
-        WorkerInfo(
-            world_rank=rank, local_rank=rank, node_rank=0, local_world_size=WORKERS,
-            world_size=WORKERS, node_id="n", node_ip="10.0.0.1", pid=1000 + rank,
-            actor_id=f"{group_id}-{rank}", actor_name=f"w-{group_id}-{rank}",
-        )
-        for rank in range(WORKERS)
-    )  # fmt: skip
+    workers = group_workers(group_id)  # bench/rebuild.py's: 4 workers on one node
     now = datetime.now(UTC)
     store.append(
         group_stream(group_id),
